@@ -1,0 +1,147 @@
+//! The one error type every backend returns.
+
+use std::time::Duration;
+
+use crate::loss::LossReason;
+
+/// A boxed error from a client library or the operating system, kept as the
+/// `source()` of a [`LockError`].
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Everything that can go wrong when taking, holding or giving back a lock.
+///
+/// Messages carry enough context to act on (the lock name, the backend, what
+/// to change) and never contain credentials: URLs are shown redacted.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LockError {
+    /// The wait timeout passed before the lock became free.
+    #[error(
+        "timed out after {waited:?} waiting for lock `{name}`; it is still held by someone else (raise the wait timeout or use try_acquire)"
+    )]
+    Timeout {
+        /// The lock name.
+        name: String,
+        /// How long the caller waited.
+        waited: Duration,
+    },
+
+    /// The lock service could not be reached or did not answer in time.
+    #[error("{backend} is unavailable: {reason}")]
+    Unavailable {
+        /// The backend that failed (`"sqlite"`, `"redis"`, …).
+        backend: &'static str,
+        /// What was being attempted when it failed.
+        reason: String,
+        /// The client library's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+
+    /// A quorum-based backend got fewer grants than it needs.
+    #[error("quorum not reached: {acquired} of the {needed} nodes needed granted the lock")]
+    QuorumNotReached {
+        /// Nodes that granted the lock.
+        acquired: usize,
+        /// Nodes needed for a majority.
+        needed: usize,
+    },
+
+    /// The lock is not (or no longer) held by this owner: released already,
+    /// expired, or taken by someone else.
+    #[error("lock `{name}` is not held by this owner (released, expired or taken over)")]
+    NotHeld {
+        /// The lock name.
+        name: String,
+    },
+
+    /// The lock was lost while held, for the given reason.
+    #[error("lock `{name}` was lost: {reason}")]
+    Lost {
+        /// The lock name.
+        name: String,
+        /// Why it is known or suspected lost.
+        reason: LossReason,
+    },
+
+    /// The lock name is not acceptable.
+    #[error("invalid lock name {name:?}: {reason}")]
+    InvalidName {
+        /// The offending name, shortened to at most 64 characters.
+        name: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// A [`LockOptions`](crate::LockOptions) value or backend setting is out of range.
+    #[error("invalid lock options: {reason}")]
+    InvalidOptions {
+        /// What is wrong and what is accepted.
+        reason: String,
+    },
+
+    /// A connection URL could not be used. The URL is shown without credentials.
+    #[error("invalid lock URL `{url}`: {reason}")]
+    InvalidUrl {
+        /// The URL with any password removed.
+        url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+
+    /// The server answered with something the backend did not expect.
+    #[error("{backend} error: {reason}")]
+    Backend {
+        /// The backend that failed.
+        backend: &'static str,
+        /// What was being attempted.
+        reason: String,
+        /// The client library's error.
+        #[source]
+        source: Option<BoxError>,
+    },
+}
+
+impl LockError {
+    /// An [`InvalidOptions`](LockError::InvalidOptions) error.
+    pub fn invalid_options(reason: impl Into<String>) -> Self {
+        LockError::InvalidOptions {
+            reason: reason.into(),
+        }
+    }
+
+    /// An [`Unavailable`](LockError::Unavailable) error wrapping a client error.
+    pub fn unavailable(
+        backend: &'static str,
+        reason: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        LockError::Unavailable {
+            backend,
+            reason: reason.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// A [`Backend`](LockError::Backend) error wrapping a client error.
+    pub fn backend(
+        backend: &'static str,
+        reason: impl Into<String>,
+        source: impl Into<BoxError>,
+    ) -> Self {
+        LockError::Backend {
+            backend,
+            reason: reason.into(),
+            source: Some(source.into()),
+        }
+    }
+
+    /// True for errors worth retrying later (the service was unreachable or
+    /// a quorum was missed), false for errors that retrying cannot fix.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            LockError::Unavailable { .. } | LockError::QuorumNotReached { .. }
+        )
+    }
+}

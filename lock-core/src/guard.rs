@@ -1,0 +1,202 @@
+//! The RAII guard every backend returns, and the handle trait a backend
+//! implements behind it.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::capabilities::Capabilities;
+use crate::error::LockError;
+use crate::loss::{LeaseState, LossReason};
+use crate::options::validate_ttl;
+use crate::watchdog::{Registration, Watchdog};
+
+/// The backend side of one held lock: what a [`LockGuard`] calls to give the
+/// lock back or prolong it. Implementations compare the owner token on the
+/// server and never touch a lock that is not theirs.
+#[async_trait]
+pub trait GuardHandle: Send + Sync + 'static {
+    /// Give the lock back. `Ok(true)` if it was still ours until now,
+    /// `Ok(false)` if it had expired or belonged to someone else (in which
+    /// case nothing was changed).
+    async fn release(&self) -> Result<bool, LockError>;
+
+    /// Set the remaining lease to `ttl` from now. `Ok(true)` on success,
+    /// `Ok(false)` if the lock is no longer ours.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError>;
+}
+
+/// A held lock. Dropping it releases the lock in the background on the
+/// current tokio runtime; call [`release`](LockGuard::release) to learn
+/// whether the lock was still ours.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions, MemoryLock};
+/// let locks = MemoryLock::new();
+/// let guard = locks.acquire("report", &LockOptions::new()).await?;
+/// tokio::select! {
+///     _ = async { /* protected work, passing guard.fencing_token() along */ } => {}
+///     reason = guard.lost() => eprintln!("stopped: lock lost ({reason})"),
+/// }
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+pub struct LockGuard {
+    name: String,
+    fencing_token: Option<u64>,
+    caps: Capabilities,
+    lease: Arc<LeaseState>,
+    handle: Option<Arc<dyn GuardHandle>>,
+    renewal: Option<Registration>,
+}
+
+impl LockGuard {
+    /// Wrap a backend handle. Backends call this once the server granted the
+    /// lock; `lease` carries the validity deadline measured from before the
+    /// request was sent.
+    pub fn new(
+        name: impl Into<String>,
+        fencing_token: Option<u64>,
+        caps: Capabilities,
+        lease: Arc<LeaseState>,
+        handle: Arc<dyn GuardHandle>,
+    ) -> Self {
+        LockGuard {
+            name: name.into(),
+            fencing_token,
+            caps,
+            lease,
+            handle: Some(handle),
+            renewal: None,
+        }
+    }
+
+    /// Have `watchdog` renew this lock about every third of its TTL while the
+    /// guard lives.
+    pub fn renewed_by(mut self, watchdog: &Watchdog) -> Self {
+        if let Some(handle) = &self.handle {
+            self.renewal = Some(watchdog.register(handle, &self.lease));
+        }
+        self
+    }
+
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fencing token of this grant: strictly greater than every earlier
+    /// grant's token for the same name (see [`Capabilities::fencing`] for how
+    /// far that holds). Pass it to the protected resource so it can refuse
+    /// writes from an older holder.
+    pub fn fencing_token(&self) -> Option<u64> {
+        self.fencing_token
+    }
+
+    /// Resolves when the lock is known or suspected lost: a renewal found it
+    /// gone, the validity deadline passed, or the backend's connection or
+    /// session failed. Use it in `tokio::select!` to stop protected work.
+    pub async fn lost(&self) -> LossReason {
+        self.lease.lost().await
+    }
+
+    /// The loss, if the lock is known or suspected lost right now.
+    pub fn is_lost(&self) -> Option<LossReason> {
+        self.lease.lost_now()
+    }
+
+    /// When the server may expire the lock unless it is renewed, by the local
+    /// monotonic clock; `None` for locks held by a connection or session.
+    pub fn validity_deadline(&self) -> Option<Instant> {
+        self.lease.deadline()
+    }
+
+    /// The shared lease state (for layers built on top of a guard).
+    pub fn lease(&self) -> &Arc<LeaseState> {
+        &self.lease
+    }
+
+    /// Prolong the lock: the server keeps it for `ttl` from now.
+    /// Fails with [`LockError::NotHeld`] (and fires [`lost`](Self::lost)) if
+    /// the lock is no longer ours.
+    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+        validate_ttl(ttl, &self.caps)?;
+        if let Some(reason) = self.lease.lost_now() {
+            return Err(LockError::Lost {
+                name: self.name.clone(),
+                reason,
+            });
+        }
+        let handle = self.handle.as_ref().ok_or_else(|| LockError::NotHeld {
+            name: self.name.clone(),
+        })?;
+        let sent_at = Instant::now();
+        if handle.extend(ttl).await? {
+            self.lease.renewed(sent_at, ttl);
+            Ok(())
+        } else {
+            self.lease.mark_lost(LossReason::TakenOver);
+            Err(LockError::NotHeld {
+                name: self.name.clone(),
+            })
+        }
+    }
+
+    /// Give the lock back. `Ok(true)` if it was still ours, `Ok(false)` if it
+    /// had already expired or been taken over (nothing is removed then).
+    pub async fn release(mut self) -> Result<bool, LockError> {
+        self.renewal.take();
+        match self.handle.take() {
+            Some(handle) => handle.release().await,
+            None => Ok(false),
+        }
+    }
+}
+
+impl Drop for LockGuard {
+    fn drop(&mut self) {
+        self.renewal.take();
+        let Some(handle) = self.handle.take() else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                let name = std::mem::take(&mut self.name);
+                rt.spawn(async move {
+                    match handle.release().await {
+                        Ok(true) => tracing::debug!(lock = %name, "released on drop"),
+                        Ok(false) => {
+                            tracing::debug!(lock = %name, "dropped guard's lock was no longer held")
+                        }
+                        Err(e) => tracing::warn!(
+                            lock = %name, error = %e,
+                            "release on drop failed; the server frees the lock when its lease ends"
+                        ),
+                    }
+                });
+            }
+            Err(_) => tracing::warn!(
+                lock = %self.name,
+                "guard dropped outside a tokio runtime; the server frees the lock when its lease ends"
+            ),
+        }
+    }
+}
+
+impl fmt::Debug for LockGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockGuard")
+            .field("name", &self.name)
+            .field("backend", &self.caps.backend)
+            .field("fencing_token", &self.fencing_token)
+            .field("validity_deadline", &self.lease.deadline())
+            .field("lost", &self.lease.lost_now())
+            .field("auto_renew", &self.renewal.is_some())
+            .finish()
+    }
+}

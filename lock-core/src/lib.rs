@@ -1,0 +1,37 @@
+//! The distlock contract: one [`DistributedLock`] trait for every backend.
+//!
+//! - [`DistributedLock`]: `try_acquire`, `acquire` (cancel-safe, bounded by
+//!   [`LockOptions::wait`]) and [`Capabilities`].
+//! - [`LockGuard`]: RAII; `fencing_token()`, `lost()`, `extend()`, `release()`.
+//! - [`Watchdog`]: one renewal task per client for all auto-renewed leases.
+//! - [`LockOwner`]: explicit, opt-in reentrancy over any backend.
+//! - [`MemoryLock`]: the in-process backend.
+//! - `testkit` (feature): the conformance suite every backend must pass.
+
+mod capabilities;
+mod error;
+mod guard;
+mod lock;
+mod loss;
+mod memory;
+mod name;
+mod options;
+mod owner;
+mod reentrant;
+mod watchdog;
+
+#[cfg(feature = "testkit")]
+pub mod testkit;
+
+pub use async_trait::async_trait;
+pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
+pub use error::{BoxError, LockError};
+pub use guard::{GuardHandle, LockGuard};
+pub use lock::{Attempt, DistributedLock, acquire_by_polling, wait_deadline};
+pub use loss::{LeaseState, LossKind, LossReason, drift_allowance, validity_deadline};
+pub use memory::MemoryLock;
+pub use name::{MAX_NAME_BYTES, validate_name};
+pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};
+pub use owner::OwnerToken;
+pub use reentrant::{LockOwner, ReentrantGuard};
+pub use watchdog::{Registration, Watchdog};

@@ -1,0 +1,105 @@
+//! The `DistributedLock` trait and the acquire loop shared by polling backends.
+
+use std::future::Future;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::capabilities::Capabilities;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::options::{LockOptions, Wait};
+
+/// A lock service: one implementation per backend, used as
+/// `Arc<dyn DistributedLock>` so the backend is picked at run time.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use lock_core::{DistributedLock, LockOptions, MemoryLock};
+/// let locks: Arc<dyn DistributedLock> = Arc::new(MemoryLock::new());
+/// let guard = locks.try_acquire("nightly-report", &LockOptions::new()).await?;
+/// assert!(guard.is_some());
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait DistributedLock: Send + Sync {
+    /// One attempt: `Ok(None)` when someone else holds the lock.
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError>;
+
+    /// Wait until the lock is granted or `opts.wait` passes
+    /// ([`LockError::Timeout`]). Cancel-safe: dropping the future leaves
+    /// nothing held and no waiter registered.
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError>;
+
+    /// What this backend guarantees.
+    fn capabilities(&self) -> Capabilities;
+}
+
+/// The outcome of one attempt by a polling backend.
+#[derive(Debug)]
+pub enum Attempt {
+    /// The lock was granted.
+    Acquired(LockGuard),
+    /// Someone else holds it; `expires_in` is how long their lease has left,
+    /// if the server said so (used to cap the next sleep).
+    Held {
+        /// The holder's remaining lease, if known.
+        expires_in: Option<Duration>,
+    },
+}
+
+/// When `opts.wait` ends, measured from `start`; `None` for [`Wait::Forever`].
+pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
+    match wait {
+        Wait::No => Some(start),
+        Wait::Up(d) => Some(start + d),
+        Wait::Forever => None,
+    }
+}
+
+/// Repeat `attempt` with `opts.backoff` (never sleeping past the holder's
+/// remaining lease or the wait deadline) until it acquires or `opts.wait`
+/// ends. For backends whose server cannot notify waiters.
+pub async fn acquire_by_polling<F, Fut>(
+    name: &str,
+    opts: &LockOptions,
+    mut attempt: F,
+) -> Result<LockGuard, LockError>
+where
+    F: FnMut() -> Fut + Send,
+    Fut: Future<Output = Result<Attempt, LockError>> + Send,
+{
+    let start = Instant::now();
+    let deadline = wait_deadline(start, opts.wait);
+    let mut tries: u32 = 0;
+    loop {
+        let expires_in = match attempt().await? {
+            Attempt::Acquired(guard) => return Ok(guard),
+            Attempt::Held { expires_in } => expires_in,
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(LockError::Timeout {
+                name: name.to_string(),
+                waited: now - start,
+            });
+        }
+        let mut pause = opts.backoff.delay(tries);
+        if let Some(left) = expires_in {
+            pause = pause.min(left + Duration::from_millis(1));
+        }
+        let mut wake = now + pause;
+        if let Some(d) = deadline {
+            wake = wake.min(d);
+        }
+        tokio::time::sleep_until(wake).await;
+        tries = tries.saturating_add(1);
+    }
+}

@@ -1,0 +1,289 @@
+//! The in-memory backend: the whole contract within one process.
+//!
+//! Waiters queue in arrival order and each sleeps on its own [`Notify`]; a
+//! release wakes exactly the head of the queue, and an expiring holder is
+//! noticed by a timer set to its expiry. No polling.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+
+use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
+use crate::error::LockError;
+use crate::guard::{GuardHandle, LockGuard};
+use crate::lock::{DistributedLock, wait_deadline};
+use crate::loss::{LeaseState, LossReason};
+use crate::name::validate_name;
+use crate::options::{LockOptions, Wait};
+use crate::owner::OwnerToken;
+use crate::watchdog::Watchdog;
+
+const CAPABILITIES: Capabilities = Capabilities {
+    backend: "memory",
+    grade: Grade::ProcessLocal,
+    fencing: Fencing::Safe,
+    fair_queue: true,
+    crash_release: CrashRelease::ProcessExit,
+    survives_server_failure: false,
+    depends_on_clocks: false,
+    waiting: Waiting::Notified,
+    max_ttl: Duration::from_secs(30 * 86_400),
+};
+
+/// Locks shared by the tasks of one process.
+///
+/// Clones share the same locks. Fencing tokens count per name for the life
+/// of the `MemoryLock` (a name's counter is kept after release so tokens
+/// never repeat; that costs a few bytes per distinct name ever used).
+#[derive(Clone, Default)]
+pub struct MemoryLock {
+    shared: Arc<Shared>,
+    watchdog: Watchdog,
+}
+
+#[derive(Default)]
+struct Shared {
+    slots: Mutex<HashMap<String, Slot>>,
+    next_waiter: AtomicU64,
+}
+
+#[derive(Default)]
+struct Slot {
+    holder: Option<Holder>,
+    fence: u64,
+    queue: VecDeque<(u64, Arc<Notify>)>,
+}
+
+struct Holder {
+    owner: OwnerToken,
+    expires: Instant,
+    lease: Weak<LeaseState>,
+}
+
+impl Slot {
+    /// The live holder, dropping one whose lease has run out.
+    fn live_holder(&mut self, now: Instant) -> Option<&mut Holder> {
+        if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
+            self.holder = None;
+        }
+        self.holder.as_mut()
+    }
+
+    fn wake_head(&self) {
+        if let Some((_, n)) = self.queue.front() {
+            n.notify_one();
+        }
+    }
+}
+
+impl Shared {
+    fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
+        self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+impl MemoryLock {
+    /// An empty set of locks.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Fault injection: make the current holder of `name` lose the lock, as
+    /// if a server had expired it. The holder's `lost()` fires and the next
+    /// waiter is woken. Returns whether there was a holder.
+    pub fn take_away(&self, name: &str) -> bool {
+        let mut slots = self.shared.slots();
+        let Some(slot) = slots.get_mut(name) else {
+            return false;
+        };
+        let Some(holder) = slot.holder.take() else {
+            return false;
+        };
+        if let Some(lease) = holder.lease.upgrade() {
+            lease.mark_lost(LossReason::TakenOver);
+        }
+        slot.wake_head();
+        true
+    }
+
+    /// Grant `name` if it is free and `waiter` may take it: a newcomer
+    /// (`None`) only when nobody queues, a queued waiter only at the head.
+    fn try_grant(
+        &self,
+        slots: &mut HashMap<String, Slot>,
+        name: &str,
+        waiter: Option<u64>,
+        opts: &LockOptions,
+    ) -> Option<LockGuard> {
+        let now = Instant::now();
+        let slot = slots.entry(name.to_string()).or_default();
+        if slot.live_holder(now).is_some() {
+            return None;
+        }
+        match (waiter, slot.queue.front()) {
+            (None, None) => {}
+            (Some(id), Some((head, _))) if *head == id => {
+                slot.queue.pop_front();
+            }
+            _ => return None,
+        }
+        slot.fence += 1;
+        let owner = OwnerToken::random();
+        let lease = Arc::new(LeaseState::lease(now, opts.ttl));
+        slot.holder = Some(Holder {
+            owner,
+            expires: now + opts.ttl,
+            lease: Arc::downgrade(&lease),
+        });
+        let handle: Arc<dyn GuardHandle> = Arc::new(MemoryHandle {
+            shared: Arc::clone(&self.shared),
+            name: name.to_string(),
+            owner,
+        });
+        let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
+        Some(if opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        })
+    }
+}
+
+/// Removes a waiter from its queue when the waiting future ends or is
+/// dropped, passing the wake-up on if it was at the head.
+struct QueuedWaiter<'a> {
+    shared: &'a Shared,
+    name: &'a str,
+    id: u64,
+}
+
+impl Drop for QueuedWaiter<'_> {
+    fn drop(&mut self) {
+        let mut slots = self.shared.slots();
+        if let Some(slot) = slots.get_mut(self.name) {
+            let was_head = slot.queue.front().is_some_and(|(id, _)| *id == self.id);
+            slot.queue.retain(|(id, _)| *id != self.id);
+            if was_head && slot.live_holder(Instant::now()).is_none() {
+                slot.wake_head();
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MemoryLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        validate_name(name)?;
+        opts.validate(&CAPABILITIES)?;
+        let mut slots = self.shared.slots();
+        Ok(self.try_grant(&mut slots, name, None, opts))
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        validate_name(name)?;
+        opts.validate(&CAPABILITIES)?;
+        let start = Instant::now();
+        let deadline = wait_deadline(start, opts.wait);
+        let notify = Arc::new(Notify::new());
+        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut slots = self.shared.slots();
+            if let Some(guard) = self.try_grant(&mut slots, name, None, opts) {
+                return Ok(guard);
+            }
+            if opts.wait == Wait::No {
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited: start.elapsed(),
+                });
+            }
+            let slot = slots.entry(name.to_string()).or_default();
+            slot.queue.push_back((id, Arc::clone(&notify)));
+        }
+        let _queued = QueuedWaiter {
+            shared: &self.shared,
+            name,
+            id,
+        };
+        loop {
+            // Wake at the holder's expiry in case nobody releases.
+            let expiry = {
+                let mut slots = self.shared.slots();
+                if let Some(guard) = self.try_grant(&mut slots, name, Some(id), opts) {
+                    return Ok(guard);
+                }
+                slots
+                    .get_mut(name)
+                    .and_then(|s| s.live_holder(Instant::now()).map(|h| h.expires))
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited: start.elapsed(),
+                });
+            }
+            let wake = match (expiry, deadline) {
+                (Some(e), Some(d)) => Some(e.min(d)),
+                (e, d) => e.or(d),
+            };
+            match wake {
+                Some(at) => {
+                    tokio::select! {
+                        _ = notify.notified() => {}
+                        _ = tokio::time::sleep_until(at) => {}
+                    }
+                }
+                None => notify.notified().await,
+            }
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+}
+
+struct MemoryHandle {
+    shared: Arc<Shared>,
+    name: String,
+    owner: OwnerToken,
+}
+
+#[async_trait]
+impl GuardHandle for MemoryHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        let mut slots = self.shared.slots();
+        let Some(slot) = slots.get_mut(&self.name) else {
+            return Ok(false);
+        };
+        let ours = slot
+            .live_holder(Instant::now())
+            .is_some_and(|h| h.owner == self.owner);
+        if ours {
+            slot.holder = None;
+            slot.wake_head();
+        }
+        Ok(ours)
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let mut slots = self.shared.slots();
+        let now = Instant::now();
+        match slots.get_mut(&self.name).and_then(|s| s.live_holder(now)) {
+            Some(h) if h.owner == self.owner => {
+                h.expires = now + ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+}

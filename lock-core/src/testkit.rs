@@ -1,0 +1,720 @@
+//! The conformance suite every backend runs against its real server.
+//!
+//! Each case is a plain async function taking a [`Harness`]; the
+//! [`conformance_suite!`](crate::conformance_suite) macro turns every case into
+//! its own `#[tokio::test]` in a module named `conformance`, so
+//! `cargo test conformance` runs exactly the suite and the output names each
+//! case per backend.
+//!
+//! ```text
+//! async fn harness() -> lock_core::testkit::Harness { /* connect two clients */ }
+//! lock_core::conformance_suite!(harness());
+//! ```
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use crate::capabilities::Fencing;
+use crate::error::LockError;
+use crate::lock::DistributedLock;
+use crate::name::MAX_NAME_BYTES;
+use crate::options::{Backoff, LockOptions, Wait};
+use crate::reentrant::LockOwner;
+
+/// Fault injection a backend provides to the suite.
+#[async_trait]
+pub trait FaultHook: Send + Sync {
+    /// Make the current holder of `name` lose its lock on the server, as if
+    /// its lease had expired or an operator had deleted it, without telling
+    /// the holder's client.
+    async fn take_away(&self, name: &str) -> Result<(), LockError>;
+}
+
+/// What each case gets: two independent clients of the same lock service
+/// (separate connections or sessions where the backend has them) and the
+/// backend's fault hook.
+#[derive(Clone)]
+pub struct Harness {
+    /// The first client.
+    pub lock: Arc<dyn DistributedLock>,
+    /// A second, independent client of the same service.
+    pub other: Arc<dyn DistributedLock>,
+    /// Fault injection on the service.
+    pub hook: Arc<dyn FaultHook>,
+}
+
+/// A lock name no other case (or concurrent test run) uses.
+pub fn unique_name(case: &str) -> String {
+    format!("conformance/{case}/{:016x}", rand::random::<u64>())
+}
+
+/// Short polling delays so that polling backends hand over quickly in tests.
+fn quick_backoff() -> Backoff {
+    Backoff {
+        initial: Duration::from_millis(2),
+        max: Duration::from_millis(25),
+        ..Backoff::default()
+    }
+}
+
+fn opts(ttl_ms: u64, wait: Wait, auto_renew: bool) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(wait)
+        .auto_renew(auto_renew)
+        .backoff(quick_backoff())
+}
+
+/// Slack for scheduling and round trips when a case waits for a TTL.
+const SLACK: Duration = Duration::from_millis(1500);
+
+/// The names every case registers, in order; used by the macro.
+#[macro_export]
+macro_rules! conformance_suite {
+    ($harness:expr) => {
+        /// The shared lock-core conformance suite against this backend.
+        mod conformance {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__conformance_cases!($harness;
+                exclusion_under_contention,
+                try_acquire_while_held,
+                waiter_gets_lock_after_release,
+                wait_timeout,
+                cancelled_waiter_leaves_nothing_behind,
+                stale_release_is_refused,
+                abandoned_lock_expires,
+                watchdog_keeps_lock_alive,
+                lost_fires_when_taken_away,
+                fencing_tokens_increase,
+                extend_prolongs_and_fails_when_gone,
+                drop_releases,
+                names_are_independent_and_distinct,
+                invalid_input_is_typed,
+                reentrant_owner_counts,
+            );
+        }
+    };
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __conformance_cases {
+    ($harness:expr; $($case:ident),* $(,)?) => {
+        $(
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn $case() {
+                let harness = $harness.await;
+                $crate::testkit::$case(harness).await;
+            }
+        )*
+    };
+}
+
+/// 16 tasks × 50 acquisitions, alternating between the two clients, update
+/// a shared counter non-atomically (read, yield, write) inside the lock; the
+/// total is exact and no two tasks are ever inside at once.
+pub async fn exclusion_under_contention(h: Harness) {
+    const TASKS: u64 = 16;
+    const ROUNDS: u64 = 50;
+    let name = unique_name("exclusion");
+    let counter = Arc::new(AtomicU64::new(0));
+    let inside = Arc::new(AtomicBool::new(false));
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lock = if t % 2 == 0 {
+            h.lock.clone()
+        } else {
+            h.other.clone()
+        };
+        let (name, counter, inside) = (name.clone(), counter.clone(), inside.clone());
+        tasks.push(tokio::spawn(async move {
+            let o = opts(10_000, Wait::Up(Duration::from_secs(120)), false);
+            for _ in 0..ROUNDS {
+                let guard = lock
+                    .acquire(&name, &o)
+                    .await
+                    .expect("acquire under contention");
+                assert!(
+                    !inside.swap(true, Ordering::SeqCst),
+                    "two holders inside the lock at once"
+                );
+                let seen = counter.load(Ordering::SeqCst);
+                tokio::task::yield_now().await;
+                counter.store(seen + 1, Ordering::SeqCst);
+                inside.store(false, Ordering::SeqCst);
+                assert!(
+                    guard.release().await.expect("release"),
+                    "lock was not ours at release"
+                );
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contending task panicked");
+    }
+    assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS);
+    eprintln!(
+        "exclusion: {} acquisitions in {:?}",
+        TASKS * ROUNDS,
+        started.elapsed()
+    );
+}
+
+/// try_acquire on a held lock gives `None`; after release it succeeds.
+pub async fn try_acquire_while_held(h: Harness) {
+    let name = unique_name("try");
+    let o = opts(10_000, Wait::No, false);
+    let g = h
+        .lock
+        .try_acquire(&name, &o)
+        .await
+        .expect("try")
+        .expect("free lock");
+    assert!(h.other.try_acquire(&name, &o).await.expect("try").is_none());
+    assert!(
+        h.lock.try_acquire(&name, &o).await.expect("try").is_none(),
+        "not reentrant by default"
+    );
+    assert!(
+        matches!(
+            h.other.acquire(&name, &o).await,
+            Err(LockError::Timeout { .. })
+        ),
+        "acquire with Wait::No on a held lock must time out at once"
+    );
+    assert!(g.release().await.expect("release"));
+    let g2 = h
+        .other
+        .try_acquire(&name, &o)
+        .await
+        .expect("try")
+        .expect("lock free after release");
+    assert!(g2.release().await.expect("release"));
+}
+
+/// A waiting acquire is granted soon after the holder releases (the
+/// hand-off time is printed, not asserted tightly).
+pub async fn waiter_gets_lock_after_release(h: Harness) {
+    let name = unique_name("handoff");
+    let o = opts(10_000, Wait::Up(Duration::from_secs(30)), false);
+    let holder = h.lock.acquire(&name, &o).await.expect("acquire");
+    let waiter = {
+        let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+        tokio::spawn(async move {
+            let g = other.acquire(&name, &o).await;
+            (Instant::now(), g)
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "waiter got the lock while it was held"
+    );
+    let released_at = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    let (granted_at, g) = waiter.await.expect("waiter task");
+    let g = g.expect("waiter acquires after release");
+    let handoff = granted_at - released_at;
+    eprintln!("hand-off: {:.2} ms", handoff.as_secs_f64() * 1e3);
+    assert!(
+        handoff < Duration::from_secs(5),
+        "hand-off took {handoff:?}"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+/// acquire with a wait timeout on a held lock gives `Timeout` after about that time.
+pub async fn wait_timeout(h: Harness) {
+    let name = unique_name("timeout");
+    let holder = h
+        .lock
+        .acquire(&name, &opts(10_000, Wait::No, false))
+        .await
+        .expect("acquire");
+    let wait = Duration::from_millis(400);
+    let start = Instant::now();
+    let r = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(wait), false))
+        .await;
+    let took = start.elapsed();
+    match r {
+        Err(LockError::Timeout { name: n, .. }) => assert_eq!(n, name),
+        other => panic!("expected Timeout, got {other:?}"),
+    }
+    assert!(took >= wait, "gave up early: {took:?}");
+    assert!(took < wait + SLACK, "gave up late: {took:?}");
+    assert!(holder.release().await.expect("release"));
+}
+
+/// Dropping a waiting acquire leaves no waiter behind: the next newcomer
+/// gets the released lock at once.
+pub async fn cancelled_waiter_leaves_nothing_behind(h: Harness) {
+    let name = unique_name("cancel");
+    let holder = h
+        .lock
+        .acquire(&name, &opts(10_000, Wait::No, false))
+        .await
+        .expect("acquire");
+    for _ in 0..3 {
+        let r = tokio::time::timeout(
+            Duration::from_millis(150),
+            h.other.acquire(&name, &opts(10_000, Wait::Forever, false)),
+        )
+        .await;
+        assert!(r.is_err(), "waiter must still be waiting when cancelled");
+    }
+    let spawned = {
+        let (other, name) = (h.other.clone(), name.clone());
+        tokio::spawn(async move {
+            other
+                .acquire(&name, &opts(10_000, Wait::Forever, false))
+                .await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    spawned.abort();
+    assert!(spawned.await.is_err_and(|e| e.is_cancelled()));
+    assert!(holder.release().await.expect("release"));
+    let g = h
+        .other
+        .acquire(
+            &name,
+            &opts(10_000, Wait::Up(Duration::from_secs(2)), false),
+        )
+        .await
+        .expect("no cancelled waiter may hold or block the lock");
+    assert!(g.release().await.expect("release"));
+}
+
+/// A release after the lease ran out reports not-held and leaves the new
+/// owner's lock in place.
+pub async fn stale_release_is_refused(h: Harness) {
+    let name = unique_name("stale");
+    let ttl = 400;
+    let old = h
+        .lock
+        .acquire(&name, &opts(ttl, Wait::No, false))
+        .await
+        .expect("acquire");
+    let new = h
+        .other
+        .acquire(
+            &name,
+            &opts(10_000, Wait::Up(Duration::from_millis(ttl) + SLACK), false),
+        )
+        .await
+        .expect("acquire after expiry");
+    assert!(old.is_lost().is_some(), "old holder's deadline has passed");
+    assert!(
+        !old.release().await.expect("stale release"),
+        "stale release must report not-held"
+    );
+    assert!(
+        h.lock
+            .try_acquire(&name, &opts(10_000, Wait::No, false))
+            .await
+            .expect("try")
+            .is_none(),
+        "stale release removed the new owner's lock"
+    );
+    assert!(new.release().await.expect("release"));
+    // Releasing a lock that expired with nobody else taking it is not-held too.
+    let lapsed = h
+        .lock
+        .acquire(&name, &opts(ttl, Wait::No, false))
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(ttl + 200)).await;
+    assert!(
+        !lapsed.release().await.expect("release"),
+        "expired lock reported as still held"
+    );
+}
+
+/// A leaked guard (no release, no renewal) frees its lock after the TTL.
+pub async fn abandoned_lock_expires(h: Harness) {
+    let name = unique_name("abandoned");
+    let ttl = Duration::from_millis(800);
+    let g = h
+        .lock
+        .acquire(&name, &opts(800, Wait::No, false))
+        .await
+        .expect("acquire");
+    let start = Instant::now();
+    std::mem::forget(g);
+    assert!(
+        h.other
+            .try_acquire(&name, &opts(10_000, Wait::No, false))
+            .await
+            .expect("try")
+            .is_none()
+    );
+    let g2 = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK * 2), false))
+        .await
+        .expect("abandoned lock is acquirable after its TTL");
+    let took = start.elapsed();
+    assert!(
+        took + Duration::from_millis(50) >= ttl,
+        "granted before the TTL ran out: {took:?}"
+    );
+    assert!(g2.release().await.expect("release"));
+}
+
+/// With auto-renew, a holder keeps a short-TTL lock for several TTLs and
+/// nobody else gets it meanwhile.
+pub async fn watchdog_keeps_lock_alive(h: Harness) {
+    let name = unique_name("watchdog");
+    let ttl = Duration::from_millis(600);
+    let g = h
+        .lock
+        .acquire(&name, &opts(600, Wait::No, true))
+        .await
+        .expect("acquire");
+    let end = Instant::now() + ttl * 4;
+    while Instant::now() < end {
+        tokio::time::sleep(ttl / 4).await;
+        assert!(
+            h.other
+                .try_acquire(&name, &opts(10_000, Wait::No, false))
+                .await
+                .expect("try")
+                .is_none(),
+            "another client got a renewed lock"
+        );
+        assert_eq!(g.is_lost(), None, "renewed lock reported lost");
+    }
+    assert!(
+        g.release().await.expect("release"),
+        "renewed lock was not ours at release"
+    );
+}
+
+/// `lost()` fires when the lock is taken away on the server.
+pub async fn lost_fires_when_taken_away(h: Harness) {
+    let name = unique_name("lost");
+    let ttl = Duration::from_millis(900);
+    let g = h
+        .lock
+        .acquire(&name, &opts(900, Wait::No, true))
+        .await
+        .expect("acquire");
+    h.hook.take_away(&name).await.expect("fault hook");
+    let reason = tokio::time::timeout(ttl + SLACK, g.lost())
+        .await
+        .expect("lost() must fire once the lock is taken away");
+    eprintln!("lost: {reason}");
+    assert!(g.is_lost().is_some());
+    let g2 = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .await
+        .expect("lock is free after being taken away");
+    assert!(
+        !g.release().await.expect("release"),
+        "release of a taken lock reports not-held"
+    );
+    assert!(g2.release().await.expect("release"));
+}
+
+/// Successive holders (across clients, and across an expiry) get strictly
+/// increasing fencing tokens, when the backend offers them.
+pub async fn fencing_tokens_increase(h: Harness) {
+    let name = unique_name("fencing");
+    let fencing = h.lock.capabilities().fencing;
+    let mut tokens = Vec::new();
+    for i in 0..6 {
+        let lock = if i % 2 == 0 { &h.lock } else { &h.other };
+        let g = lock
+            .acquire(
+                &name,
+                &opts(10_000, Wait::Up(Duration::from_secs(5)), false),
+            )
+            .await
+            .expect("acquire");
+        tokens.push(g.fencing_token());
+        assert!(g.release().await.expect("release"));
+    }
+    // A grant that follows an expiry, not a release.
+    let lapsed = h
+        .lock
+        .acquire(&name, &opts(300, Wait::No, false))
+        .await
+        .expect("acquire");
+    tokens.push(lapsed.fencing_token());
+    std::mem::forget(lapsed);
+    let g = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .await
+        .expect("acquire after expiry");
+    tokens.push(g.fencing_token());
+    assert!(g.release().await.expect("release"));
+    if fencing == Fencing::None {
+        assert!(
+            tokens.iter().all(Option::is_none),
+            "backend without fencing returned tokens: {tokens:?}"
+        );
+    } else {
+        let t: Vec<u64> = tokens
+            .iter()
+            .map(|t| t.expect("fencing backend returned no token"))
+            .collect();
+        assert!(
+            t.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing: {t:?}"
+        );
+    }
+}
+
+/// extend keeps a lock past its original TTL; extending a lock that is gone
+/// fails with NotHeld or Lost and fires `lost()`.
+pub async fn extend_prolongs_and_fails_when_gone(h: Harness) {
+    let name = unique_name("extend");
+    let g = h
+        .lock
+        .acquire(&name, &opts(500, Wait::No, false))
+        .await
+        .expect("acquire");
+    g.extend(Duration::from_secs(3))
+        .await
+        .expect("extend a held lock");
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    assert_eq!(g.is_lost(), None, "extended lock reported lost");
+    assert!(
+        h.other
+            .try_acquire(&name, &opts(10_000, Wait::No, false))
+            .await
+            .expect("try")
+            .is_none(),
+        "extended lock was granted to another client"
+    );
+    assert!(g.release().await.expect("release"));
+
+    let gone = h
+        .lock
+        .acquire(&name, &opts(300, Wait::No, false))
+        .await
+        .expect("acquire");
+    let next = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .await
+        .expect("acquire after expiry");
+    match gone.extend(Duration::from_secs(5)).await {
+        Err(LockError::NotHeld { .. } | LockError::Lost { .. }) => {}
+        other => panic!("extend of a lost lock must fail with NotHeld/Lost, got {other:?}"),
+    }
+    assert!(gone.is_lost().is_some());
+    assert!(
+        h.lock
+            .try_acquire(&name, &opts(10_000, Wait::No, false))
+            .await
+            .expect("try")
+            .is_none(),
+        "failed extend disturbed the new owner"
+    );
+    assert!(next.release().await.expect("release"));
+}
+
+/// Dropping a guard releases the lock well before its TTL.
+pub async fn drop_releases(h: Harness) {
+    let name = unique_name("drop");
+    let g = h
+        .lock
+        .acquire(&name, &opts(30_000, Wait::No, true))
+        .await
+        .expect("acquire");
+    drop(g);
+    let start = Instant::now();
+    let g2 = h
+        .other
+        .acquire(
+            &name,
+            &opts(10_000, Wait::Up(Duration::from_secs(10)), false),
+        )
+        .await
+        .expect("dropped guard's lock is released");
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(g2.release().await.expect("release"));
+}
+
+/// Distinct names never block each other, however alike they look after
+/// escaping; awkward characters are accepted.
+pub async fn names_are_independent_and_distinct(h: Harness) {
+    let base = unique_name("names");
+    let suffixes = [
+        "plain",
+        "with space",
+        "ünïcødé",
+        "emoji 🔒",
+        "a/b",
+        "a%2Fb",
+        "a:b",
+        "a_b",
+        "'quote'",
+        "\"dq\"",
+        "%",
+        "*",
+        "?",
+        "..",
+        ".",
+        "/",
+        "\\",
+        "a\nb",
+        "{tag}",
+        "semi;colon",
+        "--",
+        "a/b/",
+    ];
+    let o = opts(10_000, Wait::No, false);
+    let mut held = Vec::new();
+    for s in suffixes {
+        let name = format!("{base}/{s}");
+        let g = h
+            .lock
+            .try_acquire(&name, &o)
+            .await
+            .unwrap_or_else(|e| panic!("name {name:?} rejected: {e}"))
+            .unwrap_or_else(|| panic!("name {name:?} collided with an earlier one"));
+        assert_eq!(g.name(), name);
+        held.push(g);
+    }
+    for g in &held {
+        assert!(
+            h.other
+                .try_acquire(g.name(), &o)
+                .await
+                .expect("try")
+                .is_none(),
+            "{:?} not held as seen from the other client",
+            g.name()
+        );
+    }
+    let longest = "x".repeat(MAX_NAME_BYTES);
+    let g = h
+        .lock
+        .try_acquire(&longest, &o)
+        .await
+        .expect("longest name")
+        .expect("free");
+    assert!(g.release().await.expect("release"));
+    for g in held {
+        assert!(g.release().await.expect("release"));
+    }
+}
+
+/// Empty and over-long names, zero and over-long TTLs and bad backoffs are
+/// typed errors from both try_acquire and acquire.
+pub async fn invalid_input_is_typed(h: Harness) {
+    let o = opts(10_000, Wait::No, false);
+    let too_long = "x".repeat(MAX_NAME_BYTES + 1);
+    for bad in ["", too_long.as_str(), "nul\0byte"] {
+        assert!(
+            matches!(
+                h.lock.try_acquire(bad, &o).await,
+                Err(LockError::InvalidName { .. })
+            ),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(
+                h.lock.acquire(bad, &o).await,
+                Err(LockError::InvalidName { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    let name = unique_name("invalid");
+    let max = h.lock.capabilities().max_ttl;
+    let bad_opts = [
+        o.clone().ttl(Duration::ZERO),
+        o.clone().ttl(Duration::from_millis(1)),
+        o.clone().ttl(max + Duration::from_secs(1)),
+        o.clone().backoff(Backoff {
+            initial: Duration::ZERO,
+            ..Backoff::default()
+        }),
+        o.clone().backoff(Backoff {
+            jitter: 2.0,
+            ..Backoff::default()
+        }),
+    ];
+    for bad in &bad_opts {
+        assert!(
+            matches!(
+                h.lock.try_acquire(&name, bad).await,
+                Err(LockError::InvalidOptions { .. })
+            ),
+            "{bad:?}"
+        );
+        assert!(
+            matches!(
+                h.lock.acquire(&name, bad).await,
+                Err(LockError::InvalidOptions { .. })
+            ),
+            "{bad:?}"
+        );
+    }
+    let g = h
+        .lock
+        .try_acquire(&name, &o)
+        .await
+        .expect("try")
+        .expect("nothing was left held");
+    assert!(matches!(
+        g.extend(Duration::ZERO).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    assert!(g.release().await.expect("release"));
+}
+
+/// One owner may nest acquisitions; another owner waits until the count
+/// returns to zero.
+pub async fn reentrant_owner_counts(h: Harness) {
+    let name = unique_name("reentrant");
+    let o = opts(10_000, Wait::Up(Duration::from_secs(10)), true);
+    let a = LockOwner::new(h.lock.clone());
+    let b = LockOwner::new(h.other.clone());
+    let outer = a.acquire(&name, &o).await.expect("outer");
+    let inner = a
+        .acquire(&name, &o)
+        .await
+        .expect("nested acquire by the same owner");
+    let inner2 = a
+        .try_acquire(&name, &o)
+        .await
+        .expect("try")
+        .expect("nested try_acquire");
+    assert_eq!(a.hold_count(&name), 3);
+    assert_eq!(outer.fencing_token(), inner.fencing_token());
+    assert!(b.try_acquire(&name, &o).await.expect("try").is_none());
+    let waiter = {
+        let (b, name, o) = (b.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { b.acquire(&name, &o).await })
+    };
+    drop(inner);
+    assert!(inner2.release().await.expect("inner release"));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiter.is_finished(),
+        "other owner got the lock while the count was above zero"
+    );
+    assert_eq!(a.hold_count(&name), 1);
+    assert!(outer.release().await.expect("last release"));
+    let g = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("other owner acquires once the count is zero")
+        .expect("task")
+        .expect("acquire");
+    assert_eq!(b.hold_count(&name), 1);
+    assert!(g.release().await.expect("release"));
+}

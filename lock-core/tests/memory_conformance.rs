@@ -1,0 +1,32 @@
+//! The conformance suite against the in-memory backend.
+
+use std::sync::Arc;
+
+use lock_core::testkit::{FaultHook, Harness};
+use lock_core::{LockError, MemoryLock, async_trait};
+
+struct MemoryHook(MemoryLock);
+
+#[async_trait]
+impl FaultHook for MemoryHook {
+    async fn take_away(&self, name: &str) -> Result<(), LockError> {
+        if self.0.take_away(name) {
+            Ok(())
+        } else {
+            Err(LockError::NotHeld {
+                name: name.to_string(),
+            })
+        }
+    }
+}
+
+async fn harness() -> Harness {
+    let lock = MemoryLock::new();
+    Harness {
+        lock: Arc::new(lock.clone()),
+        other: Arc::new(lock.clone()),
+        hook: Arc::new(MemoryHook(lock)),
+    }
+}
+
+lock_core::conformance_suite!(harness());
