@@ -1,0 +1,461 @@
+//! SQLite: a lease table for locks shared by the processes of one machine.
+//!
+//! Each lock is a row `(name, owner, fence, expires_at_ms)`. Acquiring is one
+//! upsert under `BEGIN IMMEDIATE` (SQLite's single writer lock) that takes the
+//! row only when it is free or its lease has run out, and bumps the fencing
+//! counter in the same row. Release and extend compare the owner token.
+//! Expiry uses the wall clock in Unix milliseconds, which all processes on
+//! one machine share; a step of the system clock moves every lease with it.
+//! SQLite cannot notify waiters, so `acquire` polls with backoff and jitter.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use lock_core::{
+    Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, OwnerToken, Waiting, Watchdog, acquire_by_polling,
+    run_detached, validate_name,
+};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::{AssertSqlSafe, Row};
+use tokio::time::Instant;
+
+use crate::error::map_sqlx;
+use crate::ident::Identifier;
+
+const BACKEND: &str = "sqlite";
+
+const CAPABILITIES: Capabilities = Capabilities {
+    backend: BACKEND,
+    grade: Grade::Correctness,
+    fencing: Fencing::Safe,
+    fair_queue: false,
+    crash_release: CrashRelease::Ttl,
+    survives_server_failure: false,
+    depends_on_clocks: true,
+    waiting: Waiting::Polling,
+    max_ttl: Duration::from_secs(30 * 86_400),
+};
+
+/// Settings for [`SqliteLock`].
+#[derive(Debug, Clone)]
+pub struct SqliteConfig {
+    /// The lease table, created if missing. Default `distlock_leases`.
+    pub table: Identifier,
+    /// How long a statement waits for another process's write lock before
+    /// failing with `Unavailable`. Default 5 s.
+    pub busy_timeout: Duration,
+    /// Pooled connections. Default 4.
+    pub max_connections: u32,
+}
+
+impl Default for SqliteConfig {
+    fn default() -> Self {
+        SqliteConfig {
+            table: Identifier::new("distlock_leases").expect("constant identifier is valid"),
+            busy_timeout: Duration::from_secs(5),
+            max_connections: 4,
+        }
+    }
+}
+
+/// Locks in a SQLite database file, shared by every process that opens the
+/// same file on this machine.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions};
+/// use lock_sql::SqliteLock;
+/// let locks = SqliteLock::open("/var/lib/myapp/locks.db", Default::default()).await?;
+/// let guard = locks.acquire("daily-export", &LockOptions::new()).await?;
+/// println!("token {:?}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct SqliteLock {
+    inner: Arc<Inner>,
+    watchdog: Watchdog,
+}
+
+struct Inner {
+    pool: SqlitePool,
+    path: PathBuf,
+    sql: Statements,
+}
+
+/// The statements, with the validated table name filled in once.
+struct Statements {
+    acquire: String,
+    remaining: String,
+    release: String,
+    extend: String,
+    take_away: String,
+}
+
+impl Statements {
+    fn new(table: &Identifier) -> Self {
+        let t = table.as_str();
+        Statements {
+            acquire: format!(
+                "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms) VALUES (?1, ?2, 1, ?3) \
+                 ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, fence = fence + 1, \
+                 expires_at_ms = excluded.expires_at_ms \
+                 WHERE owner IS NULL OR expires_at_ms <= ?4 RETURNING fence"
+            ),
+            remaining: format!("SELECT expires_at_ms FROM \"{t}\" WHERE name = ?1"),
+            release: format!(
+                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
+                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?3"
+            ),
+            extend: format!(
+                "UPDATE \"{t}\" SET expires_at_ms = ?3 \
+                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?4"
+            ),
+            take_away: format!(
+                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 WHERE name = ?1 AND owner IS NOT NULL"
+            ),
+        }
+    }
+}
+
+/// Wall-clock Unix milliseconds (shared by all processes on the machine).
+fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn ms(d: Duration) -> i64 {
+    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+}
+
+impl SqliteLock {
+    /// Open (creating if needed) the database file at `path` and its lease table.
+    pub async fn open(path: impl AsRef<Path>, config: SqliteConfig) -> Result<Self, LockError> {
+        let path = path.as_ref().to_path_buf();
+        if config.busy_timeout.is_zero() || config.max_connections == 0 {
+            return Err(LockError::invalid_options(
+                "sqlite busy_timeout and max_connections must be greater than zero",
+            ));
+        }
+        let connect = SqliteConnectOptions::new()
+            .filename(&path)
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .busy_timeout(config.busy_timeout);
+        let pool = SqlitePoolOptions::new()
+            .max_connections(config.max_connections)
+            .acquire_timeout(config.busy_timeout * 2)
+            .connect_with(connect)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("opening {}", path.display()), e))?;
+        let t = config.table.as_str();
+        let create = format!(
+            "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+             name TEXT PRIMARY KEY NOT NULL, owner TEXT, \
+             fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+        );
+        sqlx::query(AssertSqlSafe(create))
+            .execute(&pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "creating the lease table", e))?;
+        tracing::debug!(path = %path.display(), table = t, "sqlite lock store open");
+        Ok(SqliteLock {
+            inner: Arc::new(Inner {
+                pool,
+                path,
+                sql: Statements::new(&config.table),
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// Open from a URL: `sqlite://PATH[?table=NAME&busy_timeout_ms=N&max_connections=N]`.
+    /// `sqlite:///var/lib/x.db` is an absolute path, `sqlite://x.db` relative.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let (path, config) = parse_url(url)?;
+        Self::open(path, config).await
+    }
+
+    /// The database file.
+    pub fn path(&self) -> &Path {
+        &self.inner.path
+    }
+
+    /// Fault injection: free `name` behind its holder's back (the holder's
+    /// next renewal fails and its `lost()` fires). Returns whether it was held.
+    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
+        let done = sqlx::query(AssertSqlSafe(self.inner.sql.take_away.as_str()))
+            .bind(name)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "taking a lock away", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// One attempt, run to completion even if the caller is cancelled.
+    async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+        let this = self.clone();
+        let (name, opts) = (name.to_string(), opts.clone());
+        run_detached(async move { this.attempt_now(&name, &opts).await }).await
+    }
+
+    async fn attempt_now(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+        let owner = OwnerToken::random();
+        let sent_at = Instant::now();
+        let now = now_ms();
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        let granted = sqlx::query(AssertSqlSafe(self.inner.sql.acquire.as_str()))
+            .bind(name)
+            .bind(owner.to_hex())
+            .bind(now.saturating_add(ms(opts.ttl)))
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let fence = match granted {
+            Some(row) => row.try_get::<i64, _>(0).map_err(failed)?,
+            None => {
+                let expires: Option<i64> =
+                    sqlx::query_scalar(AssertSqlSafe(self.inner.sql.remaining.as_str()))
+                        .bind(name)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                tx.rollback().await.map_err(failed)?;
+                let expires_in = expires
+                    .map(|e| Duration::from_millis(e.saturating_sub(now_ms()).max(0) as u64));
+                return Ok(Attempt::Held { expires_in });
+            }
+        };
+        tx.commit().await.map_err(failed)?;
+        if sent_at.elapsed() >= opts.ttl {
+            // Granted too late to be of use: give it back rather than hold a
+            // lease that may already be expired.
+            let handle = self.handle(name, owner);
+            let _ = handle.release().await;
+            return Ok(Attempt::Held { expires_in: None });
+        }
+        let fence = u64::try_from(fence).map_err(|_| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("fencing counter for {name:?} is negative ({fence})"),
+            source: None,
+        })?;
+        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        let guard = LockGuard::new(
+            name,
+            Some(fence),
+            CAPABILITIES,
+            lease,
+            Arc::new(self.handle(name, owner)),
+        );
+        Ok(Attempt::Acquired(if opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        }))
+    }
+
+    fn handle(&self, name: &str, owner: OwnerToken) -> SqliteHandle {
+        SqliteHandle {
+            inner: Arc::clone(&self.inner),
+            name: name.to_string(),
+            owner,
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for SqliteLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        validate_name(name)?;
+        opts.validate(&CAPABILITIES)?;
+        Ok(match self.attempt(name, opts).await? {
+            Attempt::Acquired(g) => Some(g),
+            Attempt::Held { .. } => None,
+        })
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        validate_name(name)?;
+        opts.validate(&CAPABILITIES)?;
+        acquire_by_polling(name, opts, || self.attempt(name, opts)).await
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+}
+
+impl fmt::Debug for SqliteLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SqliteLock")
+            .field("path", &self.inner.path)
+            .finish_non_exhaustive()
+    }
+}
+
+struct SqliteHandle {
+    inner: Arc<Inner>,
+    name: String,
+    owner: OwnerToken,
+}
+
+#[async_trait]
+impl GuardHandle for SqliteHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        let done = sqlx::query(AssertSqlSafe(self.inner.sql.release.as_str()))
+            .bind(&self.name)
+            .bind(self.owner.to_hex())
+            .bind(now_ms())
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "releasing a lock", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let now = now_ms();
+        let done = sqlx::query(AssertSqlSafe(self.inner.sql.extend.as_str()))
+            .bind(&self.name)
+            .bind(self.owner.to_hex())
+            .bind(now.saturating_add(ms(ttl)))
+            .bind(now)
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "extending a lock", e))?;
+        Ok(done.rows_affected() == 1)
+    }
+}
+
+/// Split `sqlite://PATH?query` into a path and settings.
+fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: url.chars().take(200).collect(),
+        reason,
+    };
+    let rest = url
+        .strip_prefix("sqlite://")
+        .ok_or_else(|| invalid("expected `sqlite://PATH`".into()))?;
+    let (path, query) = match rest.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (rest, None),
+    };
+    let path = percent_decode(path).map_err(invalid)?;
+    if path.is_empty() {
+        return Err(invalid(
+            "the database path is empty (use `sqlite:///abs/path.db` or `sqlite://rel/path.db`)"
+                .into(),
+        ));
+    }
+    let mut config = SqliteConfig::default();
+    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        let value = percent_decode(value).map_err(invalid)?;
+        let number = || {
+            u64::from_str(&value)
+                .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))
+        };
+        match key {
+            "table" => config.table = Identifier::new(&value)?,
+            "busy_timeout_ms" => config.busy_timeout = Duration::from_millis(number()?),
+            "max_connections" => {
+                config.max_connections = u32::try_from(number()?)
+                    .map_err(|_| invalid("`max_connections` is too large".into()))?
+            }
+            other => {
+                return Err(invalid(format!(
+                    "unknown option `{other}` (known: table, busy_timeout_ms, max_connections)"
+                )));
+            }
+        }
+    }
+    Ok((PathBuf::from(path), config))
+}
+
+fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-escape at byte {i}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-escapes do not decode to UTF-8".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use lock_core::Wait;
+
+    #[test]
+    fn url_paths_and_options() {
+        let (p, c) =
+            parse_url("sqlite:///tmp/a%20b.db?table=my_locks&busy_timeout_ms=250").expect("valid");
+        assert_eq!(p, PathBuf::from("/tmp/a b.db"));
+        assert_eq!(c.table.as_str(), "my_locks");
+        assert_eq!(c.busy_timeout, Duration::from_millis(250));
+        let (p, _) = parse_url("sqlite://rel/x.db").expect("valid");
+        assert_eq!(p, PathBuf::from("rel/x.db"));
+    }
+
+    #[test]
+    fn bad_urls_are_typed() {
+        for bad in [
+            "sqlite://",
+            "postgres://x",
+            "sqlite:///x.db?table=locks;%20DROP%20TABLE%20x",
+            "sqlite:///x.db?nope=1",
+            "sqlite:///x.db?busy_timeout_ms=soon",
+            "sqlite:///x%zz.db",
+        ] {
+            match parse_url(bad) {
+                Err(LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. }) => {}
+                other => panic!("{bad}: expected a typed error, got {other:?}"),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn wait_no_fails_fast_on_a_held_lock() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let locks = SqliteLock::open(dir.path().join("l.db"), SqliteConfig::default())
+            .await
+            .expect("open");
+        let opts = LockOptions::new().wait(Wait::No);
+        let g = locks.acquire("x", &opts).await.expect("acquire");
+        let start = Instant::now();
+        assert!(matches!(
+            locks.acquire("x", &opts).await,
+            Err(LockError::Timeout { .. })
+        ));
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert!(g.release().await.expect("release"));
+    }
+}
