@@ -1,1 +1,41 @@
-//! tmp
+//! # distlock
+//!
+//! Distributed locks behind one trait, [`DistributedLock`], with the backend
+//! chosen by a URL at run time and by cargo features at build time:
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), distlock::LockError> {
+//! use std::time::Duration;
+//! use distlock::{LockOptions, Wait};
+//!
+//! let dir = tempfile::tempdir().expect("temp dir");
+//! let url = format!("sqlite://{}/locks.db", dir.path().display());
+//! let locks = distlock::connect(&url).await?;
+//!
+//! let opts = LockOptions::new().wait(Wait::Up(Duration::from_secs(5)));
+//! let guard = locks.acquire("invoice-run", &opts).await?;
+//! let token = guard.fencing_token(); // hand this to the protected resource
+//! tokio::select! {
+//!     _ = async { /* the protected work */ } => {}
+//!     reason = guard.lost() => eprintln!("stopping: {reason}"),
+//! }
+//! assert!(guard.release().await?);
+//! # let _ = token; Ok(()) }
+//! ```
+//!
+//! See [`Capabilities`] to compare what each backend guarantees, and
+//! [`LockOwner`] for opt-in reentrancy.
+
+mod connect;
+mod redact;
+
+pub use connect::{SCHEMES, connect};
+pub use lock_core::{
+    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
+    LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock, ReentrantGuard, Wait,
+    Waiting,
+};
+#[cfg(feature = "sqlite")]
+pub use lock_sql::{SqliteConfig, SqliteLock};
+pub use redact::redact_url;

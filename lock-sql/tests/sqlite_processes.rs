@@ -36,6 +36,7 @@ async fn parent() {
                 .args(["--exact", "two_processes_exclude_each_other", "--nocapture"])
                 .env(WORKER_ENV, id)
                 .env(DIR_ENV, dir.path())
+                .stdout(std::process::Stdio::null())
                 .kill_on_drop(true)
                 .spawn()
                 .expect("spawn worker process")

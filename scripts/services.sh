@@ -1,0 +1,372 @@
+#!/usr/bin/env bash
+# Real servers for distlock's tests, on loopback, on the project's own ports
+# and data directories (never the system defaults, so a system service that
+# already runs does not matter).
+#
+#   scripts/services.sh up             install missing packages, start everything, wait until it answers
+#   scripts/services.sh down           stop everything
+#   scripts/services.sh status         one line per server: up / down
+#   scripts/services.sh env            NAME=URL lines the tests read
+#   scripts/services.sh list           the server names below
+#   scripts/services.sh start NAME     start one server (same data directory) and wait for it
+#   scripts/services.sh stop NAME      SIGTERM one server and wait until it is gone
+#   scripts/services.sh kill NAME      SIGKILL one server
+#   scripts/services.sh pause NAME     SIGSTOP one server
+#   scripts/services.sh resume NAME    SIGCONT one server
+#   scripts/services.sh pid NAME       print the server's process id
+#
+# Server names: redis, redlock1..redlock5, postgres, mysql, etcd, etcd1..etcd3,
+# zk, zk1..zk3. Tests that stop and restart a server call this script with
+# start/stop/kill/pause/resume, so the same instance comes back with its data.
+#
+# State lives in $DISTLOCK_SERVICES_DIR (default /var/tmp/distlock-services).
+
+set -euo pipefail
+
+STATE=${DISTLOCK_SERVICES_DIR:-/var/tmp/distlock-services}
+HOST=127.0.0.1
+
+REDIS_PORT=16379
+REDLOCK_PORTS=(16380 16381 16382 16383 16384)
+PG_PORT=15432
+MYSQL_PORT=13306
+ETCD_PORT=12379
+ETCD_PEER_PORT=12380
+ETCD_CLUSTER_PORTS=(12401 12402 12403)
+ETCD_CLUSTER_PEER_PORTS=(12411 12412 12413)
+ZK_PORT=12181
+ZK_ENSEMBLE_PORTS=(12182 12183 12184)
+ZK_QUORUM_PORTS=(12281 12282 12283)
+ZK_ELECTION_PORTS=(12381 12382 12383)
+
+DB_USER=distlock
+DB_PASSWORD=distlock
+DB_NAME=distlock
+
+PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
+    protobuf-compiler curl)
+
+ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 zk zk1 zk2 zk3)
+
+log() { printf '[services] %s\n' "$*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+# ---------------------------------------------------------------- packages --
+
+install_packages() {
+    local missing=()
+    for p in "${PACKAGES[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+    done
+    command -v java >/dev/null || missing+=(default-jre-headless)
+    [ ${#missing[@]} -eq 0 ] && return 0
+    [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root or install them"
+    log "installing ${missing[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
+
+# ------------------------------------------------------------- processes ---
+
+dir_of() { echo "$STATE/$1"; }
+pidfile() { echo "$STATE/$1/pid"; }
+
+pid_of() {
+    local f
+    f=$(pidfile "$1")
+    [ -s "$f" ] || return 1
+    local pid
+    pid=$(tr -dc '0-9' <"$f")
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+}
+
+# Run a foreground server as a detached background process with a pid file.
+spawn() {
+    local name=$1; shift
+    local d
+    d=$(dir_of "$name")
+    setsid "$@" >>"$d/server.log" 2>&1 </dev/null &
+    echo $! >"$(pidfile "$name")"
+}
+
+wait_until() {
+    local name=$1 seconds=$2; shift 2
+    local end=$((SECONDS + seconds))
+    until "$@" >/dev/null 2>&1; do
+        if [ $SECONDS -ge $end ]; then
+            log "$name did not answer within ${seconds}s; last log lines:"
+            tail -n 20 "$(dir_of "$name")"/*.log >&2 2>/dev/null || true
+            return 1
+        fi
+        sleep 0.2
+    done
+}
+
+# ------------------------------------------------------------------- redis --
+
+redis_port() {
+    case $1 in
+        redis) echo $REDIS_PORT ;;
+        redlock[1-5]) echo "${REDLOCK_PORTS[$(( ${1#redlock} - 1 ))]}" ;;
+    esac
+}
+
+start_redis() {
+    local name=$1 port d
+    port=$(redis_port "$name"); d=$(dir_of "$name")
+    mkdir -p "$d"
+    # Append-only persistence so a restarted node keeps its keys and fencing
+    # counters (Redlock's safety needs it, or delayed restarts).
+    spawn "$name" redis-server --port "$port" --bind $HOST --dir "$d" \
+        --appendonly yes --appendfsync everysec --save "" --protected-mode yes \
+        --daemonize no --logfile ""
+}
+ready_redis() { [ "$(redis-cli -h $HOST -p "$(redis_port "$1")" ping 2>/dev/null)" = PONG ]; }
+
+# ---------------------------------------------------------------- postgres --
+
+start_postgres() {
+    local d bin
+    d=$(dir_of postgres); bin=$(pg_bin)
+    [ -n "$bin" ] || die "postgresql binaries not found"
+    mkdir -p "$d"; chown postgres:postgres "$d"; chmod 700 "$d"
+    chmod 755 "$STATE"
+    if [ ! -s "$d/data/PG_VERSION" ]; then
+        local pw
+        pw=$(mktemp); echo "$DB_PASSWORD" >"$pw"; chown postgres "$pw"
+        runuser -u postgres -- "$bin/initdb" -D "$d/data" -U postgres --pwfile="$pw" \
+            --auth-local=trust --auth-host=scram-sha-256 -E UTF8 >"$d/initdb.log" 2>&1
+        rm -f "$pw"
+    fi
+    runuser -u postgres -- "$bin/pg_ctl" -D "$d/data" -l "$d/server.log" -w -t 60 \
+        -o "-p $PG_PORT -k $d -c listen_addresses=$HOST -c max_connections=200" start >/dev/null
+    head -n 1 "$d/data/postmaster.pid" >"$(pidfile postgres)"
+    wait_until postgres 60 ready_postgres
+    local psql=(runuser -u postgres -- psql -h "$d" -p $PG_PORT -U postgres -v ON_ERROR_STOP=1 -qAt)
+    if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='$DB_USER'")" != 1 ]; then
+        "${psql[@]}" -c "CREATE ROLE $DB_USER LOGIN PASSWORD '$DB_PASSWORD'"
+    fi
+    if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname='$DB_NAME'")" != 1 ]; then
+        "${psql[@]}" -c "CREATE DATABASE $DB_NAME OWNER $DB_USER"
+    fi
+}
+ready_postgres() { pg_isready -q -h $HOST -p $PG_PORT; }
+
+# ------------------------------------------------------------------- mysql --
+
+start_mysql() {
+    local d
+    d=$(dir_of mysql)
+    mkdir -p "$d"; chown mysql:mysql "$d"
+    if [ ! -d "$d/data/mysql" ]; then
+        mariadb-install-db --no-defaults --user=mysql --datadir="$d/data" \
+            --auth-root-authentication-method=socket --skip-test-db >"$d/install.log" 2>&1
+    fi
+    spawn mysql mariadbd --no-defaults --user=mysql --datadir="$d/data" --port=$MYSQL_PORT \
+        --bind-address=$HOST --socket="$d/mysql.sock" --pid-file="$d/mariadbd.pid" \
+        --log-error="$d/error.log" --innodb-buffer-pool-size=64M --max-connections=300
+    wait_until mysql 60 ready_mysql
+    mariadb --no-defaults --socket="$d/mysql.sock" -uroot <<SQL
+CREATE DATABASE IF NOT EXISTS $DB_NAME;
+CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
+CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASSWORD';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+SQL
+}
+ready_mysql() { mariadb-admin --no-defaults --socket="$(dir_of mysql)/mysql.sock" -uroot ping >/dev/null; }
+
+# -------------------------------------------------------------------- etcd --
+
+etcd_ports() { # client peer
+    case $1 in
+        etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+        etcd[1-3]) local i=$(( ${1#etcd} - 1 )); echo "${ETCD_CLUSTER_PORTS[$i]} ${ETCD_CLUSTER_PEER_PORTS[$i]}" ;;
+    esac
+}
+
+start_etcd() {
+    local name=$1 d client peer cluster token
+    d=$(dir_of "$name"); read -r client peer <<<"$(etcd_ports "$name")"
+    mkdir -p "$d"
+    if [ "$name" = etcd ]; then
+        cluster="etcd=http://$HOST:$peer"; token=distlock-single
+    else
+        cluster=""
+        for i in 1 2 3; do cluster+="${cluster:+,}etcd$i=http://$HOST:${ETCD_CLUSTER_PEER_PORTS[$((i - 1))]}"; done
+        token=distlock-cluster
+    fi
+    spawn "$name" etcd --name "$name" --data-dir "$d/data" \
+        --listen-client-urls "http://$HOST:$client" --advertise-client-urls "http://$HOST:$client" \
+        --listen-peer-urls "http://$HOST:$peer" --initial-advertise-peer-urls "http://$HOST:$peer" \
+        --initial-cluster "$cluster" --initial-cluster-token "$token" --initial-cluster-state new \
+        --heartbeat-interval 100 --election-timeout 1000 --logger zap --log-outputs stderr
+}
+ready_etcd() {
+    local client
+    read -r client _ <<<"$(etcd_ports "$1")"
+    curl -sf --max-time 2 "http://$HOST:$client/health" | grep -q '"health":"true"'
+}
+
+# --------------------------------------------------------------- zookeeper --
+
+zk_port() {
+    case $1 in
+        zk) echo $ZK_PORT ;;
+        zk[1-3]) echo "${ZK_ENSEMBLE_PORTS[$(( ${1#zk} - 1 ))]}" ;;
+    esac
+}
+
+start_zk() {
+    local name=$1 d port
+    d=$(dir_of "$name"); port=$(zk_port "$name")
+    mkdir -p "$d/data"
+    {
+        echo "tickTime=500"
+        echo "initLimit=20"
+        echo "syncLimit=10"
+        echo "minSessionTimeout=1000"
+        echo "maxSessionTimeout=60000"
+        echo "dataDir=$d/data"
+        echo "clientPort=$port"
+        echo "clientPortAddress=$HOST"
+        echo "admin.enableServer=false"
+        echo "4lw.commands.whitelist=ruok,srvr,stat,mntr"
+        if [ "$name" != zk ]; then
+            for i in 1 2 3; do
+                echo "server.$i=$HOST:${ZK_QUORUM_PORTS[$((i - 1))]}:${ZK_ELECTION_PORTS[$((i - 1))]}"
+            done
+        fi
+    } >"$d/zoo.cfg"
+    [ "$name" = zk ] || echo "${name#zk}" >"$d/data/myid"
+    spawn "$name" java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$d" \
+        -cp "/usr/share/java/zookeeper.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
+}
+ready_zk() {
+    local reply
+    reply=$(timeout 2 bash -c "exec 3<>/dev/tcp/$HOST/$(zk_port "$1"); printf srvr >&3; cat <&3" 2>/dev/null) || return 1
+    grep -Eq 'Mode: (standalone|leader|follower)' <<<"$reply"
+}
+
+# ---------------------------------------------------------------- dispatch --
+
+kind_of() {
+    case $1 in
+        redis | redlock[1-5]) echo redis ;;
+        postgres) echo postgres ;;
+        mysql) echo mysql ;;
+        etcd | etcd[1-3]) echo etcd ;;
+        zk | zk[1-3]) echo zk ;;
+        *) die "unknown server '$1' (known: ${ALL[*]})" ;;
+    esac
+}
+
+is_up() { pid_of "$1" >/dev/null && "ready_$(kind_of "$1")" "$1"; }
+
+# Start without waiting (cluster members must all be started before any is ready).
+launch() {
+    local name=$1 kind
+    kind=$(kind_of "$name")
+    if pid_of "$name" >/dev/null; then return 0; fi
+    mkdir -p "$(dir_of "$name")"
+    "start_$kind" "$name"
+}
+
+start_one() {
+    launch "$1"
+    wait_until "$1" 90 is_up "$1"
+}
+
+stop_one() {
+    local name=$1 pid
+    pid=$(pid_of "$name") || return 0
+    if [ "$name" = postgres ]; then
+        runuser -u postgres -- "$(pg_bin)/pg_ctl" -D "$(dir_of postgres)/data" -m fast -w stop >/dev/null || true
+    else
+        kill -CONT "$pid" 2>/dev/null || true
+        kill -TERM "$pid" 2>/dev/null || true
+    fi
+    local end=$((SECONDS + 30))
+    while kill -0 "$pid" 2>/dev/null; do
+        [ $SECONDS -lt $end ] || { kill -KILL "$pid" 2>/dev/null || true; }
+        sleep 0.1
+    done
+    rm -f "$(pidfile "$name")"
+}
+
+signal_one() {
+    local sig=$1 name=$2 pid
+    pid=$(pid_of "$name") || die "$name is not running"
+    kill "-$sig" "$pid"
+    if [ "$sig" = KILL ]; then
+        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+        [ "$name" = postgres ] && rm -f "$(dir_of postgres)/data/postmaster.pid"
+        rm -f "$(pidfile "$name")"
+    fi
+}
+
+print_env() {
+    local redlock="" etcd_cluster="" zk_ensemble=""
+    for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
+    for p in "${ETCD_CLUSTER_PORTS[@]}"; do etcd_cluster+="${etcd_cluster:+,}$HOST:$p"; done
+    for p in "${ZK_ENSEMBLE_PORTS[@]}"; do zk_ensemble+="${zk_ensemble:+,}$HOST:$p"; done
+    echo "DISTLOCK_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT"
+    echo "DISTLOCK_TEST_REDLOCK_URL=redlock://$redlock"
+    echo "DISTLOCK_TEST_POSTGRES_URL=postgres://$DB_USER:$DB_PASSWORD@$HOST:$PG_PORT/$DB_NAME"
+    echo "DISTLOCK_TEST_MYSQL_URL=mysql://$DB_USER:$DB_PASSWORD@$HOST:$MYSQL_PORT/$DB_NAME"
+    echo "DISTLOCK_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT"
+    echo "DISTLOCK_TEST_ETCD_CLUSTER_URL=etcd://$etcd_cluster"
+    echo "DISTLOCK_TEST_ZK_URL=zk://$HOST:$ZK_PORT"
+    echo "DISTLOCK_TEST_ZK_ENSEMBLE_URL=zk://$zk_ensemble"
+    echo "DISTLOCK_SERVICES_SCRIPT=$(cd "$(dirname "$0")" && pwd)/services.sh"
+}
+
+up() {
+    install_packages
+    mkdir -p "$STATE"; chmod 755 "$STATE"
+    local started=$SECONDS
+    # Launch everything first (the clusters need their peers), then wait.
+    for s in "${ALL[@]}"; do
+        case $s in postgres | mysql) ;; *) launch "$s" ;; esac
+    done
+    start_one postgres
+    start_one mysql
+    local failed=()
+    for s in "${ALL[@]}"; do
+        wait_until "$s" 120 is_up "$s" || failed+=("$s")
+    done
+    [ ${#failed[@]} -eq 0 ] || die "not answering: ${failed[*]}"
+    log "all ${#ALL[@]} servers up in $((SECONDS - started))s (state in $STATE)"
+}
+
+down() {
+    for s in "${ALL[@]}"; do stop_one "$s"; done
+    log "all servers stopped"
+}
+
+status() {
+    local rc=0
+    for s in "${ALL[@]}"; do
+        if is_up "$s"; then echo "$s up"; else echo "$s down"; rc=1; fi
+    done
+    return $rc
+}
+
+cmd=${1:-}
+case $cmd in
+    up) up ;;
+    down) down ;;
+    status) status ;;
+    env) print_env ;;
+    list) printf '%s\n' "${ALL[@]}" ;;
+    start) kind_of "${2:?server name}" >/dev/null; start_one "$2" ;;
+    stop) kind_of "${2:?server name}" >/dev/null; stop_one "$2" ;;
+    kill) signal_one KILL "${2:?server name}" ;;
+    pause) signal_one STOP "${2:?server name}" ;;
+    resume) signal_one CONT "${2:?server name}" ;;
+    pid) pid_of "${2:?server name}" ;;
+    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+esac

@@ -1,0 +1,107 @@
+//! Building a lock from a URL.
+
+use std::sync::Arc;
+
+use lock_core::{DistributedLock, LockError, MemoryLock};
+
+use crate::redact::redact_url;
+
+/// The URL schemes `connect` knows, with the cargo feature each needs.
+pub const SCHEMES: &[(&str, &str)] = &[
+    ("memory", "memory"),
+    ("sqlite", "sqlite"),
+    ("redis", "redis"),
+    ("rediss", "redis"),
+    ("redlock", "redlock"),
+    ("postgres", "postgres"),
+    ("postgresql", "postgres"),
+    ("mysql", "mysql"),
+    ("mariadb", "mysql"),
+    ("etcd", "etcd"),
+    ("etcd+https", "etcd"),
+    ("zk", "zookeeper"),
+];
+
+fn invalid(url: &str, reason: impl Into<String>) -> LockError {
+    LockError::InvalidUrl {
+        url: redact_url(url),
+        reason: reason.into(),
+    }
+}
+
+/// Build a lock service from a URL; the scheme picks the backend.
+///
+/// | URL | backend | feature |
+/// |---|---|---|
+/// | `memory://` | in-process locks (a new, empty set per call) | always |
+/// | `sqlite://PATH[?table=…&busy_timeout_ms=…]` | SQLite lease table | `sqlite` (default) |
+///
+/// The schemes `redis`, `rediss`, `redlock`, `postgres`, `mysql`, `etcd` and
+/// `zk` are reserved for their backends. A scheme whose feature is off gives
+/// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
+/// appear in errors.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use distlock::LockOptions;
+/// let locks = distlock::connect("memory://").await?;
+/// let guard = locks.acquire("cache-refill", &LockOptions::new()).await?;
+/// assert_eq!(guard.fencing_token(), Some(1));
+/// # Ok(()) }
+/// ```
+pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return Err(invalid(
+            url,
+            "expected SCHEME://…, e.g. sqlite:///var/lib/app/locks.db",
+        ));
+    };
+    let scheme = scheme.to_ascii_lowercase();
+    let Some(&(_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
+        let known: Vec<&str> = SCHEMES.iter().map(|(s, _)| *s).collect();
+        return Err(invalid(
+            url,
+            format!("unknown scheme `{scheme}` (known: {})", known.join(", ")),
+        ));
+    };
+    match feature {
+        "memory" => {
+            if !rest.is_empty() {
+                return Err(invalid(url, "memory:// takes no host, path or options"));
+            }
+            Ok(Arc::new(MemoryLock::new()))
+        }
+        #[cfg(feature = "sqlite")]
+        "sqlite" => Ok(Arc::new(lock_sql::SqliteLock::connect(url).await?)),
+        _ => Err(unavailable_backend(url, feature)),
+    }
+}
+
+/// The error for a known scheme whose backend is not compiled in (or not
+/// implemented yet).
+fn unavailable_backend(url: &str, feature: &str) -> LockError {
+    let enabled = match feature {
+        "sqlite" => cfg!(feature = "sqlite"),
+        "redis" => cfg!(feature = "redis"),
+        "redlock" => cfg!(feature = "redlock"),
+        "postgres" => cfg!(feature = "postgres"),
+        "mysql" => cfg!(feature = "mysql"),
+        "etcd" => cfg!(feature = "etcd"),
+        "zookeeper" => cfg!(feature = "zookeeper"),
+        _ => false,
+    };
+    if enabled {
+        invalid(
+            url,
+            format!("the `{feature}` backend is not implemented in this version of distlock"),
+        )
+    } else {
+        invalid(
+            url,
+            format!(
+                "the `{feature}` backend is not compiled in: enable the distlock cargo feature `{feature}` (or `full`)"
+            ),
+        )
+    }
+}
