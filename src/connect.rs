@@ -22,6 +22,17 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("zk", "zookeeper"),
 ];
 
+/// Which backend features this build has.
+const COMPILED: &[(&str, bool)] = &[
+    ("sqlite", cfg!(feature = "sqlite")),
+    ("redis", cfg!(feature = "redis")),
+    ("redlock", cfg!(feature = "redlock")),
+    ("postgres", cfg!(feature = "postgres")),
+    ("mysql", cfg!(feature = "mysql")),
+    ("etcd", cfg!(feature = "etcd")),
+    ("zookeeper", cfg!(feature = "zookeeper")),
+];
+
 fn invalid(url: &str, reason: impl Into<String>) -> LockError {
     LockError::InvalidUrl {
         url: redact_url(url),
@@ -81,16 +92,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 /// The error for a known scheme whose backend is not compiled in (or not
 /// implemented yet).
 fn unavailable_backend(url: &str, feature: &str) -> LockError {
-    let enabled = match feature {
-        "sqlite" => cfg!(feature = "sqlite"),
-        "redis" => cfg!(feature = "redis"),
-        "redlock" => cfg!(feature = "redlock"),
-        "postgres" => cfg!(feature = "postgres"),
-        "mysql" => cfg!(feature = "mysql"),
-        "etcd" => cfg!(feature = "etcd"),
-        "zookeeper" => cfg!(feature = "zookeeper"),
-        _ => false,
-    };
+    let enabled = COMPILED.iter().any(|(f, on)| *f == feature && *on);
     if enabled {
         invalid(
             url,

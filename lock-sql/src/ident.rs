@@ -36,6 +36,12 @@ impl Identifier {
         }
     }
 
+    /// The default lock table's name (a known-good constant).
+    #[cfg(feature = "sqlite")]
+    pub(crate) fn default_table() -> Self {
+        Identifier("distlock_leases".to_string())
+    }
+
     /// The identifier as written.
     pub fn as_str(&self) -> &str {
         &self.0

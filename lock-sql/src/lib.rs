@@ -8,6 +8,7 @@
 //! The lock table's name is validated as an [`Identifier`]; lock names only
 //! ever travel as bind parameters.
 
+#[cfg(feature = "sqlite")]
 mod error;
 mod ident;
 #[cfg(feature = "sqlite")]

@@ -56,7 +56,7 @@ pub struct SqliteConfig {
 impl Default for SqliteConfig {
     fn default() -> Self {
         SqliteConfig {
-            table: Identifier::new("distlock_leases").expect("constant identifier is valid"),
+            table: Identifier::default_table(),
             busy_timeout: Duration::from_secs(5),
             max_connections: 4,
         }
