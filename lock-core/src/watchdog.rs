@@ -1,10 +1,11 @@
 //! One background task per client that renews every auto-renewed lock.
 //!
-//! The task keeps a min-heap of due times and a single timer; each renewal
-//! runs as a short task only while its request is in flight. Guards register
-//! weakly, so a dropped guard simply falls out of the schedule. Thousands of
-//! locks therefore cost one timer and a heap entry each, not a task and a
-//! timer each.
+//! The task keeps a min-heap of due times and a single timer, and polls every
+//! in-flight renewal itself (a `FuturesUnordered`), so renewals due at the
+//! same moment run concurrently — pipelined on the backend's connection —
+//! without spawning anything. Guards register weakly, so a dropped guard
+//! simply falls out of the schedule. Thousands of locks therefore cost one
+//! task, one timer and a heap entry each, not a task and a timer each.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -12,8 +13,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
+use futures_util::StreamExt;
+use futures_util::future::BoxFuture;
+use futures_util::stream::FuturesUnordered;
 use tokio::sync::mpsc;
-use tokio::task::JoinSet;
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -127,7 +130,7 @@ const MIN_RETRY: Duration = Duration::from_millis(20);
 async fn drive(mut rx: mpsc::UnboundedReceiver<Command>) {
     let mut entries: HashMap<u64, Entry> = HashMap::new();
     let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    let mut inflight: JoinSet<Outcome> = JoinSet::new();
+    let mut inflight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
     let far = || Instant::now() + Duration::from_secs(86_400);
     loop {
         let next = heap.peek().map(|Reverse((t, _))| *t).unwrap_or_else(far);
@@ -164,15 +167,14 @@ async fn drive(mut rx: mpsc::UnboundedReceiver<Command>) {
                         continue;
                     }
                     let ttl = lease.ttl();
-                    inflight.spawn(async move {
+                    inflight.push(Box::pin(async move {
                         let sent_at = Instant::now();
                         let result = handle.extend(ttl).await;
                         (id, sent_at, ttl, result)
-                    });
+                    }));
                 }
             },
-            Some(joined) = inflight.join_next(), if !inflight.is_empty() => {
-                let Ok((id, sent_at, ttl, result)) = joined else { continue };
+            Some((id, sent_at, ttl, result)) = inflight.next(), if !inflight.is_empty() => {
                 let Some(entry) = entries.get_mut(&id) else { continue };
                 let Some(lease) = entry.lease.upgrade() else {
                     entries.remove(&id);

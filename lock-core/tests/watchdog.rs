@@ -1,0 +1,217 @@
+//! The shared watchdog, the lease state and guard drop, in isolation.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use lock_core::{
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, LossKind, LossReason, MemoryLock, Wait, Waiting, Watchdog,
+    async_trait,
+};
+use tokio::time::Instant;
+
+const CAPS: Capabilities = Capabilities {
+    backend: "test",
+    grade: Grade::ProcessLocal,
+    fencing: Fencing::None,
+    fair_queue: false,
+    crash_release: CrashRelease::Ttl,
+    survives_server_failure: false,
+    depends_on_clocks: false,
+    waiting: Waiting::Polling,
+    max_ttl: Duration::from_secs(3600),
+};
+
+/// A handle whose renewals succeed, fail with `Unavailable`, or report the
+/// lock gone, as the test says; it counts renewals and releases.
+#[derive(Default)]
+struct Scripted {
+    unreachable: AtomicBool,
+    gone: AtomicBool,
+    renewals: AtomicUsize,
+    releases: AtomicUsize,
+}
+
+#[async_trait]
+impl GuardHandle for Scripted {
+    async fn release(&self) -> Result<bool, LockError> {
+        self.releases.fetch_add(1, Ordering::SeqCst);
+        Ok(!self.gone.load(Ordering::SeqCst))
+    }
+
+    async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
+        self.renewals.fetch_add(1, Ordering::SeqCst);
+        if self.unreachable.load(Ordering::SeqCst) {
+            return Err(LockError::Unavailable {
+                backend: "test",
+                reason: "down".into(),
+                source: None,
+            });
+        }
+        Ok(!self.gone.load(Ordering::SeqCst))
+    }
+}
+
+fn guard(handle: &Arc<Scripted>, ttl: Duration, watchdog: &Watchdog) -> LockGuard {
+    let lease = Arc::new(LeaseState::lease(Instant::now(), ttl));
+    let h: Arc<dyn GuardHandle> = handle.clone();
+    LockGuard::new("x", None, CAPS, lease, h).renewed_by(watchdog)
+}
+
+#[tokio::test(start_paused = true)]
+async fn renews_about_every_third_of_the_ttl() {
+    let handle = Arc::new(Scripted::default());
+    let g = guard(&handle, Duration::from_secs(3), &Watchdog::new());
+    tokio::time::sleep(Duration::from_millis(9_500)).await;
+    let n = handle.renewals.load(Ordering::SeqCst);
+    assert!(
+        (9..=10).contains(&n),
+        "expected ~9 renewals in 9.5 s at ttl/3, got {n}"
+    );
+    assert_eq!(g.is_lost(), None);
+    assert!(g.validity_deadline().expect("lease") > Instant::now());
+}
+
+#[tokio::test(start_paused = true)]
+async fn renewal_finding_the_lock_gone_fires_lost_at_once() {
+    let handle = Arc::new(Scripted::default());
+    let g = guard(&handle, Duration::from_secs(30), &Watchdog::new());
+    handle.gone.store(true, Ordering::SeqCst);
+    let start = Instant::now();
+    let reason = g.lost().await;
+    assert_eq!(reason, LossReason::TakenOver);
+    assert_eq!(reason.kind(), LossKind::Confirmed);
+    // Found at the first renewal (ttl/3), long before the deadline.
+    assert!(
+        start.elapsed() <= Duration::from_secs(11),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn unreachable_server_fires_lost_at_the_validity_deadline_not_before() {
+    let handle = Arc::new(Scripted::default());
+    let start = Instant::now();
+    let ttl = Duration::from_secs(3);
+    let g = guard(&handle, ttl, &Watchdog::new());
+    handle.unreachable.store(true, Ordering::SeqCst);
+    let reason = g.lost().await;
+    let took = start.elapsed();
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    let deadline = ttl - lock_core::drift_allowance(ttl);
+    assert!(
+        took >= deadline && took <= deadline + Duration::from_millis(5),
+        "{took:?}"
+    );
+    assert!(
+        handle.renewals.load(Ordering::SeqCst) > 1,
+        "failed renewals are retried"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_failed_renewal_that_recovers_keeps_the_lock() {
+    let handle = Arc::new(Scripted::default());
+    let g = guard(&handle, Duration::from_secs(3), &Watchdog::new());
+    handle.unreachable.store(true, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    handle.unreachable.store(false, Ordering::SeqCst);
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    assert_eq!(g.is_lost(), None);
+}
+
+#[tokio::test(start_paused = true)]
+async fn release_and_drop_stop_renewals() {
+    let wd = Watchdog::new();
+    let released = Arc::new(Scripted::default());
+    assert!(
+        guard(&released, Duration::from_secs(3), &wd)
+            .release()
+            .await
+            .expect("release")
+    );
+    let dropped = Arc::new(Scripted::default());
+    drop(guard(&dropped, Duration::from_secs(3), &wd));
+    tokio::time::sleep(Duration::from_secs(10)).await;
+    for h in [&released, &dropped] {
+        assert_eq!(h.renewals.load(Ordering::SeqCst), 0);
+        assert_eq!(h.releases.load(Ordering::SeqCst), 1);
+    }
+}
+
+#[test]
+fn dropping_a_guard_outside_a_runtime_does_not_panic() {
+    let handle = Arc::new(Scripted::default());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let g = rt.block_on(async { guard(&handle, Duration::from_secs(3), &Watchdog::new()) });
+    drop(rt);
+    drop(g);
+    assert_eq!(
+        handle.releases.load(Ordering::SeqCst),
+        0,
+        "no runtime: left to the TTL"
+    );
+}
+
+#[tokio::test]
+async fn loss_is_sticky_and_confirmed_beats_suspected() {
+    let lease = LeaseState::lease(Instant::now(), Duration::from_secs(10));
+    let suspected = LossReason::ConnectionLost {
+        kind: LossKind::Suspected,
+        detail: "disconnected".into(),
+    };
+    lease.mark_lost(suspected.clone());
+    assert_eq!(lease.lost_now(), Some(suspected));
+    lease.mark_lost(LossReason::TakenOver);
+    assert_eq!(lease.lost_now(), Some(LossReason::TakenOver));
+    lease.mark_lost(LossReason::DeadlinePassed);
+    assert_eq!(lease.lost_now(), Some(LossReason::TakenOver));
+    lease.renewed(Instant::now(), Duration::from_secs(10));
+    assert_eq!(
+        lease.lost().await,
+        LossReason::TakenOver,
+        "a renewal cannot undo a loss"
+    );
+}
+
+/// One client renews thousands of locks with one driver task and a task
+/// only per renewal in flight, not a task and a timer per lock.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thousands_of_renewed_locks_cost_no_task_per_lock() {
+    const LOCKS: usize = 2_000;
+    let locks = MemoryLock::new();
+    let opts = LockOptions::new()
+        .ttl(Duration::from_millis(900))
+        .wait(Wait::No);
+    let mut guards = Vec::with_capacity(LOCKS);
+    for i in 0..LOCKS {
+        guards.push(
+            locks
+                .acquire(&format!("many/{i}"), &opts)
+                .await
+                .expect("acquire"),
+        );
+    }
+    let metrics = tokio::runtime::Handle::current().metrics();
+    let mut most_tasks = 0;
+    let end = Instant::now() + Duration::from_millis(2_700);
+    while Instant::now() < end {
+        most_tasks = most_tasks.max(metrics.num_alive_tasks());
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let lost = guards.iter().filter(|g| g.is_lost().is_some()).count();
+    assert_eq!(lost, 0, "{lost} of {LOCKS} renewed locks were lost");
+    assert!(
+        most_tasks < 16,
+        "{most_tasks} tasks alive for {LOCKS} locks"
+    );
+    eprintln!("{LOCKS} renewed locks over 3 TTLs: at most {most_tasks} tasks alive");
+    for g in guards {
+        assert!(g.release().await.expect("release"));
+    }
+}
