@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
 
 /// A lock service: one implementation per backend, used as
@@ -53,6 +54,24 @@ pub enum Attempt {
         /// The holder's remaining lease, if known.
         expires_in: Option<Duration>,
     },
+}
+
+impl Attempt {
+    /// The guard, if the attempt acquired; `try_acquire` in one call.
+    pub fn into_guard(self) -> Option<LockGuard> {
+        match self {
+            Attempt::Acquired(g) => Some(g),
+            Attempt::Held { .. } => None,
+        }
+    }
+}
+
+/// The checks every backend makes before touching its server: the name is
+/// acceptable ([`validate_name`]) and the options fit the backend
+/// ([`LockOptions::validate`]).
+pub fn check_request(name: &str, opts: &LockOptions, caps: &Capabilities) -> Result<(), LockError> {
+    validate_name(name)?;
+    opts.validate(caps)
 }
 
 /// When `opts.wait` ends, measured from `start`; `None` for [`Wait::Forever`].

@@ -16,9 +16,8 @@ use tokio::time::Instant;
 use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 use crate::error::LockError;
 use crate::guard::{GuardHandle, LockGuard};
-use crate::lock::{DistributedLock, wait_deadline};
+use crate::lock::{DistributedLock, check_request, wait_deadline};
 use crate::loss::{LeaseState, LossReason};
-use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
 use crate::owner::OwnerToken;
 use crate::watchdog::Watchdog;
@@ -182,15 +181,13 @@ impl DistributedLock for MemoryLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        validate_name(name)?;
-        opts.validate(&CAPABILITIES)?;
+        check_request(name, opts, &CAPABILITIES)?;
         let mut slots = self.shared.slots();
         Ok(self.try_grant(&mut slots, name, None, opts))
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        validate_name(name)?;
-        opts.validate(&CAPABILITIES)?;
+        check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
         let deadline = wait_deadline(start, opts.wait);
         let notify = Arc::new(Notify::new());

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use lock_core::{
     Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
     LockError, LockGuard, LockOptions, OwnerToken, Waiting, Watchdog, acquire_by_polling,
-    run_detached, validate_name,
+    check_request, run_detached,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
 use sqlx::{AssertSqlSafe, Row};
@@ -284,17 +284,12 @@ impl DistributedLock for SqliteLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        validate_name(name)?;
-        opts.validate(&CAPABILITIES)?;
-        Ok(match self.attempt(name, opts).await? {
-            Attempt::Acquired(g) => Some(g),
-            Attempt::Held { .. } => None,
-        })
+        check_request(name, opts, &CAPABILITIES)?;
+        Ok(self.attempt(name, opts).await?.into_guard())
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        validate_name(name)?;
-        opts.validate(&CAPABILITIES)?;
+        check_request(name, opts, &CAPABILITIES)?;
         acquire_by_polling(name, opts, || self.attempt(name, opts)).await
     }
 
