@@ -18,6 +18,7 @@ mod name;
 mod options;
 mod owner;
 mod reentrant;
+mod wakeup;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
@@ -36,4 +37,5 @@ pub use name::{MAX_NAME_BYTES, validate_name};
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};
 pub use owner::OwnerToken;
 pub use reentrant::{LockOwner, ReentrantGuard};
+pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};

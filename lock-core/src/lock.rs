@@ -1,9 +1,11 @@
 //! The `DistributedLock` trait and the acquire loop shared by polling backends.
 
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::capabilities::Capabilities;
@@ -85,21 +87,33 @@ pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
 
 /// Repeat `attempt` with `opts.backoff` (never sleeping past the holder's
 /// remaining lease or the wait deadline) until it acquires or `opts.wait`
-/// ends. For backends whose server cannot notify waiters.
+/// ends. For backends whose server cannot notify waiters. If `wake` is
+/// given, a notification on it (a release elsewhere in this process, see
+/// [`Wakeups`](crate::Wakeups)) cuts the current sleep short; a wake-up that
+/// arrives while an attempt is in flight is not lost.
+///
+/// `attempt` receives the number of earlier attempts, so a backend can make
+/// later attempts cheaper (check before taking a write lock).
 pub async fn acquire_by_polling<F, Fut>(
     name: &str,
     opts: &LockOptions,
+    wake: Option<Arc<Notify>>,
     mut attempt: F,
 ) -> Result<LockGuard, LockError>
 where
-    F: FnMut() -> Fut + Send,
+    F: FnMut(u32) -> Fut + Send,
     Fut: Future<Output = Result<Attempt, LockError>> + Send,
 {
     let start = Instant::now();
     let deadline = wait_deadline(start, opts.wait);
+    let idle = Notify::new();
+    let wake = wake.as_deref().unwrap_or(&idle);
     let mut tries: u32 = 0;
     loop {
-        let expires_in = match attempt().await? {
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
+        let expires_in = match attempt(tries).await? {
             Attempt::Acquired(guard) => return Ok(guard),
             Attempt::Held { expires_in } => expires_in,
         };
@@ -114,11 +128,14 @@ where
         if let Some(left) = expires_in {
             pause = pause.min(left + Duration::from_millis(1));
         }
-        let mut wake = now + pause;
+        let mut until = now + pause;
         if let Some(d) = deadline {
-            wake = wake.min(d);
+            until = until.min(d);
         }
-        tokio::time::sleep_until(wake).await;
+        tokio::select! {
+            _ = tokio::time::sleep_until(until) => {}
+            _ = woken => {}
+        }
         tries = tries.saturating_add(1);
     }
 }

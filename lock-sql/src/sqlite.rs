@@ -6,18 +6,25 @@
 //! counter in the same row. Release and extend compare the owner token.
 //! Expiry uses the wall clock in Unix milliseconds, which all processes on
 //! one machine share; a step of the system clock moves every lease with it.
+//!
 //! SQLite cannot notify waiters, so `acquire` polls with backoff and jitter.
+//! Polls after the first only read the row (a WAL read never waits for the
+//! writer) and take the write lock only when the lock looks free, so waiters
+//! do not starve the holder's renewals of SQLite's single write lock. A
+//! release made in this process wakes this process's waiters on the same
+//! file at once.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, Waiting, Watchdog, acquire_by_polling,
+    LockError, LockGuard, LockOptions, OwnerToken, Waiting, Wakeups, Watchdog, acquire_by_polling,
     check_request, run_detached,
 };
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -86,12 +93,28 @@ struct Inner {
     pool: SqlitePool,
     path: PathBuf,
     sql: Statements,
+    wakeups: Wakeups,
+}
+
+/// The wake-up signals of every lease table this process has open, so that
+/// all `SqliteLock`s on one file (not just clones) wake each other.
+fn wakeups_for(path: &Path, table: &Identifier) -> Wakeups {
+    static TABLES: OnceLock<Mutex<HashMap<(PathBuf, String), Wakeups>>> = OnceLock::new();
+    let key = (
+        std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf()),
+        table.as_str().to_string(),
+    );
+    let mut tables = TABLES
+        .get_or_init(Mutex::default)
+        .lock()
+        .unwrap_or_else(|e| e.into_inner());
+    tables.entry(key).or_default().clone()
 }
 
 /// The statements, with the validated table name filled in once.
 struct Statements {
     acquire: String,
-    remaining: String,
+    holder_expiry: String,
     release: String,
     extend: String,
     take_away: String,
@@ -107,7 +130,10 @@ impl Statements {
                  expires_at_ms = excluded.expires_at_ms \
                  WHERE owner IS NULL OR expires_at_ms <= ?4 RETURNING fence"
             ),
-            remaining: format!("SELECT expires_at_ms FROM \"{t}\" WHERE name = ?1"),
+            holder_expiry: format!(
+                "SELECT expires_at_ms FROM \"{t}\" \
+                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
+            ),
             release: format!(
                 "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
                  WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?3"
@@ -169,8 +195,9 @@ impl SqliteLock {
         Ok(SqliteLock {
             inner: Arc::new(Inner {
                 pool,
-                path,
                 sql: Statements::new(&config.table),
+                wakeups: wakeups_for(&path, &config.table),
+                path,
             }),
             watchdog: Watchdog::new(),
         })
@@ -196,14 +223,40 @@ impl SqliteLock {
             .execute(&self.inner.pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "taking a lock away", e))?;
+        self.inner.wakeups.wake(name);
         Ok(done.rows_affected() == 1)
     }
 
-    /// One attempt, run to completion even if the caller is cancelled.
-    async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+    /// One attempt, run to completion even if the caller is cancelled. With
+    /// `look_first`, read the row before taking the write lock.
+    async fn attempt(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        look_first: bool,
+    ) -> Result<Attempt, LockError> {
+        if look_first && let Some(expires_in) = self.holder_expires_in(name).await? {
+            return Ok(Attempt::Held {
+                expires_in: Some(expires_in),
+            });
+        }
         let this = self.clone();
         let (name, opts) = (name.to_string(), opts.clone());
         run_detached(async move { this.attempt_now(&name, &opts).await }).await
+    }
+
+    /// How long the current holder's lease has left; `None` if nobody holds
+    /// the lock. A plain read: it never waits for SQLite's write lock.
+    async fn holder_expires_in(&self, name: &str) -> Result<Option<Duration>, LockError> {
+        let now = now_ms();
+        let expires: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.inner.sql.holder_expiry.as_str()))
+                .bind(name)
+                .bind(now)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "reading a lock", e))?;
+        Ok(expires.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
     }
 
     async fn attempt_now(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
@@ -228,15 +281,8 @@ impl SqliteLock {
         let fence = match granted {
             Some(row) => row.try_get::<i64, _>(0).map_err(failed)?,
             None => {
-                let expires: Option<i64> =
-                    sqlx::query_scalar(AssertSqlSafe(self.inner.sql.remaining.as_str()))
-                        .bind(name)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(failed)?;
                 tx.rollback().await.map_err(failed)?;
-                let expires_in = expires
-                    .map(|e| Duration::from_millis(e.saturating_sub(now_ms()).max(0) as u64));
+                let expires_in = self.holder_expires_in(name).await?;
                 return Ok(Attempt::Held { expires_in });
             }
         };
@@ -285,12 +331,16 @@ impl DistributedLock for SqliteLock {
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts).await?.into_guard())
+        Ok(self.attempt(name, opts, false).await?.into_guard())
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
-        acquire_by_polling(name, opts, || self.attempt(name, opts)).await
+        let wake = self.inner.wakeups.subscribe(name);
+        acquire_by_polling(name, opts, Some(wake), |tries| {
+            self.attempt(name, opts, tries > 0)
+        })
+        .await
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -322,7 +372,11 @@ impl GuardHandle for SqliteHandle {
             .execute(&self.inner.pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "releasing a lock", e))?;
-        Ok(done.rows_affected() == 1)
+        let released = done.rows_affected() == 1;
+        if released {
+            self.inner.wakeups.wake(&self.name);
+        }
+        Ok(released)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
@@ -435,6 +489,42 @@ mod tests {
                 other => panic!("{bad}: expected a typed error, got {other:?}"),
             }
         }
+    }
+
+    /// With a 5 s polling delay, only the in-process wake-up can hand the
+    /// lock over quickly, across two separately opened clients of one file.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn release_wakes_waiters_of_the_same_file_in_this_process() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("l.db");
+        let a = SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open");
+        let b = SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open");
+        let slow = lock_core::Backoff {
+            initial: Duration::from_secs(5),
+            max: Duration::from_secs(5),
+            jitter: 0.0,
+            ..lock_core::Backoff::default()
+        };
+        let opts = LockOptions::new()
+            .backoff(slow)
+            .wait(Wait::Up(Duration::from_secs(20)));
+        let held = a.acquire("x", &opts).await.expect("acquire");
+        let waiter =
+            tokio::spawn(async move { b.acquire("x", &opts).await.map(|g| (Instant::now(), g)) });
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let released = Instant::now();
+        assert!(held.release().await.expect("release"));
+        let (granted, g) = waiter.await.expect("task").expect("acquire");
+        assert!(
+            granted - released < Duration::from_secs(2),
+            "no wake-up: {:?}",
+            granted - released
+        );
+        assert!(g.release().await.expect("release"));
     }
 
     #[tokio::test]
