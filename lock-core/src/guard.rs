@@ -123,7 +123,8 @@ impl LockGuard {
 
     /// Prolong the lock: the server keeps it for `ttl` from now.
     /// Fails with [`LockError::NotHeld`] (and fires [`lost`](Self::lost)) if
-    /// the lock is no longer ours.
+    /// the lock is no longer ours, and with [`LockError::Lost`] if it was
+    /// already lost or its validity deadline passed before the renewal landed.
     pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
         validate_ttl(ttl, &self.caps)?;
         if let Some(reason) = self.lease.lost_now() {
@@ -138,7 +139,15 @@ impl LockGuard {
         let sent_at = Instant::now();
         if handle.extend(ttl).await? {
             self.lease.renewed(sent_at, ttl);
-            Ok(())
+            // A renewal that lands after the validity deadline cannot undo
+            // the window in which the lock may have been someone else's.
+            match self.lease.lost_now() {
+                None => Ok(()),
+                Some(reason) => Err(LockError::Lost {
+                    name: self.name.clone(),
+                    reason,
+                }),
+            }
         } else {
             self.lease.mark_lost(LossReason::TakenOver);
             Err(LockError::NotHeld {

@@ -215,3 +215,32 @@ async fn thousands_of_renewed_locks_cost_no_task_per_lock() {
         assert!(g.release().await.expect("release"));
     }
 }
+
+/// A handle whose extend takes longer than the lease's validity.
+struct Slow;
+
+#[async_trait]
+impl GuardHandle for Slow {
+    async fn release(&self) -> Result<bool, LockError> {
+        Ok(true)
+    }
+
+    async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        Ok(true)
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_extend_landing_after_the_deadline_reports_the_loss() {
+    let lease = Arc::new(LeaseState::lease(Instant::now(), Duration::from_secs(1)));
+    let g = LockGuard::new("x", None, CAPS, lease, Arc::new(Slow));
+    match g.extend(Duration::from_secs(10)).await {
+        Err(LockError::Lost {
+            reason: LossReason::DeadlinePassed,
+            ..
+        }) => {}
+        other => panic!("expected Lost(DeadlinePassed), got {other:?}"),
+    }
+    assert_eq!(g.lost().await, LossReason::DeadlinePassed);
+}
