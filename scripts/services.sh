@@ -74,13 +74,21 @@ pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 dir_of() { echo "$STATE/$1"; }
 pidfile() { echo "$STATE/$1/pid"; }
 
+# The server's pid, if its pid file names a live process that is really this
+# server (a pid file left from before a reboot may name a reused pid).
 pid_of() {
-    local f
+    local f pid cmdline
     f=$(pidfile "$1")
     [ -s "$f" ] || return 1
-    local pid
     pid=$(tr -dc '0-9' <"$f")
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null && echo "$pid"
+    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
+    case $1 in
+        # redis-server rewrites its process title to "redis-server HOST:PORT".
+        redis | redlock[1-5]) [[ $cmdline == *":$(redis_port "$1")"* ]] || return 1 ;;
+        *) [[ $cmdline == *"$STATE/$1"* ]] || return 1 ;;
+    esac
+    echo "$pid"
 }
 
 # Run a foreground server as a detached background process with a pid file.
