@@ -32,7 +32,9 @@ use lock_core::{
     LockError, LockGuard, LockOptions, OwnerToken, Waiting, Wakeups, Watchdog, acquire_by_polling,
     check_request, run_detached,
 };
-use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
 use sqlx::{AssertSqlSafe, Row};
 use tokio::time::Instant;
 
@@ -179,6 +181,7 @@ impl SqliteLock {
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Full)
             .busy_timeout(config.busy_timeout);
         let pool = SqlitePoolOptions::new()
             .max_connections(config.max_connections)
