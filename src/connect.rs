@@ -46,9 +46,10 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// |---|---|---|
 /// | `memory://` | in-process locks (a new, empty set per call) | always |
 /// | `sqlite://PATH[?table=…&busy_timeout_ms=…]` | SQLite lease table | `sqlite` (default) |
+/// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
 ///
-/// The schemes `redis`, `rediss`, `redlock`, `postgres`, `mysql`, `etcd` and
-/// `zk` are reserved for their backends. A scheme whose feature is off gives
+/// The schemes `redlock`, `postgres`, `mysql`, `etcd` and `zk` are reserved
+/// for their backends. A scheme whose feature is off gives
 /// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
 /// appear in errors.
 ///
@@ -85,6 +86,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         }
         #[cfg(feature = "sqlite")]
         "sqlite" => Ok(Arc::new(lock_sql::SqliteLock::connect(url).await?)),
+        #[cfg(feature = "redis")]
+        "redis" => Ok(Arc::new(lock_redis::RedisLock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }

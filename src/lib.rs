@@ -36,6 +36,8 @@ pub use lock_core::{
     LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock, ReentrantGuard, Wait,
     Waiting,
 };
+#[cfg(feature = "redis")]
+pub use lock_redis::{RedisConfig, RedisLock};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
 pub use redact::redact_url;

@@ -77,8 +77,6 @@ async fn bad_table_name_is_invalid_options() {
 #[tokio::test]
 async fn reserved_schemes_say_which_feature_or_that_they_are_not_implemented() {
     for (url, feature) in [
-        ("redis://:s3cret-pw@127.0.0.1:6379", "redis"),
-        ("rediss://user:s3cret-pw@127.0.0.1:6379", "redis"),
         ("redlock://u:s3cret-pw@a:1,b:2,c:3", "redlock"),
         ("postgres://app:s3cret-pw@127.0.0.1/db", "postgres"),
         ("mysql://app:s3cret-pw@127.0.0.1/db", "mysql"),
@@ -91,5 +89,27 @@ async fn reserved_schemes_say_which_feature_or_that_they_are_not_implemented() {
         for text in [shown, reason, err.to_string(), format!("{err:?}")] {
             assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
         }
+    }
+}
+
+#[cfg(not(feature = "redis"))]
+#[tokio::test]
+async fn redis_without_its_feature_names_the_feature() {
+    let (shown, reason) = invalid_url_reason("redis://:s3cret-pw@127.0.0.1:6379").await;
+    assert!(reason.contains("`redis`"), "{reason}");
+    assert!(!shown.contains("s3cret-pw"));
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn redis_url_errors_never_show_the_password() {
+    for url in [
+        "redis://:s3cret-pw@127.0.0.1:1/0?connect_timeout_ms=200",
+        "redis://:s3cret-pw@127.0.0.1:6379/x",
+        "redis://:s3cret-pw@127.0.0.1:6379/0?bogus=1",
+    ] {
+        let err = distlock::connect(url).await.err().expect("must fail");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
     }
 }

@@ -38,9 +38,31 @@ impl Wakeups {
 
     /// Wake every current waiter of `name` (they retry at once).
     pub fn wake(&self, name: &str) {
-        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(n) = names.get(name).and_then(Weak::upgrade) {
+        if let Some(n) = self.get(name) {
             n.notify_waiters();
         }
+    }
+
+    /// Wake the longest-waiting waiter of `name` only. If it is cancelled
+    /// before it runs, the wake-up passes to the next one (tokio's
+    /// `Notify::notify_one`); if nobody waits, the next to wait starts awake.
+    pub fn wake_one(&self, name: &str) {
+        if let Some(n) = self.get(name) {
+            n.notify_one();
+        }
+    }
+
+    /// Wake every waiter of every name (after a connection loss, when
+    /// notifications may have been missed).
+    pub fn wake_all(&self) {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        for n in names.values().filter_map(Weak::upgrade) {
+            n.notify_waiters();
+        }
+    }
+
+    fn get(&self, name: &str) -> Option<Arc<Notify>> {
+        let names = self.names.lock().unwrap_or_else(|e| e.into_inner());
+        names.get(name).and_then(Weak::upgrade)
     }
 }

@@ -1,1 +1,20 @@
-//! Placeholder crate: the redis backend is specified in its own issue and not implemented yet; it exports nothing.
+//! distlock backend for a single Redis node.
+//!
+//! See [`RedisLock`]: one round trip to acquire and to release, owner-checked
+//! Lua scripts, pub/sub wake-up of waiters (no polling), a fencing counter in
+//! the acquire script, and the shared lock-core watchdog for renewal.
+//!
+//! Keys: `PREFIX{name}` holds the owner token with the lease as its TTL,
+//! `PREFIX{name}:fence` the fencing counter (kept forever, a few bytes per
+//! distinct name), and `PREFIX{name}:released` is the release channel; `%`,
+//! `{` and `}` in names are escaped, so the three share one Cluster slot.
+
+mod config;
+mod error;
+mod keys;
+mod lock;
+mod scripts;
+mod subscriber;
+
+pub use config::RedisConfig;
+pub use lock::RedisLock;

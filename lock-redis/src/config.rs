@@ -1,0 +1,196 @@
+//! Client settings and the `redis://` / `rediss://` URL form.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+/// Settings for a [`RedisLock`](crate::RedisLock).
+#[derive(Clone, PartialEq, Eq)]
+pub struct RedisConfig {
+    /// Prepended to every key and channel; default `distlock:`. Printable
+    /// ASCII without `{`, `}` or spaces (the braces delimit the Redis Cluster
+    /// hash tag that keeps a lock's keys in one slot), at most 64 bytes.
+    pub prefix: String,
+    /// Bound on establishing a connection; default 2 s.
+    pub connect_timeout: Duration,
+    /// Bound on each command's reply, after which the call fails with
+    /// `Unavailable`; default 2 s.
+    pub response_timeout: Duration,
+}
+
+impl Default for RedisConfig {
+    fn default() -> Self {
+        RedisConfig {
+            prefix: "distlock:".to_string(),
+            connect_timeout: Duration::from_secs(2),
+            response_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl fmt::Debug for RedisConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisConfig")
+            .field("prefix", &self.prefix)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("response_timeout", &self.response_timeout)
+            .finish()
+    }
+}
+
+impl RedisConfig {
+    /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
+    pub fn validate(&self) -> Result<(), LockError> {
+        let p = &self.prefix;
+        if p.len() > 64
+            || !p
+                .bytes()
+                .all(|b| b.is_ascii_graphic() && b != b'{' && b != b'}')
+        {
+            return Err(LockError::invalid_options(format!(
+                "redis key prefix {:?} must be at most 64 printable ASCII characters without `{{`, `}}` or spaces",
+                p.chars().take(80).collect::<String>()
+            )));
+        }
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("response_timeout", self.response_timeout),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(3600) {
+                return Err(LockError::invalid_options(format!(
+                    "redis {what} must be between 1 ms and 1 h, got {d:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A parsed connection URL: what to hand the redis client (our own query
+/// options removed, RESP3 requested) and our settings. Never `Debug`-printed
+/// with its password.
+pub(crate) struct ParsedUrl {
+    pub(crate) client_url: String,
+    pub(crate) config: RedisConfig,
+    /// `host:port/db`, safe to show.
+    pub(crate) display: String,
+}
+
+/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`
+/// (or `rediss://` for TLS).
+pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: redacted(raw),
+        reason,
+    };
+    let mut url = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
+    if !matches!(url.scheme(), "redis" | "rediss") {
+        return Err(invalid("expected a redis:// or rediss:// URL".into()));
+    }
+    let host = url
+        .host_str()
+        .filter(|h| !h.is_empty())
+        .ok_or_else(|| invalid("the URL names no host".into()))?
+        .to_string();
+    let db = url.path().trim_start_matches('/').to_string();
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(invalid(format!(
+            "the path must be a database number, got {db:?}"
+        )));
+    }
+    let mut config = RedisConfig::default();
+    for (key, value) in url.query_pairs() {
+        let millis = || {
+            value
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| {
+                    invalid(format!(
+                        "`{key}` must be a whole number of milliseconds, got {value:?}"
+                    ))
+                })
+        };
+        match key.as_ref() {
+            "prefix" => config.prefix = value.to_string(),
+            "connect_timeout_ms" => config.connect_timeout = millis()?,
+            "response_timeout_ms" => config.response_timeout = millis()?,
+            "protocol" => {} // always RESP3: waiting uses push messages
+            _ => {
+                return Err(invalid(format!(
+                    "unknown option `{key}` (known: prefix, connect_timeout_ms, response_timeout_ms)"
+                )));
+            }
+        }
+    }
+    config.validate()?;
+    url.set_query(None);
+    url.query_pairs_mut().append_pair("protocol", "resp3");
+    let port = url.port().unwrap_or(6379);
+    let display = format!(
+        "{}://{host}:{port}/{}",
+        url.scheme(),
+        if db.is_empty() { "0" } else { db.as_str() }
+    );
+    Ok(ParsedUrl {
+        client_url: url.to_string(),
+        config,
+        display,
+    })
+}
+
+/// The URL without credentials, for errors.
+fn redacted(raw: &str) -> String {
+    match url::Url::parse(raw) {
+        Ok(mut u) => {
+            let _ = u.set_password(None);
+            let _ = u.set_username("");
+            u.to_string()
+        }
+        Err(_) => "<unparsable redis URL>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn options_are_read_and_removed() {
+        let p = parse_url("redis://:pw@127.0.0.1:7000/3?prefix=app:&response_timeout_ms=150")
+            .expect("valid");
+        assert_eq!(p.config.prefix, "app:");
+        assert_eq!(p.config.response_timeout, Duration::from_millis(150));
+        assert_eq!(p.display, "redis://127.0.0.1:7000/3");
+        assert!(
+            p.client_url.ends_with("/3?protocol=resp3"),
+            "{}",
+            p.client_url
+        );
+        assert!(
+            p.client_url.contains(":pw@"),
+            "credentials go to the client"
+        );
+    }
+
+    #[test]
+    fn bad_urls_are_typed_and_redacted() {
+        for bad in [
+            "redis://:secretpw@",
+            "http://:secretpw@h",
+            "redis://:secretpw@h/notadb",
+            "redis://:secretpw@h?nope=1",
+            "redis://:secretpw@h?prefix=a{b}",
+            "redis://:secretpw@h?connect_timeout_ms=0",
+            "redis://:secretpw@h?response_timeout_ms=soon",
+        ] {
+            match parse_url(bad) {
+                Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {
+                    assert!(!format!("{e} {e:?}").contains("secretpw"), "{bad}: {e}");
+                }
+                Err(other) => panic!("{bad}: unexpected {other}"),
+                Ok(_) => panic!("{bad}: accepted"),
+            }
+        }
+    }
+}

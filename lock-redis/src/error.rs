@@ -1,0 +1,43 @@
+//! Mapping redis-rs errors and timeouts to `LockError`.
+
+use std::future::Future;
+
+use lock_core::LockError;
+
+use crate::config::RedisConfig;
+
+pub(crate) const BACKEND: &str = "redis";
+
+/// Connection-level failures are `Unavailable` (retry later), anything else
+/// (a script error, an unexpected reply) is `Backend`. redis-rs errors do not
+/// carry the connection's password.
+pub(crate) fn map_redis(doing: &str, e: redis::RedisError) -> LockError {
+    if e.is_io_error()
+        || e.is_timeout()
+        || e.is_connection_dropped()
+        || e.is_connection_refusal()
+        || e.is_unrecoverable_error()
+    {
+        LockError::unavailable(BACKEND, doing.to_string(), e)
+    } else {
+        LockError::backend(BACKEND, doing.to_string(), e)
+    }
+}
+
+/// Run `fut`, failing with `Unavailable` if it takes longer than a connect
+/// plus a response timeout (a reconnecting connection manager may otherwise
+/// keep a call waiting through its whole retry schedule).
+pub(crate) async fn within<F: Future>(
+    config: &RedisConfig,
+    doing: &str,
+    fut: F,
+) -> Result<F::Output, LockError> {
+    let limit = config.connect_timeout + config.response_timeout;
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| LockError::Unavailable {
+            backend: BACKEND,
+            reason: format!("{doing}: no answer within {limit:?}"),
+            source: None,
+        })
+}

@@ -1,0 +1,64 @@
+//! Key and channel names. Every name of lock `n` is `PREFIX{e(n)}…`, where
+//! `e` escapes `%`, `{` and `}` so that the braces always enclose the whole,
+//! non-empty name: the lock key, its fencing counter and its release channel
+//! share one Redis Cluster slot, no name can reach outside the prefix, and
+//! distinct names never share a key.
+
+/// The names used for locks under one prefix.
+#[derive(Debug, Clone)]
+pub(crate) struct Keys {
+    prefix: String,
+}
+
+impl Keys {
+    pub(crate) fn new(prefix: &str) -> Self {
+        Keys {
+            prefix: prefix.to_string(),
+        }
+    }
+
+    fn tag(&self, name: &str) -> String {
+        let mut out = String::with_capacity(self.prefix.len() + name.len() + 2);
+        out.push_str(&self.prefix);
+        out.push('{');
+        for c in name.chars() {
+            match c {
+                '%' => out.push_str("%25"),
+                '{' => out.push_str("%7B"),
+                '}' => out.push_str("%7D"),
+                c => out.push(c),
+            }
+        }
+        out.push('}');
+        out
+    }
+
+    /// The key holding the owner token, with the lease as its TTL.
+    pub(crate) fn lock(&self, name: &str) -> String {
+        self.tag(name)
+    }
+
+    /// The fencing counter (no TTL: it must outlive every grant).
+    pub(crate) fn fence(&self, name: &str) -> String {
+        self.tag(name) + ":fence"
+    }
+
+    /// The channel the release script publishes on.
+    pub(crate) fn channel(&self, name: &str) -> String {
+        self.tag(name) + ":released"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Keys;
+
+    #[test]
+    fn braces_always_enclose_the_whole_escaped_name() {
+        let k = Keys::new("distlock:");
+        assert_eq!(k.lock("a"), "distlock:{a}");
+        assert_eq!(k.fence("a"), "distlock:{a}:fence");
+        assert_eq!(k.channel("}x{"), "distlock:{%7Dx%7B}:released");
+        assert_ne!(k.lock("%7D"), k.lock("}"));
+    }
+}

@@ -1,0 +1,40 @@
+//! The conformance suite against the Redis that `scripts/services.sh` runs
+//! (`DISTLOCK_TEST_REDIS_URL`), with two independent clients.
+
+use std::sync::Arc;
+
+use lock_core::testkit::{FaultHook, Harness};
+use lock_core::{LockError, async_trait};
+use lock_redis::RedisLock;
+
+struct RedisHook(RedisLock);
+
+#[async_trait]
+impl FaultHook for RedisHook {
+    async fn take_away(&self, name: &str) -> Result<(), LockError> {
+        if self.0.take_away(name).await? {
+            Ok(())
+        } else {
+            Err(LockError::NotHeld {
+                name: name.to_string(),
+            })
+        }
+    }
+}
+
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_REDIS_URL")
+        .expect("DISTLOCK_TEST_REDIS_URL is not set: run the tests through scripts/test.sh")
+}
+
+async fn harness() -> Harness {
+    let lock = RedisLock::connect(&url()).await.expect("connect to redis");
+    let other = RedisLock::connect(&url()).await.expect("connect to redis");
+    Harness {
+        hook: Arc::new(RedisHook(lock.clone())),
+        lock: Arc::new(lock),
+        other: Arc::new(other),
+    }
+}
+
+lock_core::conformance_suite!(harness());
