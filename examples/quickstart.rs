@@ -70,6 +70,9 @@ async fn main() -> Result<(), LockError> {
         _ = tokio::time::sleep(Duration::from_secs(5)) => println!("unexpected: the lease outlived its TTL"),
         reason = guard.lost() => println!("short lease: lost() fired: {reason}"),
     }
-    println!("released while still valid: {}", guard.release().await?);
+    println!(
+        "release after lost(): the server still had it as ours: {}",
+        guard.release().await?
+    );
     Ok(())
 }

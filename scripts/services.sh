@@ -310,7 +310,10 @@ signal_one() {
     pid=$(pid_of "$name") || die "$name is not running"
     kill "-$sig" "$pid"
     if [ "$sig" = KILL ]; then
-        while kill -0 "$pid" 2>/dev/null; do sleep 0.05; done
+        # Gone, or a zombie waiting for PID 1 to reap it (it holds no port).
+        while kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
+            sleep 0.02
+        done
         [ "$name" = postgres ] && rm -f "$(dir_of postgres)/data/postmaster.pid"
         rm -f "$(pidfile "$name")"
     fi

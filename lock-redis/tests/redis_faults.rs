@@ -1,0 +1,373 @@
+//! Faults against the project's own Redis (`scripts/services.sh`): the server
+//! is killed while a lock is held, a holder process is frozen past its TTL,
+//! and the commands each acquisition costs are counted on the server.
+//!
+//! These tests stop the server or reset its statistics, so they run one at a
+//! time (a shared mutex) in this binary, apart from the conformance suite.
+
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_redis::RedisLock;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+fn env(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+fn services(args: &[&str]) {
+    let status = Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run services.sh");
+    assert!(status.success(), "services.sh {args:?} failed");
+}
+
+/// Starts the server again when dropped, even if the test failed.
+struct RestartRedis;
+
+impl Drop for RestartRedis {
+    fn drop(&mut self) {
+        services(&["start", "redis"]);
+    }
+}
+
+fn unique(case: &str) -> String {
+    format!("faults/{case}/{:016x}", rand_u64())
+}
+
+fn rand_u64() -> u64 {
+    use std::hash::{BuildHasher, RandomState};
+    RandomState::new().hash_one(std::time::SystemTime::now())
+}
+
+/// A client with short timeouts, so an outage is noticed quickly.
+async fn client() -> RedisLock {
+    let url = format!(
+        "{}/0?connect_timeout_ms=300&response_timeout_ms=300",
+        env("DISTLOCK_TEST_REDIS_URL")
+    );
+    RedisLock::connect(&url).await.expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_server_fires_lost_fails_fast_and_recovers() {
+    let _serial = SERIAL.lock().await;
+    let locks = client().await;
+    let name = unique("outage");
+    let held = Arc::new(
+        locks
+            .acquire(
+                &name,
+                &LockOptions::new()
+                    .ttl(Duration::from_millis(3000))
+                    .wait(Wait::No),
+            )
+            .await
+            .expect("acquire"),
+    );
+    // Watch lost() from before the outage begins.
+    let watcher = {
+        let held = held.clone();
+        tokio::spawn(async move {
+            let reason = tokio::time::timeout(Duration::from_secs(10), held.lost())
+                .await
+                .expect("lost() fires");
+            (reason, Instant::now())
+        })
+    };
+    let restart = RestartRedis;
+    let killed_at = Instant::now();
+    services(&["kill", "redis"]);
+    eprintln!("outage: server killed in {:?}", killed_at.elapsed());
+
+    // Acquire during the outage: Unavailable, within the configured timeouts.
+    let start = Instant::now();
+    let result = locks
+        .acquire(
+            &unique("during-outage"),
+            &LockOptions::new().wait_timeout(Duration::from_secs(10)),
+        )
+        .await;
+    let failed_after = start.elapsed();
+    assert!(
+        matches!(result, Err(LockError::Unavailable { .. })),
+        "expected Unavailable during the outage, got {result:?}"
+    );
+    assert!(
+        failed_after < Duration::from_secs(2),
+        "acquire hung for {failed_after:?}"
+    );
+
+    // Renewals fail, so lost() fires at the validity deadline, which no
+    // failed renewal can have moved.
+    let (reason, fired) = watcher.await.expect("watcher");
+    let deadline = held
+        .validity_deadline()
+        .expect("a Redis guard has a deadline");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    let late = fired.saturating_duration_since(deadline);
+    assert!(fired >= deadline, "lost() fired before the deadline");
+    // Scheduling slack on a loaded 2-core machine; the TTL is 3 s.
+    assert!(
+        late < Duration::from_millis(150),
+        "lost() fired {late:?} after the deadline"
+    );
+    eprintln!(
+        "outage: acquire failed after {failed_after:?}; lost() fired {late:?} after the validity deadline"
+    );
+
+    drop(restart); // start the same instance again
+    let mut last = None;
+    for _ in 0..20 {
+        match locks
+            .try_acquire(&unique("after-restart"), &LockOptions::new())
+            .await
+        {
+            Ok(Some(g)) => {
+                assert!(g.release().await.expect("release"));
+                return;
+            }
+            other => last = Some(other),
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    panic!("the client did not recover after the restart: {last:?}");
+}
+
+const CHILD_ENV: &str = "DISTLOCK_REDIS_FROZEN_HOLDER";
+
+/// As the parent: run a copy of this test binary as the holder, freeze it
+/// (SIGSTOP) past its TTL, take the lock with another client, thaw it. As
+/// the child (env set): hold the lock, then report what it observes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_holder_loses_its_lock_to_a_later_token() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        return frozen_child(&name).await;
+    }
+    let _serial = SERIAL.lock().await;
+    let name = unique("frozen");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "frozen_holder_loses_its_lock_to_a_later_token",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, &name)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holder");
+    let pid = child.id().expect("pid").to_string();
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut next = async || -> String {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+                .await
+                .expect("child answered in time")
+                .expect("read child")
+                .expect("child output ended early");
+            if let Some(rest) = line.strip_prefix("CHILD ") {
+                return rest.to_string();
+            }
+        }
+    };
+    let first: u64 = next()
+        .await
+        .strip_prefix("token ")
+        .expect("token line")
+        .parse()
+        .expect("token");
+    Command::new("kill")
+        .args(["-STOP", &pid])
+        .status()
+        .expect("SIGSTOP");
+    let other = client().await;
+    let taken = other
+        .acquire(
+            &name,
+            &LockOptions::new().wait_timeout(Duration::from_secs(10)),
+        )
+        .await
+        .expect("another client takes the frozen holder's lock after its TTL");
+    let second = taken.fencing_token().expect("token");
+    assert!(
+        second > first,
+        "tokens must increase: {first} then {second}"
+    );
+    Command::new("kill")
+        .args(["-CONT", &pid])
+        .status()
+        .expect("SIGCONT");
+    assert_eq!(next().await, "lost", "the thawed holder's lost() must fire");
+    assert_eq!(
+        next().await,
+        "released false",
+        "the thawed holder's release must report not-held"
+    );
+    assert!(child.wait().await.expect("child").success());
+    assert!(
+        taken.release().await.expect("release"),
+        "the new holder's lock was disturbed"
+    );
+}
+
+async fn frozen_child(name: &str) {
+    let locks = client().await;
+    let g = locks
+        .acquire(
+            name,
+            &LockOptions::new()
+                .ttl(Duration::from_millis(1000))
+                .wait(Wait::No),
+        )
+        .await
+        .expect("child acquires");
+    println!("CHILD token {}", g.fencing_token().expect("token"));
+    tokio::time::timeout(Duration::from_secs(30), g.lost())
+        .await
+        .expect("lost() fires in the child");
+    println!("CHILD lost");
+    println!(
+        "CHILD released {}",
+        g.release().await.expect("release call")
+    );
+}
+
+/// Commands the scripts run inside the server (counted by commandstats, but
+/// not round trips).
+const SCRIPT_INTERNALS: &[&str] = &["set", "incr", "pttl", "get", "del", "publish", "pexpire"];
+
+async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, u64)> {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(conn)
+        .await
+        .expect("INFO");
+    info.lines()
+        .filter_map(|l| {
+            let (cmd, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
+            let calls = rest
+                .split(',')
+                .find_map(|kv| kv.strip_prefix("calls="))?
+                .parse()
+                .ok()?;
+            Some((cmd.to_string(), calls))
+        })
+        .filter(|(cmd, _)| cmd != "info" && !cmd.starts_with("config"))
+        .collect::<std::collections::BTreeMap<_, _>>()
+        .into_iter()
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquisitions_cost_few_commands() {
+    let _serial = SERIAL.lock().await;
+    let raw = redis::Client::open(env("DISTLOCK_TEST_REDIS_URL")).expect("client");
+    let mut admin = raw
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection");
+    let locks = client().await;
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let name = unique("commands");
+    // Warm up: scripts loaded, connections open.
+    locks
+        .acquire(&name, &opts)
+        .await
+        .expect("acquire")
+        .release()
+        .await
+        .expect("release");
+
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("RESETSTAT");
+    let g = locks.acquire(&name, &opts).await.expect("acquire");
+    assert!(g.release().await.expect("release"));
+    let calls = command_calls(&mut admin).await;
+    let expected: Vec<(String, u64)> = [
+        ("del", 1),
+        ("evalsha", 2),
+        ("get", 1),
+        ("incr", 1),
+        ("publish", 1),
+        ("set", 1),
+    ]
+    .into_iter()
+    .map(|(c, n)| (c.to_string(), n))
+    .collect();
+    assert_eq!(
+        calls, expected,
+        "one uncontended acquire+release: two EVALSHA round trips, nothing else"
+    );
+
+    // 8 clients contend on one name for 3 s, 1 ms of work inside.
+    let contended = unique("contended");
+    let acquisitions = Arc::new(AtomicU64::new(0));
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(client().await);
+    }
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("RESETSTAT");
+    let end = Instant::now() + Duration::from_secs(3);
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .map(|c| {
+            let (name, n) = (contended.clone(), acquisitions.clone());
+            tokio::spawn(async move {
+                let o = LockOptions::new()
+                    .auto_renew(false)
+                    .wait_timeout(Duration::from_secs(10));
+                let mut mine = 0u64;
+                while Instant::now() < end {
+                    let g = c.acquire(&name, &o).await.expect("acquire");
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                    assert!(g.release().await.expect("release"));
+                    mine += 1;
+                }
+                n.fetch_add(mine, Ordering::SeqCst);
+                mine
+            })
+        })
+        .collect();
+    let mut per_task = Vec::new();
+    for t in tasks {
+        per_task.push(t.await.expect("task"));
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await; // let unsubscribes land
+    let calls: Vec<(String, u64)> = command_calls(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(c, _)| !SCRIPT_INTERNALS.contains(&c.as_str()))
+        .collect();
+    let total: u64 = calls.iter().map(|(_, n)| n).sum();
+    let acquired = acquisitions.load(Ordering::SeqCst);
+    let per = total as f64 / acquired as f64;
+    eprintln!(
+        "contention: {acquired} acquisitions by 8 clients in 3 s, {total} commands ({per:.2} per acquisition): {calls:?}; per client min {} max {}",
+        per_task.iter().min().expect("tasks"),
+        per_task.iter().max().expect("tasks"),
+    );
+    assert!(acquired > 0);
+    assert!(
+        per < 10.0,
+        "{per:.2} commands per acquisition: waiters are polling"
+    );
+}
