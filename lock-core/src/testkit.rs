@@ -84,6 +84,7 @@ macro_rules! conformance_suite {
                 exclusion_under_contention,
                 try_acquire_while_held,
                 waiter_gets_lock_after_release,
+                releaser_does_not_overtake_a_waiter,
                 wait_timeout,
                 cancelled_waiter_leaves_nothing_behind,
                 stale_release_is_refused,
@@ -227,6 +228,57 @@ pub async fn waiter_gets_lock_after_release(h: Harness) {
         "hand-off took {handoff:?}"
     );
     assert!(g.release().await.expect("release"));
+}
+
+/// A holder that releases and at once asks again does not overtake a
+/// waiter, on backends that claim a fair queue; on the others both still get
+/// the lock, with increasing fencing tokens.
+pub async fn releaser_does_not_overtake_a_waiter(h: Harness) {
+    let name = unique_name("barging");
+    let fair = h.lock.capabilities().fair_queue;
+    let o = opts(10_000, Wait::Up(Duration::from_secs(20)), false);
+    let holder = h.lock.acquire(&name, &o).await.expect("acquire");
+    let first_token = holder.fencing_token();
+    let waiter = {
+        let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { other.acquire(&name, &o).await.expect("waiter acquires") })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "waiter got a held lock");
+    assert!(holder.release().await.expect("release"));
+    let again = {
+        let (lock, name, o) = (h.lock.clone(), name.clone(), o.clone());
+        tokio::spawn(async move {
+            lock.acquire(&name, &o)
+                .await
+                .expect("releaser acquires again")
+        })
+    };
+    if fair {
+        let g = waiter.await.expect("waiter task");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!again.is_finished(), "the releaser overtook the waiter");
+        let waiter_token = g.fencing_token();
+        assert!(g.release().await.expect("release"));
+        let g2 = again.await.expect("releaser task");
+        assert!(
+            first_token < waiter_token && waiter_token < g2.fencing_token()
+                || first_token.is_none()
+        );
+        assert!(g2.release().await.expect("release"));
+    } else {
+        // Whoever won, the other follows once it is released.
+        let (mut waiter, mut again) = (waiter, again);
+        let (first, second) = tokio::select! {
+            g = &mut waiter => (g.expect("waiter task"), again),
+            g = &mut again => (g.expect("releaser task"), waiter),
+        };
+        let first_token = first.fencing_token();
+        assert!(first.release().await.expect("release"));
+        let second = second.await.expect("task");
+        assert!(second.fencing_token() > first_token || first_token.is_none());
+        assert!(second.release().await.expect("release"));
+    }
 }
 
 /// acquire with a wait timeout on a held lock gives `Timeout` after about that time.

@@ -17,6 +17,10 @@ pub struct RedisConfig {
     /// Bound on each command's reply, after which the call fails with
     /// `Unavailable`; default 2 s.
     pub response_timeout: Duration,
+    /// How long a release reserves the lock for the waiter it hands it to.
+    /// Only matters when that waiter died or cannot reach Redis: the others
+    /// then wait this long. Default 1 s.
+    pub handoff_window: Duration,
 }
 
 impl Default for RedisConfig {
@@ -25,6 +29,7 @@ impl Default for RedisConfig {
             prefix: "distlock:".to_string(),
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
+            handoff_window: Duration::from_secs(1),
         }
     }
 }
@@ -35,6 +40,7 @@ impl fmt::Debug for RedisConfig {
             .field("prefix", &self.prefix)
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
+            .field("handoff_window", &self.handoff_window)
             .finish()
     }
 }
@@ -56,6 +62,7 @@ impl RedisConfig {
         for (what, d) in [
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
+            ("handoff_window", self.handoff_window),
         ] {
             if d.is_zero() || d > Duration::from_secs(3600) {
                 return Err(LockError::invalid_options(format!(
@@ -77,7 +84,7 @@ pub(crate) struct ParsedUrl {
     pub(crate) display: String,
 }
 
-/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`
+/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…&handoff_window_ms=…]`
 /// (or `rediss://` for TLS).
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
@@ -115,10 +122,11 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
             "prefix" => config.prefix = value.to_string(),
             "connect_timeout_ms" => config.connect_timeout = millis()?,
             "response_timeout_ms" => config.response_timeout = millis()?,
+            "handoff_window_ms" => config.handoff_window = millis()?,
             "protocol" => {} // always RESP3: waiting uses push messages
             _ => {
                 return Err(invalid(format!(
-                    "unknown option `{key}` (known: prefix, connect_timeout_ms, response_timeout_ms)"
+                    "unknown option `{key}` (known: prefix, connect_timeout_ms, response_timeout_ms, handoff_window_ms)"
                 )));
             }
         }

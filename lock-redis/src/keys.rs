@@ -43,6 +43,17 @@ impl Keys {
         self.tag(name) + ":fence"
     }
 
+    /// The FIFO list of waiter ids.
+    pub(crate) fn queue(&self, name: &str) -> String {
+        self.tag(name) + ":queue"
+    }
+
+    /// The id of the waiter a release handed the lock to, with the hand-off
+    /// window as its TTL.
+    pub(crate) fn handoff(&self, name: &str) -> String {
+        self.tag(name) + ":handoff"
+    }
+
     /// The channel the release script publishes on.
     pub(crate) fn channel(&self, name: &str) -> String {
         self.tag(name) + ":released"

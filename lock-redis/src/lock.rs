@@ -17,7 +17,7 @@ use tokio::time::Instant;
 use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
 use crate::keys::Keys;
-use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
 use crate::subscriber::Subscriber;
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -27,7 +27,9 @@ const CAPABILITIES: Capabilities = Capabilities {
     // its data (a failover to a replica or a restart without persistence can
     // go back).
     fencing: Fencing::WhileServerKeepsData,
-    fair_queue: false,
+    // FIFO hand-off on release (reservations); a lock that expires instead of
+    // being released goes to whichever waiter retries first.
+    fair_queue: true,
     crash_release: CrashRelease::Ttl,
     survives_server_failure: false,
     depends_on_clocks: true,
@@ -38,14 +40,20 @@ const CAPABILITIES: Capabilities = Capabilities {
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);
 
+/// A waiter's queue entry lives this long after its last attempt; waiters
+/// retry at least every half of it, so live waiters never drop out.
+const QUEUE_TTL: Duration = Duration::from_secs(30);
+
 /// Locks on one Redis node.
 ///
 /// - Acquire is one round trip: a script doing `SET key owner NX PX ttl`
 ///   and, on success, `INCR` of the lock's fencing counter.
 /// - Release and extend are scripts that compare the owner token first.
-/// - Waiters subscribe to the lock's release channel on one shared
-///   subscriber connection and retry when the release script publishes, with
-///   the holder's remaining TTL as a backstop; they never poll on a timer.
+/// - Waiters queue on the server in arrival order and subscribe to the
+///   lock's release channel on one shared subscriber connection. A release
+///   hands the lock to the first waiter (reserving it briefly, so the
+///   releaser cannot take it straight back) and wakes only that waiter. The
+///   holder's remaining TTL is the backstop; nobody polls on a timer.
 /// - Auto-renewed guards are renewed by one [`Watchdog`] per client.
 ///
 /// Efficiency-grade: Redis replicates asynchronously, so a failover can
@@ -138,14 +146,26 @@ impl RedisLock {
         Ok(deleted == 1)
     }
 
-    /// One attempt, run to completion even if the caller is cancelled.
-    async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+    /// One attempt, run to completion even if the caller is cancelled. A
+    /// `waiter` id joins the queue if the attempt fails.
+    async fn attempt(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiter: Option<&str>,
+    ) -> Result<Attempt, LockError> {
         let this = self.clone();
         let (name, opts) = (name.to_string(), opts.clone());
-        run_detached(async move { this.attempt_now(&name, &opts).await }).await
+        let waiter = waiter.unwrap_or_default().to_string();
+        run_detached(async move { this.attempt_now(&name, &opts, &waiter).await }).await
     }
 
-    async fn attempt_now(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+    async fn attempt_now(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiter: &str,
+    ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let owner = OwnerToken::random();
         let ttl_ms = opts.ttl.as_millis() as u64;
@@ -154,8 +174,12 @@ impl RedisLock {
         let mut call = ACQUIRE.prepare_invoke();
         call.key(inner.keys.lock(name))
             .key(inner.keys.fence(name))
+            .key(inner.keys.queue(name))
+            .key(inner.keys.handoff(name))
             .arg(owner.to_hex())
-            .arg(ttl_ms);
+            .arg(ttl_ms)
+            .arg(waiter)
+            .arg(QUEUE_TTL.as_millis() as u64);
         let (granted, value): (i64, i64) = within(
             &inner.config,
             "acquiring a lock",
@@ -194,6 +218,8 @@ impl RedisLock {
         RedisHandle {
             inner: Arc::clone(&self.inner),
             lock_key: self.inner.keys.lock(name),
+            queue_key: self.inner.keys.queue(name),
+            handoff_key: self.inner.keys.handoff(name),
             channel: self.inner.keys.channel(name),
             owner,
         }
@@ -218,7 +244,7 @@ impl DistributedLock for RedisLock {
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts).await?.into_guard())
+        Ok(self.attempt(name, opts, None).await?.into_guard())
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
@@ -229,30 +255,53 @@ impl DistributedLock for RedisLock {
             name: name.to_string(),
             waited: now - start,
         };
-        if let Attempt::Acquired(guard) = self.attempt(name, opts).await? {
-            return Ok(guard);
-        }
-        if opts.wait == Wait::No {
-            return Err(timeout(Instant::now()));
-        }
-        // Subscribe before the next attempt, so that a release between that
-        // attempt and the wait cannot be missed.
         let channel = self.inner.keys.channel(name);
-        let _subscription = self.subscriber().await?.subscribe(&channel).await?;
-        let wake = self.inner.wakeups.subscribe(&channel);
+        let waiter = OwnerToken::random().to_hex();
+        // A waiter joins the queue only while subscribed, so that the
+        // hand-off to it cannot be published before it listens. If this
+        // lock's channel is subscribed already (it was busy lately), the
+        // first attempt may queue; otherwise it is a plain attempt, and an
+        // uncontended acquire stays one round trip.
+        let mut subscription = match (opts.wait, self.inner.subscriber.get()) {
+            (Wait::No, _) | (_, None) => None,
+            (_, Some(subscriber)) => subscriber.join_subscribed(&channel),
+        };
+        let first = subscription.as_ref().map(|_| waiter.as_str());
+        let wake = self.inner.wakeups.subscribe(&waiter);
+        let mut queued = QueuedWaiter {
+            lock: self.clone(),
+            name: name.to_string(),
+            waiter: first.map(str::to_string),
+        };
+        match self.attempt(name, opts, first).await? {
+            Attempt::Acquired(guard) => {
+                queued.waiter = None;
+                return Ok(guard);
+            }
+            Attempt::Held { .. } if opts.wait == Wait::No => return Err(timeout(Instant::now())),
+            Attempt::Held { .. } => {}
+        }
+        if subscription.is_none() {
+            subscription = Some(self.subscriber().await?.subscribe(&channel).await?);
+        }
+        let _subscription = subscription;
+        queued.waiter = Some(waiter.clone());
         loop {
             let woken = wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let expires_in = match self.attempt(name, opts).await? {
-                Attempt::Acquired(guard) => return Ok(guard),
+            let expires_in = match self.attempt(name, opts, Some(&waiter)).await? {
+                Attempt::Acquired(guard) => {
+                    queued.waiter = None; // the acquire script dequeued us
+                    return Ok(guard);
+                }
                 Attempt::Held { expires_in } => expires_in,
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(timeout(now));
             }
-            let mut until = now + expires_in.unwrap_or(BACKSTOP);
+            let mut until = now + expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2);
             if let Some(d) = deadline {
                 until = until.min(d);
             }
@@ -277,9 +326,50 @@ impl fmt::Debug for RedisLock {
     }
 }
 
+/// A waiter in the server-side queue; leaving without the lock (timeout,
+/// error, cancellation) withdraws it in the background.
+struct QueuedWaiter {
+    lock: RedisLock,
+    name: String,
+    waiter: Option<String>,
+}
+
+impl Drop for QueuedWaiter {
+    fn drop(&mut self) {
+        let Some(waiter) = self.waiter.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let inner = Arc::clone(&self.lock.inner);
+        let name = std::mem::take(&mut self.name);
+        rt.spawn(async move {
+            let mut conn = inner.conn.clone();
+            let mut call = WITHDRAW.prepare_invoke();
+            call.key(inner.keys.queue(&name))
+                .key(inner.keys.handoff(&name))
+                .arg(&waiter)
+                .arg(inner.keys.channel(&name))
+                .arg(inner.config.handoff_window.as_millis() as u64);
+            let done = within(
+                &inner.config,
+                "withdrawing a waiter",
+                call.invoke_async::<i64>(&mut conn),
+            )
+            .await;
+            if !matches!(done, Ok(Ok(_))) {
+                tracing::debug!("withdrawing a waiter failed; its queue entry expires by itself");
+            }
+        });
+    }
+}
+
 struct RedisHandle {
     inner: Arc<Inner>,
     lock_key: String,
+    queue_key: String,
+    handoff_key: String,
     channel: String,
     owner: OwnerToken,
 }
@@ -290,8 +380,11 @@ impl GuardHandle for RedisHandle {
         let mut conn = self.inner.conn.clone();
         let mut call = RELEASE.prepare_invoke();
         call.key(&self.lock_key)
+            .key(&self.queue_key)
+            .key(&self.handoff_key)
             .arg(self.owner.to_hex())
-            .arg(&self.channel);
+            .arg(&self.channel)
+            .arg(self.inner.config.handoff_window.as_millis() as u64);
         let released: i64 = within(
             &self.inner.config,
             "releasing a lock",

@@ -1,27 +1,46 @@
 //! One subscriber connection per client, shared by all its waiters.
 //!
-//! Release messages arrive as RESP3 push messages and are turned straight
-//! into a wake-up of one local waiter of that lock (no task, no queue). A
-//! channel is subscribed while at least one waiter needs it and unsubscribed
-//! when the last one leaves. After a reconnect the connection manager
-//! resubscribes, and every waiter is woken once to re-check, since messages
-//! may have been missed meanwhile.
+//! Release messages arrive as RESP3 push messages carrying the id of the
+//! waiter the lock was handed to; they are turned straight into a wake-up of
+//! that waiter, if it is one of ours (no task, no queue).
+//!
+//! A channel is subscribed while a waiter needs it and lingers for
+//! [`LINGER`] after the last one leaves, so a busy lock does not pay a
+//! SUBSCRIBE and an UNSUBSCRIBE per wait. After a reconnect the connection
+//! manager resubscribes, and every waiter is woken once to re-check, since
+//! messages may have been missed meanwhile.
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use lock_core::{LockError, Wakeups};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
-use tokio::sync::Mutex;
 
 use crate::config::RedisConfig;
 use crate::error::{map_redis, within};
 
+/// How long a channel stays subscribed after its last waiter left.
+const LINGER: Duration = Duration::from_secs(5);
+
 pub(crate) struct Subscriber {
     conn: ConnectionManager,
-    counts: Mutex<HashMap<String, usize>>,
+    /// Waiters per channel, and whether the SUBSCRIBE has been answered.
+    channels: Mutex<HashMap<String, Channel>>,
+    /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in
+    /// the order the channel table decided them.
+    io: tokio::sync::Mutex<()>,
     config: RedisConfig,
+}
+
+#[derive(Default)]
+struct Channel {
+    users: usize,
+    subscribed: bool,
+    /// Bumped whenever the channel is taken into use; a linger timer only
+    /// unsubscribes if nothing used the channel since it was started.
+    generation: u64,
 }
 
 /// A waiter's claim on a channel; dropping it releases the claim.
@@ -39,10 +58,10 @@ impl Subscriber {
         let on_push = move |info: PushInfo| {
             match info.kind {
                 PushKind::Message => {
-                    if let Some(Value::BulkString(channel)) = info.data.first()
-                        && let Ok(channel) = std::str::from_utf8(channel)
+                    if let Some(Value::BulkString(waiter)) = info.data.get(1)
+                        && let Ok(waiter) = std::str::from_utf8(waiter)
                     {
-                        wakeups.wake_one(channel);
+                        wakeups.wake_one(waiter);
                     }
                 }
                 PushKind::Disconnection => wakeups.wake_all(),
@@ -64,59 +83,111 @@ impl Subscriber {
         .map_err(|e| map_redis("connecting the subscriber", e))?;
         Ok(Arc::new(Subscriber {
             conn,
-            counts: Mutex::new(HashMap::new()),
+            channels: Mutex::new(HashMap::new()),
+            io: tokio::sync::Mutex::new(()),
             config: config.clone(),
         }))
     }
 
-    /// Make sure `channel` is subscribed (the SUBSCRIBE has been answered)
-    /// before returning, so a release published after this cannot be missed.
+    fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
+        self.channels.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn claim(self: &Arc<Self>, channel: &str) -> (Subscription, bool) {
+        let mut channels = self.channels();
+        let entry = channels.entry(channel.to_string()).or_default();
+        entry.users += 1;
+        entry.generation += 1;
+        let subscribed = entry.subscribed;
+        let claim = Subscription {
+            subscriber: Arc::clone(self),
+            channel: channel.to_string(),
+        };
+        (claim, subscribed)
+    }
+
+    /// A claim on `channel` if it is subscribed already (no round trip).
+    pub(crate) fn join_subscribed(self: &Arc<Self>, channel: &str) -> Option<Subscription> {
+        match self.claim(channel) {
+            (claim, true) => Some(claim),
+            (claim, false) => {
+                drop(claim);
+                None
+            }
+        }
+    }
+
+    /// A claim on `channel`, subscribing first if needed: when this returns,
+    /// a message published from now on reaches us.
     pub(crate) async fn subscribe(
         self: &Arc<Self>,
         channel: &str,
     ) -> Result<Subscription, LockError> {
-        let mut counts = self.counts.lock().await;
-        let count = counts.get(channel).copied().unwrap_or(0);
-        if count == 0 {
-            let mut conn = self.conn.clone();
-            within(&self.config, "subscribing", conn.subscribe(channel))
-                .await?
-                .map_err(|e| map_redis("subscribing", e))?;
+        let (claim, subscribed) = self.claim(channel);
+        if subscribed {
+            return Ok(claim);
         }
-        counts.insert(channel.to_string(), count + 1);
-        Ok(Subscription {
-            subscriber: Arc::clone(self),
-            channel: channel.to_string(),
-        })
+        let _io = self.io.lock().await;
+        if self.channels().get(channel).is_some_and(|c| c.subscribed) {
+            return Ok(claim);
+        }
+        let mut conn = self.conn.clone();
+        within(&self.config, "subscribing", conn.subscribe(channel))
+            .await?
+            .map_err(|e| map_redis("subscribing", e))?;
+        if let Some(c) = self.channels().get_mut(channel) {
+            c.subscribed = true;
+        }
+        Ok(claim)
     }
 
-    async fn leave(&self, channel: &str) {
-        let mut counts = self.counts.lock().await;
-        let Some(count) = counts.get_mut(channel) else {
+    fn leave(self: &Arc<Self>, channel: &str) {
+        let generation = {
+            let mut channels = self.channels();
+            let Some(c) = channels.get_mut(channel) else {
+                return;
+            };
+            c.users -= 1;
+            if c.users > 0 {
+                return;
+            }
+            c.generation
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        *count -= 1;
-        if *count > 0 {
-            return;
-        }
-        counts.remove(channel);
-        let mut conn = self.conn.clone();
-        match within(&self.config, "unsubscribing", conn.unsubscribe(channel)).await {
-            Ok(Ok(())) => {}
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "unsubscribe failed; the channel stays subscribed until reconnect")
+        let (this, channel) = (Arc::clone(self), channel.to_string());
+        rt.spawn(async move {
+            tokio::time::sleep(LINGER).await;
+            let _io = this.io.lock().await;
+            {
+                let mut channels = this.channels();
+                match channels.get(&channel) {
+                    Some(c) if c.users == 0 && c.generation == generation => {
+                        // Forget it before unsubscribing: a waiter arriving
+                        // now subscribes afresh, after this UNSUBSCRIBE.
+                        let was_subscribed = c.subscribed;
+                        channels.remove(&channel);
+                        if !was_subscribed {
+                            return;
+                        }
+                    }
+                    _ => return,
+                }
             }
-            Err(e) => tracing::debug!(error = %e, "unsubscribe timed out"),
-        }
+            let mut conn = this.conn.clone();
+            if !matches!(
+                within(&this.config, "unsubscribing", conn.unsubscribe(&channel)).await,
+                Ok(Ok(()))
+            ) {
+                tracing::debug!("unsubscribe failed; the channel stays subscribed until reconnect");
+            }
+        });
     }
 }
 
 impl Drop for Subscription {
     fn drop(&mut self) {
-        let subscriber = Arc::clone(&self.subscriber);
-        let channel = std::mem::take(&mut self.channel);
-        if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move { subscriber.leave(&channel).await });
-        }
+        self.subscriber.leave(&self.channel);
     }
 }
