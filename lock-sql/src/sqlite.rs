@@ -28,9 +28,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::{
-    Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, Waiting, Wakeups, Watchdog, acquire_by_polling,
-    check_request, run_detached,
+    Attempt, Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
+    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, Waiting, Wakeups, Watchdog,
+    acquire_by_polling, check_request, run_detached,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -38,7 +38,7 @@ use sqlx::sqlite::{
 use sqlx::{AssertSqlSafe, Row};
 use tokio::time::Instant;
 
-use crate::error::map_sqlx;
+use crate::error::{is_busy, map_sqlx};
 use crate::ident::Identifier;
 
 const BACKEND: &str = "sqlite";
@@ -183,12 +183,29 @@ impl SqliteLock {
             .journal_mode(SqliteJournalMode::Wal)
             .synchronous(SqliteSynchronous::Full)
             .busy_timeout(config.busy_timeout);
-        let pool = SqlitePoolOptions::new()
-            .max_connections(config.max_connections)
-            .acquire_timeout(config.busy_timeout * 2)
-            .connect_with(connect)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, &format!("opening {}", path.display()), e))?;
+        // Switching a new file to WAL takes an exclusive lock that SQLite's
+        // busy timeout does not wait for, so two processes opening a new
+        // file at once can see SQLITE_BUSY here: retry within busy_timeout.
+        let started = Instant::now();
+        let mut tries = 0;
+        let pool = loop {
+            let opened = SqlitePoolOptions::new()
+                .max_connections(config.max_connections)
+                .acquire_timeout(config.busy_timeout * 2)
+                .connect_with(connect.clone())
+                .await;
+            match opened {
+                Err(e) if is_busy(&e) && started.elapsed() < config.busy_timeout => {
+                    tries += 1;
+                    tokio::time::sleep(Backoff::default().delay(tries)).await;
+                }
+                other => {
+                    break other.map_err(|e| {
+                        map_sqlx(BACKEND, &format!("opening {}", path.display()), e)
+                    })?;
+                }
+            }
+        };
         let t = config.table.as_str();
         let create = format!(
             "CREATE TABLE IF NOT EXISTS \"{t}\" (\
