@@ -29,6 +29,56 @@ pub trait GuardHandle: Send + Sync + 'static {
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError>;
 }
 
+/// Cancel-safety for one acquisition attempt without a spawned task.
+///
+/// Create it with the handle (owner token fixed) *before* sending the
+/// request; [`disarm`](PendingGrant::disarm) it once the outcome is known.
+/// If the attempt's future is dropped in between — the request may have been
+/// granted, and nobody would hold a guard — dropping this releases by owner
+/// token in the background, which is a no-op when nothing was granted.
+pub struct PendingGrant {
+    handle: Arc<dyn GuardHandle>,
+    armed: bool,
+}
+
+impl PendingGrant {
+    /// Arm for `handle`.
+    pub fn new(handle: Arc<dyn GuardHandle>) -> Self {
+        PendingGrant {
+            handle,
+            armed: true,
+        }
+    }
+
+    /// The outcome is known: hand back the handle (to wrap in a guard, or to
+    /// drop when nothing was granted).
+    pub fn disarm(mut self) -> Arc<dyn GuardHandle> {
+        self.armed = false;
+        Arc::clone(&self.handle)
+    }
+}
+
+impl Drop for PendingGrant {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let handle = Arc::clone(&self.handle);
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn(async move {
+                    if let Err(e) = handle.release().await {
+                        tracing::warn!(error = %e, "cleanup of a cancelled acquisition failed; its lease ends by itself");
+                    }
+                });
+            }
+            Err(_) => {
+                tracing::warn!("cancelled acquisition outside a runtime; its lease ends by itself")
+            }
+        }
+    }
+}
+
 /// A held lock. Dropping it releases the lock in the background on the
 /// current tokio runtime; call [`release`](LockGuard::release) to learn
 /// whether the lock was still ours.

@@ -27,7 +27,7 @@ pub mod testkit;
 pub use async_trait::async_trait;
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
-pub use guard::{GuardHandle, LockGuard};
+pub use guard::{GuardHandle, LockGuard, PendingGrant};
 pub use lock::{
     Attempt, DistributedLock, acquire_by_polling, check_request, run_detached, wait_deadline,
 };

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, Wait, Waiting, Wakeups, Watchdog, check_request,
-    run_detached, wait_deadline,
+    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups, Watchdog,
+    check_request, wait_deadline,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -146,40 +146,30 @@ impl RedisLock {
         Ok(deleted == 1)
     }
 
-    /// One attempt, run to completion even if the caller is cancelled. A
-    /// `waiter` id joins the queue if the attempt fails.
+    /// One attempt. A `waiter` id joins the queue if the attempt fails.
+    /// Cancel-safe: if the future is dropped while the script is in flight,
+    /// a [`PendingGrant`] releases by owner token in the background.
     async fn attempt(
         &self,
         name: &str,
         opts: &LockOptions,
         waiter: Option<&str>,
     ) -> Result<Attempt, LockError> {
-        let this = self.clone();
-        let (name, opts) = (name.to_string(), opts.clone());
-        let waiter = waiter.unwrap_or_default().to_string();
-        run_detached(async move { this.attempt_now(&name, &opts, &waiter).await }).await
-    }
-
-    async fn attempt_now(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        waiter: &str,
-    ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let owner = OwnerToken::random();
-        let ttl_ms = opts.ttl.as_millis() as u64;
+        let handle = Arc::new(self.handle(name, owner));
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key(&handle.lock_key)
+            .key(inner.keys.fence(name))
+            .key(&handle.queue_key)
+            .key(&handle.handoff_key)
+            .arg(owner.to_hex())
+            .arg(opts.ttl.as_millis() as u64)
+            .arg(waiter.unwrap_or_default())
+            .arg(QUEUE_TTL.as_millis() as u64);
+        let pending = PendingGrant::new(handle);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
-        let mut call = ACQUIRE.prepare_invoke();
-        call.key(inner.keys.lock(name))
-            .key(inner.keys.fence(name))
-            .key(inner.keys.queue(name))
-            .key(inner.keys.handoff(name))
-            .arg(owner.to_hex())
-            .arg(ttl_ms)
-            .arg(waiter)
-            .arg(QUEUE_TTL.as_millis() as u64);
         let (granted, value): (i64, i64) = within(
             &inner.config,
             "acquiring a lock",
@@ -187,6 +177,7 @@ impl RedisLock {
         )
         .await?
         .map_err(|e| map_redis("acquiring a lock", e))?;
+        let handle = pending.disarm();
         if granted != 1 {
             let expires_in = u64::try_from(value)
                 .ok()
@@ -194,7 +185,6 @@ impl RedisLock {
                 .map(Duration::from_millis);
             return Ok(Attempt::Held { expires_in });
         }
-        let handle = self.handle(name, owner);
         if sent_at.elapsed() >= opts.ttl {
             // Granted too late to be of use: the lease may already be over.
             let _ = handle.release().await;
@@ -206,7 +196,7 @@ impl RedisLock {
             source: None,
         })?;
         let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, Arc::new(handle));
+        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
@@ -255,6 +245,12 @@ impl DistributedLock for RedisLock {
             name: name.to_string(),
             waited: now - start,
         };
+        if opts.wait == Wait::No {
+            return match self.attempt(name, opts, None).await? {
+                Attempt::Acquired(guard) => Ok(guard),
+                Attempt::Held { .. } => Err(timeout(Instant::now())),
+            };
+        }
         let channel = self.inner.keys.channel(name);
         let waiter = OwnerToken::random().to_hex();
         // A waiter joins the queue only while subscribed, so that the
@@ -262,10 +258,11 @@ impl DistributedLock for RedisLock {
         // lock's channel is subscribed already (it was busy lately), the
         // first attempt may queue; otherwise it is a plain attempt, and an
         // uncontended acquire stays one round trip.
-        let mut subscription = match (opts.wait, self.inner.subscriber.get()) {
-            (Wait::No, _) | (_, None) => None,
-            (_, Some(subscriber)) => subscriber.join_subscribed(&channel),
-        };
+        let mut subscription = self
+            .inner
+            .subscriber
+            .get()
+            .and_then(|subscriber| subscriber.join_subscribed(&channel));
         let first = subscription.as_ref().map(|_| waiter.as_str());
         let wake = self.inner.wakeups.subscribe(&waiter);
         let mut queued = QueuedWaiter {
@@ -278,7 +275,6 @@ impl DistributedLock for RedisLock {
                 queued.waiter = None;
                 return Ok(guard);
             }
-            Attempt::Held { .. } if opts.wait == Wait::No => return Err(timeout(Instant::now())),
             Attempt::Held { .. } => {}
         }
         if subscription.is_none() {

@@ -1,0 +1,305 @@
+//! Redis lock benchmark: distlock against the raw round trip of the same
+//! server and against the `rslock` crate, in one run.
+//!
+//! ```sh
+//! eval "$(scripts/services.sh env | sed 's/^/export /')"
+//! cargo bench -p lock-redis --bench redis
+//! ```
+//!
+//! Reports p50/p99 of: PING; the raw floor (`SET NX PX` plus a
+//! compare-and-delete script, plain redis-rs); distlock acquire+release;
+//! rslock lock+unlock — interleaved sample by sample. Then, for 8 tasks with
+//! a client each and 1 ms of work inside the lock, once with a 1 ms pause
+//! after each release (contention) and once re-acquiring at once (barging):
+//! acquisitions per second, hand-offs per second between different tasks,
+//! hand-off latency, and per-task min/max acquisitions (fairness).
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_redis::RedisLock;
+
+const SAMPLES: usize = 2_000;
+
+/// The acquire and release scripts of `lock-redis` (the same files), for
+/// the "scripts alone" row.
+const ACQUIRE_LUA: &str = include_str!("../src/acquire.lua");
+const RELEASE_LUA: &str = include_str!("../src/release.lua");
+const TASKS: usize = 8;
+const RUN: Duration = Duration::from_secs(4);
+const WORK: Duration = Duration::from_millis(1);
+
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_REDIS_URL")
+        .expect("DISTLOCK_TEST_REDIS_URL (see scripts/services.sh env)")
+}
+
+fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
+    v.sort_unstable();
+    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// One contention run: who got the lock when, and when they let go.
+struct Run {
+    acquisitions: usize,
+    handoffs: usize,
+    handoff_latency: (Duration, Duration),
+    per_task: (usize, usize),
+}
+
+async fn contend<F, Fut>(make: F) -> Run
+where
+    F: Fn(usize, Instant, Arc<Mutex<Vec<(Instant, Instant, usize)>>>) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let end = Instant::now() + RUN;
+    let tasks: Vec<_> = (0..TASKS)
+        .map(|t| tokio::spawn(make(t, end, log.clone())))
+        .collect();
+    for t in tasks {
+        t.await.expect("task");
+    }
+    let mut log = std::mem::take(&mut *log.lock().expect("log"));
+    log.sort_by_key(|(granted, _, _)| *granted);
+    let mut counts = vec![0; TASKS];
+    let mut latencies = Vec::new();
+    let mut handoffs = 0;
+    for w in log.windows(2) {
+        let ((_, released, a), (granted, _, b)) = (w[0], w[1]);
+        if a != b {
+            handoffs += 1;
+            latencies.push(granted.saturating_duration_since(released));
+        }
+    }
+    for (_, _, t) in &log {
+        counts[*t] += 1;
+    }
+    if latencies.is_empty() {
+        latencies.push(Duration::ZERO);
+    }
+    Run {
+        acquisitions: log.len(),
+        handoffs,
+        handoff_latency: percentiles(latencies),
+        per_task: (
+            *counts.iter().min().expect("tasks"),
+            *counts.iter().max().expect("tasks"),
+        ),
+    }
+}
+
+#[tokio::main]
+async fn main() {
+    let url = url();
+    let client = redis::Client::open(url.as_str()).expect("client");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+
+    let cad = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let locks = RedisLock::connect(&url).await.expect("distlock");
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let rs = rslock::LockManager::new(vec![url.clone()]);
+    // distlock's own two scripts, sent with plain redis-rs calls: what the
+    // scripts cost on the server, apart from the client library around them.
+    let acquire_script = redis::Script::new(ACQUIRE_LUA);
+    let release_script = redis::Script::new(RELEASE_LUA);
+
+    // The four cycles are interleaved sample by sample, so that all of them
+    // see the same machine and server conditions.
+    let mut samples: [Vec<Duration>; 5] = Default::default();
+    for i in 0..SAMPLES + SAMPLES / 10 {
+        let keep = i >= SAMPLES / 10; // the first tenth warms up
+        let t = Instant::now();
+        let _: String = redis::cmd("PING")
+            .query_async(&mut conn)
+            .await
+            .expect("PING");
+        let ping = t.elapsed();
+
+        let t = Instant::now();
+        let token = format!("{i:032x}");
+        let set: Option<String> = redis::cmd("SET")
+            .arg("bench:raw")
+            .arg(&token)
+            .arg("NX")
+            .arg("PX")
+            .arg(30_000)
+            .query_async(&mut conn)
+            .await
+            .expect("SET");
+        assert!(set.is_some());
+        let _: i64 = cad
+            .key("bench:raw")
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await
+            .expect("CAD");
+        let raw = t.elapsed();
+
+        let t = Instant::now();
+        let g = locks
+            .acquire("bench:distlock", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        let ours = t.elapsed();
+
+        let t = Instant::now();
+        let (lock, fence, queue, handoff) = (
+            "bench:{s}",
+            "bench:{s}:fence",
+            "bench:{s}:queue",
+            "bench:{s}:handoff",
+        );
+        let (granted, _): (i64, i64) = acquire_script
+            .key(lock)
+            .key(fence)
+            .key(queue)
+            .key(handoff)
+            .arg(&token)
+            .arg(30_000)
+            .arg("")
+            .arg(30_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("acquire script");
+        assert_eq!(granted, 1);
+        let _: i64 = release_script
+            .key(lock)
+            .key(queue)
+            .key(handoff)
+            .arg(&token)
+            .arg("bench:{s}:released")
+            .arg(1_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("release script");
+        let scripts = t.elapsed();
+
+        let t = Instant::now();
+        let l = rs
+            .lock("bench:rslock", Duration::from_secs(30))
+            .await
+            .expect("rslock");
+        rs.unlock(&l).await;
+        let peer = t.elapsed();
+
+        if keep {
+            for (v, d) in samples.iter_mut().zip([ping, raw, scripts, ours, peer]) {
+                v.push(d);
+            }
+        }
+    }
+    let [ping, raw, scripts, ours, peer] = samples.map(percentiles);
+
+    println!("uncontended (p50 / p99, µs)");
+    for (what, (p50, p99)) in [
+        ("PING round trip", ping),
+        ("raw floor: SET NX PX + compare-and-delete", raw),
+        ("distlock's two scripts, plain redis-rs", scripts),
+        ("distlock acquire + release", ours),
+        ("rslock lock + unlock", peer),
+    ] {
+        println!("  {what:<45} {:>8.1} / {:>8.1}", us(p50), us(p99));
+    }
+    let ratio =
+        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
+    println!(
+        "  distlock / raw floor: {:.3}x   distlock / rslock: {:.3}x   scripts alone / raw floor: {:.3}x   (p50)",
+        ratio(ours, raw),
+        ratio(ours, peer),
+        ratio(scripts, raw)
+    );
+
+    let mut clients = Vec::new();
+    let mut managers = Vec::new();
+    for _ in 0..TASKS {
+        clients.push(RedisLock::connect(&url).await.expect("distlock client"));
+        managers.push(rslock::LockManager::new(vec![url.clone()]));
+    }
+    let (clients, managers) = (Arc::new(clients), Arc::new(managers));
+    for (scenario, pause) in [
+        ("contention: 1 ms of work inside, 1 ms pause outside", WORK),
+        (
+            "barging: 1 ms of work inside, re-acquire at once",
+            Duration::ZERO,
+        ),
+    ] {
+        let ours = contend(|t, end, log| {
+            let clients = clients.clone();
+            async move {
+                let o = LockOptions::new()
+                    .auto_renew(false)
+                    .wait_timeout(Duration::from_secs(30));
+                while Instant::now() < end {
+                    let g = clients[t]
+                        .acquire("bench:contended", &o)
+                        .await
+                        .expect("acquire");
+                    let granted = Instant::now();
+                    tokio::time::sleep(WORK).await;
+                    let released = Instant::now();
+                    g.release().await.expect("release");
+                    log.lock().expect("log").push((granted, released, t));
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            }
+        })
+        .await;
+        let theirs = contend(|t, end, log| {
+            let managers = managers.clone();
+            async move {
+                while Instant::now() < end {
+                    let l = managers[t]
+                        .acquire_no_guard("bench:rslock-contended", Duration::from_secs(30))
+                        .await
+                        .expect("rslock acquire");
+                    let granted = Instant::now();
+                    tokio::time::sleep(WORK).await;
+                    let released = Instant::now();
+                    managers[t].unlock(&l).await;
+                    log.lock().expect("log").push((granted, released, t));
+                    if !pause.is_zero() {
+                        tokio::time::sleep(pause).await;
+                    }
+                }
+            }
+        })
+        .await;
+        let secs = RUN.as_secs_f64();
+        println!("\n{TASKS} tasks, a client each; {scenario} ({RUN:?})");
+        println!(
+            "  {:<10} {:>10} {:>12} {:>24} {:>18}",
+            "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
+        );
+        for (what, r) in [("distlock", &ours), ("rslock", &theirs)] {
+            println!(
+                "  {what:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
+                r.acquisitions as f64 / secs,
+                r.handoffs as f64 / secs,
+                us(r.handoff_latency.0),
+                us(r.handoff_latency.1),
+                r.per_task.0,
+                r.per_task.1
+            );
+        }
+        println!(
+            "  distlock / rslock: {:.2}x acquisitions/s, {:.1}x hand-offs/s",
+            ours.acquisitions as f64 / theirs.acquisitions.max(1) as f64,
+            ours.handoffs as f64 / theirs.handoffs.max(1) as f64
+        );
+    }
+}

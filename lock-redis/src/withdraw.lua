@@ -1,0 +1,11 @@
+redis.call('LREM', KEYS[1], 0, ARGV[1])
+if redis.call('GET', KEYS[2]) == ARGV[1] then
+  local next = redis.call('LPOP', KEYS[1])
+  if next then
+    redis.call('SET', KEYS[2], next, 'PX', ARGV[3])
+    redis.call('PUBLISH', ARGV[2], next)
+  else
+    redis.call('DEL', KEYS[2])
+  end
+end
+return 1
