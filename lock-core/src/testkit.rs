@@ -34,6 +34,18 @@ pub trait FaultHook: Send + Sync {
     async fn take_away(&self, name: &str) -> Result<(), LockError>;
 }
 
+/// For a [`FaultHook::take_away`] built on a backend call that reports
+/// whether there was a holder: `Ok` if there was, `NotHeld` if not.
+pub fn taken_away(name: &str, had_holder: bool) -> Result<(), LockError> {
+    if had_holder {
+        Ok(())
+    } else {
+        Err(LockError::NotHeld {
+            name: name.to_string(),
+        })
+    }
+}
+
 /// What each case gets: two independent clients of the same lock service
 /// (separate connections or sessions where the backend has them) and the
 /// backend's fault hook.

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use lock_core::testkit::{FaultHook, Harness};
+use lock_core::testkit::{FaultHook, Harness, taken_away};
 use lock_core::{LockError, MemoryLock, async_trait};
 
 struct MemoryHook(MemoryLock);
@@ -10,13 +10,7 @@ struct MemoryHook(MemoryLock);
 #[async_trait]
 impl FaultHook for MemoryHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        if self.0.take_away(name) {
-            Ok(())
-        } else {
-            Err(LockError::NotHeld {
-                name: name.to_string(),
-            })
-        }
+        taken_away(name, self.0.take_away(name))
     }
 }
 

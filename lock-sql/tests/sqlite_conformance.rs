@@ -3,7 +3,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use lock_core::testkit::{FaultHook, Harness};
+use lock_core::testkit::{FaultHook, Harness, taken_away};
 use lock_core::{LockError, async_trait};
 use lock_sql::{SqliteConfig, SqliteLock};
 
@@ -12,13 +12,7 @@ struct SqliteHook(SqliteLock);
 #[async_trait]
 impl FaultHook for SqliteHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        if self.0.take_away(name).await? {
-            Ok(())
-        } else {
-            Err(LockError::NotHeld {
-                name: name.to_string(),
-            })
-        }
+        taken_away(name, self.0.take_away(name).await?)
     }
 }
 
