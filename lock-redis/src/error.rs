@@ -25,8 +25,8 @@ pub(crate) fn map_redis(doing: &str, e: redis::RedisError) -> LockError {
 }
 
 /// Run `fut`, failing with `Unavailable` if it takes longer than a connect
-/// plus a response timeout (a reconnecting connection manager may otherwise
-/// keep a call waiting through its whole retry schedule).
+/// plus a response timeout. Used where the connection manager's own bounds
+/// do not apply (connecting, subscribing) or off the hot path.
 pub(crate) async fn within<F: Future>(
     config: &RedisConfig,
     doing: &str,

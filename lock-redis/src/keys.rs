@@ -38,11 +38,6 @@ impl Keys {
         self.tag(name)
     }
 
-    /// The fencing counter (no TTL: it must outlive every grant).
-    pub(crate) fn fence(&self, name: &str) -> String {
-        self.tag(name) + ":fence"
-    }
-
     /// The FIFO list of waiter ids.
     pub(crate) fn queue(&self, name: &str) -> String {
         self.tag(name) + ":queue"
@@ -58,6 +53,29 @@ impl Keys {
     pub(crate) fn channel(&self, name: &str) -> String {
         self.tag(name) + ":released"
     }
+
+    /// All names of one lock, escaping the name once.
+    pub(crate) fn all(&self, name: &str) -> LockKeys {
+        let tag = self.tag(name);
+        LockKeys {
+            fence: format!("{tag}:fence"),
+            queue: format!("{tag}:queue"),
+            handoff: format!("{tag}:handoff"),
+            channel: format!("{tag}:released"),
+            lock: tag,
+        }
+    }
+}
+
+/// The keys and channel of one lock (see [`Keys`]).
+pub(crate) struct LockKeys {
+    /// Holds the owner token, with the lease as its TTL.
+    pub(crate) lock: String,
+    /// The fencing counter (no TTL: it must outlive every grant).
+    pub(crate) fence: String,
+    pub(crate) queue: String,
+    pub(crate) handoff: String,
+    pub(crate) channel: String,
 }
 
 #[cfg(test)]
@@ -68,8 +86,18 @@ mod tests {
     fn braces_always_enclose_the_whole_escaped_name() {
         let k = Keys::new("distlock:");
         assert_eq!(k.lock("a"), "distlock:{a}");
-        assert_eq!(k.fence("a"), "distlock:{a}:fence");
         assert_eq!(k.channel("}x{"), "distlock:{%7Dx%7B}:released");
         assert_ne!(k.lock("%7D"), k.lock("}"));
+        let all = k.all("a");
+        assert_eq!(
+            [all.lock, all.fence, all.queue, all.handoff, all.channel],
+            [
+                "distlock:{a}".to_string(),
+                "distlock:{a}:fence".to_string(),
+                k.queue("a"),
+                k.handoff("a"),
+                k.channel("a")
+            ]
+        );
     }
 }

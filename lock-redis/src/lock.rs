@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
-use crate::keys::Keys;
+use crate::keys::{Keys, LockKeys};
 use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
 use crate::subscriber::Subscriber;
 
@@ -105,9 +105,14 @@ impl RedisLock {
         server: String,
     ) -> Result<Self, LockError> {
         config.validate()?;
+        // Commands on the hot path rely on these bounds alone (no timer of
+        // our own per call): the reply within `response_timeout`, and one
+        // reconnect attempt within `connect_timeout`, so an outage fails fast.
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout));
+            .set_response_timeout(Some(config.response_timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(config.connect_timeout);
         let conn = within(
             &config,
             "connecting",
@@ -159,24 +164,21 @@ impl RedisLock {
         let owner = OwnerToken::random();
         let handle = Arc::new(self.handle(name, owner));
         let mut call = ACQUIRE.prepare_invoke();
-        call.key(&handle.lock_key)
-            .key(inner.keys.fence(name))
-            .key(&handle.queue_key)
-            .key(&handle.handoff_key)
-            .arg(owner.to_hex())
+        call.key(&handle.keys.lock)
+            .key(&handle.keys.fence)
+            .key(&handle.keys.queue)
+            .key(&handle.keys.handoff)
+            .arg(&handle.owner)
             .arg(opts.ttl.as_millis() as u64)
             .arg(waiter.unwrap_or_default())
             .arg(QUEUE_TTL.as_millis() as u64);
         let pending = PendingGrant::new(handle);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
-        let (granted, value): (i64, i64) = within(
-            &inner.config,
-            "acquiring a lock",
-            call.invoke_async(&mut conn),
-        )
-        .await?
-        .map_err(|e| map_redis("acquiring a lock", e))?;
+        let (granted, value): (i64, i64) = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_redis("acquiring a lock", e))?;
         let handle = pending.disarm();
         if granted != 1 {
             let expires_in = u64::try_from(value)
@@ -207,11 +209,8 @@ impl RedisLock {
     fn handle(&self, name: &str, owner: OwnerToken) -> RedisHandle {
         RedisHandle {
             inner: Arc::clone(&self.inner),
-            lock_key: self.inner.keys.lock(name),
-            queue_key: self.inner.keys.queue(name),
-            handoff_key: self.inner.keys.handoff(name),
-            channel: self.inner.keys.channel(name),
-            owner,
+            keys: self.inner.keys.all(name),
+            owner: owner.to_hex(),
         }
     }
 
@@ -363,11 +362,9 @@ impl Drop for QueuedWaiter {
 
 struct RedisHandle {
     inner: Arc<Inner>,
-    lock_key: String,
-    queue_key: String,
-    handoff_key: String,
-    channel: String,
-    owner: OwnerToken,
+    keys: LockKeys,
+    /// The owner token, as stored in the lock key.
+    owner: String,
 }
 
 #[async_trait]
@@ -375,35 +372,29 @@ impl GuardHandle for RedisHandle {
     async fn release(&self) -> Result<bool, LockError> {
         let mut conn = self.inner.conn.clone();
         let mut call = RELEASE.prepare_invoke();
-        call.key(&self.lock_key)
-            .key(&self.queue_key)
-            .key(&self.handoff_key)
-            .arg(self.owner.to_hex())
-            .arg(&self.channel)
+        call.key(&self.keys.lock)
+            .key(&self.keys.queue)
+            .key(&self.keys.handoff)
+            .arg(&self.owner)
+            .arg(&self.keys.channel)
             .arg(self.inner.config.handoff_window.as_millis() as u64);
-        let released: i64 = within(
-            &self.inner.config,
-            "releasing a lock",
-            call.invoke_async(&mut conn),
-        )
-        .await?
-        .map_err(|e| map_redis("releasing a lock", e))?;
+        let released: i64 = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_redis("releasing a lock", e))?;
         Ok(released == 1)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         let mut conn = self.inner.conn.clone();
         let mut call = EXTEND.prepare_invoke();
-        call.key(&self.lock_key)
-            .arg(self.owner.to_hex())
+        call.key(&self.keys.lock)
+            .arg(&self.owner)
             .arg(ttl.as_millis() as u64);
-        let extended: i64 = within(
-            &self.inner.config,
-            "extending a lock",
-            call.invoke_async(&mut conn),
-        )
-        .await?
-        .map_err(|e| map_redis("extending a lock", e))?;
+        let extended: i64 = call
+            .invoke_async(&mut conn)
+            .await
+            .map_err(|e| map_redis("extending a lock", e))?;
         Ok(extended == 1)
     }
 }
