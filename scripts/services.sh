@@ -81,7 +81,7 @@ pid_of() {
     f=$(pidfile "$1")
     [ -s "$f" ] || return 1
     pid=$(tr -dc '0-9' <"$f")
-    [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null || return 1
+    [ -n "$pid" ] && alive "$pid" || return 1
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     case $1 in
         # redis-server rewrites its process title to "redis-server HOST:PORT".
@@ -89,6 +89,12 @@ pid_of() {
         *) [[ $cmdline == *"$STATE/$1"* ]] || return 1 ;;
     esac
     echo "$pid"
+}
+
+# True while `pid` runs: gone or a zombie (which holds no port and only
+# waits for PID 1 to reap it) counts as stopped.
+alive() {
+    kill -0 "$1" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null)" != Z ]
 }
 
 # Run a foreground server as a detached background process with a pid file.
@@ -298,7 +304,7 @@ stop_one() {
         kill -TERM "$pid" 2>/dev/null || true
     fi
     local end=$((SECONDS + 30))
-    while kill -0 "$pid" 2>/dev/null; do
+    while alive "$pid"; do
         [ $SECONDS -lt $end ] || { kill -KILL "$pid" 2>/dev/null || true; }
         sleep 0.1
     done
@@ -310,10 +316,7 @@ signal_one() {
     pid=$(pid_of "$name") || die "$name is not running"
     kill "-$sig" "$pid"
     if [ "$sig" = KILL ]; then
-        # Gone, or a zombie waiting for PID 1 to reap it (it holds no port).
-        while kill -0 "$pid" 2>/dev/null && [ "$(awk '{print $3}' "/proc/$pid/stat" 2>/dev/null)" != Z ]; do
-            sleep 0.02
-        done
+        while alive "$pid"; do sleep 0.02; done
         [ "$name" = postgres ] && rm -f "$(dir_of postgres)/data/postmaster.pid"
         rm -f "$(pidfile "$name")"
     fi
