@@ -28,9 +28,7 @@ pub use async_trait::async_trait;
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
 pub use guard::{GuardHandle, LockGuard, PendingGrant};
-pub use lock::{
-    Attempt, DistributedLock, acquire_by_polling, check_request, run_detached, wait_deadline,
-};
+pub use lock::{Attempt, DistributedLock, acquire_by_polling, check_request, wait_deadline};
 pub use loss::{LeaseState, LossKind, LossReason, drift_allowance, validity_deadline};
 pub use memory::MemoryLock;
 pub use name::{MAX_NAME_BYTES, validate_name};

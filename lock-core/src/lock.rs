@@ -139,25 +139,3 @@ where
         tries = tries.saturating_add(1);
     }
 }
-
-/// Run one acquisition attempt to completion in its own task.
-///
-/// A network attempt cancelled between the server's grant and the creation
-/// of the guard would leave a lock held with nobody to release it. Running
-/// the attempt as a task closes that gap: if the caller's future is dropped,
-/// the task still finishes, and its output — a [`LockGuard`] inside — is
-/// dropped, which releases the lock in the background.
-pub async fn run_detached<T, Fut>(attempt: Fut) -> Result<T, LockError>
-where
-    Fut: Future<Output = Result<T, LockError>> + Send + 'static,
-    T: Send + 'static,
-{
-    match tokio::spawn(attempt).await {
-        Ok(result) => result,
-        Err(join) => Err(LockError::Backend {
-            backend: "lock-core",
-            reason: format!("acquisition task failed: {join}"),
-            source: None,
-        }),
-    }
-}

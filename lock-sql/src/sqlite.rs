@@ -29,8 +29,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
-    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, Waiting, Wakeups, Watchdog,
-    acquire_by_polling, check_request, run_detached,
+    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Waiting, Wakeups,
+    Watchdog, acquire_by_polling, check_request,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -252,8 +252,10 @@ impl SqliteLock {
         Ok(done.rows_affected() == 1)
     }
 
-    /// One attempt, run to completion even if the caller is cancelled. With
-    /// `look_first`, read the row before taking the write lock.
+    /// One attempt. With `look_first`, read the row before taking the write
+    /// lock. Cancel-safe: a transaction dropped before its commit rolls back,
+    /// and a [`PendingGrant`] releases by owner token if the future is
+    /// dropped while the commit is in flight.
     async fn attempt(
         &self,
         name: &str,
@@ -265,9 +267,62 @@ impl SqliteLock {
                 expires_in: Some(expires_in),
             });
         }
-        let this = self.clone();
-        let (name, opts) = (name.to_string(), opts.clone());
-        run_detached(async move { this.attempt_now(&name, &opts).await }).await
+        let owner = OwnerToken::random();
+        let handle = Arc::new(self.handle(name, owner));
+        let owner = handle.owner_hex.clone();
+        let pending = PendingGrant::new(handle);
+        let sent_at = Instant::now();
+        let now = now_ms();
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        let granted = sqlx::query(AssertSqlSafe(self.inner.sql.acquire.as_str()))
+            .bind(name)
+            .bind(&owner)
+            .bind(now.saturating_add(ms(opts.ttl)))
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let fence = match granted {
+            Some(row) => row.try_get::<i64, _>(0).map_err(failed)?,
+            None => {
+                drop(pending.disarm());
+                tx.rollback().await.map_err(failed)?;
+                let expires_in = self.holder_expires_in(name).await?;
+                return Ok(Attempt::Held { expires_in });
+            }
+        };
+        tx.commit().await.map_err(failed)?;
+        let handle = pending.disarm();
+        if sent_at.elapsed() >= opts.ttl {
+            // Granted too late to be of use: give it back rather than hold a
+            // lease that may already be expired.
+            let _ = handle.release().await;
+            return Ok(Attempt::Held { expires_in: None });
+        }
+        let fence = match u64::try_from(fence) {
+            Ok(f) => f,
+            Err(_) => {
+                let _ = handle.release().await;
+                return Err(LockError::Backend {
+                    backend: BACKEND,
+                    reason: format!("fencing counter for {name:?} is negative ({fence})"),
+                    source: None,
+                });
+            }
+        };
+        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle);
+        Ok(Attempt::Acquired(if opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        }))
     }
 
     /// How long the current holder's lease has left; `None` if nobody holds
@@ -284,66 +339,11 @@ impl SqliteLock {
         Ok(expires.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
     }
 
-    async fn attempt_now(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
-        let owner = OwnerToken::random();
-        let sent_at = Instant::now();
-        let now = now_ms();
-        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut tx = self
-            .inner
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(failed)?;
-        let granted = sqlx::query(AssertSqlSafe(self.inner.sql.acquire.as_str()))
-            .bind(name)
-            .bind(owner.to_hex())
-            .bind(now.saturating_add(ms(opts.ttl)))
-            .bind(now)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed)?;
-        let fence = match granted {
-            Some(row) => row.try_get::<i64, _>(0).map_err(failed)?,
-            None => {
-                tx.rollback().await.map_err(failed)?;
-                let expires_in = self.holder_expires_in(name).await?;
-                return Ok(Attempt::Held { expires_in });
-            }
-        };
-        tx.commit().await.map_err(failed)?;
-        if sent_at.elapsed() >= opts.ttl {
-            // Granted too late to be of use: give it back rather than hold a
-            // lease that may already be expired.
-            let handle = self.handle(name, owner);
-            let _ = handle.release().await;
-            return Ok(Attempt::Held { expires_in: None });
-        }
-        let fence = u64::try_from(fence).map_err(|_| LockError::Backend {
-            backend: BACKEND,
-            reason: format!("fencing counter for {name:?} is negative ({fence})"),
-            source: None,
-        })?;
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(
-            name,
-            Some(fence),
-            CAPABILITIES,
-            lease,
-            Arc::new(self.handle(name, owner)),
-        );
-        Ok(Attempt::Acquired(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard
-        }))
-    }
-
     fn handle(&self, name: &str, owner: OwnerToken) -> SqliteHandle {
         SqliteHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
-            owner,
+            owner_hex: owner.to_hex(),
         }
     }
 }
@@ -384,7 +384,8 @@ impl fmt::Debug for SqliteLock {
 struct SqliteHandle {
     inner: Arc<Inner>,
     name: String,
-    owner: OwnerToken,
+    /// The owner token, as stored in the row.
+    owner_hex: String,
 }
 
 #[async_trait]
@@ -392,7 +393,7 @@ impl GuardHandle for SqliteHandle {
     async fn release(&self) -> Result<bool, LockError> {
         let done = sqlx::query(AssertSqlSafe(self.inner.sql.release.as_str()))
             .bind(&self.name)
-            .bind(self.owner.to_hex())
+            .bind(&self.owner_hex)
             .bind(now_ms())
             .execute(&self.inner.pool)
             .await
@@ -408,7 +409,7 @@ impl GuardHandle for SqliteHandle {
         let now = now_ms();
         let done = sqlx::query(AssertSqlSafe(self.inner.sql.extend.as_str()))
             .bind(&self.name)
-            .bind(self.owner.to_hex())
+            .bind(&self.owner_hex)
             .bind(now.saturating_add(ms(ttl)))
             .bind(now)
             .execute(&self.inner.pool)
