@@ -38,17 +38,6 @@ impl Keys {
         self.tag(name)
     }
 
-    /// The FIFO list of waiter ids.
-    pub(crate) fn queue(&self, name: &str) -> String {
-        self.tag(name) + ":queue"
-    }
-
-    /// The id of the waiter a release handed the lock to, with the hand-off
-    /// window as its TTL.
-    pub(crate) fn handoff(&self, name: &str) -> String {
-        self.tag(name) + ":handoff"
-    }
-
     /// The channel the release script publishes on.
     pub(crate) fn channel(&self, name: &str) -> String {
         self.tag(name) + ":released"
@@ -73,8 +62,12 @@ pub(crate) struct LockKeys {
     pub(crate) lock: String,
     /// The fencing counter (no TTL: it must outlive every grant).
     pub(crate) fence: String,
+    /// The FIFO list of waiter ids.
     pub(crate) queue: String,
+    /// The id of the waiter a release handed the lock to, with the hand-off
+    /// window as its TTL.
     pub(crate) handoff: String,
+    /// The channel the release script publishes on.
     pub(crate) channel: String,
 }
 
@@ -94,8 +87,8 @@ mod tests {
             [
                 "distlock:{a}".to_string(),
                 "distlock:{a}:fence".to_string(),
-                k.queue("a"),
-                k.handoff("a"),
+                "distlock:{a}:queue".to_string(),
+                "distlock:{a}:handoff".to_string(),
                 k.channel("a")
             ]
         );

@@ -342,10 +342,11 @@ impl Drop for QueuedWaiter {
         rt.spawn(async move {
             let mut conn = inner.conn.clone();
             let mut call = WITHDRAW.prepare_invoke();
-            call.key(inner.keys.queue(&name))
-                .key(inner.keys.handoff(&name))
+            let keys = inner.keys.all(&name);
+            call.key(&keys.queue)
+                .key(&keys.handoff)
                 .arg(&waiter)
-                .arg(inner.keys.channel(&name))
+                .arg(&keys.channel)
                 .arg(inner.config.handoff_window.as_millis() as u64);
             let done = within(
                 &inner.config,
