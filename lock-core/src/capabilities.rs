@@ -8,8 +8,9 @@ use std::time::Duration;
 pub enum Fencing {
     /// No fencing tokens: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is `None`.
     None,
-    /// Tokens increase strictly only while the server keeps its data (a single
-    /// Redis node: a failover or restart without persistence can repeat them).
+    /// Tokens increase strictly only while the servers keep their data (a
+    /// single Redis node: a failover or restart without persistence can repeat
+    /// them; Redlock: a node that restarts without its counters can).
     WhileServerKeepsData,
     /// Tokens increase strictly across all grants of a name within the
     /// backend's failure model (durable counter, consensus revision).

@@ -39,12 +39,18 @@ pub enum LockError {
     },
 
     /// A quorum-based backend got fewer grants than it needs.
-    #[error("quorum not reached: {acquired} of the {needed} nodes needed granted the lock")]
+    #[error(
+        "quorum not reached: {acquired} of the {needed} nodes needed granted the lock{}",
+        causes_suffix(causes)
+    )]
     QuorumNotReached {
         /// Nodes that granted the lock.
         acquired: usize,
         /// Nodes needed for a majority.
         needed: usize,
+        /// Why the other nodes did not, one entry per node that failed
+        /// (`"host:port: cause"`), for diagnostics.
+        causes: Vec<String>,
     },
 
     /// The lock is not (or no longer) held by this owner: released already,
@@ -100,6 +106,14 @@ pub enum LockError {
         #[source]
         source: Option<BoxError>,
     },
+}
+
+fn causes_suffix(causes: &[String]) -> String {
+    if causes.is_empty() {
+        String::new()
+    } else {
+        format!(" ({})", causes.join("; "))
+    }
 }
 
 impl LockError {

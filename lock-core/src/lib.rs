@@ -29,7 +29,10 @@ pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
 pub use guard::{GuardHandle, LockGuard, PendingGrant};
 pub use lock::{Attempt, DistributedLock, acquire_by_polling, check_request, wait_deadline};
-pub use loss::{LeaseState, LossKind, LossReason, drift_allowance, validity_deadline};
+pub use loss::{
+    DEFAULT_DRIFT_FACTOR, LeaseState, LossKind, LossReason, drift_allowance, drift_allowance_with,
+    validity_deadline,
+};
 pub use memory::MemoryLock;
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};

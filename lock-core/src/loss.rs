@@ -64,13 +64,31 @@ impl fmt::Display for LossReason {
 /// The clock-drift allowance subtracted from a TTL to get the validity
 /// deadline: 1 % of the TTL plus 2 ms, as the Redlock analysis suggests.
 pub fn drift_allowance(ttl: Duration) -> Duration {
-    ttl / 100 + Duration::from_millis(2)
+    drift_allowance_with(ttl, DEFAULT_DRIFT_FACTOR)
+}
+
+/// The default clock-drift factor: 1 % of the TTL.
+pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// The clock-drift allowance for a given `factor` of the TTL, plus 2 ms.
+/// A factor outside `0.0..1.0` is clamped into it.
+pub fn drift_allowance_with(ttl: Duration, factor: f64) -> Duration {
+    let factor = if factor.is_finite() {
+        factor.clamp(0.0, 0.99)
+    } else {
+        DEFAULT_DRIFT_FACTOR
+    };
+    ttl.mul_f64(factor) + Duration::from_millis(2)
 }
 
 /// The moment, by the local monotonic clock, after which a lease granted by a
 /// request sent at `sent_at` with `ttl` may already have expired on the server.
 pub fn validity_deadline(sent_at: Instant, ttl: Duration) -> Instant {
-    sent_at + ttl.saturating_sub(drift_allowance(ttl))
+    validity_deadline_with(sent_at, ttl, DEFAULT_DRIFT_FACTOR)
+}
+
+fn validity_deadline_with(sent_at: Instant, ttl: Duration, factor: f64) -> Instant {
+    sent_at + ttl.saturating_sub(drift_allowance_with(ttl, factor))
 }
 
 #[derive(Debug, Clone)]
@@ -87,12 +105,21 @@ struct LeaseSnapshot {
 pub struct LeaseState {
     tx: watch::Sender<LeaseSnapshot>,
     ttl: Mutex<Duration>,
+    drift_factor: f64,
 }
 
 impl LeaseState {
     /// State for a lease granted by a request sent at `sent_at` with `ttl`.
     pub fn lease(sent_at: Instant, ttl: Duration) -> Self {
-        Self::new(Some(validity_deadline(sent_at, ttl)), ttl)
+        Self::lease_with_drift(sent_at, ttl, DEFAULT_DRIFT_FACTOR)
+    }
+
+    /// Like [`lease`](Self::lease), with the clock-drift allowance set to
+    /// `factor` of the TTL (plus 2 ms) for this lease and its renewals.
+    pub fn lease_with_drift(sent_at: Instant, ttl: Duration, factor: f64) -> Self {
+        let mut state = Self::new(Some(validity_deadline_with(sent_at, ttl, factor)), ttl);
+        state.drift_factor = factor;
+        state
     }
 
     /// State for a lock without a deadline (held by a connection or session);
@@ -109,6 +136,7 @@ impl LeaseState {
         LeaseState {
             tx,
             ttl: Mutex::new(ttl),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
         }
     }
 
@@ -131,7 +159,7 @@ impl LeaseState {
             if s.lost.is_some() {
                 return false;
             }
-            let deadline = validity_deadline(sent_at, ttl);
+            let deadline = validity_deadline_with(sent_at, ttl, self.drift_factor);
             // Never revive a lease whose deadline passed already.
             if s.deadline.is_some_and(|d| d <= Instant::now()) {
                 s.lost = Some(LossReason::DeadlinePassed);

@@ -75,18 +75,20 @@ impl RedisConfig {
 }
 
 /// A parsed connection URL: what to hand the redis client (our own query
-/// options removed, RESP3 requested) and our settings. Never `Debug`-printed
-/// with its password.
-pub(crate) struct ParsedUrl {
-    pub(crate) client_url: String,
-    pub(crate) config: RedisConfig,
-    /// `host:port/db`, safe to show.
-    pub(crate) display: String,
+/// options removed, RESP3 requested) and our settings. Not `Debug`: the
+/// client URL carries the password.
+pub struct ParsedUrl {
+    /// The URL for `redis::Client::open`, credentials included.
+    pub client_url: String,
+    /// Our settings, from the query options.
+    pub config: RedisConfig,
+    /// `scheme://host:port/db`, safe to show.
+    pub display: String,
 }
 
 /// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…&handoff_window_ms=…]`
 /// (or `rediss://` for TLS).
-pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
+pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
         url: redacted(raw),
         reason,

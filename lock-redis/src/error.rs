@@ -12,15 +12,21 @@ pub(crate) const BACKEND: &str = "redis";
 /// (a script error, an unexpected reply) is `Backend`. redis-rs errors do not
 /// carry the connection's password.
 pub(crate) fn map_redis(doing: &str, e: redis::RedisError) -> LockError {
+    map_error(BACKEND, doing, e)
+}
+
+/// [`map_redis`] for another backend built on Redis: `Unavailable` for
+/// connection-level failures, `Backend` for the rest, labelled `backend`.
+pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> LockError {
     if e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
     {
-        LockError::unavailable(BACKEND, doing.to_string(), e)
+        LockError::unavailable(backend, doing.to_string(), e)
     } else {
-        LockError::backend(BACKEND, doing.to_string(), e)
+        LockError::backend(backend, doing.to_string(), e)
     }
 }
 

@@ -6,12 +6,13 @@
 
 /// The names used for locks under one prefix.
 #[derive(Debug, Clone)]
-pub(crate) struct Keys {
+pub struct Keys {
     prefix: String,
 }
 
 impl Keys {
-    pub(crate) fn new(prefix: &str) -> Self {
+    /// Names under `prefix` (validated by [`RedisConfig`](crate::RedisConfig)).
+    pub fn new(prefix: &str) -> Self {
         Keys {
             prefix: prefix.to_string(),
         }
@@ -34,17 +35,17 @@ impl Keys {
     }
 
     /// The key holding the owner token, with the lease as its TTL.
-    pub(crate) fn lock(&self, name: &str) -> String {
+    pub fn lock(&self, name: &str) -> String {
         self.tag(name)
     }
 
     /// The channel the release script publishes on.
-    pub(crate) fn channel(&self, name: &str) -> String {
+    pub fn channel(&self, name: &str) -> String {
         self.tag(name) + ":released"
     }
 
     /// All names of one lock, escaping the name once.
-    pub(crate) fn all(&self, name: &str) -> LockKeys {
+    pub fn all(&self, name: &str) -> LockKeys {
         let tag = self.tag(name);
         LockKeys {
             fence: format!("{tag}:fence"),
@@ -57,18 +58,18 @@ impl Keys {
 }
 
 /// The keys and channel of one lock (see [`Keys`]).
-pub(crate) struct LockKeys {
+pub struct LockKeys {
     /// Holds the owner token, with the lease as its TTL.
-    pub(crate) lock: String,
+    pub lock: String,
     /// The fencing counter (no TTL: it must outlive every grant).
-    pub(crate) fence: String,
+    pub fence: String,
     /// The FIFO list of waiter ids.
-    pub(crate) queue: String,
+    pub queue: String,
     /// The id of the waiter a release handed the lock to, with the hand-off
     /// window as its TTL.
-    pub(crate) handoff: String,
+    pub handoff: String,
     /// The channel the release script publishes on.
-    pub(crate) channel: String,
+    pub channel: String,
 }
 
 #[cfg(test)]

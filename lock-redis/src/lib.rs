@@ -16,5 +16,17 @@ mod lock;
 mod scripts;
 mod subscriber;
 
+pub mod parts {
+    //! Building blocks for other backends on Redis: lock-redlock runs these
+    //! per-node scripts, key names and the shared subscriber on each of its
+    //! masters. Not needed to use [`RedisLock`](crate::RedisLock).
+
+    pub use crate::config::{ParsedUrl, parse_url};
+    pub use crate::error::map_error;
+    pub use crate::keys::{Keys, LockKeys};
+    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+    pub use crate::subscriber::{Subscriber, Subscription};
+}
+
 pub use config::RedisConfig;
 pub use lock::RedisLock;

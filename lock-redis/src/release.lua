@@ -6,5 +6,7 @@ local next = redis.call('LPOP', KEYS[2])
 if next then
   redis.call('SET', KEYS[3], next, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], next)
+elseif ARGV[4] == '1' then
+  redis.call('PUBLISH', ARGV[2], '')
 end
 return 1

@@ -15,21 +15,20 @@ use redis::Script;
 /// KEYS: lock, fence, queue, handoff. ARGV: owner, ttl ms, waiter id (empty
 /// for a newcomer that does not queue), queue TTL ms.
 /// Returns `{1, token}` when granted, `{0, ms to wait}` otherwise.
-pub(crate) static ACQUIRE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("acquire.lua")));
+pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
-/// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms.
+/// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,
+/// and optionally `"1"` to broadcast.
 /// Deletes the lock only if `owner` holds it, then hands it to the first
-/// waiter in line. Returns 1 if it was ours, else 0.
-pub(crate) static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("release.lua")));
+/// waiter in line. With nobody in line and the broadcast flag set, it
+/// publishes an empty message instead, which wakes every waiter (Redlock,
+/// whose waiters do not queue). Returns 1 if it was ours, else 0.
+pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 
 /// KEYS: queue, handoff. ARGV: waiter id, channel, hand-off window ms.
 /// Leaves the queue; a reservation held by this waiter passes to the next.
-pub(crate) static WITHDRAW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
+pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
 
 /// KEYS: lock. ARGV: owner, ttl ms. Resets the lease only if `owner` holds
 /// the lock. Returns 1 if it was ours, else 0.
-pub(crate) static EXTEND: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("extend.lua")));
+pub static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));

@@ -24,7 +24,8 @@ use crate::error::{map_redis, within};
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
-pub(crate) struct Subscriber {
+/// The shared subscriber connection of one client to one Redis server.
+pub struct Subscriber {
     conn: ConnectionManager,
     /// Waiters per channel, and whether the SUBSCRIBE has been answered.
     channels: Mutex<HashMap<String, Channel>>,
@@ -44,26 +45,38 @@ struct Channel {
 }
 
 /// A waiter's claim on a channel; dropping it releases the claim.
-pub(crate) struct Subscription {
+pub struct Subscription {
     subscriber: Arc<Subscriber>,
     channel: String,
 }
 
 impl Subscriber {
-    pub(crate) async fn connect(
+    /// Connect the subscriber. A message whose payload is a waiter id wakes
+    /// that waiter ([`Wakeups::wake_one`]); an empty payload is a broadcast
+    /// that wakes every waiter registered under the channel's name
+    /// ([`Wakeups::wake`]); a reconnect wakes everyone.
+    pub async fn connect(
         client: &redis::Client,
         config: &RedisConfig,
         wakeups: Wakeups,
     ) -> Result<Arc<Self>, LockError> {
         let on_push = move |info: PushInfo| {
             match info.kind {
-                PushKind::Message => {
-                    if let Some(Value::BulkString(waiter)) = info.data.get(1)
-                        && let Ok(waiter) = std::str::from_utf8(waiter)
+                PushKind::Message => match (info.data.first(), info.data.get(1)) {
+                    (Some(Value::BulkString(channel)), Some(Value::BulkString(waiter)))
+                        if waiter.is_empty() =>
                     {
-                        wakeups.wake_one(waiter);
+                        if let Ok(channel) = std::str::from_utf8(channel) {
+                            wakeups.wake(channel);
+                        }
                     }
-                }
+                    (_, Some(Value::BulkString(waiter))) => {
+                        if let Ok(waiter) = std::str::from_utf8(waiter) {
+                            wakeups.wake_one(waiter);
+                        }
+                    }
+                    _ => {}
+                },
                 PushKind::Disconnection => wakeups.wake_all(),
                 _ => {}
             }
@@ -107,7 +120,7 @@ impl Subscriber {
     }
 
     /// A claim on `channel` if it is subscribed already (no round trip).
-    pub(crate) fn join_subscribed(self: &Arc<Self>, channel: &str) -> Option<Subscription> {
+    pub fn join_subscribed(self: &Arc<Self>, channel: &str) -> Option<Subscription> {
         match self.claim(channel) {
             (claim, true) => Some(claim),
             (claim, false) => {
@@ -119,10 +132,7 @@ impl Subscriber {
 
     /// A claim on `channel`, subscribing first if needed: when this returns,
     /// a message published from now on reaches us.
-    pub(crate) async fn subscribe(
-        self: &Arc<Self>,
-        channel: &str,
-    ) -> Result<Subscription, LockError> {
+    pub async fn subscribe(self: &Arc<Self>, channel: &str) -> Result<Subscription, LockError> {
         let (claim, subscribed) = self.claim(channel);
         if subscribed {
             return Ok(claim);

@@ -1,0 +1,269 @@
+//! Client settings and the `redlock://host1:port,host2:port,…` URL form.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::{DEFAULT_DRIFT_FACTOR, LockError};
+use lock_redis::parts::{ParsedUrl, parse_url as parse_node_url};
+
+/// Settings for a [`Redlock`](crate::Redlock).
+#[derive(Clone, PartialEq)]
+pub struct RedlockConfig {
+    /// Prepended to every key and channel on every node; default
+    /// `distlock:` (the same rules as [`lock_redis::RedisConfig::prefix`]).
+    pub prefix: String,
+    /// Bound on each request to one node, far below the TTL: a node that is
+    /// down or stopped costs at most this. Default 50 ms.
+    pub node_timeout: Duration,
+    /// Bound on establishing a connection to one node; default 1 s.
+    pub connect_timeout: Duration,
+    /// Clock-drift allowance as a fraction of the TTL (plus 2 ms) subtracted
+    /// from every lease's validity; default 0.01.
+    pub drift_factor: f64,
+    /// The smallest validity left after an acquisition, as a fraction of the
+    /// TTL, for it to count; default 0.05. An acquisition that took longer
+    /// (slow nodes, a pause) is given back and retried.
+    pub min_validity: f64,
+}
+
+impl Default for RedlockConfig {
+    fn default() -> Self {
+        RedlockConfig {
+            prefix: "distlock:".to_string(),
+            node_timeout: Duration::from_millis(50),
+            connect_timeout: Duration::from_secs(1),
+            drift_factor: DEFAULT_DRIFT_FACTOR,
+            min_validity: 0.05,
+        }
+    }
+}
+
+impl fmt::Debug for RedlockConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedlockConfig")
+            .field("prefix", &self.prefix)
+            .field("node_timeout", &self.node_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("drift_factor", &self.drift_factor)
+            .field("min_validity", &self.min_validity)
+            .finish()
+    }
+}
+
+impl RedlockConfig {
+    /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
+    pub fn validate(&self) -> Result<(), LockError> {
+        for (what, d, max) in [
+            ("node_timeout", self.node_timeout, Duration::from_secs(60)),
+            (
+                "connect_timeout",
+                self.connect_timeout,
+                Duration::from_secs(3600),
+            ),
+        ] {
+            if d.is_zero() || d > max {
+                return Err(LockError::invalid_options(format!(
+                    "redlock {what} must be between 1 ms and {max:?}, got {d:?}"
+                )));
+            }
+        }
+        for (what, x, max) in [
+            ("drift_factor", self.drift_factor, 0.5),
+            ("min_validity", self.min_validity, 0.9),
+        ] {
+            if !(x.is_finite() && (0.0..=max).contains(&x)) {
+                return Err(LockError::invalid_options(format!(
+                    "redlock {what} must be a fraction between 0 and {max}, got {x}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One node of a parsed Redlock URL.
+pub(crate) struct NodeUrl {
+    /// For `redis::Client::open`, credentials included (never printed).
+    pub(crate) client_url: String,
+    /// `host:port`, safe to show.
+    pub(crate) display: String,
+}
+
+/// A parsed Redlock URL.
+pub(crate) struct ParsedRedlockUrl {
+    pub(crate) nodes: Vec<NodeUrl>,
+    pub(crate) config: RedlockConfig,
+}
+
+/// Options a Redlock URL may carry.
+const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, drift_factor, min_validity, tls";
+
+/// Parse `redlock://[user:pass@]host:port[,host:port…][/db][?options]`.
+/// Every node shares the credentials, database and options; `tls=true`
+/// connects to every node with TLS (as `rediss://`).
+pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
+    let shown = redacted(raw);
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: shown.clone(),
+        reason,
+    };
+    let rest = raw
+        .strip_prefix("redlock://")
+        .ok_or_else(|| invalid("expected a redlock:// URL".into()))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
+    let (userinfo, hosts) = match authority.rsplit_once('@') {
+        Some((u, h)) => (Some(u), h),
+        None => (None, authority),
+    };
+    if !db.is_empty() && db.parse::<u16>().is_err() {
+        return Err(invalid(format!(
+            "the path must be a database number, got {db:?}"
+        )));
+    }
+    let mut config = RedlockConfig::default();
+    let mut tls = false;
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let millis = || {
+            value
+                .parse::<u64>()
+                .map(Duration::from_millis)
+                .map_err(|_| {
+                    invalid(format!(
+                        "`{key}` must be a whole number of milliseconds, got {value:?}"
+                    ))
+                })
+        };
+        let fraction = || {
+            value
+                .parse::<f64>()
+                .map_err(|_| invalid(format!("`{key}` must be a decimal fraction, got {value:?}")))
+        };
+        match key.as_ref() {
+            "prefix" => config.prefix = value.to_string(),
+            "node_timeout_ms" => config.node_timeout = millis()?,
+            "connect_timeout_ms" => config.connect_timeout = millis()?,
+            "drift_factor" => config.drift_factor = fraction()?,
+            "min_validity" => config.min_validity = fraction()?,
+            "tls" => {
+                tls = match value.as_ref() {
+                    "true" | "1" => true,
+                    "false" | "0" => false,
+                    _ => {
+                        return Err(invalid(format!(
+                            "`tls` must be true or false, got {value:?}"
+                        )));
+                    }
+                }
+            }
+            _ => return Err(invalid(format!("unknown option `{key}` (known: {KNOWN})"))),
+        }
+    }
+    config.validate()?;
+    let hosts: Vec<&str> = hosts.split(',').collect();
+    let n = hosts.len();
+    if !(n == 1 || (n >= 3 && n % 2 == 1)) {
+        return Err(invalid(format!(
+            "Redlock needs an odd number of nodes, at least 3 (or 1 for testing), got {n}"
+        )));
+    }
+    let scheme = if tls { "rediss" } else { "redis" };
+    let mut nodes = Vec::with_capacity(n);
+    for host in hosts {
+        if host.is_empty() {
+            return Err(invalid("an empty host in the node list".into()));
+        }
+        // Each node is a plain Redis URL, checked by lock-redis's parser.
+        let node = format!(
+            "{scheme}://{}{host}/{db}?connect_timeout_ms={}&response_timeout_ms={}",
+            userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
+            config.connect_timeout.as_millis(),
+            config.node_timeout.as_millis(),
+        );
+        let ParsedUrl {
+            client_url,
+            display,
+            ..
+        } = parse_node_url(&node).map_err(|e| match e {
+            LockError::InvalidUrl { reason, .. } => invalid(format!("node {host:?}: {reason}")),
+            other => other,
+        })?;
+        nodes.push(NodeUrl {
+            client_url,
+            display: display
+                .trim_start_matches("redis://")
+                .trim_start_matches("rediss://")
+                .to_string(),
+        });
+    }
+    // The prefix rules are lock-redis's.
+    lock_redis::RedisConfig {
+        prefix: config.prefix.clone(),
+        ..Default::default()
+    }
+    .validate()?;
+    Ok(ParsedRedlockUrl { nodes, config })
+}
+
+/// The URL without credentials, for errors.
+fn redacted(raw: &str) -> String {
+    match raw.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, tail) = match rest.find(['/', '?']) {
+                Some(i) => rest.split_at(i),
+                None => (rest, ""),
+            };
+            let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+            format!("{scheme}://{hosts}{tail}")
+        }
+        None => "<unparsable redlock URL>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_share_credentials_database_and_options() {
+        let p = parse_url(
+            "redlock://:pw@127.0.0.1:1,127.0.0.1:2,h3:3/2?node_timeout_ms=20&prefix=app:&drift_factor=0.02",
+        )
+        .expect("valid");
+        assert_eq!(p.nodes.len(), 3);
+        assert_eq!(p.config.node_timeout, Duration::from_millis(20));
+        assert_eq!(p.config.prefix, "app:");
+        assert_eq!(p.config.drift_factor, 0.02);
+        assert_eq!(p.nodes[2].display, "h3:3/2");
+        assert!(
+            p.nodes[0]
+                .client_url
+                .starts_with("redis://:pw@127.0.0.1:1/2?")
+        );
+        let tls = parse_url("redlock://a:1?tls=true").expect("valid");
+        assert!(tls.nodes[0].client_url.starts_with("rediss://"));
+    }
+
+    #[test]
+    fn bad_urls_are_typed_and_redacted() {
+        for bad in [
+            "redis://:secretpw@a:1",
+            "redlock://:secretpw@a:1,b:2",
+            "redlock://:secretpw@a:1,,b:2",
+            "redlock://:secretpw@a:1/x",
+            "redlock://:secretpw@a:1?nope=1",
+            "redlock://:secretpw@a:1?node_timeout_ms=0",
+            "redlock://:secretpw@a:1?drift_factor=2",
+            "redlock://:secretpw@a:1?tls=maybe",
+            "redlock://:secretpw@a:1?prefix=a{b}",
+        ] {
+            match parse_url(bad) {
+                Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {
+                    assert!(!format!("{e} {e:?}").contains("secretpw"), "{bad}: {e}");
+                }
+                Err(other) => panic!("{bad}: unexpected {other}"),
+                Ok(_) => panic!("{bad}: accepted"),
+            }
+        }
+    }
+}

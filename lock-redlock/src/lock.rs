@@ -1,0 +1,475 @@
+//! `Redlock`: the client, the quorum acquire with its fencing write-back,
+//! the waiting loop and the guard handle.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Waiting, Wakeups, Watchdog,
+    check_request, wait_deadline,
+};
+use lock_redis::parts::{Keys, LockKeys, Subscription};
+use tokio::time::Instant;
+
+use crate::config::{NodeUrl, RedlockConfig, parse_url};
+use crate::node::{BACKEND, Node, NodeGrant};
+use crate::quorum::{Replies, causes, count, failed, gather, majority};
+
+const CAPABILITIES: Capabilities = Capabilities {
+    backend: BACKEND,
+    // Safety rests on timing assumptions (bounded pauses, clock rates,
+    // delayed restarts), not on consensus: see the crate documentation.
+    grade: Grade::Efficiency,
+    // A majority-quorum counter: strictly increasing while no node loses
+    // its counters (persistence with fsync); a node that restarts empty can
+    // be the one node two majorities share.
+    fencing: Fencing::WhileServerKeepsData,
+    fair_queue: false,
+    crash_release: CrashRelease::Ttl,
+    survives_server_failure: true,
+    depends_on_clocks: true,
+    waiting: Waiting::Notified,
+    max_ttl: Duration::from_secs(30 * 86_400),
+};
+
+/// Locks over N independent Redis masters (the Redlock algorithm).
+///
+/// - **Acquire** sends lock-redis's acquire script (`SET NX PX` plus an
+///   `INCR` of the node's fencing counter) to every node at once, each
+///   request bounded by the node timeout, and succeeds with a majority
+///   (⌊N/2⌋+1) if enough validity is left: validity = TTL − elapsed −
+///   drift, drift = TTL × `drift_factor` + 2 ms. It does not wait for
+///   stragglers once the outcome is decided. On failure it releases on every
+///   node that did not refuse, including those that timed out.
+/// - **Fencing tokens** come from a majority-quorum counter: the largest
+///   counter among the granting nodes is the token, written back
+///   (raise-only, and only where this owner still holds the key) until a
+///   majority carries it, before the guard is returned. Any two majorities
+///   share a node, so the next holder reads at least this token. When the
+///   granting nodes already agree (the usual case) this costs nothing extra.
+/// - **Release** runs on all nodes at once and reports whether a majority
+///   still held the lock; **extend** (and the watchdog) needs a majority
+///   within the current validity, else `lost()` fires by the deadline.
+/// - **Waiting**: waiters subscribe to the lock's release channel on every
+///   node; a release wakes them, the holders' remaining TTL is the backstop,
+///   and a split vote (contenders each holding a minority) is retried after
+///   a random delay from the options' backoff.
+///
+/// # Assumptions
+///
+/// Redlock is only as safe as its timing model: processes pause for less
+/// than the validity left, clocks on the nodes advance at about the same
+/// rate (no step changes: run them without NTP slewing jumps), and a node
+/// that crashes either keeps its data (AOF with `appendfsync always`) or
+/// stays down longer than the longest TTL before rejoining. Fencing tokens
+/// need more: no node may lose its counters. If these cannot be promised,
+/// use etcd or ZooKeeper (consensus, with safe fencing tokens) for
+/// correctness; Redlock buys tolerance of a minority of failed nodes.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions};
+/// let locks = lock_redlock::Redlock::connect(
+///     "redlock://10.0.0.1:6379,10.0.0.2:6379,10.0.0.3:6379?node_timeout_ms=50",
+/// )
+/// .await?;
+/// let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+/// let token = guard.fencing_token(); // pass it to the protected resource
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Redlock {
+    inner: Arc<Inner>,
+    watchdog: Watchdog,
+}
+
+struct Inner {
+    nodes: Vec<Node>,
+    /// Each node's `host:port/db`, for diagnostics.
+    names: Vec<String>,
+    keys: Keys,
+    config: RedlockConfig,
+    quorum: usize,
+    wakeups: Wakeups,
+}
+
+impl Redlock {
+    /// Connect to `redlock://[user:pass@]host:port[,host:port…][/db]` with
+    /// options `prefix`, `node_timeout_ms`, `connect_timeout_ms`,
+    /// `drift_factor`, `min_validity` and `tls`. Succeeds when a majority of
+    /// the nodes answers; the others are connected when they come back.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let parsed = parse_url(url)?;
+        Self::with_nodes(&parsed.nodes, parsed.config).await
+    }
+
+    async fn with_nodes(urls: &[NodeUrl], config: RedlockConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let nodes = urls
+            .iter()
+            .map(|u| Node::new(u, &config))
+            .collect::<Result<Vec<_>, _>>()?;
+        let names: Vec<String> = nodes.iter().map(|n| n.display.clone()).collect();
+        let quorum = majority(nodes.len());
+        let replies = gather(nodes.iter().map(|n| n.ping(config.connect_timeout)), |_| {
+            false
+        })
+        .await;
+        let up = count(&replies, |_| true);
+        if up < quorum {
+            return Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!(
+                    "only {up} of {} nodes answered, {quorum} needed: {}",
+                    nodes.len(),
+                    causes(&replies, &names).join("; ")
+                ),
+                source: None,
+            });
+        }
+        tracing::debug!(nodes = ?names, up, "redlock client connected");
+        Ok(Redlock {
+            inner: Arc::new(Inner {
+                nodes,
+                names,
+                keys: Keys::new(&config.prefix),
+                config,
+                quorum,
+                wakeups: Wakeups::new(),
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// The number of nodes and the majority needed.
+    pub fn quorum(&self) -> (usize, usize) {
+        (self.inner.nodes.len(), self.inner.quorum)
+    }
+
+    /// Fault injection (and the operator's force-unlock): delete `name`'s
+    /// lock key on every node without telling its holder. The holder's next
+    /// renewal fails and its `lost()` fires. Returns whether any key existed.
+    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
+        let key = self.inner.keys.lock(name);
+        let replies = gather(self.inner.nodes.iter().map(|n| n.delete(&key)), |_| false).await;
+        Ok(count(&replies, |&deleted| deleted) > 0)
+    }
+
+    /// One attempt on every node. `Held { expires_in: Some(_) }` means the
+    /// lock is held (wait for a release); `None` means a split vote or a
+    /// grant that came too late (retry after a random delay).
+    async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+        let inner = &self.inner;
+        let (n, q) = (inner.nodes.len(), inner.quorum);
+        let handle = Arc::new(RedlockHandle {
+            inner: Arc::clone(inner),
+            keys: inner.keys.all(name),
+            owner: OwnerToken::random().to_hex(),
+        });
+        // If this future is dropped mid-flight, the grant is released on all
+        // nodes in the background.
+        let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
+        let start = Instant::now();
+        let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
+        let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.acquire(&handle.keys, &handle.owner, opts.ttl)),
+            |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
+        )
+        .await;
+        let grants: Vec<(usize, u64)> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(NodeGrant::Granted(t))) => Some((i, *t)),
+                _ => None,
+            })
+            .collect();
+        if grants.len() >= q
+            && let Some(token) = self.fence(&handle, &grants).await
+        {
+            let lease = Arc::new(LeaseState::lease_with_drift(
+                start,
+                opts.ttl,
+                inner.config.drift_factor,
+            ));
+            let enough = opts.ttl.mul_f64(inner.config.min_validity);
+            let left = lease
+                .deadline()
+                .map(|d| d.saturating_duration_since(Instant::now()));
+            if left.is_some_and(|left| left > enough) {
+                let handle = pending.disarm();
+                let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
+                return Ok(Attempt::Acquired(if opts.auto_renew {
+                    guard.renewed_by(&self.watchdog)
+                } else {
+                    guard
+                }));
+            }
+            tracing::debug!(lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
+        }
+        // Give back whatever may have landed: every node that did not refuse,
+        // including those that failed or were not waited for.
+        let maybe_ours: Vec<&Node> = inner
+            .nodes
+            .iter()
+            .zip(&replies)
+            .filter(|(_, r)| !matches!(r, Some(Ok(NodeGrant::Held(_)))))
+            .map(|(node, _)| node)
+            .collect();
+        gather(
+            maybe_ours
+                .iter()
+                .map(|node| node.release(&handle.keys, &handle.owner)),
+            |_| false,
+        )
+        .await;
+        pending.disarm();
+        let down = failed(&replies);
+        if n - down < q {
+            return Err(LockError::QuorumNotReached {
+                acquired: grants.len(),
+                needed: q,
+                causes: causes(&replies, &inner.names),
+            });
+        }
+        Ok(Attempt::Held {
+            expires_in: if grants.is_empty() {
+                free_in(&replies, q)
+            } else {
+                None
+            },
+        })
+    }
+
+    /// The fencing token for a majority `grants` (node index, counter after
+    /// its increment): the largest counter, once a majority carries it.
+    /// `None` if it could not be written to a majority.
+    async fn fence(&self, handle: &RedlockHandle, grants: &[(usize, u64)]) -> Option<u64> {
+        let q = self.inner.quorum;
+        let token = grants.iter().map(|&(_, t)| t).max()?;
+        let carried = grants.iter().filter(|&&(_, t)| t == token).count();
+        if carried >= q {
+            return Some(token);
+        }
+        let behind = grants.iter().filter(|&&(_, t)| t < token);
+        let replies = gather(
+            behind.map(|&(i, _)| self.inner.nodes[i].fence(&handle.keys, &handle.owner, token)),
+            |r| carried + count(r, |&ok| ok) >= q,
+        )
+        .await;
+        (carried + count(&replies, |&ok| ok) >= q).then_some(token)
+    }
+
+    /// Subscribe to `channel` on the nodes, concurrently; done once a
+    /// majority has subscribed (or every node answered). Failures only cost
+    /// promptness: the backstop timer still runs.
+    async fn subscribe_all(&self, channel: &str) -> Vec<Subscription> {
+        let inner = &self.inner;
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.subscribe(channel, &inner.wakeups)),
+            |r| count(r, |_| true) >= inner.quorum,
+        )
+        .await;
+        for cause in causes(&replies, &inner.names) {
+            tracing::debug!(%cause, "waiting without this node's release messages");
+        }
+        replies
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .collect()
+    }
+}
+
+/// How long until a majority of nodes may be free, from the remaining TTLs
+/// that the refusing nodes reported (`None` if unknown).
+fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
+    let free_now = count(replies, |g| matches!(g, NodeGrant::Granted(_)));
+    let mut left: Vec<Option<Duration>> = replies
+        .iter()
+        .filter_map(|r| match r {
+            Some(Ok(NodeGrant::Held(left))) => Some(*left),
+            _ => None,
+        })
+        .collect();
+    left.sort_by_key(|l| l.unwrap_or(Duration::MAX));
+    let more = q.checked_sub(free_now)?.checked_sub(1)?;
+    left.get(more).copied().flatten()
+}
+
+#[async_trait]
+impl DistributedLock for Redlock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        check_request(name, opts, &CAPABILITIES)?;
+        Ok(self.attempt(name, opts).await?.into_guard())
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        check_request(name, opts, &CAPABILITIES)?;
+        let start = Instant::now();
+        let deadline = wait_deadline(start, opts.wait);
+        let timeout = |now: Instant| LockError::Timeout {
+            name: name.to_string(),
+            waited: now - start,
+        };
+        let channel = self.inner.keys.channel(name);
+        let wake = self.inner.wakeups.subscribe(&channel);
+        let mut subscriptions: Option<Vec<Subscription>> = None;
+        let mut tries: u32 = 0;
+        loop {
+            let woken = wake.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            let expires_in = match self.attempt(name, opts).await? {
+                Attempt::Acquired(guard) => return Ok(guard),
+                Attempt::Held { expires_in } => expires_in,
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                return Err(timeout(now));
+            }
+            if subscriptions.is_none() {
+                // Listen first, then retry at once: a release that happened
+                // before we listened is not missed.
+                subscriptions = Some(self.subscribe_all(&channel).await);
+                continue;
+            }
+            let split = expires_in.is_none();
+            let pause = match expires_in {
+                Some(left) => left + Duration::from_millis(1),
+                None => opts.backoff.delay(tries),
+            };
+            let mut until = now + pause;
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            if split {
+                // Contenders each hold a minority: spread the retries out
+                // rather than following every release message.
+                tokio::time::sleep_until(until).await;
+            } else {
+                tokio::select! {
+                    _ = woken => {}
+                    _ = tokio::time::sleep_until(until) => {}
+                }
+            }
+            tries = tries.saturating_add(1);
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+}
+
+impl fmt::Debug for Redlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Redlock")
+            .field("nodes", &self.inner.names)
+            .field("quorum", &self.inner.quorum)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+struct RedlockHandle {
+    inner: Arc<Inner>,
+    keys: LockKeys,
+    owner: String,
+}
+
+#[async_trait]
+impl GuardHandle for RedlockHandle {
+    /// Release on every node at once; `true` if a majority still held it.
+    async fn release(&self) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.release(&self.keys, &self.owner)),
+            |_| false,
+        )
+        .await;
+        let ours = count(&replies, |&ours| ours);
+        if ours >= inner.quorum {
+            return Ok(true);
+        }
+        if ours + failed(&replies) >= inner.quorum {
+            // The unreachable nodes could have made it a majority.
+            return Err(LockError::QuorumNotReached {
+                acquired: ours,
+                needed: inner.quorum,
+                causes: causes(&replies, &inner.names),
+            });
+        }
+        Ok(false)
+    }
+
+    /// Extend on every node at once; `true` once a majority extended,
+    /// `false` if too many nodes say it is no longer ours.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let (n, q) = (inner.nodes.len(), inner.quorum);
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| node.extend(&self.keys, &self.owner, ttl)),
+            |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
+        )
+        .await;
+        let extended = count(&replies, |&ok| ok);
+        if extended >= q {
+            Ok(true)
+        } else if n - count(&replies, |&ok| !ok) < q {
+            Ok(false)
+        } else {
+            Err(LockError::QuorumNotReached {
+                acquired: extended,
+                needed: q,
+                causes: causes(&replies, &inner.names),
+            })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn held(ms: u64) -> Option<Result<NodeGrant, LockError>> {
+        Some(Ok(NodeGrant::Held(Some(Duration::from_millis(ms)))))
+    }
+
+    #[test]
+    fn a_majority_is_free_when_the_quorum_th_lease_ends() {
+        let replies: Replies<NodeGrant> = vec![held(300), held(100), held(200), None, None];
+        assert_eq!(free_in(&replies, 3), Some(Duration::from_millis(300)));
+        let replies: Replies<NodeGrant> = vec![
+            held(300),
+            held(100),
+            held(200),
+            Some(Ok(NodeGrant::Granted(4))),
+            None,
+        ];
+        assert_eq!(free_in(&replies, 3), Some(Duration::from_millis(200)));
+        let replies: Replies<NodeGrant> = vec![held(300), None, None];
+        assert_eq!(free_in(&replies, 2), None, "not enough nodes answered");
+    }
+}

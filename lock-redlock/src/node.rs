@@ -1,0 +1,240 @@
+//! One Redis master of the set: its connection, its subscriber, and the
+//! per-node scripts run on it, each bounded by the node timeout.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{LockError, Wakeups};
+use lock_redis::parts::{ACQUIRE, EXTEND, LockKeys, RELEASE, Subscriber, Subscription, map_error};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::OnceCell;
+
+use crate::config::{NodeUrl, RedlockConfig};
+use crate::scripts::FENCE;
+
+pub(crate) const BACKEND: &str = "redlock";
+
+/// One node's answer to an acquire.
+#[derive(Debug)]
+pub(crate) enum NodeGrant {
+    /// Granted; the node's fencing counter after its increment.
+    Granted(u64),
+    /// Held by someone else, whose lease ends in this long (if it has a TTL).
+    Held(Option<Duration>),
+}
+
+pub(crate) struct Node {
+    /// `host:port/db`, safe to show.
+    pub(crate) display: String,
+    client: redis::Client,
+    conn: ConnectionManager,
+    subscriber: OnceCell<Arc<Subscriber>>,
+    /// lock-redis settings for this node's subscriber connection.
+    redis_config: lock_redis::RedisConfig,
+    timeout: Duration,
+}
+
+impl Node {
+    /// A node whose connection is made lazily (on first use, and again after
+    /// a failure), so that a node that is down does not stop the client.
+    pub(crate) fn new(url: &NodeUrl, config: &RedlockConfig) -> Result<Self, LockError> {
+        let client =
+            redis::Client::open(url.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
+                url: url.display.clone(),
+                reason: format!(
+                    "rejected by the redis client: {}",
+                    e.detail().unwrap_or("invalid")
+                ),
+            })?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.node_timeout))
+            // No retry loop inside a request: a node that is down fails at
+            // once, and the next request tries to connect again.
+            .set_number_of_retries(0);
+        let conn = client
+            .get_connection_manager_lazy(manager)
+            .map_err(|e| map_error(BACKEND, &format!("setting up {}", url.display), e))?;
+        Ok(Node {
+            display: url.display.clone(),
+            client,
+            conn,
+            subscriber: OnceCell::new(),
+            redis_config: lock_redis::RedisConfig {
+                prefix: config.prefix.clone(),
+                connect_timeout: config.connect_timeout,
+                response_timeout: config.connect_timeout,
+                ..Default::default()
+            },
+            timeout: config.node_timeout,
+        })
+    }
+
+    /// Run `fut` against this node, failing with `Unavailable` after the
+    /// node timeout.
+    async fn bounded<T>(
+        &self,
+        doing: &str,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(self.timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(map_error(
+                BACKEND,
+                &format!("{doing} on {}", self.display),
+                e,
+            )),
+            Err(_) => Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!(
+                    "{doing} on {}: no answer within {:?}",
+                    self.display, self.timeout
+                ),
+                source: None,
+            }),
+        }
+    }
+
+    /// `SET lock owner NX PX ttl` and, if granted, `INCR` of the counter
+    /// (lock-redis's acquire script, without queueing).
+    pub(crate) async fn acquire(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<NodeGrant, LockError> {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.fence)
+            .key(&keys.queue)
+            .key(&keys.handoff)
+            .arg(owner)
+            .arg(ttl.as_millis() as u64)
+            .arg("")
+            .arg(0);
+        let mut conn = self.conn.clone();
+        let (granted, value): (i64, i64) = self
+            .bounded("acquiring", call.invoke_async(&mut conn))
+            .await?;
+        if granted == 1 {
+            let token = u64::try_from(value)
+                .ok()
+                .filter(|&t| t > 0)
+                .ok_or_else(|| LockError::Backend {
+                    backend: BACKEND,
+                    reason: format!(
+                        "fencing counter on {} is not positive ({value})",
+                        self.display
+                    ),
+                    source: None,
+                })?;
+            Ok(NodeGrant::Granted(token))
+        } else {
+            let left = u64::try_from(value)
+                .ok()
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis);
+            Ok(NodeGrant::Held(left))
+        }
+    }
+
+    /// Raise the node's counter to `token` if `owner` still holds the lock
+    /// here. Returns whether it did (or the counter was already there).
+    pub(crate) async fn fence(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        token: u64,
+    ) -> Result<bool, LockError> {
+        let mut call = FENCE.prepare_invoke();
+        call.key(&keys.lock).key(&keys.fence).arg(owner).arg(token);
+        let mut conn = self.conn.clone();
+        let done: i64 = self
+            .bounded("writing the fencing token", call.invoke_async(&mut conn))
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Delete the lock if `owner` holds it here and wake this node's
+    /// waiters. Returns whether it was ours.
+    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str) -> Result<bool, LockError> {
+        let mut call = RELEASE.prepare_invoke();
+        call.key(&keys.lock)
+            .key(&keys.queue)
+            .key(&keys.handoff)
+            .arg(owner)
+            .arg(&keys.channel)
+            .arg(1000)
+            .arg("1");
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .bounded("releasing", call.invoke_async(&mut conn))
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// Reset the lease to `ttl` if `owner` holds the lock here.
+    pub(crate) async fn extend(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let mut call = EXTEND.prepare_invoke();
+        call.key(&keys.lock).arg(owner).arg(ttl.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let extended: i64 = self
+            .bounded("extending", call.invoke_async(&mut conn))
+            .await?;
+        Ok(extended == 1)
+    }
+
+    /// A PING bounded by the connect timeout (the first use connects).
+    pub(crate) async fn ping(&self, connect_timeout: Duration) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        let ping = redis::cmd("PING");
+        let reply = ping.query_async::<String>(&mut conn);
+        match tokio::time::timeout(connect_timeout + self.timeout, reply).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(e)) => Err(map_error(
+                BACKEND,
+                &format!("connecting to {}", self.display),
+                e,
+            )),
+            Err(_) => Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("connecting to {}: no answer in time", self.display),
+                source: None,
+            }),
+        }
+    }
+
+    /// Delete the lock key whoever holds it (fault injection, force-unlock).
+    pub(crate) async fn delete(&self, key: &str) -> Result<bool, LockError> {
+        let mut conn = self.conn.clone();
+        let deleted: i64 = self
+            .bounded(
+                "deleting a lock key",
+                redis::cmd("DEL").arg(key).query_async(&mut conn),
+            )
+            .await?;
+        Ok(deleted == 1)
+    }
+
+    /// A claim on `channel` on this node's subscriber, connecting it first
+    /// if needed. Messages wake waiters through `wakeups`.
+    pub(crate) async fn subscribe(
+        &self,
+        channel: &str,
+        wakeups: &Wakeups,
+    ) -> Result<Subscription, LockError> {
+        let subscriber = self
+            .subscriber
+            .get_or_try_init(|| {
+                Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
+            })
+            .await?;
+        subscriber.subscribe(channel).await
+    }
+}

@@ -1,0 +1,102 @@
+//! Fanning one request out to every node at once and counting the answers.
+
+use std::future::Future;
+
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
+use lock_core::LockError;
+
+/// Each node's answer, by node index; `None` for a node whose answer was not
+/// waited for because the outcome was already decided.
+pub(crate) type Replies<T> = Vec<Option<Result<T, LockError>>>;
+
+/// Run `requests` (one per node) concurrently and collect their answers
+/// until `decided` says the outcome is settled or every node has answered.
+/// Each request is bounded by the node timeout, so this is too.
+pub(crate) async fn gather<T, Fut>(
+    requests: impl IntoIterator<Item = Fut>,
+    mut decided: impl FnMut(&Replies<T>) -> bool,
+) -> Replies<T>
+where
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let mut pending: FuturesUnordered<_> = requests
+        .into_iter()
+        .enumerate()
+        .map(|(i, request)| async move { (i, request.await) })
+        .collect();
+    let mut replies: Replies<T> = (0..pending.len()).map(|_| None).collect();
+    while let Some((i, reply)) = pending.next().await {
+        replies[i] = Some(reply);
+        if decided(&replies) {
+            break;
+        }
+    }
+    replies
+}
+
+/// How many answers satisfy `pred`.
+pub(crate) fn count<T>(replies: &Replies<T>, pred: impl Fn(&T) -> bool) -> usize {
+    replies
+        .iter()
+        .filter(|r| matches!(r, Some(Ok(v)) if pred(v)))
+        .count()
+}
+
+/// How many nodes failed (error or timeout).
+pub(crate) fn failed<T>(replies: &Replies<T>) -> usize {
+    replies.iter().filter(|r| matches!(r, Some(Err(_)))).count()
+}
+
+/// `"node: cause"` for every node that failed, for diagnostics.
+pub(crate) fn causes<T>(replies: &Replies<T>, names: &[String]) -> Vec<String> {
+    replies
+        .iter()
+        .zip(names)
+        .filter_map(|(r, name)| match r {
+            Some(Err(e)) => Some(format!("{name}: {e}")),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The majority of `n` nodes.
+pub(crate) fn majority(n: usize) -> usize {
+    n / 2 + 1
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn majorities() {
+        assert_eq!(
+            [1, 3, 5, 7].map(majority),
+            [1, 2, 3, 4],
+            "any two majorities of the same set intersect"
+        );
+    }
+
+    #[tokio::test]
+    async fn stops_once_decided_and_counts() {
+        let requests = (0..5u32).map(|i| async move {
+            if i == 4 {
+                std::future::pending::<()>().await;
+            }
+            if i == 1 {
+                Err(LockError::invalid_options("node down"))
+            } else {
+                Ok(i)
+            }
+        });
+        let replies = gather(requests, |r| count(r, |_| true) >= 3).await;
+        assert!(replies[4].is_none(), "the straggler was not waited for");
+        assert_eq!(count(&replies, |&v| v % 2 == 0), 2);
+        assert_eq!(failed(&replies), 1);
+        let names: Vec<String> = (0..5).map(|i| format!("n{i}")).collect();
+        let causes = causes(&replies, &names);
+        assert_eq!(causes.len(), 1);
+        assert!(causes[0].starts_with("n1: "), "{causes:?}");
+    }
+}
