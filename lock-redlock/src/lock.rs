@@ -11,11 +11,11 @@ use lock_core::{
     LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Waiting, Wakeups, Watchdog,
     check_request, wait_deadline,
 };
-use lock_redis::parts::{Keys, LockKeys, Subscription};
+use lock_redis::parts::{Keys, Subscription};
 use tokio::time::Instant;
 
 use crate::config::{NodeUrl, RedlockConfig, parse_url};
-use crate::node::{BACKEND, Node, NodeGrant};
+use crate::node::{BACKEND, LockRef, Node, NodeGrant};
 use crate::quorum::{Replies, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -88,7 +88,7 @@ pub struct Redlock {
 }
 
 struct Inner {
-    nodes: Vec<Node>,
+    nodes: Vec<Arc<Node>>,
     /// Each node's `host:port/db`, for diagnostics.
     names: Vec<String>,
     keys: Keys,
@@ -111,13 +111,16 @@ impl Redlock {
         config.validate()?;
         let nodes = urls
             .iter()
-            .map(|u| Node::new(u, &config))
+            .map(|u| Node::new(u, &config).map(Arc::new))
             .collect::<Result<Vec<_>, _>>()?;
         let names: Vec<String> = nodes.iter().map(|n| n.display.clone()).collect();
         let quorum = majority(nodes.len());
-        let replies = gather(nodes.iter().map(|n| n.ping(config.connect_timeout)), |_| {
-            false
-        })
+        let replies = gather(
+            nodes
+                .iter()
+                .map(|n| Arc::clone(n).ping(config.connect_timeout)),
+            |_| false,
+        )
         .await;
         let up = count(&replies, |_| true);
         if up < quorum {
@@ -154,8 +157,15 @@ impl Redlock {
     /// lock key on every node without telling its holder. The holder's next
     /// renewal fails and its `lost()` fires. Returns whether any key existed.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let key = self.inner.keys.lock(name);
-        let replies = gather(self.inner.nodes.iter().map(|n| n.delete(&key)), |_| false).await;
+        let key: Arc<str> = self.inner.keys.lock(name).into();
+        let replies = gather(
+            self.inner
+                .nodes
+                .iter()
+                .map(|n| Arc::clone(n).delete(Arc::clone(&key))),
+            |_| false,
+        )
+        .await;
         Ok(count(&replies, |&deleted| deleted) > 0)
     }
 
@@ -167,8 +177,10 @@ impl Redlock {
         let (n, q) = (inner.nodes.len(), inner.quorum);
         let handle = Arc::new(RedlockHandle {
             inner: Arc::clone(inner),
-            keys: inner.keys.all(name),
-            owner: OwnerToken::random().to_hex(),
+            lock: Arc::new(LockRef {
+                keys: inner.keys.all(name),
+                owner: OwnerToken::random().to_hex(),
+            }),
         });
         // If this future is dropped mid-flight, the grant is released on all
         // nodes in the background.
@@ -180,7 +192,7 @@ impl Redlock {
             inner
                 .nodes
                 .iter()
-                .map(|node| node.acquire(&handle.keys, &handle.owner, opts.ttl)),
+                .map(|node| Arc::clone(node).acquire(Arc::clone(&handle.lock), opts.ttl)),
             |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
         )
         .await;
@@ -216,19 +228,21 @@ impl Redlock {
             tracing::debug!(lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
         }
         // Give back whatever may have landed: every node that did not refuse,
-        // including those that failed or were not waited for.
-        let maybe_ours: Vec<&Node> = inner
+        // including those that failed or were not waited for. Wait for the
+        // nodes that granted (they answer); the rest finish in the background.
+        let maybe_ours: Vec<(&Arc<Node>, bool)> = inner
             .nodes
             .iter()
             .zip(&replies)
             .filter(|(_, r)| !matches!(r, Some(Ok(NodeGrant::Held(_)))))
-            .map(|(node, _)| node)
+            .map(|(node, r)| (node, matches!(r, Some(Ok(NodeGrant::Granted(_))))))
             .collect();
+        let granting: Vec<bool> = maybe_ours.iter().map(|&(_, g)| g).collect();
         gather(
             maybe_ours
                 .iter()
-                .map(|node| node.release(&handle.keys, &handle.owner)),
-            |_| false,
+                .map(|(node, _)| Arc::clone(node).release(Arc::clone(&handle.lock))),
+            |r| r.iter().zip(&granting).all(|(r, &g)| r.is_some() || !g),
         )
         .await;
         pending.disarm();
@@ -261,7 +275,9 @@ impl Redlock {
         }
         let behind = grants.iter().filter(|&&(_, t)| t < token);
         let replies = gather(
-            behind.map(|&(i, _)| self.inner.nodes[i].fence(&handle.keys, &handle.owner, token)),
+            behind.map(|&(i, _)| {
+                Arc::clone(&self.inner.nodes[i]).fence(Arc::clone(&handle.lock), token)
+            }),
             |r| carried + count(r, |&ok| ok) >= q,
         )
         .await;
@@ -273,11 +289,11 @@ impl Redlock {
     /// promptness: the backstop timer still runs.
     async fn subscribe_all(&self, channel: &str) -> Vec<Subscription> {
         let inner = &self.inner;
+        let channel: Arc<str> = channel.into();
         let replies = gather(
-            inner
-                .nodes
-                .iter()
-                .map(|node| node.subscribe(channel, &inner.wakeups)),
+            inner.nodes.iter().map(|node| {
+                Arc::clone(node).subscribe(Arc::clone(&channel), inner.wakeups.clone())
+            }),
             |r| count(r, |_| true) >= inner.quorum,
         )
         .await;
@@ -389,21 +405,27 @@ impl fmt::Debug for Redlock {
 
 struct RedlockHandle {
     inner: Arc<Inner>,
-    keys: LockKeys,
-    owner: String,
+    lock: Arc<LockRef>,
 }
 
 #[async_trait]
 impl GuardHandle for RedlockHandle {
     /// Release on every node at once; `true` if a majority still held it.
+    /// Done as soon as the answer is settled; slow nodes finish in the
+    /// background.
     async fn release(&self) -> Result<bool, LockError> {
         let inner = &self.inner;
+        let q = inner.quorum;
         let replies = gather(
             inner
                 .nodes
                 .iter()
-                .map(|node| node.release(&self.keys, &self.owner)),
-            |_| false,
+                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock))),
+            |r| {
+                let ours = count(r, |&ours| ours);
+                let open = r.iter().filter(|r| r.is_none()).count();
+                ours >= q || ours + failed(r) + open < q
+            },
         )
         .await;
         let ours = count(&replies, |&ours| ours);
@@ -430,7 +452,7 @@ impl GuardHandle for RedlockHandle {
             inner
                 .nodes
                 .iter()
-                .map(|node| node.extend(&self.keys, &self.owner, ttl)),
+                .map(|node| Arc::clone(node).extend(Arc::clone(&self.lock), ttl)),
             |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
         )
         .await;

@@ -15,6 +15,12 @@ use crate::scripts::FENCE;
 
 pub(crate) const BACKEND: &str = "redlock";
 
+/// One acquisition's keys and owner token, shared by its per-node requests.
+pub(crate) struct LockRef {
+    pub(crate) keys: LockKeys,
+    pub(crate) owner: String,
+}
+
 /// One node's answer to an acquire.
 #[derive(Debug)]
 pub(crate) enum NodeGrant {
@@ -99,17 +105,17 @@ impl Node {
     /// `SET lock owner NX PX ttl` and, if granted, `INCR` of the counter
     /// (lock-redis's acquire script, without queueing).
     pub(crate) async fn acquire(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
         ttl: Duration,
     ) -> Result<NodeGrant, LockError> {
+        let keys = &lock.keys;
         let mut call = ACQUIRE.prepare_invoke();
         call.key(&keys.lock)
             .key(&keys.fence)
             .key(&keys.queue)
             .key(&keys.handoff)
-            .arg(owner)
+            .arg(&lock.owner)
             .arg(ttl.as_millis() as u64)
             .arg("")
             .arg(0);
@@ -142,13 +148,15 @@ impl Node {
     /// Raise the node's counter to `token` if `owner` still holds the lock
     /// here. Returns whether it did (or the counter was already there).
     pub(crate) async fn fence(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
         token: u64,
     ) -> Result<bool, LockError> {
         let mut call = FENCE.prepare_invoke();
-        call.key(&keys.lock).key(&keys.fence).arg(owner).arg(token);
+        call.key(&lock.keys.lock)
+            .key(&lock.keys.fence)
+            .arg(&lock.owner)
+            .arg(token);
         let mut conn = self.conn.clone();
         let done: i64 = self
             .bounded("writing the fencing token", call.invoke_async(&mut conn))
@@ -158,12 +166,13 @@ impl Node {
 
     /// Delete the lock if `owner` holds it here and wake this node's
     /// waiters. Returns whether it was ours.
-    pub(crate) async fn release(&self, keys: &LockKeys, owner: &str) -> Result<bool, LockError> {
+    pub(crate) async fn release(self: Arc<Self>, lock: Arc<LockRef>) -> Result<bool, LockError> {
+        let keys = &lock.keys;
         let mut call = RELEASE.prepare_invoke();
         call.key(&keys.lock)
             .key(&keys.queue)
             .key(&keys.handoff)
-            .arg(owner)
+            .arg(&lock.owner)
             .arg(&keys.channel)
             .arg(1000)
             .arg("1");
@@ -176,13 +185,14 @@ impl Node {
 
     /// Reset the lease to `ttl` if `owner` holds the lock here.
     pub(crate) async fn extend(
-        &self,
-        keys: &LockKeys,
-        owner: &str,
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
         ttl: Duration,
     ) -> Result<bool, LockError> {
         let mut call = EXTEND.prepare_invoke();
-        call.key(&keys.lock).arg(owner).arg(ttl.as_millis() as u64);
+        call.key(&lock.keys.lock)
+            .arg(&lock.owner)
+            .arg(ttl.as_millis() as u64);
         let mut conn = self.conn.clone();
         let extended: i64 = self
             .bounded("extending", call.invoke_async(&mut conn))
@@ -191,7 +201,7 @@ impl Node {
     }
 
     /// A PING bounded by the connect timeout (the first use connects).
-    pub(crate) async fn ping(&self, connect_timeout: Duration) -> Result<(), LockError> {
+    pub(crate) async fn ping(self: Arc<Self>, connect_timeout: Duration) -> Result<(), LockError> {
         let mut conn = self.conn.clone();
         let ping = redis::cmd("PING");
         let reply = ping.query_async::<String>(&mut conn);
@@ -211,12 +221,12 @@ impl Node {
     }
 
     /// Delete the lock key whoever holds it (fault injection, force-unlock).
-    pub(crate) async fn delete(&self, key: &str) -> Result<bool, LockError> {
+    pub(crate) async fn delete(self: Arc<Self>, key: Arc<str>) -> Result<bool, LockError> {
         let mut conn = self.conn.clone();
         let deleted: i64 = self
             .bounded(
                 "deleting a lock key",
-                redis::cmd("DEL").arg(key).query_async(&mut conn),
+                redis::cmd("DEL").arg(&*key).query_async(&mut conn),
             )
             .await?;
         Ok(deleted == 1)
@@ -225,9 +235,9 @@ impl Node {
     /// A claim on `channel` on this node's subscriber, connecting it first
     /// if needed. Messages wake waiters through `wakeups`.
     pub(crate) async fn subscribe(
-        &self,
-        channel: &str,
-        wakeups: &Wakeups,
+        self: Arc<Self>,
+        channel: Arc<str>,
+        wakeups: Wakeups,
     ) -> Result<Subscription, LockError> {
         let subscriber = self
             .subscriber
@@ -235,6 +245,6 @@ impl Node {
                 Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
             })
             .await?;
-        subscriber.subscribe(channel).await
+        subscriber.subscribe(&channel).await
     }
 }

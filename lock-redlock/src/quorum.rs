@@ -12,13 +12,17 @@ pub(crate) type Replies<T> = Vec<Option<Result<T, LockError>>>;
 
 /// Run `requests` (one per node) concurrently and collect their answers
 /// until `decided` says the outcome is settled or every node has answered.
-/// Each request is bounded by the node timeout, so this is too.
+/// Each request is bounded by the node timeout, so this is too. Requests
+/// still in flight once the outcome is decided run to completion in the
+/// background: a slow node never delays the caller, and what was sent to it
+/// is not cut off half-way.
 pub(crate) async fn gather<T, Fut>(
     requests: impl IntoIterator<Item = Fut>,
     mut decided: impl FnMut(&Replies<T>) -> bool,
 ) -> Replies<T>
 where
-    Fut: Future<Output = Result<T, LockError>>,
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, LockError>> + Send + 'static,
 {
     let mut pending: FuturesUnordered<_> = requests
         .into_iter()
@@ -29,6 +33,11 @@ where
     while let Some((i, reply)) = pending.next().await {
         replies[i] = Some(reply);
         if decided(&replies) {
+            if !pending.is_empty()
+                && let Ok(rt) = tokio::runtime::Handle::try_current()
+            {
+                rt.spawn(async move { while pending.next().await.is_some() {} });
+            }
             break;
         }
     }
