@@ -47,8 +47,9 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `memory://` | in-process locks (a new, empty set per call) | always |
 /// | `sqlite://PATH[?table=…&busy_timeout_ms=…]` | SQLite lease table | `sqlite` (default) |
 /// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
+/// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout_ms=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
 ///
-/// The schemes `redlock`, `postgres`, `mysql`, `etcd` and `zk` are reserved
+/// The schemes `postgres`, `mysql`, `etcd` and `zk` are reserved
 /// for their backends. A scheme whose feature is off gives
 /// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
 /// appear in errors.
@@ -88,6 +89,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         "sqlite" => Ok(Arc::new(lock_sql::SqliteLock::connect(url).await?)),
         #[cfg(feature = "redis")]
         "redis" => Ok(Arc::new(lock_redis::RedisLock::connect(url).await?)),
+        #[cfg(feature = "redlock")]
+        "redlock" => Ok(Arc::new(lock_redlock::Redlock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }
