@@ -133,9 +133,12 @@ start_redis() {
     port=$(redis_port "$name"); d=$(dir_of "$name")
     mkdir -p "$d"
     # Append-only persistence so a restarted node keeps its keys and fencing
-    # counters (Redlock's safety needs it, or delayed restarts).
+    # counters. The Redlock masters fsync every write: a node killed with
+    # kill -9 must not lose a counter (quorum fencing tokens rely on it).
+    local fsync=everysec
+    [[ $name == redlock* ]] && fsync=always
     spawn "$name" redis-server --port "$port" --bind $HOST --dir "$d" \
-        --appendonly yes --appendfsync everysec --save "" --protected-mode yes \
+        --appendonly yes --appendfsync "$fsync" --save "" --protected-mode yes \
         --daemonize no --logfile ""
 }
 ready_redis() { [ "$(redis-cli -h $HOST -p "$(redis_port "$1")" ping 2>/dev/null)" = PONG ]; }

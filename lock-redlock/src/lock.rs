@@ -16,7 +16,7 @@ use tokio::time::Instant;
 
 use crate::config::{NodeUrl, RedlockConfig, parse_url};
 use crate::node::{BACKEND, LockRef, Node, NodeGrant};
-use crate::quorum::{Replies, causes, count, failed, gather, majority};
+use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities = Capabilities {
     backend: BACKEND,
@@ -119,6 +119,7 @@ impl Redlock {
             nodes
                 .iter()
                 .map(|n| Arc::clone(n).ping(config.connect_timeout)),
+            Stragglers::Finish,
             |_| false,
         )
         .await;
@@ -163,6 +164,7 @@ impl Redlock {
                 .nodes
                 .iter()
                 .map(|n| Arc::clone(n).delete(Arc::clone(&key))),
+            Stragglers::Finish,
             |_| false,
         )
         .await;
@@ -193,6 +195,7 @@ impl Redlock {
                 .nodes
                 .iter()
                 .map(|node| Arc::clone(node).acquire(Arc::clone(&handle.lock), opts.ttl)),
+            Stragglers::Drop,
             |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
         )
         .await;
@@ -242,6 +245,7 @@ impl Redlock {
             maybe_ours
                 .iter()
                 .map(|(node, _)| Arc::clone(node).release(Arc::clone(&handle.lock))),
+            Stragglers::Finish,
             |r| r.iter().zip(&granting).all(|(r, &g)| r.is_some() || !g),
         )
         .await;
@@ -278,6 +282,7 @@ impl Redlock {
             behind.map(|&(i, _)| {
                 Arc::clone(&self.inner.nodes[i]).fence(Arc::clone(&handle.lock), token)
             }),
+            Stragglers::Finish,
             |r| carried + count(r, |&ok| ok) >= q,
         )
         .await;
@@ -294,6 +299,7 @@ impl Redlock {
             inner.nodes.iter().map(|node| {
                 Arc::clone(node).subscribe(Arc::clone(&channel), inner.wakeups.clone())
             }),
+            Stragglers::Finish,
             |r| count(r, |_| true) >= inner.quorum,
         )
         .await;
@@ -421,6 +427,7 @@ impl GuardHandle for RedlockHandle {
                 .nodes
                 .iter()
                 .map(|node| Arc::clone(node).release(Arc::clone(&self.lock))),
+            Stragglers::Finish,
             |r| {
                 let ours = count(r, |&ours| ours);
                 let open = r.iter().filter(|r| r.is_none()).count();
@@ -453,6 +460,7 @@ impl GuardHandle for RedlockHandle {
                 .nodes
                 .iter()
                 .map(|node| Arc::clone(node).extend(Arc::clone(&self.lock), ttl)),
+            Stragglers::Finish,
             |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
         )
         .await;

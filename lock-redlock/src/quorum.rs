@@ -10,14 +10,25 @@ use lock_core::LockError;
 /// waited for because the outcome was already decided.
 pub(crate) type Replies<T> = Vec<Option<Result<T, LockError>>>;
 
+/// What becomes of requests still in flight once the outcome is decided.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Stragglers {
+    /// Dropped: a request not yet sent (its node reconnecting) is never
+    /// sent. Used for acquires, which must not land after the caller has
+    /// moved on (and perhaps already released).
+    Drop,
+    /// Run to completion in the background (releases, renewals, fencing
+    /// writes: harmless if late, and worth delivering).
+    Finish,
+}
+
 /// Run `requests` (one per node) concurrently and collect their answers
 /// until `decided` says the outcome is settled or every node has answered.
-/// Each request is bounded by the node timeout, so this is too. Requests
-/// still in flight once the outcome is decided run to completion in the
-/// background: a slow node never delays the caller, and what was sent to it
-/// is not cut off half-way.
+/// Each request is bounded by the node timeout, so this is too; a slow node
+/// never delays the caller once the outcome is decided.
 pub(crate) async fn gather<T, Fut>(
     requests: impl IntoIterator<Item = Fut>,
+    stragglers: Stragglers,
     mut decided: impl FnMut(&Replies<T>) -> bool,
 ) -> Replies<T>
 where
@@ -33,7 +44,8 @@ where
     while let Some((i, reply)) = pending.next().await {
         replies[i] = Some(reply);
         if decided(&replies) {
-            if !pending.is_empty()
+            if stragglers == Stragglers::Finish
+                && !pending.is_empty()
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
                 rt.spawn(async move { while pending.next().await.is_some() {} });
@@ -99,7 +111,7 @@ mod tests {
                 Ok(i)
             }
         });
-        let replies = gather(requests, |r| count(r, |_| true) >= 3).await;
+        let replies = gather(requests, Stragglers::Drop, |r| count(r, |_| true) >= 3).await;
         assert!(replies[4].is_none(), "the straggler was not waited for");
         assert_eq!(count(&replies, |&v| v % 2 == 0), 2);
         assert_eq!(failed(&replies), 1);

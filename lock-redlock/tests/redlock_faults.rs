@@ -1,0 +1,357 @@
+//! Faults against the five Redis masters of `scripts/services.sh`: nodes
+//! killed while a lock is held and while one is awaited, a majority lost
+//! and restored, a node frozen with SIGSTOP, failed acquisitions inspected
+//! on every node, and fencing tokens across node restarts.
+//!
+//! These tests stop nodes, so they run one at a time (a shared mutex) in
+//! this binary, apart from the conformance suite, and restart every node
+//! when they end, even on failure.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_redlock::Redlock;
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+/// The node timeout the test clients use.
+const NODE_TIMEOUT: Duration = Duration::from_millis(50);
+
+fn env(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+fn services(args: &[&str]) {
+    let status = Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run services.sh");
+    assert!(status.success(), "services.sh {args:?} failed");
+}
+
+/// Thaws and starts every node when dropped, even if the test failed.
+struct RestoreNodes;
+
+impl Drop for RestoreNodes {
+    fn drop(&mut self) {
+        // No assertion here: a panic while unwinding would abort the run.
+        for i in 1..=5 {
+            let node = format!("redlock{i}");
+            for verb in ["resume", "start"] {
+                let _ = Command::new("bash")
+                    .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+                    .args([verb, &node])
+                    .stdout(Stdio::null())
+                    .stderr(Stdio::null())
+                    .status();
+            }
+        }
+    }
+}
+
+fn unique(case: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let r = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("faults/{case}/{r:016x}")
+}
+
+/// `host:port` of each of the five nodes.
+fn hosts() -> Vec<String> {
+    let url = env("DISTLOCK_TEST_REDLOCK_URL");
+    let rest = url.strip_prefix("redlock://").expect("redlock URL");
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end].split(',').map(str::to_string).collect()
+}
+
+/// A client of all five nodes with a short node timeout.
+async fn client() -> Redlock {
+    let url = format!(
+        "redlock://{}?node_timeout_ms={}&connect_timeout_ms=300",
+        hosts().join(","),
+        NODE_TIMEOUT.as_millis()
+    );
+    Redlock::connect(&url).await.expect("connect")
+}
+
+/// A direct connection to node `i` (0-based), to inspect or plant keys.
+async fn node(i: usize) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://{}", hosts()[i]))
+        .expect("node url")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to node")
+}
+
+fn key(name: &str) -> String {
+    // The key layout of lock-redis with the default prefix; the names used
+    // here contain no characters that need escaping.
+    format!("distlock:{{{name}}}")
+}
+
+fn opts(ttl_ms: u64) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Wait::No)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
+    let _serial = SERIAL.lock().await;
+    let _restore = RestoreNodes;
+    let locks = client().await;
+    let other = client().await;
+    let name = unique("minority");
+    let renewed = LockOptions::new().ttl(Duration::from_millis(1500));
+    let holder = locks.acquire(&name, &renewed).await.expect("acquire");
+    let first = holder.fencing_token().expect("token");
+
+    // A waiter queues, then two of five nodes die under the holder and the
+    // waiter.
+    let waiter = tokio::spawn({
+        let (other, name) = (other.clone(), name.clone());
+        async move {
+            let opts = LockOptions::new()
+                .ttl(Duration::from_millis(1500))
+                .wait_timeout(Duration::from_secs(10));
+            other.acquire(&name, &opts).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    services(&["kill", "redlock4"]);
+    services(&["kill", "redlock5"]);
+
+    // The watchdog keeps the lock on the three survivors past its TTL.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(holder.is_lost(), None, "a minority loss cost the lock");
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+
+    // A new acquisition with two nodes down: at most one node timeout more.
+    let start = Instant::now();
+    let fresh = locks
+        .try_acquire(&unique("two-down"), &opts(3000))
+        .await
+        .expect("a majority is up")
+        .expect("free");
+    let two_down = start.elapsed();
+    assert!(
+        two_down < NODE_TIMEOUT + Duration::from_millis(100),
+        "{two_down:?}"
+    );
+    assert!(fresh.release().await.expect("release"));
+
+    // The waiter gets the lock once it is released.
+    assert!(holder.release().await.expect("release"));
+    let handed = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter was woken")
+        .expect("waiter task")
+        .expect("the waiter acquired");
+    assert!(handed.fencing_token().expect("token") > first);
+
+    // A third node dies: acquisitions fail with QuorumNotReached, promptly,
+    // and the held lock's lost() fires by its validity deadline.
+    let watcher = tokio::spawn(async move {
+        let reason = handed.lost().await;
+        (reason, Instant::now(), handed)
+    });
+    services(&["kill", "redlock3"]);
+    let start = Instant::now();
+    let refused = locks.try_acquire(&unique("three-down"), &opts(3000)).await;
+    let three_down = start.elapsed();
+    match refused {
+        Err(LockError::QuorumNotReached {
+            acquired,
+            needed,
+            causes,
+        }) => {
+            assert!(acquired < needed, "{acquired} of {needed}");
+            assert_eq!(needed, 3);
+            assert_eq!(causes.len(), 3, "{causes:?}");
+        }
+        other => panic!("expected QuorumNotReached, got {other:?}"),
+    }
+    assert!(three_down < Duration::from_millis(500), "{three_down:?}");
+    let (reason, fired, handed) = tokio::time::timeout(Duration::from_secs(5), watcher)
+        .await
+        .expect("lost() fired")
+        .expect("watcher");
+    let deadline = handed.validity_deadline().expect("deadline");
+    assert_eq!(reason, LossReason::DeadlinePassed);
+    let late = fired.saturating_duration_since(deadline);
+    assert!(late < Duration::from_millis(150), "lost() {late:?} late");
+    eprintln!(
+        "redlock faults: acquire with 2 of 5 down {two_down:?}; with 3 down QuorumNotReached after {three_down:?}; lost() {late:?} after the validity deadline"
+    );
+
+    // The nodes come back: the same clients work again.
+    for i in 3..=5 {
+        services(&["start", &format!("redlock{i}")]);
+    }
+    let start = Instant::now();
+    loop {
+        match other.try_acquire(&unique("restored"), &opts(3000)).await {
+            Ok(Some(g)) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            result => assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "no recovery after restart: {result:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "redlock faults: recovered {:?} after the restart",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_node_costs_at_most_the_node_timeout() {
+    let _serial = SERIAL.lock().await;
+    let _restore = RestoreNodes;
+    let locks = client().await;
+    services(&["pause", "redlock2"]);
+    let mut worst = Duration::ZERO;
+    for _ in 0..20 {
+        let start = Instant::now();
+        let guard = locks
+            .try_acquire(&unique("frozen-node"), &opts(3000))
+            .await
+            .expect("a majority answers")
+            .expect("free");
+        worst = worst.max(start.elapsed());
+        assert!(guard.release().await.expect("release"));
+    }
+    assert!(
+        worst < NODE_TIMEOUT + Duration::from_millis(30),
+        "acquire took {worst:?} with one node frozen"
+    );
+    eprintln!("redlock faults: slowest acquire with a node frozen {worst:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_acquisition_leaves_no_key_behind() {
+    let _serial = SERIAL.lock().await;
+    let _restore = RestoreNodes;
+    let locks = client().await;
+    let name = unique("no-leftovers");
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(node(i).await);
+    }
+    // Someone else holds the key on nodes 0 and 1, and node 2 is down: the
+    // attempt can win nodes 3 and 4 only, which is no majority.
+    for conn in &mut conns[..2] {
+        let _: () = redis::cmd("SET")
+            .arg(key(&name))
+            .arg("someone-else")
+            .arg("PX")
+            .arg(10_000)
+            .query_async(conn)
+            .await
+            .expect("plant");
+    }
+    services(&["kill", "redlock3"]);
+    let outcome = locks.try_acquire(&name, &opts(5000)).await;
+    assert!(
+        matches!(outcome, Ok(None)),
+        "two grants are no majority: {outcome:?}"
+    );
+    for (i, conn) in conns.iter_mut().enumerate() {
+        if i == 2 {
+            continue;
+        }
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key(&name))
+            .query_async(conn)
+            .await
+            .expect("inspect");
+        let expected = (i < 2).then(|| "someone-else".to_string());
+        assert_eq!(value, expected, "node {i}");
+    }
+    // The same with every node up: nothing of ours is left anywhere.
+    services(&["start", "redlock3"]);
+    let mut third = node(2).await;
+    let _: () = redis::cmd("SET")
+        .arg(key(&name))
+        .arg("someone-else")
+        .arg("PX")
+        .arg(10_000)
+        .query_async(&mut third)
+        .await
+        .expect("plant");
+    let outcome = locks.try_acquire(&name, &opts(5000)).await;
+    assert!(matches!(outcome, Ok(None)), "{outcome:?}");
+    for (i, conn) in conns.iter_mut().enumerate().skip(3) {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key(&name))
+            .query_async(conn)
+            .await
+            .expect("inspect");
+        assert_eq!(value, None, "node {i} kept a key of the failed attempt");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fencing_tokens_increase_across_node_restarts() {
+    let _serial = SERIAL.lock().await;
+    let _restore = RestoreNodes;
+    let clients = [client().await, client().await];
+    let name = unique("fencing");
+    let mut last = 0;
+    for round in 0..10usize {
+        let holder = &clients[round % 2];
+        let guard = loop {
+            match holder.try_acquire(&name, &opts(5000)).await {
+                Ok(Some(g)) => break g,
+                // A restarted node may still be loading; retry.
+                Ok(None) | Err(LockError::QuorumNotReached { .. }) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(e) => panic!("round {round}: {e}"),
+            }
+        };
+        let token = guard.fencing_token().expect("token");
+        assert!(token > last, "round {round}: token {token} after {last}");
+        last = token;
+        assert!(guard.release().await.expect("release"));
+        // Between holders, one node dies (kill -9) and comes back.
+        let victim = format!("redlock{}", round % 5 + 1);
+        services(&["kill", &victim]);
+        if round % 2 == 0 {
+            // Sometimes the next holder runs while it is still down.
+            let Some(guard) = clients[(round + 1) % 2]
+                .try_acquire(&name, &opts(5000))
+                .await
+                .expect("four of five nodes")
+            else {
+                let mut seen = Vec::new();
+                for i in 0..5 {
+                    if format!("redlock{}", i + 1) == victim {
+                        continue;
+                    }
+                    let v: Option<String> = redis::cmd("GET")
+                        .arg(key(&name))
+                        .query_async(&mut node(i).await)
+                        .await
+                        .expect("inspect");
+                    seen.push((i, v));
+                }
+                panic!("round {round}: refused with {victim} down; keys: {seen:?}");
+            };
+            let token = guard.fencing_token().expect("token");
+            assert!(token > last, "with {victim} down: {token} after {last}");
+            last = token;
+            assert!(guard.release().await.expect("release"));
+        }
+        services(&["start", &victim]);
+    }
+}
