@@ -435,7 +435,28 @@ impl GuardHandle for RedlockHandle {
             },
         )
         .await;
-        let ours = count(&replies, |&ours| ours);
+        let mut ours = count(&replies, |&ours| ours);
+        let mut replies = replies;
+        if ours < q && ours + failed(&replies) >= q {
+            // Undecided because nodes failed (a timeout under load, a
+            // reconnect): releasing is idempotent, so ask those nodes once
+            // more before reporting an error.
+            let retry: Vec<usize> = (0..replies.len())
+                .filter(|&i| matches!(replies[i], Some(Err(_))))
+                .collect();
+            let again = gather(
+                retry
+                    .iter()
+                    .map(|&i| Arc::clone(&inner.nodes[i]).release(Arc::clone(&self.lock))),
+                Stragglers::Finish,
+                |_| false,
+            )
+            .await;
+            for (&i, reply) in retry.iter().zip(again) {
+                replies[i] = reply;
+            }
+            ours = count(&replies, |&ours| ours);
+        }
         if ours >= inner.quorum {
             return Ok(true);
         }
