@@ -22,6 +22,8 @@ mod wakeup;
 mod watchdog;
 
 #[cfg(feature = "testkit")]
+pub mod benchkit;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use async_trait::async_trait;

@@ -14,9 +14,10 @@
 //! acquisitions per second, hand-offs per second between different tasks,
 //! hand-off latency, and per-task min/max acquisitions (fairness).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use lock_core::benchkit::{contend, percentiles, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 
@@ -33,66 +34,6 @@ const WORK: Duration = Duration::from_millis(1);
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_REDIS_URL")
         .expect("DISTLOCK_TEST_REDIS_URL (see scripts/services.sh env)")
-}
-
-fn percentiles(mut v: Vec<Duration>) -> (Duration, Duration) {
-    v.sort_unstable();
-    let at = |q: f64| v[((v.len() - 1) as f64 * q).round() as usize];
-    (at(0.5), at(0.99))
-}
-
-fn us(d: Duration) -> f64 {
-    d.as_secs_f64() * 1e6
-}
-
-/// One contention run: who got the lock when, and when they let go.
-struct Run {
-    acquisitions: usize,
-    handoffs: usize,
-    handoff_latency: (Duration, Duration),
-    per_task: (usize, usize),
-}
-
-async fn contend<F, Fut>(make: F) -> Run
-where
-    F: Fn(usize, Instant, Arc<Mutex<Vec<(Instant, Instant, usize)>>>) -> Fut,
-    Fut: std::future::Future<Output = ()> + Send + 'static,
-{
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let end = Instant::now() + RUN;
-    let tasks: Vec<_> = (0..TASKS)
-        .map(|t| tokio::spawn(make(t, end, log.clone())))
-        .collect();
-    for t in tasks {
-        t.await.expect("task");
-    }
-    let mut log = std::mem::take(&mut *log.lock().expect("log"));
-    log.sort_by_key(|(granted, _, _)| *granted);
-    let mut counts = vec![0; TASKS];
-    let mut latencies = Vec::new();
-    let mut handoffs = 0;
-    for w in log.windows(2) {
-        let ((_, released, a), (granted, _, b)) = (w[0], w[1]);
-        if a != b {
-            handoffs += 1;
-            latencies.push(granted.saturating_duration_since(released));
-        }
-    }
-    for (_, _, t) in &log {
-        counts[*t] += 1;
-    }
-    if latencies.is_empty() {
-        latencies.push(Duration::ZERO);
-    }
-    Run {
-        acquisitions: log.len(),
-        handoffs,
-        handoff_latency: percentiles(latencies),
-        per_task: (
-            *counts.iter().min().expect("tasks"),
-            *counts.iter().max().expect("tasks"),
-        ),
-    }
 }
 
 #[tokio::main]
@@ -236,7 +177,7 @@ async fn main() {
             Duration::ZERO,
         ),
     ] {
-        let ours = contend(|t, end, log| {
+        let ours = contend(TASKS, RUN, |t, end, log| {
             let clients = clients.clone();
             async move {
                 let o = LockOptions::new()
@@ -259,7 +200,7 @@ async fn main() {
             }
         })
         .await;
-        let theirs = contend(|t, end, log| {
+        let theirs = contend(TASKS, RUN, |t, end, log| {
             let managers = managers.clone();
             async move {
                 while Instant::now() < end {

@@ -1,0 +1,92 @@
+//! Measuring helpers shared by the backends' benchmarks (feature `testkit`):
+//! percentiles of interleaved samples, and a contention run that records
+//! who held a lock when, for throughput, hand-off and fairness figures.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// One holder's turn: when it was granted, when it let go, and which task.
+pub type Turn = (Instant, Instant, usize);
+
+/// The shared log a contention run's tasks push their turns into.
+pub type TurnLog = Arc<Mutex<Vec<Turn>>>;
+
+/// p50 and p99 of `samples` (nearest rank). Zero for no samples.
+///
+/// ```
+/// use std::time::Duration;
+/// let ms = |n| Duration::from_millis(n);
+/// let (p50, p99) = lock_core::benchkit::percentiles((1..=100).map(ms).collect());
+/// assert_eq!((p50, p99), (ms(51), ms(99)));
+/// ```
+pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
+    if samples.is_empty() {
+        return (Duration::ZERO, Duration::ZERO);
+    }
+    samples.sort_unstable();
+    let at = |q: f64| samples[((samples.len() - 1) as f64 * q).round() as usize];
+    (at(0.5), at(0.99))
+}
+
+/// Microseconds, for printing.
+pub fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+/// The outcome of one contention run.
+#[derive(Debug, Clone)]
+pub struct Run {
+    /// Turns taken in all.
+    pub acquisitions: usize,
+    /// Turns that went to a different task than the one before.
+    pub handoffs: usize,
+    /// p50/p99 from one task's release to the next task's grant.
+    pub handoff_latency: (Duration, Duration),
+    /// The fewest and the most turns any one task took (fairness).
+    pub per_task: (usize, usize),
+}
+
+/// Run `tasks` tasks until `run` has passed: task `t` is `make(t, end, log)`
+/// and pushes a [`Turn`] into `log` for every acquisition. Tasks are
+/// spawned on the current runtime.
+pub async fn contend<F, Fut>(tasks: usize, run: Duration, make: F) -> Run
+where
+    F: Fn(usize, Instant, TurnLog) -> Fut,
+    Fut: Future<Output = ()> + Send + 'static,
+{
+    let log: TurnLog = Arc::new(Mutex::new(Vec::new()));
+    let end = Instant::now() + run;
+    let handles: Vec<_> = (0..tasks)
+        .map(|t| tokio::spawn(make(t, end, log.clone())))
+        .collect();
+    for h in handles {
+        if let Err(e) = h.await {
+            std::panic::resume_unwind(e.into_panic());
+        }
+    }
+    let mut log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+    log.sort_by_key(|(granted, _, _)| *granted);
+    let mut counts = vec![0; tasks];
+    let mut latencies = Vec::new();
+    let mut handoffs = 0;
+    for w in log.windows(2) {
+        let ((_, released, a), (granted, _, b)) = (w[0], w[1]);
+        if a != b {
+            handoffs += 1;
+            latencies.push(granted.saturating_duration_since(released));
+        }
+    }
+    for (_, _, t) in &log {
+        counts[*t] += 1;
+    }
+    Run {
+        acquisitions: log.len(),
+        handoffs,
+        handoff_latency: percentiles(latencies),
+        per_task: (
+            counts.iter().copied().min().unwrap_or(0),
+            counts.iter().copied().max().unwrap_or(0),
+        ),
+    }
+}
