@@ -76,7 +76,10 @@ async fn main() {
         row[0] = t.elapsed();
 
         let t = Instant::now();
-        let g = single.acquire("bench:single", &opts).await.expect("acquire");
+        let g = single
+            .acquire("bench:single", &opts)
+            .await
+            .expect("acquire");
         assert!(g.release().await.expect("release"));
         row[1] = t.elapsed();
 

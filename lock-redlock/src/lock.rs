@@ -233,6 +233,10 @@ impl Redlock {
         // Give back whatever may have landed: every node that did not refuse,
         // including those that failed or were not waited for. Wait for the
         // nodes that granted (they answer); the rest finish in the background.
+        // Quietly: waking the other waiters here would set off a new round
+        // of attempts for every loser of a split vote. The losers retry on
+        // their own after a random delay, and the eventual holder's release
+        // wakes everyone else.
         let maybe_ours: Vec<(&Arc<Node>, bool)> = inner
             .nodes
             .iter()
@@ -244,7 +248,7 @@ impl Redlock {
         gather(
             maybe_ours
                 .iter()
-                .map(|(node, _)| Arc::clone(node).release(Arc::clone(&handle.lock))),
+                .map(|(node, _)| Arc::clone(node).release(Arc::clone(&handle.lock), false)),
             Stragglers::Finish,
             |r| r.iter().zip(&granting).all(|(r, &g)| r.is_some() || !g),
         )
@@ -351,7 +355,16 @@ impl DistributedLock for Redlock {
         };
         let channel = self.inner.keys.channel(name);
         let wake = self.inner.wakeups.subscribe(&channel);
-        let mut subscriptions: Option<Vec<Subscription>> = None;
+        // Listening already if a majority of nodes has this channel
+        // subscribed (the lock was busy lately): then the first failed
+        // attempt needs no second one after subscribing.
+        let joined: Vec<Subscription> = self
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|node| node.join_subscribed(&channel))
+            .collect();
+        let mut subscriptions = (joined.len() >= self.inner.quorum).then_some(joined);
         let mut tries: u32 = 0;
         loop {
             let woken = wake.notified();
@@ -426,7 +439,7 @@ impl GuardHandle for RedlockHandle {
             inner
                 .nodes
                 .iter()
-                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock))),
+                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), true)),
             Stragglers::Finish,
             |r| {
                 let ours = count(r, |&ours| ours);
@@ -447,7 +460,7 @@ impl GuardHandle for RedlockHandle {
             let again = gather(
                 retry
                     .iter()
-                    .map(|&i| Arc::clone(&inner.nodes[i]).release(Arc::clone(&self.lock))),
+                    .map(|&i| Arc::clone(&inner.nodes[i]).release(Arc::clone(&self.lock), true)),
                 Stragglers::Finish,
                 |_| false,
             )

@@ -164,9 +164,13 @@ impl Node {
         Ok(done == 1)
     }
 
-    /// Delete the lock if `owner` holds it here and wake this node's
-    /// waiters. Returns whether it was ours.
-    pub(crate) async fn release(self: Arc<Self>, lock: Arc<LockRef>) -> Result<bool, LockError> {
+    /// Delete the lock if `owner` holds it here and, with `wake`, wake this
+    /// node's waiters. Returns whether it was ours.
+    pub(crate) async fn release(
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
+        wake: bool,
+    ) -> Result<bool, LockError> {
         let keys = &lock.keys;
         let mut call = RELEASE.prepare_invoke();
         call.key(&keys.lock)
@@ -175,7 +179,7 @@ impl Node {
             .arg(&lock.owner)
             .arg(&keys.channel)
             .arg(1000)
-            .arg("1");
+            .arg(if wake { "1" } else { "0" });
         let mut conn = self.conn.clone();
         let released: i64 = self
             .bounded("releasing", call.invoke_async(&mut conn))
@@ -230,6 +234,12 @@ impl Node {
             )
             .await?;
         Ok(deleted == 1)
+    }
+
+    /// A claim on `channel` if this node's subscriber listens to it already
+    /// (no round trip).
+    pub(crate) fn join_subscribed(&self, channel: &str) -> Option<Subscription> {
+        self.subscriber.get()?.join_subscribed(channel)
     }
 
     /// A claim on `channel` on this node's subscriber, connecting it first
