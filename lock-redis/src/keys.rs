@@ -63,7 +63,7 @@ pub struct LockKeys {
     pub lock: String,
     /// The fencing counter (no TTL: it must outlive every grant).
     pub fence: String,
-    /// The FIFO list of waiter ids.
+    /// The waiter ids, a sorted set ordered by arrival ticket.
     pub queue: String,
     /// The id of the waiter a release handed the lock to, with the hand-off
     /// window as its TTL.

@@ -24,7 +24,7 @@ pub mod parts {
     pub use crate::config::{ParsedUrl, parse_url};
     pub use crate::error::map_error;
     pub use crate::keys::{Keys, LockKeys};
-    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE};
+    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
     pub use crate::subscriber::{Subscriber, Subscription};
 }
 

@@ -2,11 +2,13 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
-local next = redis.call('LPOP', KEYS[2])
+if ARGV[4] and ARGV[4] ~= '' then
+  redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
+  redis.call('PEXPIRE', KEYS[2], ARGV[6])
+end
+local next = redis.call('ZPOPMIN', KEYS[2])[1]
 if next then
   redis.call('SET', KEYS[3], next, 'PX', ARGV[3])
   redis.call('PUBLISH', ARGV[2], next)
-elseif ARGV[4] == '1' then
-  redis.call('PUBLISH', ARGV[2], '')
 end
 return 1

@@ -1,28 +1,35 @@
 //! The Lua scripts, run with EVALSHA (reloaded automatically on NOSCRIPT).
 //! Names, tokens and ids travel only as KEYS and ARGV, never spliced into code.
 //!
-//! Hand-off: a waiter's id joins the lock's FIFO queue atomically with its
-//! failed attempt. A release pops the head, reserves the lock for it for a
-//! short window and publishes its id, so exactly that waiter retries, and a
-//! releaser that comes straight back cannot overtake it. A waiter that gives
-//! up withdraws and passes a reservation it held on to the next in line; one
-//! that died holds things up only for the window.
+//! Hand-off: a waiter's id joins the lock's queue atomically with its
+//! failed attempt. The queue is a sorted set ordered by arrival ticket: the
+//! server's clock (µs) when the waiter first queued, or a ticket the client
+//! gives (Redlock, so that every node orders its waiters the same way). A
+//! release pops the first, reserves the lock for it for a short window and
+//! publishes its id, so exactly that waiter retries, and a releaser that
+//! comes straight back cannot overtake it. A waiter that gives up withdraws
+//! and passes a reservation it held on to the next in line; one that died
+//! holds things up only for the window.
 
 use std::sync::LazyLock;
 
 use redis::Script;
 
 /// KEYS: lock, fence, queue, handoff. ARGV: owner, ttl ms, waiter id (empty
-/// for a newcomer that does not queue), queue TTL ms.
+/// for a newcomer that does not queue), queue TTL ms, and optionally the
+/// waiter's arrival ticket (decimal µs; default: the server's clock). A
+/// waiter keeps the ticket it first queued with.
 /// Returns `{1, token}` when granted, `{0, ms to wait}` otherwise.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
 /// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,
-/// and optionally `"1"` to broadcast.
+/// and optionally a waiter id, its ticket and the queue TTL ms.
 /// Deletes the lock only if `owner` holds it, then hands it to the first
-/// waiter in line. With nobody in line and the broadcast flag set, it
-/// publishes an empty message instead, which wakes every waiter (Redlock,
-/// whose waiters do not queue). Returns 1 if it was ours, else 0.
+/// waiter in line. With a waiter given, that waiter (the owner giving back
+/// a grant it could not use, in Redlock) first rejoins the queue with its
+/// ticket, so the first in line by ticket gets the lock, whoever that is,
+/// and every node converges on the same one. Returns 1 if it was ours,
+/// else 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 
 /// KEYS: queue, handoff. ARGV: waiter id, channel, hand-off window ms.

@@ -51,10 +51,8 @@ pub struct Subscription {
 }
 
 impl Subscriber {
-    /// Connect the subscriber. A message whose payload is a waiter id wakes
-    /// that waiter ([`Wakeups::wake_one`]); an empty payload is a broadcast
-    /// that wakes every waiter registered under the channel's name
-    /// ([`Wakeups::wake`]); a reconnect wakes everyone.
+    /// Connect the subscriber. A message (a waiter id) wakes that waiter
+    /// ([`Wakeups::wake_one`]); a reconnect wakes everyone.
     pub async fn connect(
         client: &redis::Client,
         config: &RedisConfig,
@@ -62,21 +60,13 @@ impl Subscriber {
     ) -> Result<Arc<Self>, LockError> {
         let on_push = move |info: PushInfo| {
             match info.kind {
-                PushKind::Message => match (info.data.first(), info.data.get(1)) {
-                    (Some(Value::BulkString(channel)), Some(Value::BulkString(waiter)))
-                        if waiter.is_empty() =>
+                PushKind::Message => {
+                    if let Some(Value::BulkString(waiter)) = info.data.get(1)
+                        && let Ok(waiter) = std::str::from_utf8(waiter)
                     {
-                        if let Ok(channel) = std::str::from_utf8(channel) {
-                            wakeups.wake(channel);
-                        }
+                        wakeups.wake_one(waiter);
                     }
-                    (_, Some(Value::BulkString(waiter))) => {
-                        if let Ok(waiter) = std::str::from_utf8(waiter) {
-                            wakeups.wake_one(waiter);
-                        }
-                    }
-                    _ => {}
-                },
+                }
                 PushKind::Disconnection => wakeups.wake_all(),
                 _ => {}
             }

@@ -1,6 +1,6 @@
-redis.call('LREM', KEYS[1], 0, ARGV[1])
+redis.call('ZREM', KEYS[1], ARGV[1])
 if redis.call('GET', KEYS[2]) == ARGV[1] then
-  local next = redis.call('LPOP', KEYS[1])
+  local next = redis.call('ZPOPMIN', KEYS[1])[1]
   if next then
     redis.call('SET', KEYS[2], next, 'PX', ARGV[3])
     redis.call('PUBLISH', ARGV[2], next)

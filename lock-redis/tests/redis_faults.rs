@@ -247,7 +247,7 @@ async fn frozen_child(name: &str) {
 /// Commands the scripts run inside the server (counted by commandstats, but
 /// not round trips).
 const SCRIPT_INTERNALS: &[&str] = &[
-    "set", "incr", "pttl", "get", "del", "publish", "pexpire", "lpop", "lrem", "lpos", "rpush",
+    "set", "incr", "pttl", "get", "del", "publish", "pexpire", "zpopmin", "zrem", "zadd", "time",
 ];
 
 async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(String, u64)> {
@@ -300,14 +300,14 @@ async fn acquisitions_cost_few_commands() {
     let g = locks.acquire(&name, &opts).await.expect("acquire");
     assert!(g.release().await.expect("release"));
     let calls = command_calls(&mut admin).await;
-    // Acquire: GET handoff, SET NX PX, INCR. Release: GET, DEL, LPOP queue.
+    // Acquire: GET handoff, SET NX PX, INCR. Release: GET, DEL, ZPOPMIN queue.
     let expected: Vec<(String, u64)> = [
         ("del", 1),
         ("evalsha", 2),
         ("get", 2),
         ("incr", 1),
-        ("lpop", 1),
         ("set", 1),
+        ("zpopmin", 1),
     ]
     .into_iter()
     .map(|(c, n)| (c.to_string(), n))

@@ -20,6 +20,10 @@ pub struct RedlockConfig {
     /// Clock-drift allowance as a fraction of the TTL (plus 2 ms) subtracted
     /// from every lease's validity; default 0.01.
     pub drift_factor: f64,
+    /// How long a release reserves a node for the waiter first in that
+    /// node's queue. Only matters when that waiter died or cannot reach the
+    /// node: the others then wait this long. Default 1 s.
+    pub handoff_window: Duration,
     /// The smallest validity left after an acquisition, as a fraction of the
     /// TTL, for it to count; default 0.05. An acquisition that took longer
     /// (slow nodes, a pause) is given back and retried.
@@ -32,6 +36,7 @@ impl Default for RedlockConfig {
             prefix: "distlock:".to_string(),
             node_timeout: Duration::from_millis(50),
             connect_timeout: Duration::from_secs(1),
+            handoff_window: Duration::from_secs(1),
             drift_factor: DEFAULT_DRIFT_FACTOR,
             min_validity: 0.05,
         }
@@ -44,6 +49,7 @@ impl fmt::Debug for RedlockConfig {
             .field("prefix", &self.prefix)
             .field("node_timeout", &self.node_timeout)
             .field("connect_timeout", &self.connect_timeout)
+            .field("handoff_window", &self.handoff_window)
             .field("drift_factor", &self.drift_factor)
             .field("min_validity", &self.min_validity)
             .finish()
@@ -58,6 +64,11 @@ impl RedlockConfig {
             (
                 "connect_timeout",
                 self.connect_timeout,
+                Duration::from_secs(3600),
+            ),
+            (
+                "handoff_window",
+                self.handoff_window,
                 Duration::from_secs(3600),
             ),
         ] {
@@ -96,7 +107,7 @@ pub(crate) struct ParsedRedlockUrl {
 }
 
 /// Options a Redlock URL may carry.
-const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, drift_factor, min_validity, tls";
+const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, handoff_window_ms, drift_factor, min_validity, tls";
 
 /// Parse `redlock://[user:pass@]host:port[,host:port…][/db][?options]`.
 /// Every node shares the credentials, database and options; `tls=true`
@@ -143,6 +154,7 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
             "prefix" => config.prefix = value.to_string(),
             "node_timeout_ms" => config.node_timeout = millis()?,
             "connect_timeout_ms" => config.connect_timeout = millis()?,
+            "handoff_window_ms" => config.handoff_window = millis()?,
             "drift_factor" => config.drift_factor = fraction()?,
             "min_validity" => config.min_validity = fraction()?,
             "tls" => {

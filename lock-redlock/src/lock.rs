@@ -8,14 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Waiting, Wakeups, Watchdog,
+    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups, Watchdog,
     check_request, wait_deadline,
 };
 use lock_redis::parts::{Keys, Subscription};
 use tokio::time::Instant;
 
 use crate::config::{NodeUrl, RedlockConfig, parse_url};
-use crate::node::{BACKEND, LockRef, Node, NodeGrant};
+use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -27,13 +27,19 @@ const CAPABILITIES: Capabilities = Capabilities {
     // its counters (persistence with fsync); a node that restarts empty can
     // be the one node two majorities share.
     fencing: Fencing::WhileServerKeepsData,
-    fair_queue: false,
+    // Waiters queue on every node by their arrival ticket (the client's
+    // clock), so every node hands the lock to the same, earliest waiter.
+    fair_queue: true,
     crash_release: CrashRelease::Ttl,
     survives_server_failure: true,
     depends_on_clocks: true,
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
 };
+
+/// A waiting acquire gives up with `QuorumNotReached` after this many
+/// attempts in a row that could not reach a majority.
+const UNREACHABLE_ATTEMPTS: u32 = 3;
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -173,8 +179,15 @@ impl Redlock {
 
     /// One attempt on every node. `Held { expires_in: Some(_) }` means the
     /// lock is held (wait for a release); `None` means a split vote or a
-    /// grant that came too late (retry after a random delay).
-    async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
+    /// grant that came too late (retry after a random delay). A `waiter`
+    /// joins the queue of every node that refuses, and takes the
+    /// reservations made for it.
+    async fn attempt(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiter: Option<&Arc<Waiter>>,
+    ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);
         let handle = Arc::new(RedlockHandle {
@@ -191,10 +204,9 @@ impl Redlock {
         let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
         let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
         let replies = gather(
-            inner
-                .nodes
-                .iter()
-                .map(|node| Arc::clone(node).acquire(Arc::clone(&handle.lock), opts.ttl)),
+            inner.nodes.iter().map(|node| {
+                Arc::clone(node).acquire(Arc::clone(&handle.lock), opts.ttl, waiter.cloned())
+            }),
             Stragglers::Drop,
             |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
         )
@@ -220,6 +232,9 @@ impl Redlock {
                 .deadline()
                 .map(|d| d.saturating_duration_since(Instant::now()));
             if left.is_some_and(|left| left > enough) {
+                if let Some(waiter) = waiter {
+                    self.leave_queues(&handle, waiter, &replies);
+                }
                 let handle = pending.disarm();
                 let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
                 return Ok(Attempt::Acquired(if opts.auto_renew {
@@ -233,10 +248,10 @@ impl Redlock {
         // Give back whatever may have landed: every node that did not refuse,
         // including those that failed or were not waited for. Wait for the
         // nodes that granted (they answer); the rest finish in the background.
-        // Quietly: waking the other waiters here would set off a new round
-        // of attempts for every loser of a split vote. The losers retry on
-        // their own after a random delay, and the eventual holder's release
-        // wakes everyone else.
+        // A queued waiter rejoins each queue by its ticket as it gives a node
+        // back, and the node goes to the first in line: so every node ends
+        // up reserved for the same, earliest waiter, and a split vote does
+        // not repeat.
         let maybe_ours: Vec<(&Arc<Node>, bool)> = inner
             .nodes
             .iter()
@@ -246,9 +261,9 @@ impl Redlock {
             .collect();
         let granting: Vec<bool> = maybe_ours.iter().map(|&(_, g)| g).collect();
         gather(
-            maybe_ours
-                .iter()
-                .map(|(node, _)| Arc::clone(node).release(Arc::clone(&handle.lock), false)),
+            maybe_ours.iter().map(|(node, _)| {
+                Arc::clone(node).release(Arc::clone(&handle.lock), waiter.cloned())
+            }),
             Stragglers::Finish,
             |r| r.iter().zip(&granting).all(|(r, &g)| r.is_some() || !g),
         )
@@ -269,6 +284,34 @@ impl Redlock {
                 None
             },
         })
+    }
+
+    /// After winning: leave the queue of every node that did not grant, in
+    /// the background, passing on any reservation made for us there
+    /// meanwhile (else it would hold that node up for the hand-off window).
+    fn leave_queues(
+        &self,
+        handle: &RedlockHandle,
+        waiter: &Arc<Waiter>,
+        replies: &Replies<NodeGrant>,
+    ) {
+        let behind: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .zip(replies)
+            .filter(|(_, r)| !matches!(r, Some(Ok(NodeGrant::Granted(_)))))
+            .map(|(node, _)| {
+                Arc::clone(node).withdraw(Arc::clone(&handle.lock), Arc::clone(waiter))
+            })
+            .collect();
+        if !behind.is_empty()
+            && let Ok(rt) = tokio::runtime::Handle::try_current()
+        {
+            rt.spawn(async move {
+                gather(behind, Stragglers::Finish, |_| false).await;
+            });
+        }
     }
 
     /// The fencing token for a majority `grants` (node index, counter after
@@ -342,7 +385,7 @@ impl DistributedLock for Redlock {
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts).await?.into_guard())
+        Ok(self.attempt(name, opts, None).await?.into_guard())
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
@@ -353,11 +396,26 @@ impl DistributedLock for Redlock {
             name: name.to_string(),
             waited: now - start,
         };
+        if opts.wait == Wait::No {
+            return match self.attempt(name, opts, None).await? {
+                Attempt::Acquired(guard) => Ok(guard),
+                Attempt::Held { .. } => Err(timeout(Instant::now())),
+            };
+        }
         let channel = self.inner.keys.channel(name);
-        let wake = self.inner.wakeups.subscribe(&channel);
-        // Listening already if a majority of nodes has this channel
-        // subscribed (the lock was busy lately): then the first failed
-        // attempt needs no second one after subscribing.
+        let ticket = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_micros());
+        let waiter = Arc::new(Waiter {
+            id: OwnerToken::random().to_hex(),
+            ticket: ticket.to_string(),
+        });
+        let wake = self.inner.wakeups.subscribe(&waiter.id);
+        // A waiter joins the nodes' queues only while listening, so that a
+        // hand-off to it cannot be published before it listens. If a
+        // majority of nodes has this channel subscribed already (the lock
+        // was busy lately), the first attempt may queue; otherwise it is a
+        // plain attempt, and an uncontended acquire stays one round.
         let joined: Vec<Subscription> = self
             .inner
             .nodes
@@ -365,43 +423,70 @@ impl DistributedLock for Redlock {
             .filter_map(|node| node.join_subscribed(&channel))
             .collect();
         let mut subscriptions = (joined.len() >= self.inner.quorum).then_some(joined);
+        let mut queued = QueuedWaiter {
+            inner: Arc::clone(&self.inner),
+            lock: Arc::new(LockRef {
+                keys: self.inner.keys.all(name),
+                owner: String::new(),
+            }),
+            waiter: None,
+        };
         let mut tries: u32 = 0;
+        let mut unreachable_in_a_row = 0;
         loop {
             let woken = wake.notified();
             tokio::pin!(woken);
             woken.as_mut().enable();
-            let expires_in = match self.attempt(name, opts).await? {
-                Attempt::Acquired(guard) => return Ok(guard),
-                Attempt::Held { expires_in } => expires_in,
+            let as_waiter = subscriptions.is_some().then_some(&waiter);
+            if as_waiter.is_some() {
+                queued.waiter = Some(Arc::clone(&waiter));
+            }
+            let expires_in = match self.attempt(name, opts, as_waiter).await {
+                Ok(Attempt::Acquired(guard)) => {
+                    // The winning attempt left the queues itself.
+                    queued.waiter = None;
+                    return Ok(guard);
+                }
+                Ok(Attempt::Held { expires_in }) => {
+                    unreachable_in_a_row = 0;
+                    expires_in
+                }
+                // A node that answers late once (a slow disk, a busy host)
+                // must not fail a waiting acquire, but a majority that stays
+                // unreachable fails it in bounded time.
+                Err(e @ LockError::QuorumNotReached { .. })
+                    if unreachable_in_a_row + 1 < UNREACHABLE_ATTEMPTS =>
+                {
+                    unreachable_in_a_row += 1;
+                    tracing::debug!(lock = %name, error = %e, "no majority reachable; trying again");
+                    None
+                }
+                Err(e) => return Err(e),
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 return Err(timeout(now));
             }
             if subscriptions.is_none() {
-                // Listen first, then retry at once: a release that happened
-                // before we listened is not missed.
+                // Listen first, then retry at once as a queued waiter.
                 subscriptions = Some(self.subscribe_all(&channel).await);
                 continue;
             }
-            let split = expires_in.is_none();
+            // Held: until a node hands the lock to us (a message naming this
+            // waiter), or the holders' leases end. A split vote (contenders
+            // each holding a minority): after a random delay, or sooner if
+            // a node hands the lock to us meanwhile.
             let pause = match expires_in {
                 Some(left) => left + Duration::from_millis(1),
                 None => opts.backoff.delay(tries),
             };
-            let mut until = now + pause;
+            let mut until = now + pause.min(QUEUE_TTL / 2);
             if let Some(d) = deadline {
                 until = until.min(d);
             }
-            if split {
-                // Contenders each hold a minority: spread the retries out
-                // rather than following every release message.
-                tokio::time::sleep_until(until).await;
-            } else {
-                tokio::select! {
-                    _ = woken => {}
-                    _ = tokio::time::sleep_until(until) => {}
-                }
+            tokio::select! {
+                _ = woken => {}
+                _ = tokio::time::sleep_until(until) => {}
             }
             tries = tries.saturating_add(1);
         }
@@ -422,6 +507,39 @@ impl fmt::Debug for Redlock {
     }
 }
 
+/// A waiter in the nodes' queues; leaving without the lock (timeout,
+/// error, cancellation) withdraws it from every node in the background.
+struct QueuedWaiter {
+    inner: Arc<Inner>,
+    lock: Arc<LockRef>,
+    waiter: Option<Arc<Waiter>>,
+}
+
+impl Drop for QueuedWaiter {
+    fn drop(&mut self) {
+        let Some(waiter) = self.waiter.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let withdrawals: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| Arc::clone(node).withdraw(Arc::clone(&self.lock), Arc::clone(&waiter)))
+            .collect();
+        rt.spawn(async move {
+            let replies = gather(withdrawals, Stragglers::Finish, |_| false).await;
+            if failed(&replies) > 0 {
+                tracing::debug!(
+                    "withdrawing a waiter failed on some nodes; its entries expire by themselves"
+                );
+            }
+        });
+    }
+}
+
 struct RedlockHandle {
     inner: Arc<Inner>,
     lock: Arc<LockRef>,
@@ -431,7 +549,10 @@ struct RedlockHandle {
 impl GuardHandle for RedlockHandle {
     /// Release on every node at once; `true` if a majority still held it.
     /// Done as soon as the answer is settled; slow nodes finish in the
-    /// background.
+    /// background. Each node gets the longer release bound (see
+    /// `Node::release`) rather than a retry: a release that ran but whose
+    /// answer was lost would find the key gone when asked again, and could
+    /// not tell that from a lock that was no longer ours.
     async fn release(&self) -> Result<bool, LockError> {
         let inner = &self.inner;
         let q = inner.quorum;
@@ -439,7 +560,7 @@ impl GuardHandle for RedlockHandle {
             inner
                 .nodes
                 .iter()
-                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), true)),
+                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), None)),
             Stragglers::Finish,
             |r| {
                 let ours = count(r, |&ours| ours);
@@ -448,28 +569,7 @@ impl GuardHandle for RedlockHandle {
             },
         )
         .await;
-        let mut ours = count(&replies, |&ours| ours);
-        let mut replies = replies;
-        if ours < q && ours + failed(&replies) >= q {
-            // Undecided because nodes failed (a timeout under load, a
-            // reconnect): releasing is idempotent, so ask those nodes once
-            // more before reporting an error.
-            let retry: Vec<usize> = (0..replies.len())
-                .filter(|&i| matches!(replies[i], Some(Err(_))))
-                .collect();
-            let again = gather(
-                retry
-                    .iter()
-                    .map(|&i| Arc::clone(&inner.nodes[i]).release(Arc::clone(&self.lock), true)),
-                Stragglers::Finish,
-                |_| false,
-            )
-            .await;
-            for (&i, reply) in retry.iter().zip(again) {
-                replies[i] = reply;
-            }
-            ours = count(&replies, |&ours| ours);
-        }
+        let ours = count(&replies, |&ours| ours);
         if ours >= inner.quorum {
             return Ok(true);
         }

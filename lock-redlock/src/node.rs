@@ -6,7 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::{LockError, Wakeups};
-use lock_redis::parts::{ACQUIRE, EXTEND, LockKeys, RELEASE, Subscriber, Subscription, map_error};
+use lock_redis::parts::{
+    ACQUIRE, EXTEND, LockKeys, RELEASE, Subscriber, Subscription, WITHDRAW, map_error,
+};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
@@ -14,6 +16,20 @@ use crate::config::{NodeUrl, RedlockConfig};
 use crate::scripts::FENCE;
 
 pub(crate) const BACKEND: &str = "redlock";
+
+/// A waiter's queue entry on a node lives this long after its last attempt;
+/// waiters retry at least every half of it, so live waiters never drop out.
+pub(crate) const QUEUE_TTL: Duration = Duration::from_secs(30);
+
+/// A queued waiter: its id (the payload of the release message that wakes
+/// it) and its arrival ticket, the same on every node, so that every node
+/// orders its waiters alike and hands the lock to the same one.
+pub(crate) struct Waiter {
+    pub(crate) id: String,
+    /// Microseconds since the Unix epoch when the waiter arrived, by the
+    /// client's clock; skew between clients shifts fairness, never safety.
+    pub(crate) ticket: String,
+}
 
 /// One acquisition's keys and owner token, shared by its per-node requests.
 pub(crate) struct LockRef {
@@ -39,6 +55,9 @@ pub(crate) struct Node {
     /// lock-redis settings for this node's subscriber connection.
     redis_config: lock_redis::RedisConfig,
     timeout: Duration,
+    /// The node timeout, but at least the connect timeout.
+    release_timeout: Duration,
+    handoff_window: Duration,
 }
 
 impl Node {
@@ -74,6 +93,8 @@ impl Node {
                 ..Default::default()
             },
             timeout: config.node_timeout,
+            release_timeout: config.node_timeout.max(config.connect_timeout),
+            handoff_window: config.handoff_window,
         })
     }
 
@@ -84,7 +105,16 @@ impl Node {
         doing: &str,
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> Result<T, LockError> {
-        match tokio::time::timeout(self.timeout, fut).await {
+        self.bounded_by(self.timeout, doing, fut).await
+    }
+
+    async fn bounded_by<T>(
+        &self,
+        limit: Duration,
+        doing: &str,
+        fut: impl Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, LockError> {
+        match tokio::time::timeout(limit, fut).await {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(map_error(
                 BACKEND,
@@ -93,21 +123,20 @@ impl Node {
             )),
             Err(_) => Err(LockError::Unavailable {
                 backend: BACKEND,
-                reason: format!(
-                    "{doing} on {}: no answer within {:?}",
-                    self.display, self.timeout
-                ),
+                reason: format!("{doing} on {}: no answer within {limit:?}", self.display),
                 source: None,
             }),
         }
     }
 
     /// `SET lock owner NX PX ttl` and, if granted, `INCR` of the counter
-    /// (lock-redis's acquire script, without queueing).
+    /// (lock-redis's acquire script). A `waiter` id joins this node's queue
+    /// if refused, and may take a reservation made for it.
     pub(crate) async fn acquire(
         self: Arc<Self>,
         lock: Arc<LockRef>,
         ttl: Duration,
+        waiter: Option<Arc<Waiter>>,
     ) -> Result<NodeGrant, LockError> {
         let keys = &lock.keys;
         let mut call = ACQUIRE.prepare_invoke();
@@ -117,8 +146,9 @@ impl Node {
             .key(&keys.handoff)
             .arg(&lock.owner)
             .arg(ttl.as_millis() as u64)
-            .arg("")
-            .arg(0);
+            .arg(waiter.as_ref().map_or("", |w| w.id.as_str()))
+            .arg(QUEUE_TTL.as_millis() as u64)
+            .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()));
         let mut conn = self.conn.clone();
         let (granted, value): (i64, i64) = self
             .bounded("acquiring", call.invoke_async(&mut conn))
@@ -164,12 +194,14 @@ impl Node {
         Ok(done == 1)
     }
 
-    /// Delete the lock if `owner` holds it here and, with `wake`, wake this
-    /// node's waiters. Returns whether it was ours.
+    /// Delete the lock if `owner` holds it here and hand this node to the
+    /// first waiter in its queue. A `rejoin` waiter (giving back a grant it
+    /// could not use) first takes its place in the queue again, by ticket.
+    /// Returns whether it was ours.
     pub(crate) async fn release(
         self: Arc<Self>,
         lock: Arc<LockRef>,
-        wake: bool,
+        rejoin: Option<Arc<Waiter>>,
     ) -> Result<bool, LockError> {
         let keys = &lock.keys;
         let mut call = RELEASE.prepare_invoke();
@@ -178,13 +210,43 @@ impl Node {
             .key(&keys.handoff)
             .arg(&lock.owner)
             .arg(&keys.channel)
-            .arg(1000)
-            .arg(if wake { "1" } else { "0" });
+            .arg(self.handoff_window.as_millis() as u64);
+        if let Some(w) = &rejoin {
+            call.arg(&w.id)
+                .arg(&w.ticket)
+                .arg(QUEUE_TTL.as_millis() as u64);
+        }
         let mut conn = self.conn.clone();
+        // Nobody waits for a release once a majority confirmed it, so a
+        // slow node may take longer here: an answer beats a guess.
         let released: i64 = self
-            .bounded("releasing", call.invoke_async(&mut conn))
+            .bounded_by(
+                self.release_timeout,
+                "releasing",
+                call.invoke_async(&mut conn),
+            )
             .await?;
         Ok(released == 1)
+    }
+
+    /// Leave this node's queue; a reservation held by `waiter` passes on.
+    pub(crate) async fn withdraw(
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
+        waiter: Arc<Waiter>,
+    ) -> Result<(), LockError> {
+        let keys = &lock.keys;
+        let mut call = WITHDRAW.prepare_invoke();
+        call.key(&keys.queue)
+            .key(&keys.handoff)
+            .arg(&waiter.id)
+            .arg(&keys.channel)
+            .arg(self.handoff_window.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .bounded("withdrawing a waiter", call.invoke_async(&mut conn))
+            .await?;
+        Ok(())
     }
 
     /// Reset the lease to `ttl` if `owner` holds the lock here.
