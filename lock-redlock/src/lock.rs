@@ -59,10 +59,17 @@ const UNREACHABLE_ATTEMPTS: u32 = 3;
 /// - **Release** runs on all nodes at once and reports whether a majority
 ///   still held the lock; **extend** (and the watchdog) needs a majority
 ///   within the current validity, else `lost()` fires by the deadline.
-/// - **Waiting**: waiters subscribe to the lock's release channel on every
-///   node; a release wakes them, the holders' remaining TTL is the backstop,
-///   and a split vote (contenders each holding a minority) is retried after
-///   a random delay from the options' backoff.
+/// - **Waiting without polling**: a waiter subscribes to the lock's release
+///   channel on every node and queues on every node that refuses it, in a
+///   queue ordered by its arrival ticket (the client's clock when the wait
+///   began, the same on every node). A release hands each node to the first
+///   waiter in that node's queue, reserves it briefly and wakes only that
+///   waiter; since every node orders its waiters alike, they pick the same
+///   one, and the releaser cannot barge back in. A loser of a split vote
+///   rejoins each queue by its ticket as it gives a node back, so the nodes
+///   converge on the earliest waiter instead of splitting again. The
+///   holders' remaining TTL is the backstop; a waiter that leaves (timeout,
+///   cancellation) withdraws from every queue.
 ///
 /// # Assumptions
 ///
