@@ -77,4 +77,8 @@ pub struct Capabilities {
     pub waiting: Waiting,
     /// The longest TTL the backend can store.
     pub max_ttl: Duration,
+    /// The shortest lease the backend grants: shorter TTLs are rounded up
+    /// to it (etcd leases are whole seconds, and the server may impose a
+    /// larger minimum, which the guard's validity deadline then reflects).
+    pub min_lease: Duration,
 }

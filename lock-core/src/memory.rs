@@ -32,6 +32,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     depends_on_clocks: false,
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
+    min_lease: crate::options::MIN_TTL,
 };
 
 /// Locks shared by the tasks of one process.

@@ -84,6 +84,16 @@ fn opts(ttl_ms: u64, wait: Wait, auto_renew: bool) -> LockOptions {
 /// Slack for scheduling and round trips when a case waits for a TTL.
 const SLACK: Duration = Duration::from_millis(1500);
 
+/// `ms` as a TTL, raised to the backend's shortest lease (etcd leases are
+/// whole seconds): cases about expiry measure from the TTL really granted.
+fn short_ttl(h: &Harness, ms: u64) -> Duration {
+    Duration::from_millis(ms).max(h.lock.capabilities().min_lease)
+}
+
+fn ttl_opts(ttl: Duration, wait: Wait, auto_renew: bool) -> LockOptions {
+    opts(ttl.as_millis() as u64, wait, auto_renew)
+}
+
 /// The names every case registers, in order; used by the macro.
 #[macro_export]
 macro_rules! conformance_suite {
@@ -405,10 +415,10 @@ pub async fn stale_release_is_refused(h: Harness) {
 /// A leaked guard (no release, no renewal) frees its lock after the TTL.
 pub async fn abandoned_lock_expires(h: Harness) {
     let name = unique_name("abandoned");
-    let ttl = Duration::from_millis(800);
+    let ttl = short_ttl(&h, 800);
     let g = h
         .lock
-        .acquire(&name, &opts(800, Wait::No, false))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, false))
         .await
         .expect("acquire");
     let start = Instant::now();
@@ -437,10 +447,10 @@ pub async fn abandoned_lock_expires(h: Harness) {
 /// nobody else gets it meanwhile.
 pub async fn watchdog_keeps_lock_alive(h: Harness) {
     let name = unique_name("watchdog");
-    let ttl = Duration::from_millis(600);
+    let ttl = short_ttl(&h, 600);
     let g = h
         .lock
-        .acquire(&name, &opts(600, Wait::No, true))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, true))
         .await
         .expect("acquire");
     let end = Instant::now() + ttl * 4;
@@ -465,10 +475,10 @@ pub async fn watchdog_keeps_lock_alive(h: Harness) {
 /// `lost()` fires when the lock is taken away on the server.
 pub async fn lost_fires_when_taken_away(h: Harness) {
     let name = unique_name("lost");
-    let ttl = Duration::from_millis(900);
+    let ttl = short_ttl(&h, 900);
     let g = h
         .lock
-        .acquire(&name, &opts(900, Wait::No, true))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, true))
         .await
         .expect("acquire");
     h.hook.take_away(&name).await.expect("fault hook");
@@ -508,16 +518,17 @@ pub async fn fencing_tokens_increase(h: Harness) {
         assert!(g.release().await.expect("release"));
     }
     // A grant that follows an expiry, not a release.
+    let ttl = short_ttl(&h, 300);
     let lapsed = h
         .lock
-        .acquire(&name, &opts(300, Wait::No, false))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, false))
         .await
         .expect("acquire");
     tokens.push(lapsed.fencing_token());
     std::mem::forget(lapsed);
     let g = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK), false))
         .await
         .expect("acquire after expiry");
     tokens.push(g.fencing_token());
@@ -543,15 +554,14 @@ pub async fn fencing_tokens_increase(h: Harness) {
 /// fails with NotHeld or Lost and fires `lost()`.
 pub async fn extend_prolongs_and_fails_when_gone(h: Harness) {
     let name = unique_name("extend");
+    let ttl = short_ttl(&h, 500);
     let g = h
         .lock
-        .acquire(&name, &opts(500, Wait::No, false))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, false))
         .await
         .expect("acquire");
-    g.extend(Duration::from_secs(3))
-        .await
-        .expect("extend a held lock");
-    tokio::time::sleep(Duration::from_millis(900)).await;
+    g.extend(ttl * 6).await.expect("extend a held lock");
+    tokio::time::sleep(ttl * 9 / 5).await;
     assert_eq!(g.is_lost(), None, "extended lock reported lost");
     assert!(
         h.other
@@ -563,14 +573,15 @@ pub async fn extend_prolongs_and_fails_when_gone(h: Harness) {
     );
     assert!(g.release().await.expect("release"));
 
+    let ttl = short_ttl(&h, 300);
     let gone = h
         .lock
-        .acquire(&name, &opts(300, Wait::No, false))
+        .acquire(&name, &ttl_opts(ttl, Wait::No, false))
         .await
         .expect("acquire");
     let next = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK), false))
         .await
         .expect("acquire after expiry");
     match gone.extend(Duration::from_secs(5)).await {

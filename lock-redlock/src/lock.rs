@@ -35,6 +35,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     depends_on_clocks: true,
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
+    min_lease: lock_core::MIN_TTL,
 };
 
 /// A waiting acquire gives up with `QuorumNotReached` after this many

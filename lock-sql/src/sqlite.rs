@@ -53,6 +53,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     depends_on_clocks: true,
     waiting: Waiting::Polling,
     max_ttl: Duration::from_secs(30 * 86_400),
+    min_lease: lock_core::MIN_TTL,
 };
 
 /// Settings for [`SqliteLock`].
