@@ -21,6 +21,7 @@ const CAPS: Capabilities = Capabilities {
     depends_on_clocks: false,
     waiting: Waiting::Polling,
     max_ttl: Duration::from_secs(3600),
+    min_lease: lock_core::MIN_TTL,
 };
 
 /// A handle whose renewals succeed, fail with `Unavailable`, or report the
