@@ -44,7 +44,7 @@ DB_PASSWORD=distlock
 DB_NAME=distlock
 
 PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
-    protobuf-compiler curl)
+    protobuf-compiler libprotobuf-dev curl)
 
 ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 zk zk1 zk2 zk3)
 

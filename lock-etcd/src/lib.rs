@@ -1,1 +1,19 @@
-//! Placeholder crate: the etcd backend is specified in its own issue and not implemented yet; it exports nothing.
+//! distlock backend for etcd (v3 API, 3.4 or later).
+//!
+//! See [`EtcdLock`]: a session lease kept alive in the background, one
+//! transaction to acquire, waiters that watch only their predecessor,
+//! create-revision fencing tokens (with [`EtcdLock::fencing_compare`] for
+//! guarding your own etcd transactions), and `lost()` on every guard of a
+//! session whose lease expires or is revoked.
+//!
+//! Building this crate needs `protoc` (Debian: `protobuf-compiler`), which
+//! etcd-client's build script runs.
+
+mod config;
+mod error;
+mod keys;
+mod lock;
+mod session;
+
+pub use config::EtcdConfig;
+pub use lock::EtcdLock;

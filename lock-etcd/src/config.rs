@@ -1,0 +1,204 @@
+//! Client settings and the `etcd://host:port[,host:port…][/prefix]` URL form.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+/// Settings for an [`EtcdLock`](crate::EtcdLock).
+#[derive(Clone, PartialEq, Eq)]
+pub struct EtcdConfig {
+    /// Key prefix under which every lock lives (`/distlock` by default); a
+    /// lock's keys are `PREFIX/ESCAPED-NAME/…`.
+    pub prefix: String,
+    /// TTL of the client's session lease, kept alive in the background;
+    /// locks acquired with this TTL and auto-renewal share it. Whole seconds,
+    /// default 30 s. A crashed client's locks are freed when it runs out.
+    pub session_ttl: Duration,
+    /// Bound on establishing a connection; default 2 s.
+    pub connect_timeout: Duration,
+    /// Bound on each request; default 2 s.
+    pub request_timeout: Duration,
+}
+
+impl Default for EtcdConfig {
+    fn default() -> Self {
+        EtcdConfig {
+            prefix: "/distlock".to_string(),
+            session_ttl: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(2),
+            request_timeout: Duration::from_secs(2),
+        }
+    }
+}
+
+impl fmt::Debug for EtcdConfig {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdConfig")
+            .field("prefix", &self.prefix)
+            .field("session_ttl", &self.session_ttl)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("request_timeout", &self.request_timeout)
+            .finish()
+    }
+}
+
+impl EtcdConfig {
+    /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
+    pub fn validate(&self) -> Result<(), LockError> {
+        let p = &self.prefix;
+        if p.is_empty()
+            || p.len() > 128
+            || !p.starts_with('/')
+            || p.ends_with('/')
+            || !p.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(LockError::invalid_options(format!(
+                "etcd key prefix {:?} must start with `/`, not end with one, and be at most 128 printable ASCII characters",
+                p.chars().take(80).collect::<String>()
+            )));
+        }
+        let secs = self.session_ttl.as_secs();
+        if secs == 0 || self.session_ttl.subsec_nanos() != 0 || secs > 86_400 {
+            return Err(LockError::invalid_options(format!(
+                "etcd session_ttl must be whole seconds between 1 s and 1 day, got {:?}",
+                self.session_ttl
+            )));
+        }
+        for (what, d) in [
+            ("connect_timeout", self.connect_timeout),
+            ("request_timeout", self.request_timeout),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(3600) {
+                return Err(LockError::invalid_options(format!(
+                    "etcd {what} must be between 1 ms and 1 h, got {d:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A parsed etcd URL. Not `Debug`: it holds the password.
+pub(crate) struct ParsedUrl {
+    /// `http://host:port` or `https://host:port`, one per member.
+    pub(crate) endpoints: Vec<String>,
+    pub(crate) user: Option<(String, String)>,
+    pub(crate) tls: bool,
+    pub(crate) config: EtcdConfig,
+    /// The URL without credentials.
+    pub(crate) display: String,
+}
+
+const KNOWN: &str = "session_ttl_s, connect_timeout_ms, request_timeout_ms";
+
+/// Parse `etcd://[user:pass@]host:port[,host:port…][/prefix][?options]`, or
+/// `etcd+https://…` for TLS.
+pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
+    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
+    let shown = match rest.rsplit_once('@') {
+        Some((_, hosts)) => format!("{scheme}://***@{hosts}"),
+        None => raw.to_string(),
+    };
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: shown.clone(),
+        reason,
+    };
+    let tls = match scheme {
+        "etcd" => false,
+        "etcd+https" => true,
+        _ => return Err(invalid("expected an etcd:// or etcd+https:// URL".into())),
+    };
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (authority, path) = match rest.find('/') {
+        Some(i) => rest.split_at(i),
+        None => (rest, ""),
+    };
+    let (user, hosts) = match authority.rsplit_once('@') {
+        Some((userinfo, hosts)) => {
+            let (u, p) = userinfo.split_once(':').unwrap_or((userinfo, ""));
+            let decode = |s: &str| {
+                url::form_urlencoded::parse(format!("x={s}").as_bytes())
+                    .next()
+                    .map(|(_, v)| v.into_owned())
+                    .unwrap_or_default()
+            };
+            (Some((decode(u), decode(p))), hosts)
+        }
+        None => (None, authority),
+    };
+    let mut config = EtcdConfig::default();
+    if !path.is_empty() && path != "/" {
+        config.prefix = path.trim_end_matches('/').to_string();
+    }
+    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
+        let number = || {
+            value
+                .parse::<u64>()
+                .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))
+        };
+        match key.as_ref() {
+            "session_ttl_s" => config.session_ttl = Duration::from_secs(number()?),
+            "connect_timeout_ms" => config.connect_timeout = Duration::from_millis(number()?),
+            "request_timeout_ms" => config.request_timeout = Duration::from_millis(number()?),
+            _ => return Err(invalid(format!("unknown option `{key}` (known: {KNOWN})"))),
+        }
+    }
+    config.validate()?;
+    let mut endpoints = Vec::new();
+    for host in hosts.split(',') {
+        let (name, port) = host
+            .rsplit_once(':')
+            .ok_or_else(|| invalid(format!("member {host:?} needs host:port")))?;
+        if name.is_empty() || port.parse::<u16>().is_err() {
+            return Err(invalid(format!("member {host:?} needs host:port")));
+        }
+        endpoints.push(format!("{}://{host}", if tls { "https" } else { "http" }));
+    }
+    Ok(ParsedUrl {
+        display: format!("{scheme}://{hosts}{}", config.prefix),
+        endpoints,
+        user,
+        tls,
+        config,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_prefix_and_options() {
+        let p = parse_url("etcd://u:p%40ss@127.0.0.1:2379,h2:2380/app/locks/?session_ttl_s=5")
+            .expect("valid");
+        assert_eq!(p.endpoints, ["http://127.0.0.1:2379", "http://h2:2380"]);
+        assert_eq!(p.config.prefix, "/app/locks");
+        assert_eq!(p.config.session_ttl, Duration::from_secs(5));
+        assert_eq!(p.user, Some(("u".to_string(), "p@ss".to_string())));
+        assert_eq!(p.display, "etcd://127.0.0.1:2379,h2:2380/app/locks");
+        let tls = parse_url("etcd+https://h:2379").expect("valid");
+        assert!(tls.tls && tls.endpoints[0].starts_with("https://"));
+    }
+
+    #[test]
+    fn bad_urls_are_typed_and_redacted() {
+        for bad in [
+            "etcd://u:secretpw@",
+            "redis://u:secretpw@h:1",
+            "etcd://u:secretpw@h",
+            "etcd://u:secretpw@h:notaport",
+            "etcd://u:secretpw@h:1?nope=1",
+            "etcd://u:secretpw@h:1?session_ttl_s=0",
+            "etcd://u:secretpw@h:1/bad%20prefix?request_timeout_ms=0",
+        ] {
+            match parse_url(bad) {
+                Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {
+                    assert!(!format!("{e} {e:?}").contains("secretpw"), "{bad}: {e}");
+                }
+                Err(other) => panic!("{bad}: unexpected {other}"),
+                Ok(_) => panic!("{bad}: accepted"),
+            }
+        }
+    }
+}

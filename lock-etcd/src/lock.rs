@@ -1,0 +1,754 @@
+//! `EtcdLock`: the client, the acquire path (one transaction, then a watch
+//! on the predecessor only) and the guard handle.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+};
+use lock_core::{
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
+    Watchdog, check_request, wait_deadline,
+};
+use tokio::time::Instant;
+
+use crate::config::{EtcdConfig, parse_url};
+use crate::error::{BACKEND, map_etcd};
+use crate::keys;
+use crate::session::Session;
+
+fn capabilities(min_lease: Duration) -> Capabilities {
+    Capabilities {
+        backend: BACKEND,
+        grade: Grade::Correctness,
+        // The key's create_revision: global, strictly increasing, kept by
+        // the Raft log of a majority of members.
+        fencing: Fencing::Safe,
+        // Waiters are ordered by the revision of their key.
+        fair_queue: true,
+        crash_release: CrashRelease::Session,
+        survives_server_failure: true,
+        // The lease runs on the leader's clock; the guard's validity is the
+        // local clock's view of it.
+        depends_on_clocks: true,
+        waiting: Waiting::Notified,
+        max_ttl: Duration::from_secs(30 * 86_400),
+        min_lease,
+    }
+}
+
+/// Locks on etcd (v3 API, 3.4 or later).
+///
+/// - **Session lease**: one lease per client, kept alive at about TTL/3
+///   by one background task. Locks acquired with the session's TTL and
+///   auto-renewal are attached to it, so a crashed process frees all its
+///   locks when the lease runs out. Other TTLs, or `auto_renew(false)`, get
+///   a lease of their own (renewed by the [`Watchdog`] if asked).
+/// - **Acquire** is one transaction: put `PREFIX/NAME/LEASE-OWNER` if
+///   absent and read the first key under `PREFIX/NAME/` by create revision.
+///   The lowest create revision holds the lock. A waiter watches only the
+///   key just before its own (no herd, no polling), from the revision it
+///   read plus one, and after each deletion checks again; before reporting
+///   success it checks that its own key still exists, so a waiter whose
+///   lease expired while queued never believes it holds the lock.
+/// - **Fencing token**: the key's create revision, global and strictly
+///   increasing. [`EtcdLock::fencing_compare`] gives the transaction
+///   comparison that guards your own etcd writes with the lock.
+/// - **Release** deletes the key only if its create revision is ours.
+///
+/// TTLs are whole seconds on etcd, and the server grants at least its own
+/// minimum (`capabilities().min_lease`); shorter TTLs are rounded up.
+/// etcd keeps every revision until compacted: enable auto-compaction on
+/// the server (e.g. `--auto-compaction-mode=revision
+/// --auto-compaction-retention=10000`), or it slows down as history grows.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions};
+/// let locks = lock_etcd::EtcdLock::connect("etcd://10.0.0.1:2379,10.0.0.2:2379/myapp").await?;
+/// let guard = locks.acquire("nightly-report", &LockOptions::new()).await?;
+/// let token = guard.fencing_token(); // create revision of our key
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct EtcdLock {
+    inner: Arc<Inner>,
+    watchdog: Watchdog,
+}
+
+struct Inner {
+    client: Client,
+    config: EtcdConfig,
+    display: String,
+    caps: Capabilities,
+    session: tokio::sync::Mutex<Option<Arc<Session>>>,
+    /// The key of every lock held through this client, by (name, token).
+    held: Mutex<HashMap<(String, i64), String>>,
+}
+
+/// The lease a key is attached to.
+#[derive(Clone)]
+enum Lease {
+    /// The client's session lease.
+    Session(Arc<Session>),
+    /// A lease of the lock's own.
+    Own { id: i64, ttl: Duration },
+}
+
+impl Lease {
+    fn id(&self) -> i64 {
+        match self {
+            Lease::Session(s) => s.lease,
+            Lease::Own { id, .. } => *id,
+        }
+    }
+}
+
+impl EtcdLock {
+    /// Connect to `etcd://[user:pass@]host:port[,host:port…][/prefix]` (or
+    /// `etcd+https://` for TLS) with options `session_ttl_s`,
+    /// `connect_timeout_ms` and `request_timeout_ms`.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let parsed = parse_url(url)?;
+        let config = parsed.config;
+        let mut options = ConnectOptions::new()
+            .with_connect_timeout(config.connect_timeout)
+            .with_timeout(config.request_timeout)
+            .with_keep_alive(Duration::from_secs(5), config.request_timeout)
+            .with_require_leader(true);
+        if let Some((user, password)) = parsed.user {
+            options = options.with_user(user, password);
+        }
+        if parsed.tls {
+            options = options.with_tls(etcd_client::TlsOptions::new());
+        }
+        let limit = config.connect_timeout + config.request_timeout;
+        let client = tokio::time::timeout(limit, Client::connect(&parsed.endpoints, Some(options)))
+            .await
+            .map_err(|_| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!(
+                    "connecting to {}: no answer within {limit:?}",
+                    parsed.display
+                ),
+                source: None,
+            })?
+            .map_err(|e| map_etcd(&format!("connecting to {}", parsed.display), e))?;
+        // The server's shortest lease: a 1 s request comes back raised to it.
+        let probe = tokio::time::timeout(limit, client.lease_client().grant(1, None))
+            .await
+            .map_err(|_| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("{}: no answer within {limit:?}", parsed.display),
+                source: None,
+            })?
+            .map_err(|e| map_etcd(&format!("granting a lease on {}", parsed.display), e))?;
+        let min_lease = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
+        let _ = client.lease_client().revoke(probe.id()).await;
+        tracing::debug!(server = %parsed.display, ?min_lease, "etcd lock client connected");
+        Ok(EtcdLock {
+            inner: Arc::new(Inner {
+                client,
+                display: parsed.display,
+                caps: capabilities(min_lease),
+                config,
+                session: tokio::sync::Mutex::new(None),
+                held: Mutex::new(HashMap::new()),
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// The comparison `create_revision(key) == token` for the key that
+    /// holds `guard`'s lock: put it in the `when` of your own etcd
+    /// transaction and the write happens only while the lock is still held
+    /// (the etcd-native form of fencing).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_etcd::EtcdLock, mut client: etcd_client::Client) -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_core::{DistributedLock, LockOptions};
+    /// let guard = locks.acquire("ledger", &LockOptions::new()).await?;
+    /// let txn = etcd_client::Txn::new()
+    ///     .when([locks.fencing_compare(&guard)?])
+    ///     .and_then([etcd_client::TxnOp::put("/ledger/balance", "42", None)]);
+    /// let done = client.txn(txn).await?;
+    /// assert!(done.succeeded(), "the lock was lost before the write");
+    /// # Ok(()) }
+    /// ```
+    pub fn fencing_compare(&self, guard: &LockGuard) -> Result<Compare, LockError> {
+        let not_held = || LockError::NotHeld {
+            name: guard.name().to_string(),
+        };
+        let token = guard
+            .fencing_token()
+            .and_then(|t| i64::try_from(t).ok())
+            .ok_or_else(not_held)?;
+        let held = self.inner.held.lock().unwrap_or_else(|e| e.into_inner());
+        let key = held
+            .get(&(guard.name().to_string(), token))
+            .ok_or_else(not_held)?;
+        Ok(Compare::create_revision(
+            key.as_str(),
+            CompareOp::Equal,
+            token,
+        ))
+    }
+
+    /// Fault injection (and the operator's force-unlock): revoke the lease
+    /// of `name`'s current holder. Every lock on that lease is freed at once
+    /// and their holders' `lost()` fires. Returns whether there was a holder.
+    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let first = self
+            .inner
+            .client
+            .kv_client()
+            .get(dir.as_str(), Some(first_by_creation(&dir)))
+            .await
+            .map_err(|e| map_etcd("reading a lock's holder", e))?;
+        let Some(holder) = first.kvs().first() else {
+            return Ok(false);
+        };
+        self.inner
+            .client
+            .lease_client()
+            .revoke(holder.lease())
+            .await
+            .map_err(|e| map_etcd("revoking the holder's lease", e))?;
+        Ok(true)
+    }
+
+    /// Compact the key-value history up to the current revision (what the
+    /// server's auto-compaction does); used before benchmarks.
+    pub async fn compact(&self) -> Result<(), LockError> {
+        let mut kv = self.inner.client.kv_client();
+        let now = kv
+            .get("/", Some(GetOptions::new().with_count_only()))
+            .await
+            .map_err(|e| map_etcd("reading the revision", e))?;
+        let rev = now.header().map_or(0, |h| h.revision());
+        kv.compact(rev, None)
+            .await
+            .map_err(|e| map_etcd("compacting", e))?;
+        Ok(())
+    }
+
+    /// The lease for a new key: the session's, if `opts` match it, else one
+    /// of the lock's own. Returns it with the key's lease state.
+    async fn lease_for(&self, opts: &LockOptions) -> Result<(Lease, Arc<LeaseState>), LockError> {
+        let inner = &self.inner;
+        if opts.auto_renew && opts.ttl == inner.config.session_ttl {
+            let mut slot = inner.session.lock().await;
+            let session = match slot.as_ref() {
+                Some(s) if s.usable() => Arc::clone(s),
+                _ => {
+                    let s = Session::start(&inner.client, inner.config.session_ttl).await?;
+                    *slot = Some(Arc::clone(&s));
+                    s
+                }
+            };
+            let state = session.attach();
+            return Ok((Lease::Session(session), state));
+        }
+        let secs = opts.ttl.as_secs() + u64::from(opts.ttl.subsec_nanos() > 0);
+        let sent_at = Instant::now();
+        let granted = inner
+            .client
+            .lease_client()
+            .grant(secs.max(1) as i64, None)
+            .await
+            .map_err(|e| map_etcd("granting a lease", e))?;
+        let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
+        Ok((
+            Lease::Own {
+                id: granted.id(),
+                ttl,
+            },
+            Arc::new(LeaseState::lease(sent_at, ttl)),
+        ))
+    }
+
+    /// Put our key and read the first one: `(our revision, first revision)`.
+    async fn enqueue(&self, handle: &EtcdHandle) -> Result<(i64, i64), LockError> {
+        let dir = &handle.dir;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                handle.key.as_str(),
+                CompareOp::Equal,
+                0,
+            )])
+            .and_then([
+                TxnOp::put(
+                    handle.key.as_str(),
+                    handle.owner.as_str(),
+                    Some(PutOptions::new().with_lease(handle.lease_id())),
+                ),
+                TxnOp::get(dir.as_str(), Some(first_by_creation(dir))),
+            ]);
+        let resp = self.txn(txn, "acquiring").await?;
+        if !resp.succeeded() {
+            return Err(LockError::Backend {
+                backend: BACKEND,
+                reason: format!("lock key {:?} exists already", handle.key),
+                source: None,
+            });
+        }
+        let rev = resp.header().map_or(0, |h| h.revision());
+        Ok((rev, first_revision(&resp, 1).unwrap_or(rev)))
+    }
+
+    async fn txn(&self, txn: Txn, doing: &str) -> Result<TxnResponse, LockError> {
+        self.inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| map_etcd(doing, e))
+    }
+
+    /// Whether our key still exists, and if so the first revision in line.
+    async fn check(&self, handle: &EtcdHandle, rev: i64) -> Result<Option<i64>, LockError> {
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                handle.key.as_str(),
+                CompareOp::Equal,
+                rev,
+            )])
+            .and_then([TxnOp::get(
+                handle.dir.as_str(),
+                Some(first_by_creation(&handle.dir)),
+            )]);
+        let resp = self.txn(txn, "checking the queue").await?;
+        Ok(resp
+            .succeeded()
+            .then(|| first_revision(&resp, 0).unwrap_or(rev)))
+    }
+
+    fn guard(
+        &self,
+        name: &str,
+        handle: Arc<EtcdHandle>,
+        rev: i64,
+        opts: &LockOptions,
+    ) -> LockGuard {
+        let token = u64::try_from(rev).ok();
+        let state = Arc::clone(&handle.state);
+        let own = matches!(handle.current_lease(), Lease::Own { .. });
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert((name.to_string(), rev), handle.key.clone());
+        let guard = LockGuard::new(name, token, self.inner.caps, state, handle);
+        // Session guards are renewed by the session's keep-alive.
+        if own && opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        }
+    }
+
+    /// Acquire; `wait == false` gives up (removing our key) if not first.
+    async fn acquire_inner(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (lease, state) = self.lease_for(opts).await?;
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let owner = OwnerToken::random().to_hex();
+        let handle = Arc::new(EtcdHandle {
+            inner: Arc::clone(&self.inner),
+            name: name.to_string(),
+            key: keys::key(&dir, lease.id(), &owner),
+            dir,
+            owner,
+            lease: Mutex::new(lease),
+            state,
+            rev: Mutex::new(0),
+        });
+        // Until a guard owns the key, leaving (failure, timeout,
+        // cancellation) deletes it and gives back a lease of its own.
+        let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
+        let (rev, first) = self.enqueue(&handle).await?;
+        *handle.rev.lock().unwrap_or_else(|e| e.into_inner()) = rev;
+        if first == rev {
+            pending.disarm();
+            return Ok(Some(self.guard(name, handle, rev, opts)));
+        }
+        if !wait {
+            // `pending` deletes the key on drop; do it now, in line.
+            let _ = pending.disarm().release().await;
+            return Ok(None);
+        }
+        loop {
+            if handle.state.lost_now().is_some() {
+                return Err(LockError::Lost {
+                    name: name.to_string(),
+                    reason: LossReason::TakenOver,
+                });
+            }
+            let pred = self.predecessor(&handle, rev).await?;
+            let Some((pred_key, read_at)) = pred else {
+                // Nobody before us: claim it, if our key (and so our lease)
+                // is still there.
+                match self.check(&handle, rev).await? {
+                    Some(first) if first == rev => {
+                        pending.disarm();
+                        return Ok(Some(self.guard(name, handle, rev, opts)));
+                    }
+                    Some(_) => continue,
+                    None => {
+                        return Err(LockError::Lost {
+                            name: name.to_string(),
+                            reason: LossReason::TakenOver,
+                        });
+                    }
+                }
+            };
+            self.await_deletion(&handle, &pred_key, read_at + 1, deadline)
+                .await?;
+        }
+    }
+
+    /// The key created just before ours, and the revision it was read at.
+    async fn predecessor(
+        &self,
+        handle: &EtcdHandle,
+        rev: i64,
+    ) -> Result<Option<(Vec<u8>, i64)>, LockError> {
+        let dir = &handle.dir;
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .get(
+                dir.as_str(),
+                Some(
+                    GetOptions::new()
+                        .with_range(keys::range_end(dir))
+                        .with_max_create_revision(rev - 1)
+                        .with_sort(SortTarget::Create, SortOrder::Descend)
+                        .with_limit(1)
+                        .with_keys_only(),
+                ),
+            )
+            .await
+            .map_err(|e| map_etcd("reading the queue", e))?;
+        let read_at = resp.header().map_or(0, |h| h.revision());
+        Ok(resp.kvs().first().map(|kv| (kv.key().to_vec(), read_at)))
+    }
+
+    /// Wait until `key` is deleted (watched from `from`, so nothing in
+    /// between is missed and the watch is served live), the watch ends, or
+    /// `deadline` passes. Keeps a lease of our own alive meanwhile.
+    async fn await_deletion(
+        &self,
+        handle: &EtcdHandle,
+        key: &[u8],
+        from: i64,
+        deadline: Option<Instant>,
+    ) -> Result<(), LockError> {
+        let options = WatchOptions::new()
+            .with_start_revision(from)
+            .with_filters([WatchFilterType::NoPut]);
+        let mut watch = self
+            .inner
+            .client
+            .watch_client()
+            .watch(key.to_vec(), Some(options))
+            .await
+            .map_err(|e| map_etcd("watching the predecessor", e))?;
+        let keep_alive_every = match handle.current_lease() {
+            Lease::Own { ttl, .. } => Some(ttl / 3),
+            Lease::Session(_) => None,
+        };
+        let mut keep_alive_at = keep_alive_every.map(|p| Instant::now() + p);
+        loop {
+            let until = match (deadline, keep_alive_at) {
+                (Some(d), Some(k)) => Some(d.min(k)),
+                (d, k) => d.or(k),
+            };
+            let timer = async {
+                match until {
+                    Some(t) => tokio::time::sleep_until(t).await,
+                    None => std::future::pending().await,
+                }
+            };
+            tokio::select! {
+                message = watch.message() => {
+                    match message {
+                        Ok(Some(resp)) => {
+                            if resp.canceled()
+                                || resp.events().iter().any(|e| e.event_type() == EventType::Delete)
+                            {
+                                return Ok(());
+                            }
+                        }
+                        // The stream ended or broke: look again.
+                        Ok(None) | Err(_) => return Ok(()),
+                    }
+                }
+                _ = timer => {
+                    let now = Instant::now();
+                    if deadline.is_some_and(|d| now >= d) {
+                        return Err(LockError::Timeout {
+                            name: handle.name.clone(),
+                            waited: Duration::ZERO,
+                        });
+                    }
+                    if let (Some(every), Some(at)) = (keep_alive_every, keep_alive_at)
+                        && now >= at
+                    {
+                        keep_alive_at = Some(now + every);
+                        let sent_at = now;
+                        if handle.keep_alive_once().await? {
+                            handle.state.renewed(sent_at, handle.lease_ttl());
+                        } else {
+                            handle.state.mark_lost(LossReason::TakenOver);
+                            return Ok(());
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Get options for the first key (lowest create revision) under `dir`.
+fn first_by_creation(dir: &str) -> GetOptions {
+    GetOptions::new()
+        .with_range(keys::range_end(dir))
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only()
+}
+
+/// The create revision of the first key in the get at `op` of `resp`.
+fn first_revision(resp: &TxnResponse, op: usize) -> Option<i64> {
+    match resp.op_responses().into_iter().nth(op)? {
+        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.create_revision()),
+        _ => None,
+    }
+}
+
+#[async_trait]
+impl DistributedLock for EtcdLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        check_request(name, opts, &self.inner.caps)?;
+        self.acquire_inner(name, opts, None, false).await
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        check_request(name, opts, &self.inner.caps)?;
+        let start = Instant::now();
+        let timeout = || LockError::Timeout {
+            name: name.to_string(),
+            waited: start.elapsed(),
+        };
+        let wait = opts.wait != Wait::No;
+        match self
+            .acquire_inner(name, opts, wait_deadline(start, opts.wait), wait)
+            .await
+        {
+            Ok(Some(guard)) => Ok(guard),
+            Ok(None) | Err(LockError::Timeout { .. }) => Err(timeout()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.caps
+    }
+}
+
+impl fmt::Debug for EtcdLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EtcdLock")
+            .field("server", &self.inner.display)
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// One acquisition's key: released, extended and cleaned up through here.
+struct EtcdHandle {
+    inner: Arc<Inner>,
+    name: String,
+    dir: String,
+    key: String,
+    owner: String,
+    lease: Mutex<Lease>,
+    state: Arc<LeaseState>,
+    /// Our key's create revision, once put (0 before).
+    rev: Mutex<i64>,
+}
+
+impl EtcdHandle {
+    fn current_lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    fn lease_id(&self) -> i64 {
+        self.current_lease().id()
+    }
+
+    fn lease_ttl(&self) -> Duration {
+        match self.current_lease() {
+            Lease::Session(s) => s.ttl,
+            Lease::Own { ttl, .. } => ttl,
+        }
+    }
+
+    fn rev(&self) -> i64 {
+        *self.rev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One keep-alive of our lease: `false` if the lease is gone.
+    async fn keep_alive_once(&self) -> Result<bool, LockError> {
+        match self
+            .inner
+            .client
+            .lease_client()
+            .keep_alive(self.lease_id())
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+            Err(e) => Err(map_etcd("keeping a lease alive", e)),
+        }
+    }
+
+    /// Whether our key still exists with our revision.
+    async fn key_is_ours(&self, rev: i64) -> Result<bool, LockError> {
+        let txn = Txn::new().when([Compare::create_revision(
+            self.key.as_str(),
+            CompareOp::Equal,
+            rev,
+        )]);
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| map_etcd("checking a lock key", e))?;
+        Ok(resp.succeeded())
+    }
+
+    /// Give back a lease of the lock's own, in the background.
+    fn revoke_own(&self, lease: &Lease) {
+        if let (Lease::Own { id, .. }, Ok(rt)) = (lease, tokio::runtime::Handle::try_current()) {
+            let (client, id) = (self.inner.client.clone(), *id);
+            rt.spawn(async move {
+                let _ = client.lease_client().revoke(id).await;
+            });
+        }
+    }
+}
+
+impl Drop for EtcdHandle {
+    fn drop(&mut self) {
+        let rev = self.rev();
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(std::mem::take(&mut self.name), rev));
+    }
+}
+
+#[async_trait]
+impl GuardHandle for EtcdHandle {
+    /// Delete our key if its create revision is ours (any key of this
+    /// acquisition, if it was never confirmed); `true` if it was.
+    async fn release(&self) -> Result<bool, LockError> {
+        let rev = self.rev();
+        let compare = if rev > 0 {
+            Compare::create_revision(self.key.as_str(), CompareOp::Equal, rev)
+        } else {
+            // The put may have landed without our learning its revision.
+            Compare::value(self.key.as_str(), CompareOp::Equal, self.owner.as_str())
+        };
+        let txn = Txn::new()
+            .when([compare])
+            .and_then([TxnOp::delete(self.key.as_str(), None)]);
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| map_etcd("releasing a lock", e))?;
+        self.revoke_own(&self.current_lease());
+        Ok(resp.succeeded())
+    }
+
+    /// Keep the key's lease alive for at least `ttl`: a keep-alive if the
+    /// lease is long enough, else (a lease of the lock's own) a new lease of
+    /// `ttl` the key moves to. `false` if the key or its lease is gone.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let rev = self.rev();
+        let lease = self.current_lease();
+        let current = self.lease_ttl();
+        if ttl <= current {
+            let (alive, ours) = tokio::join!(self.keep_alive_once(), self.key_is_ours(rev));
+            return Ok(alive? && ours?);
+        }
+        let Lease::Own { .. } = lease else {
+            return Err(LockError::invalid_options(format!(
+                "this lock lives on the client's session lease ({current:?}); extend it by at most that, or acquire with another TTL to give it a lease of its own"
+            )));
+        };
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let granted = self
+            .inner
+            .client
+            .lease_client()
+            .grant(secs as i64, None)
+            .await
+            .map_err(|e| map_etcd("granting a lease", e))?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                rev,
+            )])
+            .and_then([TxnOp::put(
+                self.key.as_str(),
+                self.owner.as_str(),
+                Some(PutOptions::new().with_lease(granted.id())),
+            )]);
+        let resp = self
+            .inner
+            .client
+            .kv_client()
+            .txn(txn)
+            .await
+            .map_err(|e| map_etcd("moving a lock to a longer lease", e))?;
+        let fresh = Lease::Own {
+            id: granted.id(),
+            ttl: Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1)),
+        };
+        if resp.succeeded() {
+            *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+            self.revoke_own(&lease);
+        } else {
+            self.revoke_own(&fresh);
+        }
+        Ok(resp.succeeded())
+    }
+}
