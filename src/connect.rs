@@ -48,8 +48,9 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `sqlite://PATH[?table=…&busy_timeout_ms=…]` | SQLite lease table | `sqlite` (default) |
 /// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
 /// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout_ms=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
+/// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 ///
-/// The schemes `postgres`, `mysql`, `etcd` and `zk` are reserved
+/// The schemes `postgres`, `mysql` and `zk` are reserved
 /// for their backends. A scheme whose feature is off gives
 /// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
 /// appear in errors.
@@ -91,6 +92,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         "redis" => Ok(Arc::new(lock_redis::RedisLock::connect(url).await?)),
         #[cfg(feature = "redlock")]
         "redlock" => Ok(Arc::new(lock_redlock::Redlock::connect(url).await?)),
+        #[cfg(feature = "etcd")]
+        "etcd" => Ok(Arc::new(lock_etcd::EtcdLock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }

@@ -79,7 +79,6 @@ async fn reserved_schemes_say_which_feature_or_that_they_are_not_implemented() {
     for (url, feature) in [
         ("postgres://app:s3cret-pw@127.0.0.1/db", "postgres"),
         ("mysql://app:s3cret-pw@127.0.0.1/db", "mysql"),
-        ("etcd://u:s3cret-pw@127.0.0.1:2379", "etcd"),
         ("zk://127.0.0.1:2181", "zookeeper"),
     ] {
         let (shown, reason) = invalid_url_reason(url).await;
