@@ -31,3 +31,15 @@ pub(crate) fn map_etcd(doing: &str, e: etcd_client::Error) -> LockError {
         LockError::backend(BACKEND, doing.to_string(), e)
     }
 }
+
+/// Whether `e` means the request never reached a server (the connection to
+/// the member it was routed to was refused or could not be made), so that
+/// sending it again, perhaps to another member, cannot apply it twice.
+pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
+    use etcd_client::Error as E;
+    match e {
+        E::TransportError(_) => true,
+        E::GRpcStatus(status) => status.code() as i32 == 14 && status.message().contains("connect"),
+        _ => false,
+    }
+}

@@ -21,6 +21,7 @@ use tokio::time::Instant;
 use crate::config::{EtcdConfig, parse_url};
 use crate::error::{BACKEND, map_etcd};
 use crate::keys;
+use crate::requests;
 use crate::session::Session;
 
 fn capabilities(min_lease: Duration) -> Capabilities {
@@ -206,22 +207,18 @@ impl EtcdLock {
     /// and their holders' `lost()` fires. Returns whether there was a holder.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
         let dir = keys::dir(&self.inner.config.prefix, name);
-        let first = self
-            .inner
-            .client
-            .kv_client()
-            .get(dir.as_str(), Some(first_by_creation(&dir)))
-            .await
-            .map_err(|e| map_etcd("reading a lock's holder", e))?;
+        let client = &self.inner.client;
+        let first = requests::get(
+            client,
+            &dir,
+            first_by_creation(&dir),
+            "reading a lock's holder",
+        )
+        .await?;
         let Some(holder) = first.kvs().first() else {
             return Ok(false);
         };
-        self.inner
-            .client
-            .lease_client()
-            .revoke(holder.lease())
-            .await
-            .map_err(|e| map_etcd("revoking the holder's lease", e))?;
+        requests::revoke(client, holder.lease(), "revoking the holder's lease").await?;
         Ok(true)
     }
 
@@ -259,12 +256,7 @@ impl EtcdLock {
         }
         let secs = opts.ttl.as_secs() + u64::from(opts.ttl.subsec_nanos() > 0);
         let sent_at = Instant::now();
-        let granted = inner
-            .client
-            .lease_client()
-            .grant(secs.max(1) as i64, None)
-            .await
-            .map_err(|e| map_etcd("granting a lease", e))?;
+        let granted = requests::grant(&inner.client, secs.max(1), "granting a lease").await?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
         Ok((
             Lease::Own {
@@ -305,12 +297,7 @@ impl EtcdLock {
     }
 
     async fn txn(&self, txn: Txn, doing: &str) -> Result<TxnResponse, LockError> {
-        self.inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| map_etcd(doing, e))
+        requests::txn(&self.inner.client, txn, doing).await
     }
 
     /// Whether our key still exists, and if so the first revision in line.
@@ -427,23 +414,13 @@ impl EtcdLock {
         rev: i64,
     ) -> Result<Option<(Vec<u8>, i64)>, LockError> {
         let dir = &handle.dir;
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .get(
-                dir.as_str(),
-                Some(
-                    GetOptions::new()
-                        .with_range(keys::range_end(dir))
-                        .with_max_create_revision(rev - 1)
-                        .with_sort(SortTarget::Create, SortOrder::Descend)
-                        .with_limit(1)
-                        .with_keys_only(),
-                ),
-            )
-            .await
-            .map_err(|e| map_etcd("reading the queue", e))?;
+        let before_us = GetOptions::new()
+            .with_range(keys::range_end(dir))
+            .with_max_create_revision(rev - 1)
+            .with_sort(SortTarget::Create, SortOrder::Descend)
+            .with_limit(1)
+            .with_keys_only();
+        let resp = requests::get(&self.inner.client, dir, before_us, "reading the queue").await?;
         let read_at = resp.header().map_or(0, |h| h.revision());
         Ok(resp.kvs().first().map(|kv| (kv.key().to_vec(), read_at)))
     }
@@ -461,13 +438,7 @@ impl EtcdLock {
         let options = WatchOptions::new()
             .with_start_revision(from)
             .with_filters([WatchFilterType::NoPut]);
-        let mut watch = self
-            .inner
-            .client
-            .watch_client()
-            .watch(key.to_vec(), Some(options))
-            .await
-            .map_err(|e| map_etcd("watching the predecessor", e))?;
+        let mut watch = requests::watch(&self.inner.client, key, options).await?;
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -619,17 +590,7 @@ impl EtcdHandle {
 
     /// One keep-alive of our lease: `false` if the lease is gone.
     async fn keep_alive_once(&self) -> Result<bool, LockError> {
-        match self
-            .inner
-            .client
-            .lease_client()
-            .keep_alive(self.lease_id())
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
-            Err(e) => Err(map_etcd("keeping a lease alive", e)),
-        }
+        requests::keep_alive_once(&self.inner.client, self.lease_id()).await
     }
 
     /// Whether our key still exists with our revision.
@@ -639,13 +600,7 @@ impl EtcdHandle {
             CompareOp::Equal,
             rev,
         )]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| map_etcd("checking a lock key", e))?;
+        let resp = requests::txn(&self.inner.client, txn, "checking a lock key").await?;
         Ok(resp.succeeded())
     }
 
@@ -686,13 +641,7 @@ impl GuardHandle for EtcdHandle {
         let txn = Txn::new()
             .when([compare])
             .and_then([TxnOp::delete(self.key.as_str(), None)]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| map_etcd("releasing a lock", e))?;
+        let resp = requests::txn(&self.inner.client, txn, "releasing a lock").await?;
         self.revoke_own(&self.current_lease());
         Ok(resp.succeeded())
     }
@@ -714,13 +663,7 @@ impl GuardHandle for EtcdHandle {
             )));
         };
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let granted = self
-            .inner
-            .client
-            .lease_client()
-            .grant(secs as i64, None)
-            .await
-            .map_err(|e| map_etcd("granting a lease", e))?;
+        let granted = requests::grant(&self.inner.client, secs, "granting a lease").await?;
         let txn = Txn::new()
             .when([Compare::create_revision(
                 self.key.as_str(),
@@ -732,13 +675,8 @@ impl GuardHandle for EtcdHandle {
                 self.owner.as_str(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
-        let resp = self
-            .inner
-            .client
-            .kv_client()
-            .txn(txn)
-            .await
-            .map_err(|e| map_etcd("moving a lock to a longer lease", e))?;
+        let resp =
+            requests::txn(&self.inner.client, txn, "moving a lock to a longer lease").await?;
         let fresh = Lease::Own {
             id: granted.id(),
             ttl: Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1)),

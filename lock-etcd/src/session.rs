@@ -14,7 +14,7 @@ use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
 use lock_core::{LeaseState, LockError, LossReason};
 use tokio::time::Instant;
 
-use crate::error::map_etcd;
+use crate::requests;
 
 pub(crate) struct Session {
     pub(crate) lease: i64,
@@ -35,11 +35,7 @@ impl Session {
     /// Grant a lease of `ttl` and start keeping it alive.
     pub(crate) async fn start(client: &Client, ttl: Duration) -> Result<Arc<Self>, LockError> {
         let sent_at = Instant::now();
-        let granted = client
-            .lease_client()
-            .grant(ttl.as_secs() as i64, None)
-            .await
-            .map_err(|e| map_etcd("granting the session lease", e))?;
+        let granted = requests::grant(client, ttl.as_secs(), "granting the session lease").await?;
         let ttl = Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1));
         let session = Arc::new(Session {
             lease: granted.id(),

@@ -1,0 +1,111 @@
+//! The etcd requests the lock makes, each sent again (up to a few times)
+//! when the member it was routed to refused the connection: with one member
+//! of a cluster down, the client's balancer may still pick it.
+
+use std::future::Future;
+use std::time::Duration;
+
+use etcd_client::{
+    Client, GetOptions, GetResponse, LeaseGrantResponse, Txn, TxnResponse, WatchOptions,
+    WatchStream,
+};
+use lock_core::LockError;
+
+use crate::error::{map_etcd, never_sent};
+
+/// Sends of one request at most.
+const ATTEMPTS: u32 = 4;
+
+async fn retry<T, F, Fut>(doing: &str, mut call: F) -> Result<T, LockError>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, etcd_client::Error>>,
+{
+    let mut attempt = 1;
+    loop {
+        match call().await {
+            Ok(v) => return Ok(v),
+            Err(e) if attempt < ATTEMPTS && never_sent(&e) => {
+                tracing::debug!(doing, error = %e, "etcd member refused; sending again");
+                attempt += 1;
+                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
+            }
+            Err(e) => return Err(map_etcd(doing, e)),
+        }
+    }
+}
+
+/// A transaction.
+pub(crate) async fn txn(client: &Client, txn: Txn, doing: &str) -> Result<TxnResponse, LockError> {
+    retry(doing, || {
+        let (mut kv, txn) = (client.kv_client(), txn.clone());
+        async move { kv.txn(txn).await }
+    })
+    .await
+}
+
+/// A range read.
+pub(crate) async fn get(
+    client: &Client,
+    key: &str,
+    options: GetOptions,
+    doing: &str,
+) -> Result<GetResponse, LockError> {
+    retry(doing, || {
+        let (mut kv, options) = (client.kv_client(), options.clone());
+        async move { kv.get(key, Some(options)).await }
+    })
+    .await
+}
+
+/// A lease of `secs` seconds.
+pub(crate) async fn grant(
+    client: &Client,
+    secs: u64,
+    doing: &str,
+) -> Result<LeaseGrantResponse, LockError> {
+    let secs = i64::try_from(secs).unwrap_or(i64::MAX);
+    retry(doing, || {
+        let mut lease = client.lease_client();
+        async move { lease.grant(secs, None).await }
+    })
+    .await
+}
+
+/// Revoke lease `id` (its keys are deleted with it).
+pub(crate) async fn revoke(client: &Client, id: i64, doing: &str) -> Result<(), LockError> {
+    retry(doing, || {
+        let mut lease = client.lease_client();
+        async move { lease.revoke(id).await }
+    })
+    .await
+    .map(|_| ())
+}
+
+/// One keep-alive of lease `id`: `false` if the lease is gone.
+pub(crate) async fn keep_alive_once(client: &Client, id: i64) -> Result<bool, LockError> {
+    let sent = retry("keeping a lease alive", || {
+        let mut lease = client.lease_client();
+        async move {
+            match lease.keep_alive(id).await {
+                Ok(_) => Ok(true),
+                Err(etcd_client::Error::LeaseKeepAliveError(_)) => Ok(false),
+                Err(e) => Err(e),
+            }
+        }
+    });
+    sent.await
+}
+
+/// A watch stream on `key`.
+pub(crate) async fn watch(
+    client: &Client,
+    key: &[u8],
+    options: WatchOptions,
+) -> Result<WatchStream, LockError> {
+    retry("watching the predecessor", || {
+        let (mut w, options) = (client.watch_client(), options.clone());
+        async move { w.watch(key.to_vec(), Some(options)).await }
+    })
+    .await
+}

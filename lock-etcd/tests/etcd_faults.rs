@@ -1,0 +1,370 @@
+//! Faults against the etcd servers of `scripts/services.sh`: a holder
+//! process killed with SIGKILL, the 3-member cluster losing its leader and
+//! then its majority, leases revoked behind a holder's and a waiter's back.
+//!
+//! These tests stop servers, so they run one at a time (a shared mutex) in
+//! this binary, apart from the conformance suite, and restart every member
+//! when they end, even on failure.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_etcd::EtcdLock;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+fn env(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+fn services(args: &[&str]) {
+    let status = Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run services.sh");
+    assert!(status.success(), "services.sh {args:?} failed");
+}
+
+/// Starts every cluster member when dropped, even if the test failed.
+struct RestoreMembers;
+
+impl Drop for RestoreMembers {
+    fn drop(&mut self) {
+        // No assertion here: a panic while unwinding would abort the run.
+        for i in 1..=3 {
+            let _ = Command::new("bash")
+                .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+                .args(["start", &format!("etcd{i}")])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status();
+        }
+    }
+}
+
+fn unique(case: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let r = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("faults/{case}/{r:016x}")
+}
+
+/// `host:port` of each cluster member, in the order etcd1, etcd2, etcd3.
+fn members() -> Vec<String> {
+    let url = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
+    let rest = url.strip_prefix("etcd://").expect("etcd URL");
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    rest[..end].split(',').map(str::to_string).collect()
+}
+
+/// A client with a short session and short request timeouts.
+async fn client(base: &str) -> EtcdLock {
+    let url = format!("{base}?session_ttl_s=3&request_timeout_ms=1000&connect_timeout_ms=1000");
+    EtcdLock::connect(&url).await.expect("connect")
+}
+
+fn session_opts() -> LockOptions {
+    // The session's TTL with auto-renewal: the lock lives on the session.
+    LockOptions::new()
+        .ttl(Duration::from_secs(3))
+        .wait(Wait::No)
+}
+
+/// The member (1-based) that currently leads the cluster.
+async fn leader() -> usize {
+    for _ in 0..50 {
+        for (i, member) in members().iter().enumerate() {
+            let Ok(mut c) = etcd_client::Client::connect([format!("http://{member}")], None).await
+            else {
+                continue;
+            };
+            if let Ok(status) = c.status().await
+                && status
+                    .header()
+                    .is_some_and(|h| h.member_id() == status.leader())
+            {
+                return i + 1;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    panic!("no etcd member says it leads");
+}
+
+const CHILD_ENV: &str = "DISTLOCK_ETCD_KILLED_HOLDER";
+
+/// As the parent: run a copy of this test binary that takes the lock, kill
+/// it with SIGKILL, and time how long until another client gets the lock.
+/// As the child (env set): hold the lock on a 3 s session and wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        let locks = client(&env("DISTLOCK_TEST_ETCD_URL")).await;
+        let g = locks
+            .acquire(&name, &session_opts())
+            .await
+            .expect("child acquire");
+        println!("CHILD token {}", g.fencing_token().expect("token"));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let name = unique("killed");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_killed_holder_frees_the_lock_within_its_session_ttl",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, &name)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first: u64 = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("child answered in time")
+            .expect("read child")
+            .expect("child output ended early");
+        if let Some(t) = line.strip_prefix("CHILD token ") {
+            break t.parse().expect("token");
+        }
+    };
+    child.start_kill().expect("SIGKILL");
+    let killed_at = Instant::now();
+    child.wait().await.expect("reap child");
+    let other = client(&env("DISTLOCK_TEST_ETCD_URL")).await;
+    let g = other
+        .acquire(
+            &name,
+            &LockOptions::new().wait_timeout(Duration::from_secs(10)),
+        )
+        .await
+        .expect("the dead holder's lock is freed");
+    let after = killed_at.elapsed();
+    assert!(g.fencing_token().expect("token") > first);
+    // The session TTL is 3 s; etcd checks lease expiry twice a second.
+    assert!(after < Duration::from_secs(5), "freed only after {after:?}");
+    eprintln!(
+        "etcd faults: a killed holder's lock was acquired {after:?} after SIGKILL (session TTL 3 s)"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() {
+    let _serial = SERIAL.lock().await;
+    let _restore = RestoreMembers;
+    let cluster = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
+    let (locks, other) = (client(&cluster).await, client(&cluster).await);
+    let name = unique("leader");
+    let holder = locks
+        .acquire(&name, &session_opts())
+        .await
+        .expect("acquire");
+    let first = holder.fencing_token().expect("token");
+    let waiter = tokio::spawn({
+        let (other, name) = (other.clone(), name.clone());
+        async move {
+            let o = LockOptions::new()
+                .ttl(Duration::from_secs(3))
+                .wait_timeout(Duration::from_secs(30));
+            other.acquire(&name, &o).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // The leader dies: a new one is elected; the session and the lock live on.
+    let old_leader = leader().await;
+    services(&["kill", &format!("etcd{old_leader}")]);
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    assert_eq!(holder.is_lost(), None, "losing the leader cost the lock");
+    assert!(!waiter.is_finished(), "the waiter got a held lock");
+    let start = Instant::now();
+    assert!(holder.release().await.expect("release after the election"));
+    let handed = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter was woken")
+        .expect("waiter task")
+        .expect("the waiter acquired");
+    let handoff = start.elapsed();
+    assert!(handed.fencing_token().expect("token") > first);
+
+    // A second member dies: no majority. Requests fail promptly with
+    // Unavailable, and the held lock's lost() fires by its deadline.
+    let watcher = tokio::spawn(async move {
+        let reason = handed.lost().await;
+        (reason, Instant::now(), handed)
+    });
+    let second = (1..=3).find(|&m| m != old_leader).expect("another member");
+    services(&["kill", &format!("etcd{second}")]);
+    let start = Instant::now();
+    let refused = locks
+        .try_acquire(&unique("no-majority"), &session_opts())
+        .await;
+    let failed_after = start.elapsed();
+    assert!(
+        matches!(refused, Err(LockError::Unavailable { .. })),
+        "expected Unavailable without a majority, got {refused:?}"
+    );
+    assert!(failed_after < Duration::from_secs(5), "{failed_after:?}");
+    let (reason, fired, handed) = tokio::time::timeout(Duration::from_secs(10), watcher)
+        .await
+        .expect("lost() fired")
+        .expect("watcher");
+    let deadline = handed.validity_deadline().expect("deadline");
+    let late = fired.saturating_duration_since(deadline);
+    assert!(
+        matches!(reason, LossReason::DeadlinePassed | LossReason::TakenOver),
+        "{reason:?}"
+    );
+    assert!(
+        late < Duration::from_millis(300),
+        "lost() {late:?} after the deadline"
+    );
+    eprintln!(
+        "etcd faults: hand-off after a leader kill {handoff:?}; without a majority Unavailable after {failed_after:?}; lost() {late:?} after the validity deadline"
+    );
+
+    // The members come back: the same clients work again.
+    services(&["start", &format!("etcd{old_leader}")]);
+    services(&["start", &format!("etcd{second}")]);
+    let start = Instant::now();
+    loop {
+        match other
+            .try_acquire(&unique("restored"), &session_opts())
+            .await
+        {
+            Ok(Some(g)) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            result => assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "no recovery after restart: {result:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "etcd faults: recovered {:?} after the restart",
+        start.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_revoked_session_fires_lost_and_the_next_token_is_larger() {
+    let _serial = SERIAL.lock().await;
+    let base = env("DISTLOCK_TEST_ETCD_URL");
+    let (locks, other) = (client(&base).await, client(&base).await);
+    let name = unique("revoked");
+    let g = locks
+        .acquire(&name, &session_opts())
+        .await
+        .expect("acquire");
+    let also = locks
+        .acquire(&unique("same-session"), &session_opts())
+        .await
+        .expect("acquire");
+    assert!(locks.take_away(&name).await.expect("revoke"));
+    let start = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("lost() fires");
+    assert_eq!(reason, LossReason::TakenOver);
+    // Every guard of the revoked session is lost, not just this one.
+    assert!(
+        also.is_lost().is_some(),
+        "a guard on the same session survived"
+    );
+    eprintln!(
+        "etcd faults: lost() {:?} after the session lease was revoked",
+        start.elapsed()
+    );
+    let next = other
+        .try_acquire(&name, &session_opts())
+        .await
+        .expect("try")
+        .expect("free after the revoke");
+    assert!(next.fencing_token() > g.fencing_token());
+    assert!(
+        !g.release().await.expect("release"),
+        "a revoked lock is not held"
+    );
+    // The client starts a fresh session for new locks.
+    let fresh = locks
+        .try_acquire(&unique("fresh"), &session_opts())
+        .await
+        .expect("try")
+        .expect("a new session");
+    assert_eq!(fresh.is_lost(), None);
+    assert!(fresh.release().await.expect("release"));
+    assert!(next.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_whose_lease_expires_while_queued_never_reports_success() {
+    let _serial = SERIAL.lock().await;
+    let base = env("DISTLOCK_TEST_ETCD_URL");
+    let (locks, other) = (client(&base).await, client(&base).await);
+    let name = unique("queued");
+    let holder = locks
+        .acquire(&name, &session_opts())
+        .await
+        .expect("acquire");
+    let waiter = tokio::spawn({
+        let (other, name) = (other.clone(), name.clone());
+        async move {
+            let o = LockOptions::new()
+                .ttl(Duration::from_secs(3))
+                .wait_timeout(Duration::from_secs(20));
+            other.acquire(&name, &o).await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Revoke the waiter's lease (its key is the second in line).
+    let mut raw = etcd_client::Client::connect([base.replace("etcd://", "http://")], None)
+        .await
+        .expect("raw client");
+    let dir = format!(
+        "/distlock/{}/",
+        name.replace('%', "%25").replace('/', "%2F")
+    );
+    let queue = raw
+        .get(
+            dir.as_str(),
+            Some(etcd_client::GetOptions::new().with_prefix().with_sort(
+                etcd_client::SortTarget::Create,
+                etcd_client::SortOrder::Ascend,
+            )),
+        )
+        .await
+        .expect("read the queue");
+    assert_eq!(queue.kvs().len(), 2, "holder and waiter");
+    raw.lease_revoke(queue.kvs()[1].lease())
+        .await
+        .expect("revoke the waiter's lease");
+    assert!(holder.release().await.expect("release"));
+    let outcome = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter finished")
+        .expect("waiter task");
+    assert!(
+        matches!(outcome, Err(LockError::Lost { .. })),
+        "a waiter without a key must not hold the lock: {outcome:?}"
+    );
+    let next = locks
+        .try_acquire(&name, &session_opts())
+        .await
+        .expect("try")
+        .expect("nobody holds it");
+    assert!(next.release().await.expect("release"));
+}
