@@ -384,26 +384,50 @@ impl EtcdLock {
                     reason: LossReason::TakenOver,
                 });
             }
-            let pred = self.predecessor(&handle, rev).await?;
-            let Some((pred_key, read_at)) = pred else {
-                // Nobody before us: claim it, if our key (and so our lease)
-                // is still there.
-                match self.check(&handle, rev).await? {
-                    Some(first) if first == rev => {
-                        pending.disarm();
-                        return Ok(Some(self.guard(name, handle, rev, opts)));
-                    }
-                    Some(_) => continue,
-                    None => {
-                        return Err(LockError::Lost {
-                            name: name.to_string(),
-                            reason: LossReason::TakenOver,
-                        });
+            match self.wait_turn(&handle, rev, deadline).await {
+                Ok(true) => {
+                    pending.disarm();
+                    return Ok(Some(self.guard(name, handle, rev, opts)));
+                }
+                Ok(false) => {}
+                // A leader election or a member going away while we wait:
+                // keep our place and look again, until the deadline.
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(lock = %name, error = %e, "etcd unavailable while waiting; retrying");
+                    let pause = Instant::now() + Duration::from_millis(200);
+                    match deadline {
+                        Some(d) if d <= pause => return Err(e),
+                        _ => tokio::time::sleep_until(pause).await,
                     }
                 }
-            };
-            self.await_deletion(&handle, &pred_key, read_at + 1, deadline)
-                .await?;
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
+    /// One step of waiting: `true` once we are first in line (our key still
+    /// there), `false` after our predecessor went away (look again).
+    async fn wait_turn(
+        &self,
+        handle: &EtcdHandle,
+        rev: i64,
+        deadline: Option<Instant>,
+    ) -> Result<bool, LockError> {
+        match self.predecessor(handle, rev).await? {
+            Some((pred_key, read_at)) => {
+                self.await_deletion(handle, &pred_key, read_at + 1, deadline)
+                    .await?;
+                Ok(false)
+            }
+            // Nobody before us: it is ours if our key (and so our lease) is
+            // still there.
+            None => match self.check(handle, rev).await? {
+                Some(first) => Ok(first == rev),
+                None => Err(LockError::Lost {
+                    name: handle.name.clone(),
+                    reason: LossReason::TakenOver,
+                }),
+            },
         }
     }
 
