@@ -417,17 +417,23 @@ impl EtcdLock {
             Some((pred_key, read_at)) => {
                 self.await_deletion(handle, &pred_key, read_at + 1, deadline)
                     .await?;
-                Ok(false)
+                // Usually the predecessor held the lock and we are next: one
+                // check (our key still there, and first) settles it.
+                self.first_in_line(handle, rev).await
             }
-            // Nobody before us: it is ours if our key (and so our lease) is
-            // still there.
-            None => match self.check(handle, rev).await? {
-                Some(first) => Ok(first == rev),
-                None => Err(LockError::Lost {
-                    name: handle.name.clone(),
-                    reason: LossReason::TakenOver,
-                }),
-            },
+            None => self.first_in_line(handle, rev).await,
+        }
+    }
+
+    /// Whether our key is first in line; `Lost` if it is gone (its lease
+    /// expired while we waited).
+    async fn first_in_line(&self, handle: &EtcdHandle, rev: i64) -> Result<bool, LockError> {
+        match self.check(handle, rev).await? {
+            Some(first) => Ok(first == rev),
+            None => Err(LockError::Lost {
+                name: handle.name.clone(),
+                reason: LossReason::TakenOver,
+            }),
         }
     }
 
