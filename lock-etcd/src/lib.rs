@@ -13,6 +13,7 @@ mod config;
 mod error;
 mod keys;
 mod lock;
+mod queue;
 mod requests;
 mod session;
 

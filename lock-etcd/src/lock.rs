@@ -8,19 +8,20 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, EventType, GetOptions, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp, TxnOpResponse, TxnResponse, WatchFilterType, WatchOptions,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
+    TxnOp,
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
-    Watchdog, check_request, wait_deadline,
+    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Watchdog,
+    check_request, wait_deadline,
 };
 use tokio::time::Instant;
 
 use crate::config::{EtcdConfig, parse_url};
 use crate::error::{BACKEND, map_etcd};
 use crate::keys;
+use crate::queue::{self, Place, Turn};
 use crate::requests;
 use crate::session::Session;
 
@@ -267,57 +268,6 @@ impl EtcdLock {
         ))
     }
 
-    /// Put our key and read the first one: `(our revision, first revision)`.
-    async fn enqueue(&self, handle: &EtcdHandle) -> Result<(i64, i64), LockError> {
-        let dir = &handle.dir;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                handle.key.as_str(),
-                CompareOp::Equal,
-                0,
-            )])
-            .and_then([
-                TxnOp::put(
-                    handle.key.as_str(),
-                    handle.owner.as_str(),
-                    Some(PutOptions::new().with_lease(handle.lease_id())),
-                ),
-                TxnOp::get(dir.as_str(), Some(first_by_creation(dir))),
-            ]);
-        let resp = self.txn(txn, "acquiring").await?;
-        if !resp.succeeded() {
-            return Err(LockError::Backend {
-                backend: BACKEND,
-                reason: format!("lock key {:?} exists already", handle.key),
-                source: None,
-            });
-        }
-        let rev = resp.header().map_or(0, |h| h.revision());
-        Ok((rev, first_revision(&resp, 1).unwrap_or(rev)))
-    }
-
-    async fn txn(&self, txn: Txn, doing: &str) -> Result<TxnResponse, LockError> {
-        requests::txn(&self.inner.client, txn, doing).await
-    }
-
-    /// Whether our key still exists, and if so the first revision in line.
-    async fn check(&self, handle: &EtcdHandle, rev: i64) -> Result<Option<i64>, LockError> {
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                handle.key.as_str(),
-                CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::get(
-                handle.dir.as_str(),
-                Some(first_by_creation(&handle.dir)),
-            )]);
-        let resp = self.txn(txn, "checking the queue").await?;
-        Ok(resp
-            .succeeded()
-            .then(|| first_revision(&resp, 0).unwrap_or(rev)))
-    }
-
     fn guard(
         &self,
         name: &str,
@@ -366,9 +316,17 @@ impl EtcdLock {
         // Until a guard owns the key, leaving (failure, timeout,
         // cancellation) deletes it and gives back a lease of its own.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-        let (rev, first) = self.enqueue(&handle).await?;
+        let client = &self.inner.client;
+        let (rev, first_place) = queue::enqueue(
+            client,
+            &handle.dir,
+            &handle.key,
+            &handle.owner,
+            handle.lease_id(),
+        )
+        .await?;
         *handle.rev.lock().unwrap_or_else(|e| e.into_inner()) = rev;
-        if first == rev {
+        if first_place.predecessor.is_none() {
             pending.disarm();
             return Ok(Some(self.guard(name, handle, rev, opts)));
         }
@@ -377,98 +335,68 @@ impl EtcdLock {
             let _ = pending.disarm().release().await;
             return Ok(None);
         }
+        let mut step = Step::Wait(first_place);
         loop {
             if handle.state.lost_now().is_some() {
-                return Err(LockError::Lost {
-                    name: name.to_string(),
-                    reason: LossReason::TakenOver,
-                });
+                return Err(queue::place_lost(name));
             }
-            match self.wait_turn(&handle, rev, deadline).await {
-                Ok(true) => {
+            let next = match step {
+                Step::Wait(Place {
+                    predecessor: None, ..
+                }) => {
                     pending.disarm();
                     return Ok(Some(self.guard(name, handle, rev, opts)));
                 }
-                Ok(false) => {}
+                Step::Wait(Place {
+                    predecessor: Some(pred),
+                    next_in_line,
+                    read_at,
+                }) => match self.await_turn(&handle, &pred, read_at + 1, deadline).await {
+                    // Our predecessor was the only one before us: its
+                    // deletion, with our key still there, is our grant.
+                    Ok(Turn::PredecessorGone) if next_in_line => Ok(Step::Wait(Place {
+                        predecessor: None,
+                        next_in_line: false,
+                        read_at,
+                    })),
+                    Ok(Turn::OursGone) => return Err(queue::place_lost(name)),
+                    Ok(_) => Ok(Step::Reread),
+                    Err(e) => Err(e),
+                },
+                Step::Reread => match queue::place(client, &handle.dir, &handle.key, rev).await {
+                    Ok(Some(place)) => Ok(Step::Wait(place)),
+                    Ok(None) => return Err(queue::place_lost(name)),
+                    Err(e) => Err(e),
+                },
+            };
+            step = match next {
+                Ok(step) => step,
                 // A leader election or a member going away while we wait:
                 // keep our place and look again, until the deadline.
                 Err(e) if e.is_transient() => {
                     tracing::debug!(lock = %name, error = %e, "etcd unavailable while waiting; retrying");
                     let pause = Instant::now() + Duration::from_millis(200);
-                    match deadline {
-                        Some(d) if d <= pause => return Err(e),
-                        _ => tokio::time::sleep_until(pause).await,
+                    if deadline.is_some_and(|d| d <= pause) {
+                        return Err(e);
                     }
+                    tokio::time::sleep_until(pause).await;
+                    Step::Reread
                 }
                 Err(e) => return Err(e),
-            }
+            };
         }
     }
 
-    /// One step of waiting: `true` once we are first in line (our key still
-    /// there), `false` after our predecessor went away (look again).
-    async fn wait_turn(
+    /// Wait until the predecessor or our own key is deleted, the watch
+    /// ends, or `deadline` passes. Keeps a lease of our own alive meanwhile.
+    async fn await_turn(
         &self,
         handle: &EtcdHandle,
-        rev: i64,
-        deadline: Option<Instant>,
-    ) -> Result<bool, LockError> {
-        match self.predecessor(handle, rev).await? {
-            Some((pred_key, read_at)) => {
-                self.await_deletion(handle, &pred_key, read_at + 1, deadline)
-                    .await?;
-                // Usually the predecessor held the lock and we are next: one
-                // check (our key still there, and first) settles it.
-                self.first_in_line(handle, rev).await
-            }
-            None => self.first_in_line(handle, rev).await,
-        }
-    }
-
-    /// Whether our key is first in line; `Lost` if it is gone (its lease
-    /// expired while we waited).
-    async fn first_in_line(&self, handle: &EtcdHandle, rev: i64) -> Result<bool, LockError> {
-        match self.check(handle, rev).await? {
-            Some(first) => Ok(first == rev),
-            None => Err(LockError::Lost {
-                name: handle.name.clone(),
-                reason: LossReason::TakenOver,
-            }),
-        }
-    }
-
-    /// The key created just before ours, and the revision it was read at.
-    async fn predecessor(
-        &self,
-        handle: &EtcdHandle,
-        rev: i64,
-    ) -> Result<Option<(Vec<u8>, i64)>, LockError> {
-        let dir = &handle.dir;
-        let before_us = GetOptions::new()
-            .with_range(keys::range_end(dir))
-            .with_max_create_revision(rev - 1)
-            .with_sort(SortTarget::Create, SortOrder::Descend)
-            .with_limit(1)
-            .with_keys_only();
-        let resp = requests::get(&self.inner.client, dir, before_us, "reading the queue").await?;
-        let read_at = resp.header().map_or(0, |h| h.revision());
-        Ok(resp.kvs().first().map(|kv| (kv.key().to_vec(), read_at)))
-    }
-
-    /// Wait until `key` is deleted (watched from `from`, so nothing in
-    /// between is missed and the watch is served live), the watch ends, or
-    /// `deadline` passes. Keeps a lease of our own alive meanwhile.
-    async fn await_deletion(
-        &self,
-        handle: &EtcdHandle,
-        key: &[u8],
+        predecessor: &[u8],
         from: i64,
         deadline: Option<Instant>,
-    ) -> Result<(), LockError> {
-        let options = WatchOptions::new()
-            .with_start_revision(from)
-            .with_filters([WatchFilterType::NoPut]);
-        let mut watch = requests::watch(&self.inner.client, key, options).await?;
+    ) -> Result<Turn, LockError> {
+        let mut watch = queue::watch(&self.inner.client, predecessor, &handle.key, from).await?;
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -487,16 +415,8 @@ impl EtcdLock {
             };
             tokio::select! {
                 message = watch.message() => {
-                    match message {
-                        Ok(Some(resp)) => {
-                            if resp.canceled()
-                                || resp.events().iter().any(|e| e.event_type() == EventType::Delete)
-                            {
-                                return Ok(());
-                            }
-                        }
-                        // The stream ended or broke: look again.
-                        Ok(None) | Err(_) => return Ok(()),
+                    if let Some(turn) = queue::turn(message, predecessor, &handle.key) {
+                        return Ok(turn);
                     }
                 }
                 _ = timer => {
@@ -511,18 +431,24 @@ impl EtcdLock {
                         && now >= at
                     {
                         keep_alive_at = Some(now + every);
-                        let sent_at = now;
                         if handle.keep_alive_once().await? {
-                            handle.state.renewed(sent_at, handle.lease_ttl());
+                            handle.state.renewed(now, handle.lease_ttl());
                         } else {
-                            handle.state.mark_lost(LossReason::TakenOver);
-                            return Ok(());
+                            return Ok(Turn::OursGone);
                         }
                     }
                 }
             }
         }
     }
+}
+
+/// The next thing a waiter does.
+enum Step {
+    /// Wait from this place.
+    Wait(Place),
+    /// Read the place again.
+    Reread,
 }
 
 /// Get options for the first key (lowest create revision) under `dir`.
@@ -532,14 +458,6 @@ fn first_by_creation(dir: &str) -> GetOptions {
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(1)
         .with_keys_only()
-}
-
-/// The create revision of the first key in the get at `op` of `resp`.
-fn first_revision(resp: &TxnResponse, op: usize) -> Option<i64> {
-    match resp.op_responses().into_iter().nth(op)? {
-        TxnOpResponse::Get(get) => get.kvs().first().map(|kv| kv.create_revision()),
-        _ => None,
-    }
 }
 
 #[async_trait]
