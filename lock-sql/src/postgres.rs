@@ -1,0 +1,501 @@
+//! Postgres: row locks (`SELECT … FOR UPDATE` in a transaction held open
+//! on a connection of its own) or session advisory locks, with fencing
+//! tokens from a sequence.
+//!
+//! **Row mode** (default). The lock table has one row per lock name,
+//! inserted (and committed) the first time a name is used. Acquiring begins
+//! a transaction on a pooled connection, with `lock_timeout` set from the
+//! wait and `idle_in_transaction_session_timeout` from the TTL, and locks
+//! the row `FOR UPDATE` (`NOWAIT` for a single attempt): the database does
+//! the waiting, and wakes the next waiter itself when the holder's
+//! transaction ends. Releasing ends the transaction. A crashed holder's
+//! lock ends with its connection; a hung one (no statements for a TTL) is
+//! ended by the server's idle-in-transaction timeout, which the watchdog
+//! keeps from firing by touching the connection every TTL/3.
+//!
+//! **Advisory mode** (`mode=advisory`): `pg_advisory_lock` on a session
+//! connection held for the lock, on a 64-bit hash of the prefixed name
+//! (`hashtextextended`, computed by the server from the bind parameter).
+//! Two names whose hashes collide share a lock (about one pair in 2^32
+//! among 2^32 names), and the key space is shared with every other
+//! advisory lock user of the database; row mode has neither caveat.
+//!
+//! **Fencing tokens** are `nextval` of the sequence `TABLE_fence`, read
+//! after the lock is granted, in the same statement. Sequences are never
+//! rolled back, so a holder whose transaction aborts (or whose process
+//! crashes) still advanced it: tokens strictly increase across grants.
+//!
+//! **Durability and `synchronous_commit`.** A plain release ends the lock
+//! transaction with `ROLLBACK`, not `COMMIT`: the transaction wrote nothing
+//! the next holder needs (the row lock lives in memory and in the tuple
+//! header, and dies with the transaction either way), and an abort never
+//! waits for a WAL flush. That removes the flush (1–3 ms per cycle here)
+//! from the lock without touching `synchronous_commit`. Turning
+//! `synchronous_commit` off on the lock connection would not be safe in
+//! general: in the transaction API ([`PgLock::begin`]) the user's writes
+//! commit with the release and must be as durable as the server promises.
+//! The sequence's WAL is flushed by the next synchronous commit anywhere
+//! on the server (or within `wal_writer_delay`); a server crash inside that
+//! window can hand out a token again, but only after every lock of that
+//! server was lost with its connections, which `lost()` reports.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
+};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{AssertSqlSafe, Postgres};
+use tokio::time::Instant;
+
+use crate::error::map_sqlx;
+use crate::ident::Identifier;
+use crate::url_opts::{SqlMode, SqlUrl};
+
+const BACKEND: &str = "postgres";
+
+/// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
+const LOCK_NOT_AVAILABLE: &str = "55P03";
+
+fn capabilities(mode: SqlMode) -> Capabilities {
+    Capabilities {
+        backend: BACKEND,
+        grade: Grade::Correctness,
+        fencing: Fencing::Safe,
+        // The server grants a row lock or an advisory lock to its waiters
+        // in arrival order.
+        fair_queue: true,
+        crash_release: CrashRelease::Connection,
+        survives_server_failure: false,
+        // The lock itself lives as long as its connection; only the hung
+        // holder's bound (the idle timeout) and `lost()` use clocks.
+        depends_on_clocks: false,
+        waiting: Waiting::Notified,
+        max_ttl: Duration::from_secs(24 * 3600),
+        min_lease: match mode {
+            SqlMode::Row | SqlMode::Advisory => lock_core::MIN_TTL,
+        },
+    }
+}
+
+/// Locks on Postgres: row locks (default) or advisory locks.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions};
+/// let locks = lock_sql::PgLock::connect("postgres://app:secret@db/app?table=app_locks").await?;
+/// let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct PgLock {
+    inner: Arc<Inner>,
+    watchdog: Watchdog,
+}
+
+struct Inner {
+    pool: PgPool,
+    mode: SqlMode,
+    table: Identifier,
+    display: String,
+    sql: Statements,
+}
+
+/// The statements, with the (validated) table name in place.
+struct Statements {
+    insert: String,
+    lock_row: String,
+    lock_row_nowait: String,
+    advisory: String,
+    advisory_try: String,
+    advisory_unlock: String,
+}
+
+impl Statements {
+    fn new(table: &Identifier) -> Self {
+        let t = table.as_str();
+        let lock = |nowait: &str| {
+            format!(
+                "WITH l AS (SELECT name FROM {t} WHERE name = $1 FOR UPDATE{nowait}) \
+                 SELECT nextval('{t}_fence') FROM l"
+            )
+        };
+        let key = "hashtextextended('distlock:' || $1, 0)";
+        Statements {
+            insert: format!("INSERT INTO {t} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
+            lock_row: lock(""),
+            lock_row_nowait: lock(" NOWAIT"),
+            advisory: format!(
+                "SELECT CASE WHEN set_config('lock_timeout', $2, false) IS NOT NULL \
+                 AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
+                 AND pg_advisory_lock({key}) IS NOT NULL THEN nextval('{t}_fence') END"
+            ),
+            advisory_try: format!(
+                "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL \
+                 AND pg_try_advisory_lock({key}) THEN nextval('{t}_fence') END"
+            ),
+            advisory_unlock: format!(
+                "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
+                 set_config('lock_timeout', '0', false)"
+            ),
+        }
+    }
+}
+
+/// A connection that is closed, not returned to the pool, if dropped while
+/// it may hold a lock or a half-done statement (cancellation, failure).
+struct Pinned(Option<PoolConnection<Postgres>>);
+
+impl Pinned {
+    fn conn(&mut self) -> Result<&mut PoolConnection<Postgres>, LockError> {
+        self.0.as_mut().ok_or_else(|| LockError::Backend {
+            backend: BACKEND,
+            reason: "the lock's connection is gone".into(),
+            source: None,
+        })
+    }
+
+    /// Back to the pool: the connection is clean.
+    fn put_back(&mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.0.take() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+impl PgLock {
+    /// Connect to `postgres://user:pass@host[:port]/db` with options
+    /// `table` (default `distlock_locks`), `mode=row|advisory`,
+    /// `max_connections` (default 32; each held lock and each waiter uses
+    /// one) and `connect_timeout_ms`, plus sqlx's own (`sslmode`, …).
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let parsed = SqlUrl::parse(url, &["postgres", "postgresql"])?;
+        let options =
+            PgConnectOptions::from_str(&parsed.client_url).map_err(|e| LockError::InvalidUrl {
+                url: parsed.display.clone(),
+                reason: format!("rejected by the postgres client: {e}"),
+            })?;
+        let pool = PgPoolOptions::new()
+            .max_connections(parsed.max_connections)
+            .acquire_timeout(parsed.connect_timeout)
+            .connect_with(options)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
+        let table = parsed.table;
+        let t = table.as_str();
+        for ddl in [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+            ),
+            format!("CREATE SEQUENCE IF NOT EXISTS {t}_fence"),
+        ] {
+            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
+                // Two clients creating the table at once may race; the
+                // loser's error is harmless if the table is there now.
+                tracing::debug!(error = %e, "creating the lock table");
+            }
+        }
+        sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {t} LIMIT 0")))
+            .execute(&pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
+        Ok(PgLock {
+            inner: Arc::new(Inner {
+                pool,
+                mode: parsed.mode,
+                sql: Statements::new(&table),
+                table,
+                display: parsed.display,
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// Fault injection (and the operator's force-unlock): end the server
+    /// session holding `name` (`pg_terminate_backend`). Its lock is freed
+    /// and the holder's `lost()` fires. Returns whether a holder was found.
+    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
+        let holder: Option<i32> = match self.inner.mode {
+            SqlMode::Row => self.row_holder(name).await?,
+            SqlMode::Advisory => sqlx::query_scalar(
+                "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                 AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('distlock:' || $1, 0) LIMIT 1",
+            )
+            .bind(name)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?,
+        };
+        let Some(pid) = holder else {
+            return Ok(false);
+        };
+        let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
+            .bind(pid)
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
+        Ok(done)
+    }
+
+    /// The backend pid whose transaction holds `name`'s row lock.
+    async fn row_holder(&self, name: &str) -> Result<Option<i32>, LockError> {
+        // The row's xmax is the locking transaction; pg_locks maps it to a pid.
+        let pid: Option<i32> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT l.pid FROM {} t JOIN pg_locks l ON l.locktype = 'transactionid' \
+             AND l.transactionid::text = t.xmax::text AND l.mode = 'ExclusiveLock' \
+             WHERE t.name = $1 LIMIT 1",
+            self.inner.table.as_str()
+        )))
+        .bind(name)
+        .fetch_optional(&self.inner.pool)
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?;
+        Ok(pid)
+    }
+
+    /// Lock `name` on a connection of its own: the connection (inside the
+    /// lock transaction, in row mode), the token and when it was asked.
+    /// `Ok(None)`: held by someone else (a single attempt), or the wait ran
+    /// out (`Timeout` is made by the caller).
+    async fn lock(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<(Pinned, i64, Instant)>, LockError> {
+        let inner = &self.inner;
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        let mut pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
+        let ttl_ms = opts.ttl.as_millis().max(1);
+        let wait_ms = match opts.wait {
+            Wait::No => None,
+            Wait::Up(d) => Some(d.as_millis().max(1)),
+            Wait::Forever => Some(0), // 0 disables the timeout
+        };
+        let sent_at = Instant::now();
+        loop {
+            let conn = pinned.conn()?;
+            let token: Result<Option<Option<i64>>, sqlx::Error> = match inner.mode {
+                SqlMode::Row => {
+                    // Numbers only: nothing a caller controls is spliced.
+                    let begin = format!(
+                        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}",
+                        wait_ms.unwrap_or(0)
+                    );
+                    sqlx::raw_sql(AssertSqlSafe(begin))
+                        .execute(&mut **conn)
+                        .await
+                        .map_err(failed)?;
+                    let sql = if wait_ms.is_some() {
+                        &inner.sql.lock_row
+                    } else {
+                        &inner.sql.lock_row_nowait
+                    };
+                    sqlx::query_scalar(AssertSqlSafe(sql.as_str()))
+                        .bind(name)
+                        .fetch_optional(&mut **conn)
+                        .await
+                        .map(|row| row.map(Some))
+                }
+                SqlMode::Advisory => match wait_ms {
+                    Some(wait) => {
+                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory.as_str()))
+                            .bind(name)
+                            .bind(format!("{wait}ms"))
+                            .bind(format!("{ttl_ms}ms"))
+                            .fetch_optional(&mut **conn)
+                            .await
+                    }
+                    None => {
+                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_try.as_str()))
+                            .bind(name)
+                            .bind(format!("{ttl_ms}ms"))
+                            .fetch_optional(&mut **conn)
+                            .await
+                    }
+                },
+            };
+            match token {
+                Ok(Some(Some(token))) => return Ok(Some((pinned, token, sent_at))),
+                // Advisory: not granted (try). Row: no row yet — create it
+                // (committed, outside any lock) and try again.
+                Ok(Some(None)) => {
+                    pinned.put_back();
+                    return Ok(None);
+                }
+                Ok(None) if inner.mode == SqlMode::Row => {
+                    sqlx::raw_sql("ROLLBACK")
+                        .execute(&mut **conn)
+                        .await
+                        .map_err(failed)?;
+                    sqlx::query(AssertSqlSafe(inner.sql.insert.as_str()))
+                        .bind(name)
+                        .execute(&mut **conn)
+                        .await
+                        .map_err(failed)?;
+                }
+                Ok(None) => return Ok(None),
+                Err(sqlx::Error::Database(db))
+                    if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+                {
+                    if inner.mode == SqlMode::Row {
+                        sqlx::raw_sql("ROLLBACK")
+                            .execute(&mut **conn)
+                            .await
+                            .map_err(failed)?;
+                    }
+                    pinned.put_back();
+                    return Ok(None);
+                }
+                Err(e) => return Err(failed(e)),
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl DistributedLock for PgLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let caps = capabilities(self.inner.mode);
+        check_request(name, opts, &caps)?;
+        let opts = opts.clone().wait(Wait::No);
+        Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        let caps = capabilities(self.inner.mode);
+        check_request(name, opts, &caps)?;
+        let start = Instant::now();
+        self.guard(name, opts, self.lock(name, opts).await?)
+            .ok_or_else(|| LockError::Timeout {
+                name: name.to_string(),
+                waited: start.elapsed(),
+            })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities(self.inner.mode)
+    }
+}
+
+impl PgLock {
+    fn guard(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        locked: Option<(Pinned, i64, Instant)>,
+    ) -> Option<LockGuard> {
+        let (pinned, token, sent_at) = locked?;
+        let handle = Arc::new(PgHandle {
+            inner: Arc::clone(&self.inner),
+            name: name.to_string(),
+            conn: tokio::sync::Mutex::new(pinned),
+        });
+        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        let guard = LockGuard::new(
+            name,
+            u64::try_from(token).ok(),
+            capabilities(self.inner.mode),
+            lease,
+            handle,
+        );
+        Some(if opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        })
+    }
+}
+
+impl fmt::Debug for PgLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgLock")
+            .field("server", &self.inner.display)
+            .field("mode", &self.inner.mode)
+            .field("table", &self.inner.table.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A held lock: its connection, inside the lock transaction (row mode) or
+/// holding the advisory lock.
+struct PgHandle {
+    inner: Arc<Inner>,
+    name: String,
+    conn: tokio::sync::Mutex<Pinned>,
+}
+
+#[async_trait]
+impl GuardHandle for PgHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        let mut pinned = self.conn.lock().await;
+        let Ok(conn) = pinned.conn() else {
+            return Ok(false);
+        };
+        let done = match self.inner.mode {
+            // Nothing to keep: an abort frees the row lock without a WAL flush.
+            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
+                .execute(&mut **conn)
+                .await
+                .map(|_| true),
+            SqlMode::Advisory => {
+                sqlx::query_scalar(AssertSqlSafe(self.inner.sql.advisory_unlock.as_str()))
+                    .bind(&self.name)
+                    .fetch_one(&mut **conn)
+                    .await
+            }
+        };
+        match done {
+            Ok(held) => {
+                pinned.put_back();
+                Ok(held)
+            }
+            // The connection is gone, and the lock with it.
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "release found the connection broken");
+                Ok(false)
+            }
+        }
+    }
+
+    /// Touch the connection (resetting the server's idle timeout) and set
+    /// the timeout to `ttl`. `false` if the connection (and so the lock) is
+    /// gone.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let mut pinned = self.conn.lock().await;
+        let Ok(conn) = pinned.conn() else {
+            return Ok(false);
+        };
+        let ms = ttl.as_millis().max(1);
+        let touch = match self.inner.mode {
+            SqlMode::Row => format!("SET LOCAL idle_in_transaction_session_timeout = {ms}"),
+            SqlMode::Advisory => format!("SET idle_session_timeout = {ms}"),
+        };
+        match sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "renewal found the connection broken");
+                Ok(false)
+            }
+        }
+    }
+}

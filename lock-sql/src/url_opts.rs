@@ -1,0 +1,173 @@
+//! The options distlock reads from a `postgres://` or `mysql://` URL; the
+//! rest of the URL goes to sqlx unchanged.
+
+use std::time::Duration;
+
+use lock_core::LockError;
+
+use crate::ident::Identifier;
+
+/// How a SQL server holds the lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SqlMode {
+    /// A row lock (`SELECT … FOR UPDATE`) in a transaction held open.
+    Row,
+    /// A session advisory lock (`pg_advisory_lock`, `GET_LOCK`).
+    Advisory,
+}
+
+/// A parsed URL. Not `Debug`: `client_url` holds the password.
+pub(crate) struct SqlUrl {
+    /// For sqlx: the URL without distlock's options.
+    pub(crate) client_url: String,
+    /// The URL without credentials, for errors and `Debug`.
+    pub(crate) display: String,
+    pub(crate) table: Identifier,
+    pub(crate) mode: SqlMode,
+    pub(crate) max_connections: u32,
+    pub(crate) connect_timeout: Duration,
+}
+
+const KNOWN: &str = "table, mode, max_connections, connect_timeout_ms";
+
+impl SqlUrl {
+    pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
+        let mut url = url::Url::parse(raw).map_err(|e| LockError::InvalidUrl {
+            url: redacted(raw),
+            reason: format!("not a URL: {e}"),
+        })?;
+        let _ = url.set_password(url.password().map(|_| "***"));
+        let display = {
+            let mut shown = url.clone();
+            shown.set_query(None);
+            shown.to_string()
+        };
+        let invalid = |reason: String| LockError::InvalidUrl {
+            url: display.clone(),
+            reason,
+        };
+        if !schemes.contains(&url.scheme()) {
+            return Err(invalid(format!("expected a {}:// URL", schemes[0])));
+        }
+        let mut table = Identifier::new("distlock_locks")?;
+        let mut mode = SqlMode::Row;
+        let mut max_connections = 32;
+        let mut connect_timeout = Duration::from_secs(5);
+        let mut rest = Vec::new();
+        for (key, value) in url::Url::parse(raw)
+            .map_err(|e| invalid(format!("not a URL: {e}")))?
+            .query_pairs()
+        {
+            match key.as_ref() {
+                "table" => {
+                    table = Identifier::new(&value)?;
+                    if table.as_str().len() > 57 {
+                        return Err(LockError::invalid_options(
+                            "the table name must leave room for the `_fence` sequence: at most 57 characters",
+                        ));
+                    }
+                }
+                "mode" => {
+                    mode = match value.as_ref() {
+                        "row" => SqlMode::Row,
+                        "advisory" => SqlMode::Advisory,
+                        _ => {
+                            return Err(invalid(format!(
+                                "`mode` is row or advisory, got {value:?}"
+                            )));
+                        }
+                    }
+                }
+                "max_connections" => {
+                    max_connections = value
+                        .parse()
+                        .ok()
+                        .filter(|&n| (1..=1000).contains(&n))
+                        .ok_or_else(|| {
+                            invalid(format!("`max_connections` must be 1..=1000, got {value:?}"))
+                        })?
+                }
+                "connect_timeout_ms" => {
+                    connect_timeout = value
+                        .parse()
+                        .ok()
+                        .filter(|&n| n > 0)
+                        .map(Duration::from_millis)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "`connect_timeout_ms` must be a positive number, got {value:?}"
+                            ))
+                        })?
+                }
+                _ => rest.push((key.into_owned(), value.into_owned())),
+            }
+        }
+        if rest.iter().any(|(k, _)| k.is_empty()) {
+            return Err(invalid(format!(
+                "an empty option (known: {KNOWN}, and the driver's own)"
+            )));
+        }
+        let mut client = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
+        client.set_query(None);
+        if !rest.is_empty() {
+            client.query_pairs_mut().extend_pairs(rest);
+        }
+        Ok(SqlUrl {
+            client_url: client.to_string(),
+            display,
+            table,
+            mode,
+            max_connections,
+            connect_timeout,
+        })
+    }
+}
+
+fn redacted(raw: &str) -> String {
+    match raw.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((_, host)) => format!("{scheme}://***@{host}"),
+            None => raw.to_string(),
+        },
+        None => "<unparsable URL>".to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn our_options_are_taken_out_and_the_rest_kept() {
+        let u = SqlUrl::parse(
+            "postgres://app:s3cret@db:5432/app?table=app_locks&mode=advisory&sslmode=require",
+            &["postgres"],
+        )
+        .expect("valid");
+        assert_eq!(u.table.as_str(), "app_locks");
+        assert_eq!(u.mode, SqlMode::Advisory);
+        assert_eq!(
+            u.client_url,
+            "postgres://app:s3cret@db:5432/app?sslmode=require"
+        );
+        assert_eq!(u.display, "postgres://app:***@db:5432/app");
+    }
+
+    #[test]
+    fn bad_options_are_typed_and_redacted() {
+        for bad in [
+            "postgres://u:s3cret@h/db?table=locks;%20DROP%20TABLE%20x",
+            "postgres://u:s3cret@h/db?mode=sometimes",
+            "postgres://u:s3cret@h/db?max_connections=0",
+            "mysql://u:s3cret@h/db",
+        ] {
+            match SqlUrl::parse(bad, &["postgres"]) {
+                Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {
+                    assert!(!format!("{e} {e:?}").contains("s3cret"), "{bad}: {e}");
+                }
+                Err(other) => panic!("{bad}: unexpected {other}"),
+                Ok(_) => panic!("{bad}: accepted"),
+            }
+        }
+    }
+}
