@@ -49,8 +49,9 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
 /// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout_ms=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
+/// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 ///
-/// The schemes `postgres`, `mysql` and `zk` are reserved
+/// The schemes `mysql` and `zk` are reserved
 /// for their backends. A scheme whose feature is off gives
 /// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
 /// appear in errors.
@@ -94,6 +95,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         "redlock" => Ok(Arc::new(lock_redlock::Redlock::connect(url).await?)),
         #[cfg(feature = "etcd")]
         "etcd" => Ok(Arc::new(lock_etcd::EtcdLock::connect(url).await?)),
+        #[cfg(feature = "postgres")]
+        "postgres" => Ok(Arc::new(lock_sql::PgLock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }

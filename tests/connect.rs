@@ -77,7 +77,6 @@ async fn bad_table_name_is_invalid_options() {
 #[tokio::test]
 async fn reserved_schemes_say_which_feature_or_that_they_are_not_implemented() {
     for (url, feature) in [
-        ("postgres://app:s3cret-pw@127.0.0.1/db", "postgres"),
         ("mysql://app:s3cret-pw@127.0.0.1/db", "mysql"),
         ("zk://127.0.0.1:2181", "zookeeper"),
     ] {
