@@ -36,8 +36,14 @@ pub use lock_core::{
     LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock, ReentrantGuard, Wait,
     Waiting,
 };
+#[cfg(feature = "etcd")]
+pub use lock_etcd::{EtcdConfig, EtcdLock};
 #[cfg(feature = "redis")]
 pub use lock_redis::{RedisConfig, RedisLock};
+#[cfg(feature = "redlock")]
+pub use lock_redlock::{Redlock, RedlockConfig};
+#[cfg(feature = "postgres")]
+pub use lock_sql::{PgLock, PgLockedTransaction, SqlMode};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
 pub use redact::redact_url;

@@ -22,7 +22,7 @@ mod url_opts;
 
 pub use ident::{Identifier, MAX_IDENTIFIER_LEN};
 #[cfg(feature = "postgres")]
-pub use postgres::PgLock;
+pub use postgres::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteLock};
 #[cfg(feature = "postgres")]

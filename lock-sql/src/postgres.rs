@@ -423,6 +423,106 @@ impl PgLock {
     }
 }
 
+impl PgLock {
+    /// Lock `name` and hand over the lock's own transaction (row mode):
+    /// statements run on [`PgLockedTransaction::conn`] commit atomically with
+    /// the release, so the protected write and the lock cannot diverge.
+    /// Dropping it (or [`rollback`](PgLockedTransaction::rollback)) undoes
+    /// the writes and frees the lock; so does a server that ends the session
+    /// after the TTL without a statement (a hung holder).
+    ///
+    /// ```no_run
+    /// # async fn demo(locks: lock_sql::PgLock) -> Result<(), Box<dyn std::error::Error>> {
+    /// use lock_core::LockOptions;
+    /// let mut tx = locks.begin("account/42", &LockOptions::new()).await?;
+    /// sqlx::query("UPDATE accounts SET balance = balance - 10 WHERE id = 42")
+    ///     .execute(tx.conn()?)
+    ///     .await?;
+    /// tx.commit().await?; // the write and the release, at once
+    /// # Ok(()) }
+    /// ```
+    pub async fn begin(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<PgLockedTransaction, LockError> {
+        if self.inner.mode != SqlMode::Row {
+            return Err(LockError::invalid_options(
+                "the lock's transaction exists in row mode only (mode=row)",
+            ));
+        }
+        check_request(name, opts, &capabilities(self.inner.mode))?;
+        let start = Instant::now();
+        match self.lock(name, opts).await? {
+            Some((conn, token, _)) => Ok(PgLockedTransaction {
+                name: name.to_string(),
+                token: u64::try_from(token).unwrap_or(0),
+                conn,
+            }),
+            None => Err(LockError::Timeout {
+                name: name.to_string(),
+                waited: start.elapsed(),
+            }),
+        }
+    }
+}
+
+/// A held row lock whose transaction is open for the caller's statements;
+/// see [`PgLock::begin`].
+pub struct PgLockedTransaction {
+    name: String,
+    token: u64,
+    conn: Pinned,
+}
+
+impl PgLockedTransaction {
+    /// The lock name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The fencing token of this grant.
+    pub fn fencing_token(&self) -> u64 {
+        self.token
+    }
+
+    /// The connection, inside the lock's transaction: run statements here.
+    pub fn conn(&mut self) -> Result<&mut sqlx::PgConnection, LockError> {
+        Ok(&mut **self.conn.conn()?)
+    }
+
+    /// Commit the caller's writes and release the lock, atomically. If the
+    /// commit fails, neither happened (the server rolls back and frees the
+    /// lock when the connection closes).
+    pub async fn commit(mut self) -> Result<(), LockError> {
+        sqlx::raw_sql("COMMIT")
+            .execute(&mut **self.conn.conn()?)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "committing the lock's transaction", e))?;
+        self.conn.put_back();
+        Ok(())
+    }
+
+    /// Undo the caller's writes and release the lock.
+    pub async fn rollback(mut self) -> Result<(), LockError> {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut **self.conn.conn()?)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "rolling back the lock's transaction", e))?;
+        self.conn.put_back();
+        Ok(())
+    }
+}
+
+impl fmt::Debug for PgLockedTransaction {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PgLockedTransaction")
+            .field("name", &self.name)
+            .field("fencing_token", &self.token)
+            .finish_non_exhaustive()
+    }
+}
+
 impl fmt::Debug for PgLock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("PgLock")
