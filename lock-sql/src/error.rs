@@ -14,6 +14,18 @@ pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
     }
 }
 
+/// The connection is unusable: an I/O failure, or the server ending the
+/// session (SQLSTATE class 08, or 57P01–57P03: shutdown, crash, starting up).
+pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Io(_) => true,
+        sqlx::Error::Database(db) => db.code().is_some_and(|c| {
+            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")
+        }),
+        _ => false,
+    }
+}
+
 /// Turn a sqlx error into a `LockError`: connection-level failures and a
 /// busy database are `Unavailable` (worth retrying), anything else `Backend`.
 /// sqlx errors never carry the connection password.
@@ -24,7 +36,7 @@ pub(crate) fn map_sqlx(backend: &'static str, doing: &str, e: sqlx::Error) -> Lo
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(_) => is_busy(&e),
+        sqlx::Error::Database(_) => is_busy(&e) || connection_lost(&e),
         _ => false,
     };
     if transient {

@@ -54,7 +54,7 @@ use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
-use crate::error::map_sqlx;
+use crate::error::{connection_lost, map_sqlx};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -191,6 +191,7 @@ impl PgLock {
         let pool = PgPoolOptions::new()
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)
+            .test_before_acquire(false)
             .connect_with(options)
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
@@ -285,6 +286,10 @@ impl PgLock {
             Wait::Forever => Some(0), // 0 disables the timeout
         };
         let sent_at = Instant::now();
+        // Pooled connections are not pinged before use (that would cost a
+        // round trip per acquisition); one that died while idle fails its
+        // first statement, and another is taken instead.
+        let mut stale_left = 8;
         loop {
             let conn = pinned.conn()?;
             let token: Result<Option<Option<i64>>, sqlx::Error> = match inner.mode {
@@ -294,10 +299,19 @@ impl PgLock {
                         "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}",
                         wait_ms.unwrap_or(0)
                     );
-                    sqlx::raw_sql(AssertSqlSafe(begin))
+                    if let Err(e) = sqlx::raw_sql(AssertSqlSafe(begin))
                         .execute(&mut **conn)
                         .await
-                        .map_err(failed)?;
+                    {
+                        // A pooled connection that died while idle (the
+                        // server restarted): take another.
+                        if connection_lost(&e) && stale_left > 0 {
+                            stale_left -= 1;
+                            pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
+                            continue;
+                        }
+                        return Err(failed(e));
+                    }
                     let sql = if wait_ms.is_some() {
                         &inner.sql.lock_row
                     } else {
@@ -358,6 +372,13 @@ impl PgLock {
                     }
                     pinned.put_back();
                     return Ok(None);
+                }
+                Err(e)
+                    if inner.mode == SqlMode::Advisory && connection_lost(&e) && stale_left > 0 =>
+                {
+                    tracing::debug!(error = %e, "a pooled connection had died; taking another");
+                    stale_left -= 1;
+                    pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
                 }
                 Err(e) => return Err(failed(e)),
             }

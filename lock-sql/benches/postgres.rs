@@ -1,0 +1,218 @@
+//! Postgres lock benchmark: distlock against the same SQL sent with plain
+//! sqlx on one connection (the floor), in row and advisory mode, in one run;
+//! then the ways of ending a row-lock transaction (why release is a
+//! ROLLBACK); then contended hand-offs with 8 clients.
+//!
+//! ```sh
+//! export $(scripts/services.sh env | xargs)
+//! cargo bench -p lock-sql --features postgres --bench postgres
+//! ```
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::benchkit::{contend, percentiles, us};
+use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_sql::PgLock;
+use sqlx::{AssertSqlSafe, Connection, PgConnection};
+
+const SAMPLES: usize = 1_000;
+const TASKS: usize = 8;
+const RUN: Duration = Duration::from_secs(4);
+const WORK: Duration = Duration::from_millis(1);
+
+fn url() -> String {
+    std::env::var("DISTLOCK_TEST_POSTGRES_URL")
+        .expect("DISTLOCK_TEST_POSTGRES_URL (see scripts/services.sh env)")
+}
+
+/// One row-lock cycle on a plain connection, ending the transaction with
+/// `end` (`ROLLBACK` or `COMMIT`).
+async fn raw_row(conn: &mut PgConnection, name: &str, end: &str) {
+    sqlx::raw_sql(
+        "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 30000",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("begin");
+    let token: Option<i64> = sqlx::query_scalar(
+        "WITH l AS (SELECT name FROM distlock_locks WHERE name = $1 FOR UPDATE) \
+         SELECT nextval('distlock_locks_fence') FROM l",
+    )
+    .bind(name)
+    .fetch_optional(&mut *conn)
+    .await
+    .expect("lock");
+    assert!(token.is_some());
+    sqlx::raw_sql(AssertSqlSafe(end.to_string()))
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
+async fn raw_advisory(conn: &mut PgConnection, name: &str) {
+    let token: Option<i64> = sqlx::query_scalar(
+        "SELECT CASE WHEN set_config('lock_timeout', $2, false) IS NOT NULL \
+         AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
+         AND pg_advisory_lock(hashtextextended('distlock:' || $1, 0)) IS NOT NULL \
+         THEN nextval('distlock_locks_fence') END",
+    )
+    .bind(name)
+    .bind("0ms")
+    .bind("30000ms")
+    .fetch_one(&mut *conn)
+    .await
+    .expect("lock");
+    assert!(token.is_some());
+    let _: (bool, String, String) = sqlx::query_as(
+        "SELECT pg_advisory_unlock(hashtextextended('distlock:' || $1, 0)), \
+         set_config('idle_session_timeout', '0', false), set_config('lock_timeout', '0', false)",
+    )
+    .bind(name)
+    .fetch_one(&mut *conn)
+    .await
+    .expect("unlock");
+}
+
+#[tokio::main]
+async fn main() {
+    let row = PgLock::connect(&url()).await.expect("distlock row");
+    let advisory = PgLock::connect(&format!("{}?mode=advisory", url()))
+        .await
+        .expect("distlock advisory");
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
+    // Create the rows the raw cycles lock.
+    for name in ["bench/raw", "bench/row"] {
+        row.acquire(name, &opts)
+            .await
+            .expect("warm")
+            .release()
+            .await
+            .expect("release");
+    }
+    let mut conn = PgConnection::connect(&url()).await.expect("connection");
+    let mut async_conn = PgConnection::connect(&url()).await.expect("connection");
+    sqlx::raw_sql("SET synchronous_commit = off")
+        .execute(&mut async_conn)
+        .await
+        .expect("session setting");
+
+    let mut samples: [Vec<Duration>; 7] = Default::default();
+    for i in 0..SAMPLES + SAMPLES / 10 {
+        let keep = i >= SAMPLES / 10; // the first tenth warms up
+        let mut row_sample = [Duration::ZERO; 7];
+        let t = Instant::now();
+        let _: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut conn)
+            .await
+            .expect("ping");
+        row_sample[0] = t.elapsed();
+
+        let t = Instant::now();
+        raw_row(&mut conn, "bench/raw", "ROLLBACK").await;
+        row_sample[1] = t.elapsed();
+
+        let t = Instant::now();
+        let g = row.acquire("bench/row", &opts).await.expect("acquire");
+        assert!(g.release().await.expect("release"));
+        row_sample[2] = t.elapsed();
+
+        let t = Instant::now();
+        raw_advisory(&mut conn, "bench/raw").await;
+        row_sample[3] = t.elapsed();
+
+        let t = Instant::now();
+        let g = advisory
+            .acquire("bench/advisory", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        row_sample[4] = t.elapsed();
+
+        let t = Instant::now();
+        raw_row(&mut conn, "bench/raw", "COMMIT").await;
+        row_sample[5] = t.elapsed();
+
+        let t = Instant::now();
+        raw_row(&mut async_conn, "bench/raw", "COMMIT").await;
+        row_sample[6] = t.elapsed();
+
+        if keep {
+            for (v, d) in samples.iter_mut().zip(row_sample) {
+                v.push(d);
+            }
+        }
+    }
+    let [
+        ping,
+        raw_row_p,
+        ours_row,
+        raw_adv,
+        ours_adv,
+        commit,
+        commit_async,
+    ] = samples.map(percentiles);
+    println!("uncontended cycle (p50 / p99, µs)");
+    for (what, (p50, p99)) in [
+        ("SELECT 1 round trip", ping),
+        ("row floor: BEGIN; FOR UPDATE; ROLLBACK (sqlx)", raw_row_p),
+        ("distlock row acquire + release", ours_row),
+        ("advisory floor: lock; unlock (sqlx)", raw_adv),
+        ("distlock advisory acquire + release", ours_adv),
+        ("row cycle ending in COMMIT", commit),
+        ("row cycle, COMMIT, synchronous_commit=off", commit_async),
+    ] {
+        println!("  {what:<46} {:>8.1} / {:>8.1}", us(p50), us(p99));
+    }
+    let ratio =
+        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
+    println!(
+        "  row / floor: {:.3}x   advisory / floor: {:.3}x   COMMIT / ROLLBACK: {:.2}x   (p50)",
+        ratio(ours_row, raw_row_p),
+        ratio(ours_adv, raw_adv),
+        ratio(commit, raw_row_p)
+    );
+
+    for (mode, base) in [
+        ("row", url()),
+        ("advisory", format!("{}?mode=advisory", url())),
+    ] {
+        let mut clients = Vec::new();
+        for _ in 0..TASKS {
+            clients.push(PgLock::connect(&base).await.expect("client"));
+        }
+        let clients = Arc::new(clients);
+        let run = contend(TASKS, RUN, |t, end, log| {
+            let clients = clients.clone();
+            async move {
+                let o = LockOptions::new()
+                    .auto_renew(false)
+                    .wait_timeout(Duration::from_secs(30));
+                while Instant::now() < end {
+                    let g = clients[t]
+                        .acquire("bench/contended", &o)
+                        .await
+                        .expect("acquire");
+                    let granted = Instant::now();
+                    tokio::time::sleep(WORK).await;
+                    let released = Instant::now();
+                    g.release().await.expect("release");
+                    log.lock().expect("log").push((granted, released, t));
+                }
+            }
+        })
+        .await;
+        println!(
+            "\n{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once ({RUN:?})"
+        );
+        println!(
+            "  {:>10.1} acq/s {:>10.1} handoffs/s   hand-off p50 / p99 {:.1} / {:.1} µs   per task min/max {} / {}",
+            run.acquisitions as f64 / RUN.as_secs_f64(),
+            run.handoffs as f64 / RUN.as_secs_f64(),
+            us(run.handoff_latency.0),
+            us(run.handoff_latency.1),
+            run.per_task.0,
+            run.per_task.1
+        );
+    }
+}
