@@ -192,6 +192,9 @@ CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
 CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASSWORD';
 GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
 GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+-- The fault hook finds a row lock's holder in information_schema.innodb_trx.
+GRANT PROCESS ON *.* TO '$DB_USER'@'localhost';
+GRANT PROCESS ON *.* TO '$DB_USER'@'127.0.0.1';
 SQL
 }
 ready_mysql() { mariadb-admin --no-defaults --socket="$(dir_of mysql)/mysql.sock" -uroot ping >/dev/null; }

@@ -50,8 +50,9 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout_ms=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sslmode=…]` | Postgres row or advisory locks | `postgres` |
+/// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
 ///
-/// The schemes `mysql` and `zk` are reserved
+/// The scheme `zk` is reserved
 /// for their backends. A scheme whose feature is off gives
 /// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
 /// appear in errors.
@@ -97,6 +98,8 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         "etcd" => Ok(Arc::new(lock_etcd::EtcdLock::connect(url).await?)),
         #[cfg(feature = "postgres")]
         "postgres" => Ok(Arc::new(lock_sql::PgLock::connect(url).await?)),
+        #[cfg(feature = "mysql")]
+        "mysql" => Ok(Arc::new(lock_sql::MySqlLock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }

@@ -42,8 +42,12 @@ pub use lock_etcd::{EtcdConfig, EtcdLock};
 pub use lock_redis::{RedisConfig, RedisLock};
 #[cfg(feature = "redlock")]
 pub use lock_redlock::{Redlock, RedlockConfig};
+#[cfg(feature = "mysql")]
+pub use lock_sql::MySqlLock;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use lock_sql::SqlMode;
 #[cfg(feature = "postgres")]
-pub use lock_sql::{PgLock, PgLockedTransaction, SqlMode};
+pub use lock_sql::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
 pub use redact::redact_url;

@@ -5,25 +5,30 @@
 //! - `postgres`: row locks with `SELECT … FOR UPDATE`, or advisory locks;
 //!   fencing tokens from a sequence; the lock's transaction in the user's
 //!   hands. See [`PgLock`].
-//! - `mysql`: reserved, not implemented in this version.
+//! - `mysql`: MySQL 8 / MariaDB ≥ 10.6 row locks or `GET_LOCK`, with
+//!   auto-increment fencing tokens. See [`MySqlLock`].
 //!
 //! The lock table's name is validated as an [`Identifier`]; lock names only
 //! ever travel as bind parameters.
 
-#[cfg(any(feature = "sqlite", feature = "postgres"))]
+#[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod error;
 mod ident;
+#[cfg(feature = "mysql")]
+mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_opts;
 
 pub use ident::{Identifier, MAX_IDENTIFIER_LEN};
+#[cfg(feature = "mysql")]
+pub use mysql::MySqlLock;
 #[cfg(feature = "postgres")]
 pub use postgres::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteLock};
-#[cfg(feature = "postgres")]
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use url_opts::SqlMode;

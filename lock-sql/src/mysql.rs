@@ -1,0 +1,540 @@
+//! MySQL 8 and MariaDB ≥ 10.6: row locks (`SELECT … FOR UPDATE` in a
+//! transaction held open on a connection of its own) or `GET_LOCK`
+//! advisory locks, with fencing tokens from an auto-increment counter.
+//!
+//! **Row mode** (default): the lock table has one row per name
+//! (`VARBINARY`, so names compare byte for byte, never by collation),
+//! inserted the first time a name is used. Acquiring starts a transaction
+//! with `innodb_lock_wait_timeout` from the wait (whole seconds; a wait
+//! shorter than a second, or its last fraction, is done with `NOWAIT`
+//! attempts and backoff) and locks the row. Releasing rolls back.
+//! MariaDB's `idle_transaction_timeout` (whole seconds, from the TTL)
+//! bounds a hung holder; the watchdog touches the connection every TTL/3.
+//!
+//! **Advisory mode** (`mode=advisory`): `GET_LOCK` on a name derived from
+//! the lock name (`dl:` and 61 hex digits of its SHA-256, computed by the
+//! server from the bind parameter: the 64-character limit never truncates
+//! two names into one). A hung holder is bounded by the session's
+//! `wait_timeout`.
+//!
+//! **Fencing tokens**: an `AUTO_INCREMENT` insert into `TABLE_fence`, after
+//! the grant. InnoDB never hands an auto-increment value out twice, even
+//! when the inserting transaction rolls back, and keeps the counter across
+//! restarts (MySQL 8, MariaDB ≥ 10.2.4); the insert itself is always
+//! rolled back, so the table stays empty.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::{
+    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
+    LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
+};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::{AssertSqlSafe, MySql, Row};
+use tokio::time::Instant;
+
+use crate::error::{connection_lost, map_sqlx};
+use crate::ident::Identifier;
+use crate::url_opts::{SqlMode, SqlUrl};
+
+const BACKEND: &str = "mysql";
+
+/// ER_LOCK_WAIT_TIMEOUT (also NOWAIT on MariaDB), ER_LOCK_NOWAIT (MySQL 8),
+/// ER_LOCK_DEADLOCK.
+const NOT_GRANTED: [u16; 3] = [1205, 3572, 1213];
+
+/// InnoDB's longest lock wait, for "forever".
+const FOREVER_SECS: u64 = 1_073_741_824;
+
+fn capabilities() -> Capabilities {
+    Capabilities {
+        backend: BACKEND,
+        grade: Grade::Correctness,
+        fencing: Fencing::Safe,
+        fair_queue: false,
+        crash_release: CrashRelease::Connection,
+        survives_server_failure: false,
+        depends_on_clocks: false,
+        waiting: Waiting::Notified,
+        max_ttl: Duration::from_secs(24 * 3600),
+        // Server-side timeouts are whole seconds.
+        min_lease: Duration::from_secs(1),
+    }
+}
+
+/// Locks on MySQL 8 or MariaDB ≥ 10.6: row locks (default) or `GET_LOCK`.
+///
+/// ```no_run
+/// # async fn demo() -> Result<(), lock_core::LockError> {
+/// use lock_core::{DistributedLock, LockOptions};
+/// let locks = lock_sql::MySqlLock::connect("mysql://app:secret@db/app?table=app_locks").await?;
+/// let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MySqlLock {
+    inner: Arc<Inner>,
+    watchdog: Watchdog,
+}
+
+struct Inner {
+    pool: MySqlPool,
+    mode: SqlMode,
+    table: Identifier,
+    display: String,
+    /// The session variable that ends a hung holder's transaction:
+    /// MariaDB's `idle_transaction_timeout`, or MySQL's `wait_timeout`.
+    idle_var: &'static str,
+}
+
+/// A connection closed, not returned to the pool, if dropped while it may
+/// hold a lock or a half-done statement.
+struct Pinned(Option<PoolConnection<MySql>>);
+
+impl Pinned {
+    fn conn(&mut self) -> Result<&mut PoolConnection<MySql>, LockError> {
+        self.0.as_mut().ok_or_else(|| LockError::Backend {
+            backend: BACKEND,
+            reason: "the lock's connection is gone".into(),
+            source: None,
+        })
+    }
+
+    fn put_back(&mut self) {
+        self.0.take();
+    }
+}
+
+impl Drop for Pinned {
+    fn drop(&mut self) {
+        if let Some(mut conn) = self.0.take() {
+            conn.close_on_drop();
+        }
+    }
+}
+
+fn secs_ceil(d: Duration) -> u64 {
+    (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
+}
+
+fn not_granted(e: &sqlx::Error) -> bool {
+    match e {
+        sqlx::Error::Database(db) => db
+            .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+            .is_some_and(|e| NOT_GRANTED.contains(&e.number())),
+        _ => false,
+    }
+}
+
+impl MySqlLock {
+    /// Connect to `mysql://user:pass@host[:port]/db` (or `mariadb://`) with
+    /// options `table` (default `distlock_locks`), `mode=row|advisory`,
+    /// `max_connections` (default 32; each held lock and each waiter uses
+    /// one) and `connect_timeout_ms`, plus sqlx's own (`ssl-mode`, …).
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let mut parsed = SqlUrl::parse(url, &["mysql", "mariadb"])?;
+        if let Some(rest) = parsed.client_url.strip_prefix("mariadb://") {
+            parsed.client_url = format!("mysql://{rest}");
+        }
+        let options = MySqlConnectOptions::from_str(&parsed.client_url).map_err(|e| {
+            LockError::InvalidUrl {
+                url: parsed.display.clone(),
+                reason: format!("rejected by the mysql client: {e}"),
+            }
+        })?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(parsed.max_connections)
+            .acquire_timeout(parsed.connect_timeout)
+            .test_before_acquire(false)
+            .connect_with(options)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
+        let t = parsed.table.as_str();
+        for ddl in [
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t}_fence (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
+            ),
+        ] {
+            sqlx::raw_sql(AssertSqlSafe(ddl))
+                .execute(&pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "creating the lock table", e))?;
+        }
+        let version: String = sqlx::query_scalar("SELECT VERSION()")
+            .fetch_one(&pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "reading the server version", e))?;
+        let idle_var = if version.contains("MariaDB") {
+            "idle_transaction_timeout"
+        } else {
+            "wait_timeout"
+        };
+        Ok(MySqlLock {
+            inner: Arc::new(Inner {
+                pool,
+                mode: parsed.mode,
+                table: parsed.table,
+                display: parsed.display,
+                idle_var,
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// Fault injection (and the operator's force-unlock): kill the server
+    /// connection holding `name`. Its lock is freed and the holder's
+    /// `lost()` fires. Returns whether a holder was found.
+    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
+        let holder: Option<u64> = match self.inner.mode {
+            SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT IS_USED_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
+            )
+            .bind(name.as_bytes())
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
+            .and_then(|id| u64::try_from(id).ok()),
+            SqlMode::Row => self.row_holder(name).await?,
+        };
+        let Some(id) = holder else {
+            return Ok(false);
+        };
+        sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "killing the holder's connection", e))?;
+        Ok(true)
+    }
+
+    /// The connection holding `name`'s row lock, found by queueing behind
+    /// it for a moment and asking InnoDB who blocks us.
+    async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
+        let mut probe = Pinned(Some(self.inner.pool.acquire().await.map_err(failed)?));
+        let conn = probe.conn()?;
+        let me: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
+            .fetch_one(&mut **conn)
+            .await
+            .map_err(failed)?;
+        sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 2; START TRANSACTION")
+            .execute(&mut **conn)
+            .await
+            .map_err(failed)?;
+        let lock = format!(
+            "SELECT name FROM {} WHERE name = ? FOR UPDATE",
+            self.inner.table.as_str()
+        );
+        let waiting = sqlx::query(AssertSqlSafe(lock))
+            .bind(name.as_bytes())
+            .execute(&mut **conn);
+        let ask = async {
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(25)).await;
+                let holder: Option<i64> = sqlx::query_scalar(
+                    "SELECT CAST(b.trx_mysql_thread_id AS SIGNED) FROM information_schema.innodb_lock_waits w \
+                     JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id \
+                     JOIN information_schema.innodb_trx r ON r.trx_id = w.requesting_trx_id \
+                     WHERE r.trx_mysql_thread_id = ? LIMIT 1",
+                )
+                .bind(me)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(failed)?;
+                if let Some(id) = holder {
+                    return Ok(u64::try_from(id).ok());
+                }
+            }
+            Ok(None)
+        };
+        tokio::select! {
+            // Not blocked: nobody holds it.
+            _ = waiting => Ok(None),
+            holder = ask => holder,
+        }
+        // `probe` is closed on drop, ending its transaction.
+    }
+
+    async fn acquire_conn(&self) -> Result<PoolConnection<MySql>, LockError> {
+        self.inner
+            .pool
+            .acquire()
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "acquiring a lock", e))
+    }
+
+    /// Lock `name` on a connection of its own: the connection, the token
+    /// and when it was asked; `None` if not granted within `opts.wait`.
+    async fn lock(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<(Pinned, u64, Instant)>, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        let mut pinned = Pinned(Some(self.acquire_conn().await?));
+        let start = Instant::now();
+        let deadline = match opts.wait {
+            Wait::No => Some(start),
+            Wait::Up(d) => Some(start + d),
+            Wait::Forever => None,
+        };
+        let ttl = secs_ceil(opts.ttl);
+        let backoff = Backoff::default();
+        let mut stale_left = 8;
+        let mut tries = 0;
+        loop {
+            // Whole seconds of waiting left, if any; else a NOWAIT attempt.
+            let wait_secs = match deadline {
+                None => Some(FOREVER_SECS),
+                Some(d) => {
+                    Some(d.saturating_duration_since(Instant::now()).as_secs()).filter(|&s| s >= 1)
+                }
+            };
+            let sent_at = Instant::now();
+            let outcome = match self.inner.mode {
+                SqlMode::Row => self.lock_row(pinned.conn()?, name, wait_secs, ttl).await,
+                SqlMode::Advisory => {
+                    self.lock_advisory(pinned.conn()?, name, wait_secs.unwrap_or(0), ttl)
+                        .await
+                }
+            };
+            match outcome {
+                Ok(Some(token)) => return Ok(Some((pinned, token, sent_at))),
+                Ok(None) => {}
+                Err(e) if connection_lost(&e) && stale_left > 0 => {
+                    // A pooled connection that died while idle: take another.
+                    stale_left -= 1;
+                    pinned = Pinned(Some(self.acquire_conn().await?));
+                    continue;
+                }
+                Err(e) => return Err(failed(e)),
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                pinned.put_back();
+                return Ok(None);
+            }
+            // Less than a second left: NOWAIT attempts with backoff.
+            let mut until = now + backoff.delay(tries);
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            tokio::time::sleep_until(until).await;
+            tries += 1;
+        }
+    }
+
+    /// One row-lock attempt; the transaction stays open on success and is
+    /// rolled back otherwise. `wait_secs: None` means NOWAIT.
+    async fn lock_row(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        name: &str,
+        wait_secs: Option<u64>,
+        ttl_secs: u64,
+    ) -> Result<Option<u64>, sqlx::Error> {
+        let t = self.inner.table.as_str();
+        // Numbers only: nothing a caller controls is spliced.
+        let begin = format!(
+            "SET SESSION innodb_lock_wait_timeout = {}, SESSION {} = {ttl_secs}; START TRANSACTION",
+            wait_secs.unwrap_or(1),
+            self.inner.idle_var
+        );
+        let select = format!(
+            "SELECT name FROM {t} WHERE name = ? FOR UPDATE{}",
+            if wait_secs.is_some() { "" } else { " NOWAIT" }
+        );
+        loop {
+            sqlx::raw_sql(AssertSqlSafe(begin.clone()))
+                .execute(&mut **conn)
+                .await?;
+            match sqlx::query(AssertSqlSafe(select.clone()))
+                .bind(name.as_bytes())
+                .fetch_optional(&mut **conn)
+                .await
+            {
+                Ok(Some(_)) => break,
+                Ok(None) => {
+                    // First use of this name: create its row (committed,
+                    // outside any lock) and try again.
+                    sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
+                    sqlx::query(AssertSqlSafe(format!(
+                        "INSERT IGNORE INTO {t} (name) VALUES (?)"
+                    )))
+                    .bind(name.as_bytes())
+                    .execute(&mut **conn)
+                    .await?;
+                }
+                Err(e) if not_granted(&e) => {
+                    sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
+                    return Ok(None);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let fence = sqlx::raw_sql(AssertSqlSafe(format!("INSERT INTO {t}_fence () VALUES ()")))
+            .execute(&mut **conn)
+            .await?;
+        Ok(Some(fence.last_insert_id()))
+    }
+
+    /// One `GET_LOCK` attempt waiting `wait_secs`; on success the token.
+    async fn lock_advisory(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        name: &str,
+        wait_secs: u64,
+        ttl_secs: u64,
+    ) -> Result<Option<u64>, sqlx::Error> {
+        let granted: Option<i64> =
+            sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
+                .bind(name.as_bytes())
+                .bind(wait_secs.min(FOREVER_SECS))
+                .fetch_one(&mut **conn)
+                .await?;
+        if granted != Some(1) {
+            return Ok(None);
+        }
+        // The counter insert is rolled back so the table stays empty; the
+        // value it drew is never handed out again.
+        let t = self.inner.table.as_str();
+        let rows = sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET SESSION wait_timeout = {ttl_secs}; START TRANSACTION; INSERT INTO {t}_fence () VALUES (); ROLLBACK; SELECT LAST_INSERT_ID()"
+        )))
+        .fetch_all(&mut **conn)
+        .await?;
+        let token: u64 = rows
+            .last()
+            .map(|r| r.try_get::<u64, _>(0))
+            .transpose()?
+            .unwrap_or(0);
+        Ok(Some(token))
+    }
+
+    fn guard(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        locked: Option<(Pinned, u64, Instant)>,
+    ) -> Option<LockGuard> {
+        let (pinned, token, sent_at) = locked?;
+        let handle = Arc::new(MySqlHandle {
+            inner: Arc::clone(&self.inner),
+            name: name.to_string(),
+            conn: tokio::sync::Mutex::new(pinned),
+        });
+        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        let guard = LockGuard::new(name, Some(token), capabilities(), lease, handle);
+        Some(if opts.auto_renew {
+            guard.renewed_by(&self.watchdog)
+        } else {
+            guard
+        })
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MySqlLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        check_request(name, opts, &capabilities())?;
+        let opts = opts.clone().wait(Wait::No);
+        Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        check_request(name, opts, &capabilities())?;
+        let start = Instant::now();
+        self.guard(name, opts, self.lock(name, opts).await?)
+            .ok_or_else(|| LockError::Timeout {
+                name: name.to_string(),
+                waited: start.elapsed(),
+            })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        capabilities()
+    }
+}
+
+impl fmt::Debug for MySqlLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MySqlLock")
+            .field("server", &self.inner.display)
+            .field("mode", &self.inner.mode)
+            .field("table", &self.inner.table.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+struct MySqlHandle {
+    inner: Arc<Inner>,
+    name: String,
+    conn: tokio::sync::Mutex<Pinned>,
+}
+
+#[async_trait]
+impl GuardHandle for MySqlHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        let mut pinned = self.conn.lock().await;
+        let Ok(conn) = pinned.conn() else {
+            return Ok(false);
+        };
+        let done = match self.inner.mode {
+            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
+                .execute(&mut **conn)
+                .await
+                .map(|_| true),
+            SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
+                "SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
+            )
+            .bind(self.name.as_bytes())
+            .fetch_one(&mut **conn)
+            .await
+            .map(|released| released == Some(1)),
+        };
+        match done {
+            Ok(held) => {
+                pinned.put_back();
+                Ok(held)
+            }
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "release found the connection broken");
+                Ok(false)
+            }
+        }
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let mut pinned = self.conn.lock().await;
+        let Ok(conn) = pinned.conn() else {
+            return Ok(false);
+        };
+        let secs = secs_ceil(ttl);
+        let touch = match self.inner.mode {
+            SqlMode::Row => format!("SET SESSION {} = {secs}", self.inner.idle_var),
+            SqlMode::Advisory => format!("SET SESSION wait_timeout = {secs}"),
+        };
+        match sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(e) => {
+                tracing::debug!(lock = %self.name, error = %e, "renewal found the connection broken");
+                Ok(false)
+            }
+        }
+    }
+}

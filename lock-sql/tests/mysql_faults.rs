@@ -1,0 +1,211 @@
+//! MariaDB faults: a holder process killed with SIGKILL, a holder's
+//! connection killed on the server, and the server restarted under a held
+//! lock. The restart stops the server, so these tests run one at a time (a
+//! shared mutex) in this binary, apart from the conformance suite.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_sql::MySqlLock;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::sync::Mutex;
+use tokio::time::Instant;
+
+static SERIAL: Mutex<()> = Mutex::const_new(());
+
+fn env(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+fn services(args: &[&str]) {
+    let status = Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(args)
+        .stdout(Stdio::null())
+        .status()
+        .expect("run services.sh");
+    assert!(status.success(), "services.sh {args:?} failed");
+}
+
+/// Starts the server again when dropped, even if the test failed.
+struct RestartMysql;
+
+impl Drop for RestartMysql {
+    fn drop(&mut self) {
+        let _ = Command::new("bash")
+            .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+            .args(["start", "mysql"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status();
+    }
+}
+
+fn unique(case: &str) -> String {
+    use std::hash::{BuildHasher, RandomState};
+    let r = RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("faults/{case}/{r:016x}")
+}
+
+async fn client(mode: &str) -> MySqlLock {
+    MySqlLock::connect(&format!(
+        "{}?connect_timeout_ms=2000&mode={mode}",
+        env("DISTLOCK_TEST_MYSQL_URL")
+    ))
+    .await
+    .expect("connect")
+}
+
+fn quick(ttl_ms: u64) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_millis(ttl_ms))
+        .wait(Wait::No)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_connection_fires_lost_and_the_next_token_is_larger() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        let (locks, other) = (client(mode).await, client(mode).await);
+        let name = unique("killed-connection");
+        let opts = LockOptions::new()
+            .ttl(Duration::from_millis(1500))
+            .wait(Wait::No);
+        let g = locks.acquire(&name, &opts).await.expect("acquire");
+        assert!(
+            other.take_away(&name).await.expect("kill"),
+            "{mode}: holder found"
+        );
+        let start = Instant::now();
+        let reason = tokio::time::timeout(Duration::from_secs(3), g.lost())
+            .await
+            .expect("lost() fires");
+        assert_eq!(reason, LossReason::TakenOver, "{mode}");
+        let next = other
+            .try_acquire(&name, &opts)
+            .await
+            .expect("try")
+            .expect("free after the kill");
+        assert!(next.fencing_token() > g.fencing_token(), "{mode}");
+        eprintln!(
+            "mysql faults ({mode}): lost() {:?} after the connection was killed",
+            start.elapsed()
+        );
+        assert!(
+            !g.release().await.expect("release"),
+            "{mode}: not held any more"
+        );
+        assert!(next.release().await.expect("release"));
+    }
+}
+
+const CHILD_ENV: &str = "DISTLOCK_MYSQL_KILLED_HOLDER";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_frees_the_lock_at_once() {
+    if let Ok(name) = std::env::var(CHILD_ENV) {
+        let locks = client("row").await;
+        let g = locks
+            .acquire(&name, &LockOptions::new().wait(Wait::No))
+            .await
+            .expect("child acquire");
+        println!("CHILD token {}", g.fencing_token().expect("token"));
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let name = unique("killed");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args([
+            "--exact",
+            "a_killed_holder_process_frees_the_lock_at_once",
+            "--nocapture",
+        ])
+        .env(CHILD_ENV, &name)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let first: u64 = loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("child answered in time")
+            .expect("read child")
+            .expect("child output ended early");
+        if let Some(t) = line.strip_prefix("CHILD token ") {
+            break t.parse().expect("token");
+        }
+    };
+    let locks = client("row").await;
+    assert!(
+        locks
+            .try_acquire(&name, &quick(5000))
+            .await
+            .expect("try")
+            .is_none()
+    );
+    child.start_kill().expect("SIGKILL");
+    let killed_at = Instant::now();
+    child.wait().await.expect("reap child");
+    let g = locks
+        .acquire(&name, &quick(5000).wait_timeout(Duration::from_secs(10)))
+        .await
+        .expect("the dead holder's lock is freed");
+    let after = killed_at.elapsed();
+    assert!(g.fencing_token().expect("token") > first);
+    assert!(after < Duration::from_secs(3), "freed only after {after:?}");
+    eprintln!("mysql faults: a killed holder's lock was acquired {after:?} after SIGKILL");
+    assert!(g.release().await.expect("release"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_restart_fires_lost_and_the_client_recovers() {
+    let _serial = SERIAL.lock().await;
+    let locks = client("row").await;
+    let g = locks
+        .acquire(
+            &unique("restart"),
+            &LockOptions::new()
+                .ttl(Duration::from_millis(1500))
+                .wait(Wait::No),
+        )
+        .await
+        .expect("acquire");
+    let restart = RestartMysql;
+    services(&["stop", "mysql"]);
+    let stopped_at = Instant::now();
+    let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
+        .await
+        .expect("lost() fires");
+    eprintln!(
+        "mysql faults: lost() ({reason:?}) {:?} after the server stopped",
+        stopped_at.elapsed()
+    );
+    let during = locks.try_acquire(&unique("down"), &quick(5000)).await;
+    assert!(
+        matches!(during, Err(LockError::Unavailable { .. })),
+        "expected Unavailable while the server is down, got {during:?}"
+    );
+    drop(restart);
+    let start = Instant::now();
+    loop {
+        match locks.try_acquire(&unique("after"), &quick(5000)).await {
+            Ok(Some(g)) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            other => assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no recovery after the restart: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    eprintln!(
+        "mysql faults: recovered {:?} after the restart",
+        start.elapsed()
+    );
+}
