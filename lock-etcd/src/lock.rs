@@ -349,18 +349,11 @@ impl EtcdLock {
                 }
                 Step::Wait(Place {
                     predecessor: Some(pred),
-                    next_in_line,
                     read_at,
                 }) => match self.await_turn(&handle, &pred, read_at + 1, deadline).await {
-                    // Our predecessor was the only one before us: its
-                    // deletion, with our key still there, is our grant.
-                    Ok(Turn::PredecessorGone) if next_in_line => Ok(Step::Wait(Place {
-                        predecessor: None,
-                        next_in_line: false,
-                        read_at,
-                    })),
                     Ok(Turn::OursGone) => return Err(queue::place_lost(name)),
-                    Ok(_) => Ok(Step::Reread),
+                    // Usually we are first now; one read settles it.
+                    Ok(Turn::PredecessorGone | Turn::Ended) => Ok(Step::Reread),
                     Err(e) => Err(e),
                 },
                 Step::Reread => match queue::place(client, &handle.dir, &handle.key, rev).await {
@@ -396,7 +389,7 @@ impl EtcdLock {
         from: i64,
         deadline: Option<Instant>,
     ) -> Result<Turn, LockError> {
-        let mut watch = queue::watch(&self.inner.client, predecessor, &handle.key, from).await?;
+        let mut watch = queue::watch(&self.inner.client, predecessor, from).await?;
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -415,7 +408,7 @@ impl EtcdLock {
             };
             tokio::select! {
                 message = watch.message() => {
-                    if let Some(turn) = queue::turn(message, predecessor, &handle.key) {
+                    if let Some(turn) = queue::turn(message, predecessor) {
                         return Ok(turn);
                     }
                 }

@@ -1,12 +1,11 @@
 //! A key's place in its lock's queue, and waiting for its turn.
 //!
 //! The queue is the keys under the lock's directory, ordered by create
-//! revision. A waiter watches only the key just before its own. When that
-//! predecessor was the only key before ours, its deletion is our grant: the
-//! watch covers our own key too, and events of one watch arrive in revision
-//! order, so a deletion of our key (its lease expired while queued) would
-//! have come first. No round trip is needed then; otherwise the waiter
-//! reads its place again.
+//! revision. A waiter watches only the key just before its own (so a
+//! release wakes one waiter, not all). When that key is deleted, the waiter
+//! reads its place again in one transaction that also checks its own key
+//! still exists: a waiter whose lease expired while queued learns it there
+//! and never reports success.
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
@@ -23,8 +22,6 @@ use crate::requests;
 pub(crate) struct Place {
     /// The key created just before ours; `None` when ours is first.
     pub(crate) predecessor: Option<Vec<u8>>,
-    /// Whether that predecessor is the only key before ours.
-    pub(crate) next_in_line: bool,
     /// The revision the place was read at.
     pub(crate) read_at: i64,
 }
@@ -32,9 +29,9 @@ pub(crate) struct Place {
 /// What ended a wait on the predecessor.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Turn {
-    /// The predecessor was deleted while our key still existed.
+    /// The predecessor was deleted.
     PredecessorGone,
-    /// Our own key was deleted (its lease expired or was revoked).
+    /// Our own lease is gone (a keep-alive found it expired or revoked).
     OursGone,
     /// The watch ended or was cancelled (compaction): read the place again.
     Ended,
@@ -75,8 +72,7 @@ pub(crate) async fn enqueue(
     Ok((
         rev,
         Place {
-            next_in_line: count == 2,
-            predecessor,
+            predecessor: predecessor.filter(|_| count > 1),
             read_at: rev,
         },
     ))
@@ -102,10 +98,9 @@ pub(crate) async fn place(
     if !resp.succeeded() {
         return Ok(None);
     }
-    let (kvs, count) = get_result(&resp, 0);
+    let (kvs, _) = get_result(&resp, 0);
     Ok(Some(Place {
         predecessor: kvs.into_iter().next(),
-        next_in_line: count == 1,
         read_at: resp.header().map_or(0, |h| h.revision()),
     }))
 }
@@ -121,35 +116,25 @@ fn get_result(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
     }
 }
 
-/// A watch for deletions of `predecessor` and of our `key` (and, ignored,
-/// of any key between them), from revision `from`: the revision our place
-/// was read at plus one, so nothing is missed and the watch is served live
-/// rather than by etcd's slower catch-up of watches that start in the past.
+/// A watch for the deletion of `predecessor` only, from revision `from`:
+/// the revision our place was read at plus one, so nothing is missed and
+/// the watch is served live rather than by etcd's slower catch-up of
+/// watches that start in the past.
 pub(crate) async fn watch(
     client: &Client,
     predecessor: &[u8],
-    key: &str,
     from: i64,
 ) -> Result<WatchStream, LockError> {
-    let (low, high) = if predecessor < key.as_bytes() {
-        (predecessor.to_vec(), key.as_bytes().to_vec())
-    } else {
-        (key.as_bytes().to_vec(), predecessor.to_vec())
-    };
-    let mut end = high;
-    end.push(0);
     let options = WatchOptions::new()
-        .with_range(end)
         .with_start_revision(from)
         .with_filters([WatchFilterType::NoPut]);
-    requests::watch(client, &low, options).await
+    requests::watch(client, predecessor, options).await
 }
 
 /// The next turn a watch from [`watch`] reports, if its message has one.
 pub(crate) fn turn(
     message: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
     predecessor: &[u8],
-    key: &str,
 ) -> Option<Turn> {
     let resp = match message {
         Ok(Some(resp)) => resp,
@@ -162,10 +147,8 @@ pub(crate) fn turn(
         if event.event_type() != EventType::Delete {
             continue;
         }
-        match event.kv().map(|kv| kv.key()) {
-            Some(k) if k == key.as_bytes() => return Some(Turn::OursGone),
-            Some(k) if k == predecessor => return Some(Turn::PredecessorGone),
-            _ => {}
+        if event.kv().is_some_and(|kv| kv.key() == predecessor) {
+            return Some(Turn::PredecessorGone);
         }
     }
     None
