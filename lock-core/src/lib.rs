@@ -24,6 +24,8 @@ mod watchdog;
 #[cfg(feature = "testkit")]
 pub mod benchkit;
 #[cfg(feature = "testkit")]
+pub mod faultkit;
+#[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use async_trait::async_trait;

@@ -6,54 +6,17 @@
 //! this binary, apart from the conformance suite, and restart every member
 //! when they end, even on failure.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use lock_core::faultkit::{
+    Restore, announce_token, env, holder_role, services, spawn_holder, unique,
+};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_etcd::EtcdLock;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
-
-fn env(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
-}
-
-fn services(args: &[&str]) {
-    let status = Command::new("bash")
-        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run services.sh");
-    assert!(status.success(), "services.sh {args:?} failed");
-}
-
-/// Starts every cluster member when dropped, even if the test failed.
-struct RestoreMembers;
-
-impl Drop for RestoreMembers {
-    fn drop(&mut self) {
-        // No assertion here: a panic while unwinding would abort the run.
-        for i in 1..=3 {
-            let _ = Command::new("bash")
-                .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-                .args(["start", &format!("etcd{i}")])
-                .stdout(Stdio::null())
-                .stderr(Stdio::null())
-                .status();
-        }
-    }
-}
-
-fn unique(case: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let r = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("faults/{case}/{r:016x}")
-}
 
 /// `host:port` of each cluster member, in the order etcd1, etcd2, etcd3.
 fn members() -> Vec<String> {
@@ -104,40 +67,24 @@ const CHILD_ENV: &str = "DISTLOCK_ETCD_KILLED_HOLDER";
 /// As the child (env set): hold the lock on a 3 s session and wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
-    if let Ok(name) = std::env::var(CHILD_ENV) {
+    if let Some(name) = holder_role(CHILD_ENV) {
         let locks = client(&env("DISTLOCK_TEST_ETCD_URL")).await;
         let g = locks
             .acquire(&name, &session_opts())
             .await
             .expect("child acquire");
-        println!("CHILD token {}", g.fencing_token().expect("token"));
+        announce_token(g.fencing_token().expect("token"));
         tokio::time::sleep(Duration::from_secs(60)).await;
         return;
     }
     let _serial = SERIAL.lock().await;
     let name = unique("killed");
-    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "a_killed_holder_frees_the_lock_within_its_session_ttl",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &name)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first: u64 = loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("child answered in time")
-            .expect("read child")
-            .expect("child output ended early");
-        if let Some(t) = line.strip_prefix("CHILD token ") {
-            break t.parse().expect("token");
-        }
-    };
+    let (mut child, first) = spawn_holder(
+        "a_killed_holder_frees_the_lock_within_its_session_ttl",
+        CHILD_ENV,
+        &name,
+    )
+    .await;
     child.start_kill().expect("SIGKILL");
     let killed_at = Instant::now();
     child.wait().await.expect("reap child");
@@ -162,7 +109,7 @@ async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() {
     let _serial = SERIAL.lock().await;
-    let _restore = RestoreMembers;
+    let _restore = Restore::servers(["etcd1", "etcd2", "etcd3"]);
     let cluster = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
     let (locks, other) = (client(&cluster).await, client(&cluster).await);
     let name = unique("leader");

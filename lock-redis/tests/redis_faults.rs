@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
+use lock_core::faultkit::{Restore, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redis::RedisLock;
 use tokio::io::{AsyncBufReadExt, BufReader};
@@ -17,39 +18,6 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
-
-fn env(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
-}
-
-fn services(args: &[&str]) {
-    let status = Command::new("bash")
-        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run services.sh");
-    assert!(status.success(), "services.sh {args:?} failed");
-}
-
-/// Starts the server again when dropped, even if the test failed.
-struct RestartRedis;
-
-impl Drop for RestartRedis {
-    fn drop(&mut self) {
-        services(&["start", "redis"]);
-    }
-}
-
-fn unique(case: &str) -> String {
-    format!("faults/{case}/{:016x}", rand_u64())
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now())
-}
 
 /// A client with short timeouts, so an outage is noticed quickly.
 async fn client() -> RedisLock {
@@ -86,7 +54,7 @@ async fn killed_server_fires_lost_fails_fast_and_recovers() {
             (reason, Instant::now())
         })
     };
-    let restart = RestartRedis;
+    let restart = Restore::servers(["redis"]);
     let killed_at = Instant::now();
     services(&["kill", "redis"]);
     eprintln!("outage: server killed in {:?}", killed_at.elapsed());

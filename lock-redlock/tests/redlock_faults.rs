@@ -7,9 +7,9 @@
 //! this binary, apart from the conformance suite, and restart every node
 //! when they end, even on failure.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use lock_core::faultkit::{Restore, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redlock::Redlock;
 use tokio::sync::Mutex;
@@ -19,47 +19,6 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// The node timeout the test clients use.
 const NODE_TIMEOUT: Duration = Duration::from_millis(50);
-
-fn env(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
-}
-
-fn services(args: &[&str]) {
-    let status = Command::new("bash")
-        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run services.sh");
-    assert!(status.success(), "services.sh {args:?} failed");
-}
-
-/// Thaws and starts every node when dropped, even if the test failed.
-struct RestoreNodes;
-
-impl Drop for RestoreNodes {
-    fn drop(&mut self) {
-        // No assertion here: a panic while unwinding would abort the run.
-        for i in 1..=5 {
-            let node = format!("redlock{i}");
-            for verb in ["resume", "start"] {
-                let _ = Command::new("bash")
-                    .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-                    .args([verb, &node])
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
-            }
-        }
-    }
-}
-
-fn unique(case: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let r = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("faults/{case}/{r:016x}")
-}
 
 /// `host:port` of each of the five nodes.
 fn hosts() -> Vec<String> {
@@ -103,7 +62,7 @@ fn opts(ttl_ms: u64) -> LockOptions {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
     let _serial = SERIAL.lock().await;
-    let _restore = RestoreNodes;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client().await;
     let other = client().await;
     let name = unique("minority");
@@ -216,7 +175,7 @@ async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_costs_at_most_the_node_timeout() {
     let _serial = SERIAL.lock().await;
-    let _restore = RestoreNodes;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client().await;
     services(&["pause", "redlock2"]);
     let mut worst = Duration::ZERO;
@@ -240,7 +199,7 @@ async fn a_frozen_node_costs_at_most_the_node_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_acquisition_leaves_no_key_behind() {
     let _serial = SERIAL.lock().await;
-    let _restore = RestoreNodes;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client().await;
     let name = unique("no-leftovers");
     let mut conns = Vec::new();
@@ -303,7 +262,7 @@ async fn a_failed_acquisition_leaves_no_key_behind() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_increase_across_node_restarts() {
     let _serial = SERIAL.lock().await;
-    let _restore = RestoreNodes;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let clients = [client().await, client().await];
     let name = unique("fencing");
     let mut last = 0;

@@ -6,51 +6,17 @@
 //! The restart stops the server, so these tests run one at a time (a shared
 //! mutex) in this binary, apart from the conformance suite.
 
-use std::process::{Command, Stdio};
 use std::time::Duration;
 
+use lock_core::faultkit::{
+    Restore, announce_token, env, holder_role, services, spawn_holder, unique,
+};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::PgLock;
-use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 static SERIAL: Mutex<()> = Mutex::const_new(());
-
-fn env(var: &str) -> String {
-    std::env::var(var)
-        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
-}
-
-fn services(args: &[&str]) {
-    let status = Command::new("bash")
-        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-        .args(args)
-        .stdout(Stdio::null())
-        .status()
-        .expect("run services.sh");
-    assert!(status.success(), "services.sh {args:?} failed");
-}
-
-/// Starts the server again when dropped, even if the test failed.
-struct RestartPostgres;
-
-impl Drop for RestartPostgres {
-    fn drop(&mut self) {
-        let _ = Command::new("bash")
-            .arg(env("DISTLOCK_SERVICES_SCRIPT"))
-            .args(["start", "postgres"])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status();
-    }
-}
-
-fn unique(case: &str) -> String {
-    use std::hash::{BuildHasher, RandomState};
-    let r = RandomState::new().hash_one(std::time::SystemTime::now());
-    format!("faults/{case}/{r:016x}")
-}
 
 async fn client() -> PgLock {
     PgLock::connect(&format!(
@@ -71,7 +37,9 @@ fn quick(ttl_ms: u64) -> LockOptions {
 async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
     let _serial = SERIAL.lock().await;
     let locks = client().await;
-    let table = format!("tx_test_{:x}", rand_u32());
+    let table = unique("tx")
+        .replace(['/', '-'], "_")
+        .replace("faults_tx_", "tx_test_");
     let mut setup = locks
         .begin(&unique("setup"), &quick(5000))
         .await
@@ -201,40 +169,24 @@ const CHILD_ENV: &str = "DISTLOCK_PG_KILLED_HOLDER";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_at_once() {
-    if let Ok(name) = std::env::var(CHILD_ENV) {
+    if let Some(name) = holder_role(CHILD_ENV) {
         let locks = client().await;
         let g = locks
             .acquire(&name, &LockOptions::new().wait(Wait::No))
             .await
             .expect("child acquire");
-        println!("CHILD token {}", g.fencing_token().expect("token"));
+        announce_token(g.fencing_token().expect("token"));
         tokio::time::sleep(Duration::from_secs(60)).await;
         return;
     }
     let _serial = SERIAL.lock().await;
     let name = unique("killed");
-    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "a_killed_holder_process_frees_the_lock_at_once",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &name)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let first: u64 = loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-            .await
-            .expect("child answered in time")
-            .expect("read child")
-            .expect("child output ended early");
-        if let Some(t) = line.strip_prefix("CHILD token ") {
-            break t.parse().expect("token");
-        }
-    };
+    let (mut child, first) = spawn_holder(
+        "a_killed_holder_process_frees_the_lock_at_once",
+        CHILD_ENV,
+        &name,
+    )
+    .await;
     let locks = client().await;
     assert!(
         locks
@@ -272,7 +224,7 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
         )
         .await
         .expect("acquire");
-    let restart = RestartPostgres;
+    let restart = Restore::servers(["postgres"]);
     services(&["stop", "postgres"]);
     let stopped_at = Instant::now();
     let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
@@ -306,9 +258,4 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
         "postgres faults: recovered {:?} after the restart",
         start.elapsed()
     );
-}
-
-fn rand_u32() -> u32 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(std::time::SystemTime::now()) as u32
 }

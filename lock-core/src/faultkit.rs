@@ -1,0 +1,94 @@
+//! Helpers shared by the backends' fault tests (feature `testkit`): the
+//! test environment's URLs, `scripts/services.sh` verbs, servers put back
+//! after a test, unique names, and a holder run in a child process.
+//!
+//! These are test utilities: they panic with a message when the test
+//! environment is not what the fault tests need.
+
+use std::process::{Command, Stdio};
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, BufReader};
+
+/// The value of `var`, which `scripts/test.sh` sets.
+pub fn env(var: &str) -> String {
+    std::env::var(var)
+        .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+/// Run `scripts/services.sh ARGS` (`kill redis`, `pause etcd2`, …) and
+/// require it to succeed.
+pub fn services(args: &[&str]) {
+    let status = services_status(args);
+    assert!(status, "services.sh {args:?} failed");
+}
+
+fn services_status(args: &[&str]) -> bool {
+    Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
+}
+
+/// Puts servers back when dropped, even if the test failed: resumes and
+/// starts each (without asserting: a panic while unwinding would abort).
+pub struct Restore(pub Vec<String>);
+
+impl Restore {
+    /// Restore the named servers.
+    pub fn servers<const N: usize>(names: [&str; N]) -> Self {
+        Restore(names.iter().map(|s| s.to_string()).collect())
+    }
+}
+
+impl Drop for Restore {
+    fn drop(&mut self) {
+        for name in &self.0 {
+            services_status(&["resume", name]);
+            services_status(&["start", name]);
+        }
+    }
+}
+
+/// A lock name no other run uses: `faults/CASE/RANDOM`.
+pub fn unique(case: &str) -> String {
+    format!("faults/{case}/{:016x}", rand::random::<u64>())
+}
+
+/// The lock name this process should hold, if it was started by
+/// [`spawn_holder`] with `env_var` (it is then the child).
+pub fn holder_role(env_var: &str) -> Option<String> {
+    std::env::var(env_var).ok()
+}
+
+/// What a child holder prints once it holds the lock.
+pub fn announce_token(token: u64) {
+    println!("CHILD token {token}");
+}
+
+/// Run this test binary again as a child that holds `name` (it runs the
+/// test named `test` with `env_var` set, sees [`holder_role`], acquires and
+/// calls [`announce_token`]); returns the child and its fencing token.
+pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::process::Child, u64) {
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture"])
+        .env(env_var, name)
+        .stdout(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn holder");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    loop {
+        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("child answered in time")
+            .expect("read child")
+            .expect("child output ended early");
+        if let Some(t) = line.strip_prefix("CHILD token ") {
+            return (child, t.parse().expect("token"));
+        }
+    }
+}
