@@ -13,6 +13,8 @@
 
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod error;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod held;
 mod ident;
 #[cfg(feature = "mysql")]
 mod mysql;

@@ -39,6 +39,7 @@ use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
+use crate::held::{self, Pinned};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -91,32 +92,6 @@ struct Inner {
     /// The session variable that ends a hung holder's transaction:
     /// MariaDB's `idle_transaction_timeout`, or MySQL's `wait_timeout`.
     idle_var: &'static str,
-}
-
-/// A connection closed, not returned to the pool, if dropped while it may
-/// hold a lock or a half-done statement.
-struct Pinned(Option<PoolConnection<MySql>>);
-
-impl Pinned {
-    fn conn(&mut self) -> Result<&mut PoolConnection<MySql>, LockError> {
-        self.0.as_mut().ok_or_else(|| LockError::Backend {
-            backend: BACKEND,
-            reason: "the lock's connection is gone".into(),
-            source: None,
-        })
-    }
-
-    fn put_back(&mut self) {
-        self.0.take();
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        if let Some(mut conn) = self.0.take() {
-            conn.close_on_drop();
-        }
-    }
 }
 
 fn secs_ceil(d: Duration) -> u64 {
@@ -219,8 +194,8 @@ impl MySqlLock {
     /// it for a moment and asking InnoDB who blocks us.
     async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
-        let mut probe = Pinned(Some(self.inner.pool.acquire().await.map_err(failed)?));
-        let conn = probe.conn()?;
+        let mut probe = Pinned::new(self.inner.pool.acquire().await.map_err(failed)?);
+        let conn = probe.conn(BACKEND)?;
         let me: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
             .fetch_one(&mut **conn)
             .await
@@ -277,9 +252,9 @@ impl MySqlLock {
         &self,
         name: &str,
         opts: &LockOptions,
-    ) -> Result<Option<(Pinned, u64, Instant)>, LockError> {
+    ) -> Result<Option<(Pinned<MySql>, u64, Instant)>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = Pinned(Some(self.acquire_conn().await?));
+        let mut pinned = Pinned::new(self.acquire_conn().await?);
         let start = Instant::now();
         let deadline = match opts.wait {
             Wait::No => Some(start),
@@ -300,9 +275,12 @@ impl MySqlLock {
             };
             let sent_at = Instant::now();
             let outcome = match self.inner.mode {
-                SqlMode::Row => self.lock_row(pinned.conn()?, name, wait_secs, ttl).await,
+                SqlMode::Row => {
+                    self.lock_row(pinned.conn(BACKEND)?, name, wait_secs, ttl)
+                        .await
+                }
                 SqlMode::Advisory => {
-                    self.lock_advisory(pinned.conn()?, name, wait_secs.unwrap_or(0), ttl)
+                    self.lock_advisory(pinned.conn(BACKEND)?, name, wait_secs.unwrap_or(0), ttl)
                         .await
                 }
             };
@@ -312,7 +290,7 @@ impl MySqlLock {
                 Err(e) if connection_lost(&e) && stale_left > 0 => {
                     // A pooled connection that died while idle: take another.
                     stale_left -= 1;
-                    pinned = Pinned(Some(self.acquire_conn().await?));
+                    pinned = Pinned::new(self.acquire_conn().await?);
                     continue;
                 }
                 Err(e) => return Err(failed(e)),
@@ -423,7 +401,7 @@ impl MySqlLock {
         &self,
         name: &str,
         opts: &LockOptions,
-        locked: Option<(Pinned, u64, Instant)>,
+        locked: Option<(Pinned<MySql>, u64, Instant)>,
     ) -> Option<LockGuard> {
         let (pinned, token, sent_at) = locked?;
         let handle = Arc::new(MySqlHandle {
@@ -481,17 +459,14 @@ impl fmt::Debug for MySqlLock {
 struct MySqlHandle {
     inner: Arc<Inner>,
     name: String,
-    conn: tokio::sync::Mutex<Pinned>,
+    conn: tokio::sync::Mutex<Pinned<MySql>>,
 }
 
 #[async_trait]
 impl GuardHandle for MySqlHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let mut pinned = self.conn.lock().await;
-        let Ok(conn) = pinned.conn() else {
-            return Ok(false);
-        };
-        let done = match self.inner.mode {
+        let mode = self.inner.mode;
+        held::release(&self.conn, &self.name, async |conn| match mode {
             SqlMode::Row => sqlx::raw_sql("ROLLBACK")
                 .execute(&mut **conn)
                 .await
@@ -503,38 +478,22 @@ impl GuardHandle for MySqlHandle {
             .fetch_one(&mut **conn)
             .await
             .map(|released| released == Some(1)),
-        };
-        match done {
-            Ok(held) => {
-                pinned.put_back();
-                Ok(held)
-            }
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "release found the connection broken");
-                Ok(false)
-            }
-        }
+        })
+        .await
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let mut pinned = self.conn.lock().await;
-        let Ok(conn) = pinned.conn() else {
-            return Ok(false);
-        };
         let secs = secs_ceil(ttl);
         let touch = match self.inner.mode {
             SqlMode::Row => format!("SET SESSION {} = {secs}", self.inner.idle_var),
             SqlMode::Advisory => format!("SET SESSION wait_timeout = {secs}"),
         };
-        match sqlx::raw_sql(AssertSqlSafe(touch))
-            .execute(&mut **conn)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "renewal found the connection broken");
-                Ok(false)
-            }
-        }
+        held::touch(&self.conn, &self.name, async |conn| {
+            sqlx::raw_sql(AssertSqlSafe(touch))
+                .execute(&mut **conn)
+                .await
+                .map(|_| ())
+        })
+        .await
     }
 }

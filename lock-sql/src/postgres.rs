@@ -49,12 +49,12 @@ use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
     LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
 };
-use sqlx::pool::PoolConnection;
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
+use crate::held::{self, Pinned};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -145,33 +145,6 @@ impl Statements {
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
             ),
-        }
-    }
-}
-
-/// A connection that is closed, not returned to the pool, if dropped while
-/// it may hold a lock or a half-done statement (cancellation, failure).
-struct Pinned(Option<PoolConnection<Postgres>>);
-
-impl Pinned {
-    fn conn(&mut self) -> Result<&mut PoolConnection<Postgres>, LockError> {
-        self.0.as_mut().ok_or_else(|| LockError::Backend {
-            backend: BACKEND,
-            reason: "the lock's connection is gone".into(),
-            source: None,
-        })
-    }
-
-    /// Back to the pool: the connection is clean.
-    fn put_back(&mut self) {
-        self.0.take();
-    }
-}
-
-impl Drop for Pinned {
-    fn drop(&mut self) {
-        if let Some(mut conn) = self.0.take() {
-            conn.close_on_drop();
         }
     }
 }
@@ -275,10 +248,10 @@ impl PgLock {
         &self,
         name: &str,
         opts: &LockOptions,
-    ) -> Result<Option<(Pinned, i64, Instant)>, LockError> {
+    ) -> Result<Option<(Pinned<Postgres>, i64, Instant)>, LockError> {
         let inner = &self.inner;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
+        let mut pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
         let ttl_ms = opts.ttl.as_millis().max(1);
         let wait_ms = match opts.wait {
             Wait::No => None,
@@ -291,7 +264,7 @@ impl PgLock {
         // first statement, and another is taken instead.
         let mut stale_left = 8;
         loop {
-            let conn = pinned.conn()?;
+            let conn = pinned.conn(BACKEND)?;
             let token: Result<Option<Option<i64>>, sqlx::Error> = match inner.mode {
                 SqlMode::Row => {
                     // Numbers only: nothing a caller controls is spliced.
@@ -307,7 +280,7 @@ impl PgLock {
                         // server restarted): take another.
                         if connection_lost(&e) && stale_left > 0 {
                             stale_left -= 1;
-                            pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
+                            pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
                             continue;
                         }
                         return Err(failed(e));
@@ -378,7 +351,7 @@ impl PgLock {
                 {
                     tracing::debug!(error = %e, "a pooled connection had died; taking another");
                     stale_left -= 1;
-                    pinned = Pinned(Some(inner.pool.acquire().await.map_err(failed)?));
+                    pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
                 }
                 Err(e) => return Err(failed(e)),
             }
@@ -420,7 +393,7 @@ impl PgLock {
         &self,
         name: &str,
         opts: &LockOptions,
-        locked: Option<(Pinned, i64, Instant)>,
+        locked: Option<(Pinned<Postgres>, i64, Instant)>,
     ) -> Option<LockGuard> {
         let (pinned, token, sent_at) = locked?;
         let handle = Arc::new(PgHandle {
@@ -493,7 +466,7 @@ impl PgLock {
 pub struct PgLockedTransaction {
     name: String,
     token: u64,
-    conn: Pinned,
+    conn: Pinned<Postgres>,
 }
 
 impl PgLockedTransaction {
@@ -509,7 +482,7 @@ impl PgLockedTransaction {
 
     /// The connection, inside the lock's transaction: run statements here.
     pub fn conn(&mut self) -> Result<&mut sqlx::PgConnection, LockError> {
-        Ok(&mut **self.conn.conn()?)
+        Ok(&mut **self.conn.conn(BACKEND)?)
     }
 
     /// Commit the caller's writes and release the lock, atomically. If the
@@ -517,7 +490,7 @@ impl PgLockedTransaction {
     /// lock when the connection closes).
     pub async fn commit(mut self) -> Result<(), LockError> {
         sqlx::raw_sql("COMMIT")
-            .execute(&mut **self.conn.conn()?)
+            .execute(&mut **self.conn.conn(BACKEND)?)
             .await
             .map_err(|e| map_sqlx(BACKEND, "committing the lock's transaction", e))?;
         self.conn.put_back();
@@ -527,7 +500,7 @@ impl PgLockedTransaction {
     /// Undo the caller's writes and release the lock.
     pub async fn rollback(mut self) -> Result<(), LockError> {
         sqlx::raw_sql("ROLLBACK")
-            .execute(&mut **self.conn.conn()?)
+            .execute(&mut **self.conn.conn(BACKEND)?)
             .await
             .map_err(|e| map_sqlx(BACKEND, "rolling back the lock's transaction", e))?;
         self.conn.put_back();
@@ -559,64 +532,44 @@ impl fmt::Debug for PgLock {
 struct PgHandle {
     inner: Arc<Inner>,
     name: String,
-    conn: tokio::sync::Mutex<Pinned>,
+    conn: tokio::sync::Mutex<Pinned<Postgres>>,
 }
 
 #[async_trait]
 impl GuardHandle for PgHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let mut pinned = self.conn.lock().await;
-        let Ok(conn) = pinned.conn() else {
-            return Ok(false);
-        };
-        let done = match self.inner.mode {
+        let (mode, sql) = (self.inner.mode, &self.inner.sql);
+        held::release(&self.conn, &self.name, async |conn| match mode {
             // Nothing to keep: an abort frees the row lock without a WAL flush.
             SqlMode::Row => sqlx::raw_sql("ROLLBACK")
                 .execute(&mut **conn)
                 .await
                 .map(|_| true),
             SqlMode::Advisory => {
-                sqlx::query_scalar(AssertSqlSafe(self.inner.sql.advisory_unlock.as_str()))
+                sqlx::query_scalar(AssertSqlSafe(sql.advisory_unlock.as_str()))
                     .bind(&self.name)
                     .fetch_one(&mut **conn)
                     .await
             }
-        };
-        match done {
-            Ok(held) => {
-                pinned.put_back();
-                Ok(held)
-            }
-            // The connection is gone, and the lock with it.
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "release found the connection broken");
-                Ok(false)
-            }
-        }
+        })
+        .await
     }
 
     /// Touch the connection (resetting the server's idle timeout) and set
     /// the timeout to `ttl`. `false` if the connection (and so the lock) is
     /// gone.
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let mut pinned = self.conn.lock().await;
-        let Ok(conn) = pinned.conn() else {
-            return Ok(false);
-        };
         let ms = ttl.as_millis().max(1);
         let touch = match self.inner.mode {
             SqlMode::Row => format!("SET LOCAL idle_in_transaction_session_timeout = {ms}"),
             SqlMode::Advisory => format!("SET idle_session_timeout = {ms}"),
         };
-        match sqlx::raw_sql(AssertSqlSafe(touch))
-            .execute(&mut **conn)
-            .await
-        {
-            Ok(_) => Ok(true),
-            Err(e) => {
-                tracing::debug!(lock = %self.name, error = %e, "renewal found the connection broken");
-                Ok(false)
-            }
-        }
+        held::touch(&self.conn, &self.name, async |conn| {
+            sqlx::raw_sql(AssertSqlSafe(touch))
+                .execute(&mut **conn)
+                .await
+                .map(|_| ())
+        })
+        .await
     }
 }
