@@ -22,6 +22,9 @@ pub(crate) fn map_etcd(doing: &str, e: etcd_client::Error) -> LockError {
         E::GRpcStatus(status) => {
             TRANSIENT_CODES.contains(&(status.code() as i32))
                 || status.message().contains("no leader")
+                // A connection reset or refused under the request (gRPC
+                // reports it as UNKNOWN "transport error").
+                || status.message().contains("transport error")
         }
         _ => false,
     };

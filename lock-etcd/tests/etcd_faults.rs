@@ -27,16 +27,34 @@ fn members() -> Vec<String> {
 }
 
 /// A client with a short session and short request timeouts.
+/// The session TTL of the test clients.
+const SESSION: Duration = Duration::from_secs(3);
+
+/// In the cluster test, a session outlasts an election comfortably: a
+/// leader's death stops keep-alives for up to about two election timeouts,
+/// and a session whose keep-alives fail past its validity deadline is
+/// (rightly) given up as lost.
+const CLUSTER_SESSION: Duration = Duration::from_secs(6);
+
 async fn client(base: &str) -> EtcdLock {
-    let url = format!("{base}?session_ttl_s=3&request_timeout_ms=1000&connect_timeout_ms=1000");
+    client_with(base, SESSION).await
+}
+
+async fn client_with(base: &str, session: Duration) -> EtcdLock {
+    let url = format!(
+        "{base}?session_ttl_s={}&request_timeout_ms=1000&connect_timeout_ms=1000",
+        session.as_secs()
+    );
     EtcdLock::connect(&url).await.expect("connect")
 }
 
+/// The session's TTL with auto-renewal: the lock lives on the session.
+fn on_session(session: Duration) -> LockOptions {
+    LockOptions::new().ttl(session).wait(Wait::No)
+}
+
 fn session_opts() -> LockOptions {
-    // The session's TTL with auto-renewal: the lock lives on the session.
-    LockOptions::new()
-        .ttl(Duration::from_secs(3))
-        .wait(Wait::No)
+    on_session(SESSION)
 }
 
 /// The member (1-based) that currently leads the cluster.
@@ -111,19 +129,20 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
     let _serial = SERIAL.lock().await;
     let _restore = Restore::servers(["etcd1", "etcd2", "etcd3"]);
     let cluster = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
-    let (locks, other) = (client(&cluster).await, client(&cluster).await);
+    let (locks, other) = (
+        client_with(&cluster, CLUSTER_SESSION).await,
+        client_with(&cluster, CLUSTER_SESSION).await,
+    );
     let name = unique("leader");
     let holder = locks
-        .acquire(&name, &session_opts())
+        .acquire(&name, &on_session(CLUSTER_SESSION))
         .await
         .expect("acquire");
     let first = holder.fencing_token().expect("token");
     let waiter = tokio::spawn({
         let (other, name) = (other.clone(), name.clone());
         async move {
-            let o = LockOptions::new()
-                .ttl(Duration::from_secs(3))
-                .wait_timeout(Duration::from_secs(30));
+            let o = on_session(CLUSTER_SESSION).wait_timeout(Duration::from_secs(30));
             other.acquire(&name, &o).await
         }
     });
@@ -132,7 +151,7 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
     // The leader dies: a new one is elected; the session and the lock live on.
     let old_leader = leader().await;
     services(&["kill", &format!("etcd{old_leader}")]);
-    tokio::time::sleep(Duration::from_secs(4)).await;
+    tokio::time::sleep(CLUSTER_SESSION).await;
     assert_eq!(holder.is_lost(), None, "losing the leader cost the lock");
     assert!(!waiter.is_finished(), "the waiter got a held lock");
     let start = Instant::now();
@@ -155,7 +174,7 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
     services(&["kill", &format!("etcd{second}")]);
     let start = Instant::now();
     let refused = locks
-        .try_acquire(&unique("no-majority"), &session_opts())
+        .try_acquire(&unique("no-majority"), &on_session(CLUSTER_SESSION))
         .await;
     let failed_after = start.elapsed();
     assert!(
@@ -163,7 +182,7 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
         "expected Unavailable without a majority, got {refused:?}"
     );
     assert!(failed_after < Duration::from_secs(5), "{failed_after:?}");
-    let (reason, fired, handed) = tokio::time::timeout(Duration::from_secs(10), watcher)
+    let (reason, fired, handed) = tokio::time::timeout(CLUSTER_SESSION * 3, watcher)
         .await
         .expect("lost() fired")
         .expect("watcher");

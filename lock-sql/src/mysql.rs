@@ -52,21 +52,19 @@ const NOT_GRANTED: [u16; 3] = [1205, 3572, 1213];
 /// InnoDB's longest lock wait, for "forever".
 const FOREVER_SECS: u64 = 1_073_741_824;
 
-fn capabilities() -> Capabilities {
-    Capabilities {
-        backend: BACKEND,
-        grade: Grade::Correctness,
-        fencing: Fencing::Safe,
-        fair_queue: false,
-        crash_release: CrashRelease::Connection,
-        survives_server_failure: false,
-        depends_on_clocks: false,
-        waiting: Waiting::Notified,
-        max_ttl: Duration::from_secs(24 * 3600),
-        // Server-side timeouts are whole seconds.
-        min_lease: Duration::from_secs(1),
-    }
-}
+const CAPABILITIES: Capabilities = Capabilities {
+    backend: BACKEND,
+    grade: Grade::Correctness,
+    fencing: Fencing::Safe,
+    fair_queue: false,
+    crash_release: CrashRelease::Connection,
+    survives_server_failure: false,
+    depends_on_clocks: false,
+    waiting: Waiting::Notified,
+    max_ttl: Duration::from_secs(24 * 3600),
+    // Server-side timeouts are whole seconds.
+    min_lease: Duration::from_secs(1),
+};
 
 /// Locks on MySQL 8 or MariaDB ≥ 10.6: row locks (default) or `GET_LOCK`.
 ///
@@ -410,7 +408,7 @@ impl MySqlLock {
             conn: tokio::sync::Mutex::new(pinned),
         });
         let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(name, Some(token), capabilities(), lease, handle);
+        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
         Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
@@ -426,13 +424,13 @@ impl DistributedLock for MySqlLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &capabilities())?;
+        check_request(name, opts, &CAPABILITIES)?;
         let opts = opts.clone().wait(Wait::No);
         Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &capabilities())?;
+        check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
         self.guard(name, opts, self.lock(name, opts).await?)
             .ok_or_else(|| LockError::Timeout {
@@ -442,7 +440,7 @@ impl DistributedLock for MySqlLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        capabilities()
+        CAPABILITIES
     }
 }
 

@@ -63,26 +63,22 @@ const BACKEND: &str = "postgres";
 /// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-fn capabilities(mode: SqlMode) -> Capabilities {
-    Capabilities {
-        backend: BACKEND,
-        grade: Grade::Correctness,
-        fencing: Fencing::Safe,
-        // The server grants a row lock or an advisory lock to its waiters
-        // in arrival order.
-        fair_queue: true,
-        crash_release: CrashRelease::Connection,
-        survives_server_failure: false,
-        // The lock itself lives as long as its connection; only the hung
-        // holder's bound (the idle timeout) and `lost()` use clocks.
-        depends_on_clocks: false,
-        waiting: Waiting::Notified,
-        max_ttl: Duration::from_secs(24 * 3600),
-        min_lease: match mode {
-            SqlMode::Row | SqlMode::Advisory => lock_core::MIN_TTL,
-        },
-    }
-}
+const CAPABILITIES: Capabilities = Capabilities {
+    backend: BACKEND,
+    grade: Grade::Correctness,
+    fencing: Fencing::Safe,
+    // The server grants a row lock or an advisory lock to its waiters
+    // in arrival order.
+    fair_queue: true,
+    crash_release: CrashRelease::Connection,
+    survives_server_failure: false,
+    // The lock itself lives as long as its connection; only the hung
+    // holder's bound (the idle timeout) and `lost()` use clocks.
+    depends_on_clocks: false,
+    waiting: Waiting::Notified,
+    max_ttl: Duration::from_secs(24 * 3600),
+    min_lease: lock_core::MIN_TTL,
+};
 
 /// Locks on Postgres: row locks (default) or advisory locks.
 ///
@@ -366,14 +362,14 @@ impl DistributedLock for PgLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let caps = capabilities(self.inner.mode);
+        let caps = CAPABILITIES;
         check_request(name, opts, &caps)?;
         let opts = opts.clone().wait(Wait::No);
         Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        let caps = capabilities(self.inner.mode);
+        let caps = CAPABILITIES;
         check_request(name, opts, &caps)?;
         let start = Instant::now();
         self.guard(name, opts, self.lock(name, opts).await?)
@@ -384,7 +380,7 @@ impl DistributedLock for PgLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        capabilities(self.inner.mode)
+        CAPABILITIES
     }
 }
 
@@ -402,13 +398,7 @@ impl PgLock {
             conn: tokio::sync::Mutex::new(pinned),
         });
         let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(
-            name,
-            u64::try_from(token).ok(),
-            capabilities(self.inner.mode),
-            lease,
-            handle,
-        );
+        let guard = LockGuard::new(name, u64::try_from(token).ok(), CAPABILITIES, lease, handle);
         Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
@@ -445,7 +435,7 @@ impl PgLock {
                 "the lock's transaction exists in row mode only (mode=row)",
             ));
         }
-        check_request(name, opts, &capabilities(self.inner.mode))?;
+        check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
         match self.lock(name, opts).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
