@@ -10,4 +10,4 @@ while IFS='=' read -r key value; do
     export "$key=$value"
 done < <(scripts/services.sh env)
 
-cargo test --workspace --all-features "$@"
+cargo test --workspace --all-features --no-fail-fast "$@"
