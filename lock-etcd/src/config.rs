@@ -14,6 +14,9 @@ pub struct EtcdConfig {
     /// TTL of the client's session lease, kept alive in the background;
     /// locks acquired with this TTL and auto-renewal share it. Whole seconds,
     /// default 30 s. A crashed client's locks are freed when it runs out.
+    /// Keep it well above two election timeouts of the cluster: keep-alives
+    /// stop during a leader election, and a session whose keep-alives fail
+    /// past its validity deadline is given up (its guards' `lost()` fires).
     pub session_ttl: Duration,
     /// Bound on establishing a connection; default 2 s.
     pub connect_timeout: Duration,
