@@ -90,3 +90,34 @@ where
         ),
     }
 }
+
+/// Print contention runs of length `run` as a table: acquisitions and
+/// hand-offs per second, hand-off p50/p99 and per-task min/max, one row per
+/// `(label, run)`.
+pub fn print_runs(title: &str, run: Duration, rows: &[(&str, &Run)]) {
+    let secs = run.as_secs_f64();
+    println!("\n{title} ({run:?})");
+    println!(
+        "  {:<10} {:>10} {:>12} {:>24} {:>18}",
+        "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
+    );
+    for (label, r) in rows {
+        println!(
+            "  {label:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
+            r.acquisitions as f64 / secs,
+            r.handoffs as f64 / secs,
+            us(r.handoff_latency.0),
+            us(r.handoff_latency.1),
+            r.per_task.0,
+            r.per_task.1
+        );
+    }
+}
+
+/// `ours / theirs` acquisitions and hand-offs, for the line under a table.
+pub fn ratios(ours: &Run, theirs: &Run) -> (f64, f64) {
+    (
+        ours.acquisitions as f64 / theirs.acquisitions.max(1) as f64,
+        ours.handoffs as f64 / theirs.handoffs.max(1) as f64,
+    )
+}

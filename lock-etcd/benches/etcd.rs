@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lock_core::benchkit::{contend, percentiles, us};
+use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
 
@@ -156,26 +156,13 @@ async fn main() {
         }
     })
     .await;
-    let secs = RUN.as_secs_f64();
-    println!("\n{TASKS} tasks, a client each; 1 ms of work inside, re-acquire at once ({RUN:?})");
-    println!(
-        "  {:<10} {:>10} {:>12} {:>24} {:>18}",
-        "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
+    print_runs(
+        &format!("{TASKS} tasks, a client each; 1 ms of work inside, re-acquire at once"),
+        RUN,
+        &[("distlock", &ours), ("Lock RPC", &theirs)],
     );
-    for (what, r) in [("distlock", &ours), ("Lock RPC", &theirs)] {
-        println!(
-            "  {what:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
-            r.acquisitions as f64 / secs,
-            r.handoffs as f64 / secs,
-            us(r.handoff_latency.0),
-            us(r.handoff_latency.1),
-            r.per_task.0,
-            r.per_task.1
-        );
-    }
+    let (acquisitions, handoffs) = ratios(&ours, &theirs);
     println!(
-        "  distlock / Lock RPC: {:.2}x acquisitions/s, {:.2}x hand-offs/s",
-        ours.acquisitions as f64 / theirs.acquisitions.max(1) as f64,
-        ours.handoffs as f64 / theirs.handoffs.max(1) as f64
+        "  distlock / Lock RPC: {acquisitions:.2}x acquisitions/s, {handoffs:.2}x hand-offs/s"
     );
 }

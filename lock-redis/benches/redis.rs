@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, us};
+use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 
@@ -220,27 +220,14 @@ async fn main() {
             }
         })
         .await;
-        let secs = RUN.as_secs_f64();
-        println!("\n{TASKS} tasks, a client each; {scenario} ({RUN:?})");
-        println!(
-            "  {:<10} {:>10} {:>12} {:>24} {:>18}",
-            "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
+        print_runs(
+            &format!("{TASKS} tasks, a client each; {scenario}"),
+            RUN,
+            &[("distlock", &ours), ("rslock", &theirs)],
         );
-        for (what, r) in [("distlock", &ours), ("rslock", &theirs)] {
-            println!(
-                "  {what:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
-                r.acquisitions as f64 / secs,
-                r.handoffs as f64 / secs,
-                us(r.handoff_latency.0),
-                us(r.handoff_latency.1),
-                r.per_task.0,
-                r.per_task.1
-            );
-        }
+        let (acquisitions, handoffs) = ratios(&ours, &theirs);
         println!(
-            "  distlock / rslock: {:.2}x acquisitions/s, {:.1}x hand-offs/s",
-            ours.acquisitions as f64 / theirs.acquisitions.max(1) as f64,
-            ours.handoffs as f64 / theirs.handoffs.max(1) as f64
+            "  distlock / rslock: {acquisitions:.2}x acquisitions/s, {handoffs:.1}x hand-offs/s"
         );
     }
 }

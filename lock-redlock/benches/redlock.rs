@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, us};
+use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redlock::Redlock;
@@ -173,27 +173,11 @@ async fn main() {
         }
     })
     .await;
-    let secs = RUN.as_secs_f64();
-    println!(
-        "\n{TASKS} tasks, a client each, N=5; 1 ms of work inside, 1 ms pause outside ({RUN:?})"
+    print_runs(
+        &format!("{TASKS} tasks, a client each, N=5; 1 ms of work inside, 1 ms pause outside"),
+        RUN,
+        &[("distlock", &ours), ("rslock", &theirs)],
     );
-    println!(
-        "  {:<10} {:>10} {:>12} {:>24} {:>18}",
-        "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
-    );
-    for (what, r) in [("distlock", &ours), ("rslock", &theirs)] {
-        println!(
-            "  {what:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
-            r.acquisitions as f64 / secs,
-            r.handoffs as f64 / secs,
-            us(r.handoff_latency.0),
-            us(r.handoff_latency.1),
-            r.per_task.0,
-            r.per_task.1
-        );
-    }
-    println!(
-        "  distlock / rslock: {:.2}x acquisitions/s",
-        ours.acquisitions as f64 / theirs.acquisitions.max(1) as f64
-    );
+    let (acquisitions, _) = ratios(&ours, &theirs);
+    println!("  distlock / rslock: {acquisitions:.2}x acquisitions/s");
 }

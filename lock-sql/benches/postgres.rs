@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, us};
+use lock_core::benchkit::{contend, percentiles, print_runs, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::PgLock;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
@@ -202,17 +202,12 @@ async fn main() {
             }
         })
         .await;
-        println!(
-            "\n{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once ({RUN:?})"
-        );
-        println!(
-            "  {:>10.1} acq/s {:>10.1} handoffs/s   hand-off p50 / p99 {:.1} / {:.1} µs   per task min/max {} / {}",
-            run.acquisitions as f64 / RUN.as_secs_f64(),
-            run.handoffs as f64 / RUN.as_secs_f64(),
-            us(run.handoff_latency.0),
-            us(run.handoff_latency.1),
-            run.per_task.0,
-            run.per_task.1
+        print_runs(
+            &format!(
+                "{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once"
+            ),
+            RUN,
+            &[("distlock", &run)],
         );
     }
 }
