@@ -22,17 +22,6 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("zk", "zookeeper"),
 ];
 
-/// Which backend features this build has.
-const COMPILED: &[(&str, bool)] = &[
-    ("sqlite", cfg!(feature = "sqlite")),
-    ("redis", cfg!(feature = "redis")),
-    ("redlock", cfg!(feature = "redlock")),
-    ("postgres", cfg!(feature = "postgres")),
-    ("mysql", cfg!(feature = "mysql")),
-    ("etcd", cfg!(feature = "etcd")),
-    ("zookeeper", cfg!(feature = "zookeeper")),
-];
-
 fn invalid(url: &str, reason: impl Into<String>) -> LockError {
     LockError::InvalidUrl {
         url: redact_url(url),
@@ -51,11 +40,10 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
+/// | `zk://host:port[,host:port…][/root][?session_timeout_ms=…]` | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
 ///
-/// The scheme `zk` is reserved
-/// for their backends. A scheme whose feature is off gives
-/// [`LockError::InvalidUrl`] naming the feature to enable; credentials never
-/// appear in errors.
+/// A scheme whose feature is off gives [`LockError::InvalidUrl`] naming the
+/// feature to enable; credentials never appear in errors.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -100,25 +88,18 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         "postgres" => Ok(Arc::new(lock_sql::PgLock::connect(url).await?)),
         #[cfg(feature = "mysql")]
         "mysql" => Ok(Arc::new(lock_sql::MySqlLock::connect(url).await?)),
+        #[cfg(feature = "zookeeper")]
+        "zookeeper" => Ok(Arc::new(lock_zk::ZkLock::connect(url).await?)),
         _ => Err(unavailable_backend(url, feature)),
     }
 }
 
-/// The error for a known scheme whose backend is not compiled in (or not
-/// implemented yet).
+/// The error for a known scheme whose backend is not compiled in.
 fn unavailable_backend(url: &str, feature: &str) -> LockError {
-    let enabled = COMPILED.iter().any(|(f, on)| *f == feature && *on);
-    if enabled {
-        invalid(
-            url,
-            format!("the `{feature}` backend is not implemented in this version of distlock"),
-        )
-    } else {
-        invalid(
-            url,
-            format!(
-                "the `{feature}` backend is not compiled in: enable the distlock cargo feature `{feature}` (or `full`)"
-            ),
-        )
-    }
+    invalid(
+        url,
+        format!(
+            "the `{feature}` backend is not compiled in: enable the distlock cargo feature `{feature}` (or `full`)"
+        ),
+    )
 }

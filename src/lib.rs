@@ -50,6 +50,8 @@ pub use lock_sql::SqlMode;
 pub use lock_sql::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
+#[cfg(feature = "zookeeper")]
+pub use lock_zk::ZkLock;
 pub use redact::redact_url;
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -1,0 +1,49 @@
+//! The conformance suite against the ZooKeeper that `scripts/services.sh`
+//! runs: the standalone server (`DISTLOCK_TEST_ZK_URL`) and the 3-node
+//! ensemble (`DISTLOCK_TEST_ZK_ENSEMBLE_URL`).
+
+use std::sync::Arc;
+
+use lock_core::testkit::{FaultHook, Harness, taken_away};
+use lock_core::{LockError, async_trait};
+use lock_zk::ZkLock;
+
+struct ZkHook(ZkLock);
+
+#[async_trait]
+impl FaultHook for ZkHook {
+    async fn take_away(&self, name: &str) -> Result<(), LockError> {
+        taken_away(name, self.0.take_away(name).await?)
+    }
+}
+
+async fn harness_for(var: &str) -> Harness {
+    let url = lock_core::faultkit::env(var);
+    let lock = ZkLock::connect(&url).await.expect("connect to zookeeper");
+    let other = ZkLock::connect(&url).await.expect("connect to zookeeper");
+    Harness {
+        hook: Arc::new(ZkHook(lock.clone())),
+        lock: Arc::new(lock),
+        other: Arc::new(other),
+    }
+}
+
+mod standalone {
+    use super::*;
+
+    async fn harness() -> Harness {
+        harness_for("DISTLOCK_TEST_ZK_URL").await
+    }
+
+    lock_core::conformance_suite!(harness());
+}
+
+mod ensemble {
+    use super::*;
+
+    async fn harness() -> Harness {
+        harness_for("DISTLOCK_TEST_ZK_ENSEMBLE_URL").await
+    }
+
+    lock_core::conformance_suite!(harness());
+}
