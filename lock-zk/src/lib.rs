@@ -5,17 +5,17 @@
 //! predecessor, and the node's `czxid` is the fencing token.
 
 use std::fmt;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Watchdog,
-    check_request, wait_deadline,
+    LockError, LockGuard, LockOptions, LossKind, LossReason, OwnerToken, PendingGrant, Wait,
+    Waiting, Watchdog, check_request, wait_deadline,
 };
 use tokio::time::Instant;
-use zookeeper_client::{Acls, Client, CreateMode};
+use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
 const BACKEND: &str = "zookeeper";
 
@@ -65,9 +65,93 @@ pub struct ZkLock {
 }
 
 struct Inner {
-    client: Client,
+    /// The current session; replaced by a fresh one after it expires.
+    session: Mutex<Arc<Session>>,
+    /// Serialises building a fresh session.
+    reconnect: tokio::sync::Mutex<()>,
+    hosts: String,
+    session_timeout: Duration,
     root: String,
     display: String,
+}
+
+/// One ZooKeeper session and the guards whose nodes live in it.
+struct Session {
+    client: Client,
+    guards: Mutex<Vec<Weak<LeaseState>>>,
+}
+
+impl Session {
+    /// Connect, and watch the session's state: a disconnection fires every
+    /// guard's `lost()` as *suspected* (the session, and so the node, may
+    /// still be alive: the holder cannot know until it reconnects); an
+    /// expiry or a close as *confirmed*.
+    async fn connect(hosts: &str, timeout: Duration) -> Result<Arc<Self>, LockError> {
+        let connect = Client::connector()
+            .with_session_timeout(timeout)
+            .with_connection_timeout(Duration::from_secs(2))
+            .connect(hosts);
+        let client = tokio::time::timeout(timeout + Duration::from_secs(2), connect)
+            .await
+            .map_err(|_| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("connecting to {hosts}: no answer in time"),
+                source: None,
+            })?
+            .map_err(|e| unavailable(&format!("connecting to {hosts}"), e))?;
+        let session = Arc::new(Session {
+            client,
+            guards: Mutex::new(Vec::new()),
+        });
+        let mut states = session.client.state_watcher();
+        let watched = Arc::downgrade(&session);
+        tokio::spawn(async move {
+            loop {
+                let state = states.changed().await;
+                let Some(session) = watched.upgrade() else {
+                    return;
+                };
+                let (kind, detail) = match state {
+                    SessionState::Disconnected => {
+                        (LossKind::Suspected, "disconnected from ZooKeeper")
+                    }
+                    SessionState::Expired => (LossKind::Confirmed, "ZooKeeper session expired"),
+                    SessionState::Closed | SessionState::AuthFailed => {
+                        (LossKind::Confirmed, "ZooKeeper session closed")
+                    }
+                    _ => continue,
+                };
+                tracing::warn!(
+                    ?state,
+                    "zookeeper session state; its locks are {kind:?} lost"
+                );
+                session.lose_all(kind, detail);
+                if state.is_terminated() {
+                    return;
+                }
+            }
+        });
+        Ok(session)
+    }
+
+    fn guards(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseState>>> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn attach(&self, lease: &Arc<LeaseState>) {
+        let mut guards = self.guards();
+        guards.retain(|g| g.strong_count() > 0);
+        guards.push(Arc::downgrade(lease));
+    }
+
+    fn lose_all(&self, kind: LossKind, detail: &str) {
+        for lease in self.guards().iter().filter_map(Weak::upgrade) {
+            lease.mark_lost(LossReason::ConnectionLost {
+                kind,
+                detail: detail.to_string(),
+            });
+        }
+    }
 }
 
 fn unavailable(doing: &str, e: zookeeper_client::Error) -> LockError {
@@ -146,21 +230,13 @@ impl ZkLock {
                 _ => return Err(invalid("unknown option (known: session_timeout_ms)")),
             }
         }
-        let connect = Client::connector()
-            .with_session_timeout(session_timeout)
-            .with_connection_timeout(Duration::from_secs(2))
-            .connect(hosts);
-        let client = tokio::time::timeout(session_timeout + Duration::from_secs(2), connect)
-            .await
-            .map_err(|_| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("connecting to {hosts}: no answer in time"),
-                source: None,
-            })?
-            .map_err(|e| unavailable(&format!("connecting to {hosts}"), e))?;
+        let session = Session::connect(hosts, session_timeout).await?;
         Ok(ZkLock {
             inner: Arc::new(Inner {
-                client,
+                session: Mutex::new(session),
+                reconnect: tokio::sync::Mutex::new(()),
+                hosts: hosts.to_string(),
+                session_timeout,
                 root: root.to_string(),
                 display: format!("zk://{hosts}{root}"),
             }),
@@ -168,20 +244,38 @@ impl ZkLock {
         })
     }
 
+    /// The current session, or a fresh one if it expired or was closed:
+    /// the client recovers for later acquisitions without being rebuilt.
+    async fn session(&self) -> Result<Arc<Session>, LockError> {
+        let current = self.current();
+        if !current.client.state().is_terminated() {
+            return Ok(current);
+        }
+        let _one = self.inner.reconnect.lock().await;
+        let current = self.current();
+        if !current.client.state().is_terminated() {
+            return Ok(current);
+        }
+        tracing::info!(server = %self.inner.display, "zookeeper session ended; starting a new one");
+        let fresh = Session::connect(&self.inner.hosts, self.inner.session_timeout).await?;
+        *self.inner.session.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
+        Ok(fresh)
+    }
+
+    fn current(&self) -> Arc<Session> {
+        Arc::clone(&self.inner.session.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
     /// Fault injection (and the operator's force-unlock): delete the holder's
     /// node of `name`. The holder's next renewal fails and its `lost()`
     /// fires. Returns whether there was a holder.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
         let dir = lock_node(&self.inner.root, name);
-        let Some(first) = self.queue(&dir).await?.into_iter().next() else {
+        let session = self.session().await?;
+        let Some(first) = Self::queue(&session.client, &dir).await?.into_iter().next() else {
             return Ok(false);
         };
-        match self
-            .inner
-            .client
-            .delete(&format!("{dir}/{first}"), None)
-            .await
-        {
+        match session.client.delete(&format!("{dir}/{first}"), None).await {
             Ok(()) => Ok(true),
             Err(zookeeper_client::Error::NoNode) => Ok(false),
             Err(e) => Err(unavailable("deleting the holder's node", e)),
@@ -189,8 +283,8 @@ impl ZkLock {
     }
 
     /// The children of `dir` in sequence order (none if `dir` is missing).
-    async fn queue(&self, dir: &str) -> Result<Vec<String>, LockError> {
-        let mut children = match self.inner.client.list_children(dir).await {
+    async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
+        let mut children = match client.list_children(dir).await {
             Ok(c) => c,
             Err(zookeeper_client::Error::NoNode) => Vec::new(),
             Err(e) => return Err(unavailable("listing the queue", e)),
@@ -201,8 +295,7 @@ impl ZkLock {
     }
 
     /// Create our node; if the reply is lost, find it again by its id.
-    async fn enqueue(&self, dir: &str, id: &str) -> Result<(String, i64), LockError> {
-        let client = &self.inner.client;
+    async fn enqueue(client: &Client, dir: &str, id: &str) -> Result<(String, i64), LockError> {
         let acls = Acls::anyone_all();
         let prefix = format!("{dir}/lock-{id}-");
         let created = loop {
@@ -226,7 +319,10 @@ impl ZkLock {
                 }
                 Err(zookeeper_client::Error::ConnectionLoss) => {
                     // The create may have landed: look for our id.
-                    if let Some(mine) = self.queue(dir).await?.into_iter().find(|c| c.contains(id))
+                    if let Some(mine) = Self::queue(client, dir)
+                        .await?
+                        .into_iter()
+                        .find(|c| c.contains(id))
                     {
                         let path = format!("{dir}/{mine}");
                         let stat = client
@@ -255,9 +351,11 @@ impl ZkLock {
         let id = OwnerToken::random().to_hex();
         let id = &id[..16];
         let sent_at = Instant::now();
-        let (path, czxid) = self.enqueue(&dir, id).await?;
+        let session = self.session().await?;
+        let client = &session.client;
+        let (path, czxid) = Self::enqueue(client, &dir, id).await?;
         let handle = Arc::new(ZkHandle {
-            inner: Arc::clone(&self.inner),
+            session: Arc::clone(&session),
             path,
         });
         // Leaving without the lock (timeout, error, cancellation) deletes
@@ -270,7 +368,7 @@ impl ZkLock {
             .unwrap_or_default()
             .to_string();
         loop {
-            let queue = self.queue(&dir).await?;
+            let queue = Self::queue(client, &dir).await?;
             let Some(at) = queue.iter().position(|c| *c == ours) else {
                 // Our node is gone (session expired while we waited).
                 return Err(LockError::Lost {
@@ -287,9 +385,7 @@ impl ZkLock {
                 return Ok(None);
             }
             let pred = format!("{dir}/{}", queue[at - 1]);
-            let (stat, watcher) = self
-                .inner
-                .client
+            let (stat, watcher) = client
                 .check_and_watch_stat(&pred)
                 .await
                 .map_err(|e| unavailable("watching the predecessor", e))?;
@@ -318,6 +414,7 @@ impl ZkLock {
         opts: &LockOptions,
     ) -> LockGuard {
         let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        handle.session.attach(&lease);
         if !opts.auto_renew {
             // Never before the holder's own deadline; and, as a server-side
             // lease would, not before the TTL counted from the grant.
@@ -350,7 +447,7 @@ fn expire_at_deadline(handle: Weak<ZkHandle>, lease: Arc<LeaseState>, grace: Dur
                 continue; // extended
             }
             if let Some(handle) = handle.upgrade() {
-                let _ = handle.inner.client.delete(&handle.path, None).await;
+                let _ = handle.session.client.delete(&handle.path, None).await;
             }
             return;
         }
@@ -397,23 +494,28 @@ impl fmt::Debug for ZkLock {
 }
 
 struct ZkHandle {
-    inner: Arc<Inner>,
+    /// The session our node lives in.
+    session: Arc<Session>,
     path: String,
 }
 
 #[async_trait]
 impl GuardHandle for ZkHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        match self.inner.client.delete(&self.path, None).await {
+        use zookeeper_client::Error as E;
+        match self.session.client.delete(&self.path, None).await {
             Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            // Gone, or gone with its session.
+            Err(E::NoNode | E::SessionExpired | E::ClientClosed) => Ok(false),
             Err(e) => Err(unavailable("releasing a lock", e)),
         }
     }
 
     async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
-        match self.inner.client.check_stat(&self.path).await {
+        use zookeeper_client::Error as E;
+        match self.session.client.check_stat(&self.path).await {
             Ok(stat) => Ok(stat.is_some()),
+            Err(E::SessionExpired | E::ClientClosed) => Ok(false),
             Err(e) => Err(unavailable("checking a lock node", e)),
         }
     }
