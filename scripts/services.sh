@@ -254,7 +254,7 @@ start_zk() {
         echo "clientPort=$port"
         echo "clientPortAddress=$HOST"
         echo "admin.enableServer=false"
-        echo "4lw.commands.whitelist=ruok,srvr,stat,mntr"
+        echo "4lw.commands.whitelist=ruok,srvr,stat,mntr,wchp"
         if [ "$name" != zk ]; then
             for i in 1 2 3; do
                 echo "server.$i=$HOST:${ZK_QUORUM_PORTS[$((i - 1))]}:${ZK_ELECTION_PORTS[$((i - 1))]}"

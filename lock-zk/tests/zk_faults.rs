@@ -135,3 +135,96 @@ async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
         start.elapsed()
     );
 }
+
+/// The watches (one per watching session) set on nodes of lock `name`,
+/// from the standalone server's `wchp` report (watched paths, each followed
+/// by the sessions watching it).
+fn watches_on(name: &str) -> usize {
+    use std::io::{Read, Write};
+    let url = env("DISTLOCK_TEST_ZK_URL");
+    let addr = url
+        .trim_start_matches("zk://")
+        .split(['/', ','])
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    let mut conn = std::net::TcpStream::connect(addr).expect("connect for wchp");
+    conn.write_all(b"wchp").expect("wchp");
+    let mut report = String::new();
+    conn.read_to_string(&mut report).expect("read wchp");
+    // The lock's node, as the backend encodes it (no byte of these test
+    // names needs escaping but `/`).
+    let dir = format!("/distlock/n{}/", name.replace('/', "%2F"));
+    let mut on_ours = false;
+    let mut count = 0;
+    for line in report.lines() {
+        if line.starts_with('/') {
+            on_ours = line.starts_with(&dir);
+        } else if on_ours && !line.trim().is_empty() {
+            count += 1;
+        }
+    }
+    count
+}
+
+/// 16 waiters, each watching only its predecessor: one release fires one
+/// watch and wakes one waiter, not the herd.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_waiter() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _serial = SERIAL.lock().await;
+    let name = unique("herd");
+    let holder_client = client().await;
+    let holder = holder_client
+        .acquire(&name, &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("acquire");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client().await);
+    }
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..16 {
+        let (locks, name, granted) = (clients[i % 4].clone(), name.clone(), granted.clone());
+        waiters.push(tokio::spawn(async move {
+            let g = locks
+                .acquire(
+                    &name,
+                    &LockOptions::new().wait_timeout(Duration::from_secs(60)),
+                )
+                .await
+                .expect("waiter acquires");
+            granted.fetch_add(1, Ordering::SeqCst);
+            // Hold until the test has looked, then pass it on.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            g.release().await.expect("release");
+        }));
+        // Queue in a known order, each after the previous one's watch is set.
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = watches_on(&name);
+    assert_eq!(before, 16, "each waiter watches one node, its predecessor");
+    assert!(holder.release().await.expect("release"));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = watches_on(&name);
+    assert_eq!(
+        granted.load(Ordering::SeqCst),
+        1,
+        "exactly one waiter got the lock"
+    );
+    assert_eq!(
+        before - after,
+        1,
+        "one release fired exactly one watch ({before} watches before, {after} after)"
+    );
+    eprintln!(
+        "zk faults: 16 waiters, {before} watches; one release fired {} and woke 1 waiter",
+        before - after
+    );
+    for w in waiters {
+        w.abort();
+    }
+}
