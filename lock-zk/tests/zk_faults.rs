@@ -228,3 +228,130 @@ async fn one_release_wakes_one_waiter() {
         w.abort();
     }
 }
+
+/// The ensemble member (1-based) that leads, from each member's `srvr`.
+fn ensemble_leader() -> usize {
+    use std::io::{Read, Write};
+    let url = env("DISTLOCK_TEST_ZK_ENSEMBLE_URL");
+    let hosts = url
+        .trim_start_matches("zk://")
+        .split('/')
+        .next()
+        .unwrap_or_default()
+        .to_string();
+    for _ in 0..50 {
+        for (i, host) in hosts.split(',').enumerate() {
+            let Ok(mut conn) = std::net::TcpStream::connect(host) else {
+                continue;
+            };
+            let mut report = String::new();
+            if conn.write_all(b"srvr").is_ok()
+                && conn.read_to_string(&mut report).is_ok()
+                && report.contains("Mode: leader")
+            {
+                return i + 1;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    panic!("no ensemble member says it leads");
+}
+
+/// On the ensemble: the leader dies and the session survives (no confirmed
+/// loss); a second member dies, and the holder sees a suspected loss, then
+/// a confirmed one; the members come back and the client recovers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ensemble_survives_its_leader_and_reports_the_loss_of_its_quorum() {
+    use lock_core::LossKind;
+    use lock_core::faultkit::{Restore, services};
+    let _serial = SERIAL.lock().await;
+    let _restore = Restore::servers(["zk1", "zk2", "zk3"]);
+    let session = Duration::from_secs(4);
+    let url = format!(
+        "{}?session_timeout_ms={}",
+        env("DISTLOCK_TEST_ZK_ENSEMBLE_URL"),
+        session.as_millis()
+    );
+    let (locks, other) = (
+        ZkLock::connect(&url).await.expect("connect"),
+        ZkLock::connect(&url).await.expect("connect"),
+    );
+    let name = unique("ensemble");
+    let g = locks
+        .acquire(&name, &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("acquire");
+    let leader = ensemble_leader();
+    services(&["kill", &format!("zk{leader}")]);
+    tokio::time::sleep(session * 2).await;
+    let after_leader = g.is_lost();
+    assert!(
+        after_leader
+            .as_ref()
+            .is_none_or(|r| r.kind() == LossKind::Suspected),
+        "losing the leader confirmed a loss: {after_leader:?}"
+    );
+    // Still held: nobody else gets it.
+    let busy = loop {
+        match other
+            .try_acquire(&name, &LockOptions::new().wait(Wait::No))
+            .await
+        {
+            Ok(b) => break b,
+            Err(e) => {
+                pause_if_transient(&e).await;
+            }
+        }
+    };
+    assert!(busy.is_none(), "the lock was free after a leader kill");
+
+    let second = (1..=3).find(|&m| m != leader).expect("another member");
+    services(&["kill", &format!("zk{second}")]);
+    let killed_at = Instant::now();
+    let (kind_seen, confirmed_after) = loop {
+        if let Some(reason) = g.is_lost()
+            && reason.kind() == LossKind::Confirmed
+        {
+            break (reason.kind(), killed_at.elapsed());
+        }
+        assert!(
+            killed_at.elapsed() < session * 5,
+            "no confirmed loss without a quorum: {:?}",
+            g.is_lost()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(kind_seen, LossKind::Confirmed);
+
+    services(&["start", &format!("zk{leader}")]);
+    services(&["start", &format!("zk{second}")]);
+    let start = Instant::now();
+    let again = loop {
+        match locks
+            .try_acquire(
+                &unique("ensemble-after"),
+                &LockOptions::new().wait(Wait::No),
+            )
+            .await
+        {
+            Ok(Some(g)) => break g,
+            other => assert!(
+                start.elapsed() < Duration::from_secs(30),
+                "no recovery: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert!(again.release().await.expect("release"));
+    eprintln!(
+        "zk faults: leader killed, no confirmed loss ({after_leader:?}); quorum lost, confirmed loss {confirmed_after:?} later; recovered {:?} after the restart",
+        start.elapsed()
+    );
+}
+
+/// A moment's pause before retrying a request the ensemble could not
+/// answer during an election.
+async fn pause_if_transient(e: &lock_core::LockError) {
+    assert!(e.is_transient(), "unexpected error: {e}");
+    tokio::time::sleep(Duration::from_millis(200)).await;
+}
