@@ -49,6 +49,13 @@ const CAPABILITIES: Capabilities = Capabilities {
 ///   ends with its session. A lock acquired without auto-renewal also ends
 ///   when its TTL runs out: the client deletes its node then.
 /// - **Fencing token**: the node's `czxid`.
+/// - **Loss signals**: a disconnection fires `lost()` on every guard of the
+///   session as *suspected* (`LossKind::Suspected`): the node may well
+///   survive, but the holder cannot know until it reconnects, so it should
+///   stop writing. A session expiry (or close) fires it as *confirmed*.
+///   Expect a suspected loss when the server the client talks to dies, a
+///   leader included, even though the ensemble keeps the session. After an
+///   expiry the client opens a new session for later acquisitions.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lock_core::LockError> {
