@@ -121,3 +121,37 @@ pub fn ratios(ours: &Run, theirs: &Run) -> (f64, f64) {
         ours.handoffs as f64 / theirs.handoffs.max(1) as f64,
     )
 }
+
+/// A contention run on distlock clients: task `t` uses `clients[t]`, and
+/// loops until `run` has passed: acquire `name` with `opts`, hold it for
+/// `work`, release, then wait `pause` (zero: re-acquire at once).
+pub async fn contend_on(
+    clients: Vec<Arc<dyn crate::DistributedLock>>,
+    name: &str,
+    opts: crate::LockOptions,
+    work: Duration,
+    pause: Duration,
+    run: Duration,
+) -> Run {
+    let clients = Arc::new(clients);
+    let name: Arc<str> = name.into();
+    contend(clients.len(), run, |t, end, log| {
+        let (clients, name, opts) = (clients.clone(), name.clone(), opts.clone());
+        async move {
+            while Instant::now() < end {
+                let guard = clients[t].acquire(&name, &opts).await.expect("acquire");
+                let granted = Instant::now();
+                tokio::time::sleep(work).await;
+                let released = Instant::now();
+                guard.release().await.expect("release");
+                log.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((granted, released, t));
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    })
+    .await
+}

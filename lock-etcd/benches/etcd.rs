@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
+use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
 
@@ -107,30 +107,16 @@ async fn main() {
     let mut clients = Vec::new();
     let mut raws = Vec::new();
     for _ in 0..TASKS {
-        clients.push(EtcdLock::connect(&url()).await.expect("distlock client"));
+        clients.push(
+            Arc::new(EtcdLock::connect(&url()).await.expect("distlock client"))
+                as Arc<dyn DistributedLock>,
+        );
         let mut c = raw_client().await;
         let lease = c.lease_grant(60, None).await.expect("lease").id();
         raws.push((c, lease));
     }
-    let clients = Arc::new(clients);
-    let ours = contend(TASKS, RUN, |t, end, log| {
-        let clients = clients.clone();
-        async move {
-            let o = LockOptions::new().wait_timeout(Duration::from_secs(30));
-            while Instant::now() < end {
-                let g = clients[t]
-                    .acquire("bench/contended", &o)
-                    .await
-                    .expect("acquire");
-                let granted = Instant::now();
-                tokio::time::sleep(WORK).await;
-                let released = Instant::now();
-                g.release().await.expect("release");
-                log.lock().expect("log").push((granted, released, t));
-            }
-        }
-    })
-    .await;
+    let o = LockOptions::new().wait_timeout(Duration::from_secs(30));
+    let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
     let raws = Arc::new(tokio::sync::Mutex::new(raws));
     let theirs = contend(TASKS, RUN, |t, end, log| {
         let raws = raws.clone();

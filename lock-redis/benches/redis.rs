@@ -17,7 +17,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
+use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 
@@ -166,10 +166,13 @@ async fn main() {
     let mut clients = Vec::new();
     let mut managers = Vec::new();
     for _ in 0..TASKS {
-        clients.push(RedisLock::connect(&url).await.expect("distlock client"));
+        clients.push(
+            Arc::new(RedisLock::connect(&url).await.expect("distlock client"))
+                as Arc<dyn DistributedLock>,
+        );
         managers.push(rslock::LockManager::new(vec![url.clone()]));
     }
-    let (clients, managers) = (Arc::new(clients), Arc::new(managers));
+    let managers = Arc::new(managers);
     for (scenario, pause) in [
         ("contention: 1 ms of work inside, 1 ms pause outside", WORK),
         (
@@ -177,29 +180,10 @@ async fn main() {
             Duration::ZERO,
         ),
     ] {
-        let ours = contend(TASKS, RUN, |t, end, log| {
-            let clients = clients.clone();
-            async move {
-                let o = LockOptions::new()
-                    .auto_renew(false)
-                    .wait_timeout(Duration::from_secs(30));
-                while Instant::now() < end {
-                    let g = clients[t]
-                        .acquire("bench:contended", &o)
-                        .await
-                        .expect("acquire");
-                    let granted = Instant::now();
-                    tokio::time::sleep(WORK).await;
-                    let released = Instant::now();
-                    g.release().await.expect("release");
-                    log.lock().expect("log").push((granted, released, t));
-                    if !pause.is_zero() {
-                        tokio::time::sleep(pause).await;
-                    }
-                }
-            }
-        })
-        .await;
+        let o = LockOptions::new()
+            .auto_renew(false)
+            .wait_timeout(Duration::from_secs(30));
+        let ours = contend_on(clients.clone(), "bench:contended", o, WORK, pause, RUN).await;
         let theirs = contend(TASKS, RUN, |t, end, log| {
             let managers = managers.clone();
             async move {

@@ -16,7 +16,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
+use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redlock::Redlock;
@@ -130,31 +130,14 @@ async fn main() {
     let mut clients = Vec::new();
     let mut managers = Vec::new();
     for _ in 0..TASKS {
-        clients.push(redlock(&hosts[..5]).await);
+        clients.push(Arc::new(redlock(&hosts[..5]).await) as Arc<dyn DistributedLock>);
         managers.push(rslock(&hosts[..5]));
     }
-    let (clients, managers) = (Arc::new(clients), Arc::new(managers));
-    let ours = contend(TASKS, RUN, |t, end, log| {
-        let clients = clients.clone();
-        async move {
-            let o = LockOptions::new()
-                .auto_renew(false)
-                .wait_timeout(Duration::from_secs(30));
-            while Instant::now() < end {
-                let g = clients[t]
-                    .acquire("bench:contended", &o)
-                    .await
-                    .expect("acquire");
-                let granted = Instant::now();
-                tokio::time::sleep(WORK).await;
-                let released = Instant::now();
-                g.release().await.expect("release");
-                log.lock().expect("log").push((granted, released, t));
-                tokio::time::sleep(WORK).await;
-            }
-        }
-    })
-    .await;
+    let managers = Arc::new(managers);
+    let o = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(30));
+    let ours = contend_on(clients, "bench/contended", o, WORK, WORK, RUN).await;
     let theirs = contend(TASKS, RUN, |t, end, log| {
         let managers = managers.clone();
         async move {

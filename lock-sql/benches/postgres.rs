@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, print_runs, us};
+use lock_core::benchkit::{contend_on, percentiles, print_runs, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::PgLock;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
@@ -179,29 +179,14 @@ async fn main() {
     ] {
         let mut clients = Vec::new();
         for _ in 0..TASKS {
-            clients.push(PgLock::connect(&base).await.expect("client"));
+            clients
+                .push(Arc::new(PgLock::connect(&base).await.expect("client"))
+                    as Arc<dyn DistributedLock>);
         }
-        let clients = Arc::new(clients);
-        let run = contend(TASKS, RUN, |t, end, log| {
-            let clients = clients.clone();
-            async move {
-                let o = LockOptions::new()
-                    .auto_renew(false)
-                    .wait_timeout(Duration::from_secs(30));
-                while Instant::now() < end {
-                    let g = clients[t]
-                        .acquire("bench/contended", &o)
-                        .await
-                        .expect("acquire");
-                    let granted = Instant::now();
-                    tokio::time::sleep(WORK).await;
-                    let released = Instant::now();
-                    g.release().await.expect("release");
-                    log.lock().expect("log").push((granted, released, t));
-                }
-            }
-        })
-        .await;
+        let o = LockOptions::new()
+            .auto_renew(false)
+            .wait_timeout(Duration::from_secs(30));
+        let run = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
         print_runs(
             &format!(
                 "{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once"

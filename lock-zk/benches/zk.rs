@@ -15,7 +15,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, percentiles, print_runs, ratios, us};
+use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_zk::ZkLock;
 use zookeeper_client::{Acls, Client, CreateMode, LockPrefix};
@@ -133,30 +133,17 @@ async fn main() {
     let mut clients = Vec::new();
     let mut raws = Vec::new();
     for _ in 0..TASKS {
-        clients.push(ZkLock::connect(&url()).await.expect("distlock client"));
+        clients.push(
+            Arc::new(ZkLock::connect(&url()).await.expect("distlock client"))
+                as Arc<dyn DistributedLock>,
+        );
         raws.push(raw_client().await);
     }
-    let (clients, raws) = (Arc::new(clients), Arc::new(raws));
-    let ours = contend(TASKS, RUN, |t, end, log| {
-        let clients = clients.clone();
-        async move {
-            let o = LockOptions::new()
-                .auto_renew(false)
-                .wait_timeout(Duration::from_secs(30));
-            while Instant::now() < end {
-                let g = clients[t]
-                    .acquire("bench/contended", &o)
-                    .await
-                    .expect("acquire");
-                let granted = Instant::now();
-                tokio::time::sleep(WORK).await;
-                let released = Instant::now();
-                g.release().await.expect("release");
-                log.lock().expect("log").push((granted, released, t));
-            }
-        }
-    })
-    .await;
+    let raws = Arc::new(raws);
+    let o = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(30));
+    let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
     let theirs = contend(TASKS, RUN, |t, end, log| {
         let raws = raws.clone();
         async move {
