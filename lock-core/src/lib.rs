@@ -6,7 +6,9 @@
 //! - [`Watchdog`]: one renewal task per client for all auto-renewed leases.
 //! - [`LockOwner`]: explicit, opt-in reentrancy over any backend.
 //! - [`MemoryLock`]: the in-process backend.
-//! - `testkit` (feature): the conformance suite every backend must pass.
+//! - `testkit` (feature): the conformance suite every backend must pass,
+//!   with `benchkit`, `faultkit` and `tcp_proxy` for benchmarks and fault
+//!   tests.
 
 mod capabilities;
 mod error;
@@ -25,6 +27,8 @@ mod watchdog;
 pub mod benchkit;
 #[cfg(feature = "testkit")]
 pub mod faultkit;
+#[cfg(feature = "testkit")]
+pub mod tcp_proxy;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
