@@ -262,7 +262,10 @@ start_zk() {
         fi
     } >"$d/zoo.cfg"
     [ "$name" = zk ] || echo "${name#zk}" >"$d/data/myid"
+    # Empty lock nodes are containers; check for them every second rather
+    # than every minute, so tests can see them go.
     spawn "$name" java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$d" \
+        -Dznode.container.checkIntervalMs=1000 \
         -cp "/usr/share/java/zookeeper.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
 }
 ready_zk() {

@@ -3,21 +3,37 @@
 //! See [`ZkLock`]: an ephemeral-sequential node per acquisition under the
 //! lock's node, the lowest sequence holds, a waiter watches only its
 //! predecessor, and the node's `czxid` is the fencing token.
+//!
+//! Modules: `url` reads `zk://` URLs, `session` turns session states
+//! into loss signals, `path` maps names to nodes, `queue` joins a lock's
+//! queue, `handle` releases and checks a held node.
+
+mod handle;
+mod path;
+mod queue;
+mod session;
+mod url;
 
 use std::fmt;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossKind, LossReason, OwnerToken, PendingGrant, Wait,
-    Waiting, Watchdog, check_request, wait_deadline,
+    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
+    Watchdog, check_request, wait_deadline,
 };
 use tokio::time::Instant;
-use zookeeper_client::{Acls, Client, CreateMode, SessionState};
 
-const BACKEND: &str = "zookeeper";
+use crate::handle::{ZkHandle, expire_at_deadline};
+use crate::path::lock_node;
+use crate::queue::{enqueue, queue};
+use crate::session::{Session, retrying, zk_error};
+use crate::url::ZkUrl;
+
+/// The backend's name in errors and capabilities.
+pub(crate) const BACKEND: &str = "zookeeper";
 
 const CAPABILITIES: Capabilities = Capabilities {
     backend: BACKEND,
@@ -76,176 +92,38 @@ struct Inner {
     session: Mutex<Arc<Session>>,
     /// Serialises building a fresh session.
     reconnect: tokio::sync::Mutex<()>,
-    hosts: String,
-    session_timeout: Duration,
-    root: String,
+    url: ZkUrl,
+    /// The URL without credentials.
     display: String,
 }
 
-/// One ZooKeeper session and the guards whose nodes live in it.
-struct Session {
-    client: Client,
-    guards: Mutex<Vec<Weak<LeaseState>>>,
-}
-
-impl Session {
-    /// Connect, and watch the session's state: a disconnection fires every
-    /// guard's `lost()` as *suspected* (the session, and so the node, may
-    /// still be alive: the holder cannot know until it reconnects); an
-    /// expiry or a close as *confirmed*.
-    async fn connect(hosts: &str, timeout: Duration) -> Result<Arc<Self>, LockError> {
-        let connect = Client::connector()
-            .with_session_timeout(timeout)
-            .with_connection_timeout(Duration::from_secs(2))
-            .connect(hosts);
-        let client = tokio::time::timeout(timeout + Duration::from_secs(2), connect)
-            .await
-            .map_err(|_| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("connecting to {hosts}: no answer in time"),
-                source: None,
-            })?
-            .map_err(|e| unavailable(&format!("connecting to {hosts}"), e))?;
-        let session = Arc::new(Session {
-            client,
-            guards: Mutex::new(Vec::new()),
-        });
-        let mut states = session.client.state_watcher();
-        let watched = Arc::downgrade(&session);
-        tokio::spawn(async move {
-            loop {
-                let state = states.changed().await;
-                let Some(session) = watched.upgrade() else {
-                    return;
-                };
-                let (kind, detail) = match state {
-                    SessionState::Disconnected => {
-                        (LossKind::Suspected, "disconnected from ZooKeeper")
-                    }
-                    SessionState::Expired => (LossKind::Confirmed, "ZooKeeper session expired"),
-                    SessionState::Closed | SessionState::AuthFailed => {
-                        (LossKind::Confirmed, "ZooKeeper session closed")
-                    }
-                    _ => continue,
-                };
-                tracing::warn!(
-                    ?state,
-                    "zookeeper session state; its locks are {kind:?} lost"
-                );
-                session.lose_all(kind, detail);
-                if state.is_terminated() {
-                    return;
-                }
-            }
-        });
-        Ok(session)
-    }
-
-    fn guards(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseState>>> {
-        self.guards.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    fn attach(&self, lease: &Arc<LeaseState>) {
-        let mut guards = self.guards();
-        guards.retain(|g| g.strong_count() > 0);
-        guards.push(Arc::downgrade(lease));
-    }
-
-    fn lose_all(&self, kind: LossKind, detail: &str) {
-        for lease in self.guards().iter().filter_map(Weak::upgrade) {
-            lease.mark_lost(LossReason::ConnectionLost {
-                kind,
-                detail: detail.to_string(),
-            });
-        }
-    }
-}
-
-fn unavailable(doing: &str, e: zookeeper_client::Error) -> LockError {
-    use zookeeper_client::Error as E;
-    match e {
-        E::ConnectionLoss | E::SessionExpired | E::NoHosts | E::Timeout | E::ClientClosed => {
-            LockError::unavailable(BACKEND, doing.to_string(), e)
-        }
-        other => LockError::backend(BACKEND, doing.to_string(), other),
-    }
-}
-
-/// The lock node of `name` under `root`: `n` and the name with every byte
-/// outside `[A-Za-z0-9_-]` written as `%XX`, so `/`, `.`, `..`, control
-/// characters and any UTF-8 are safe and distinct path components.
-fn lock_node(root: &str, name: &str) -> String {
-    let mut out = format!("{root}/n");
-    for b in name.bytes() {
-        if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
-}
-
-/// The sequence number at the end of a child's name.
-fn sequence(child: &str) -> Option<i64> {
-    child.rsplit('-').next()?.parse().ok()
-}
+/// How many sessions one waiting acquisition may go through: a waiter whose
+/// session expires joins the queue again on a fresh one.
+const SESSIONS_PER_ACQUIRE: usize = 3;
 
 impl ZkLock {
-    /// Connect to `zk://host:port[,host:port…][/root][?session_timeout_ms=…]`
-    /// (root `/distlock` by default; session timeout 10 s).
+    /// Connect to `zk://[user:password@]host:port[,host:port…][/root][?session_timeout_ms=…]`.
+    ///
+    /// - `root`: the path under which lock nodes live, `/distlock` by
+    ///   default (created as needed).
+    /// - `session_timeout_ms`: asked of the server, 10 000 by default; the
+    ///   server clamps it to its `minSessionTimeout`..`maxSessionTimeout`.
+    /// - `user:password` (`%`-escaped): credentials for ZooKeeper's `digest`
+    ///   scheme. The nodes we create then carry the ACL `auth` (creator
+    ///   only), so only clients with the same credentials can read, join or
+    ///   delete them. Without credentials, nodes are open to anyone.
+    ///
+    /// The password never appears in `Debug`, logs or errors.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
-        let invalid = |reason: &str| LockError::InvalidUrl {
-            url: url.to_string(),
-            reason: reason.to_string(),
-        };
-        let rest = url
-            .strip_prefix("zk://")
-            .ok_or_else(|| invalid("expected a zk:// URL"))?;
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (hosts, root) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        let root = if root.is_empty() { "/distlock" } else { root };
-        if hosts.is_empty()
-            || hosts.split(',').any(|h| {
-                h.rsplit_once(':')
-                    .is_none_or(|(_, p)| p.parse::<u16>().is_err())
-            })
-        {
-            return Err(invalid("members must be host:port"));
-        }
-        if root
-            .split('/')
-            .skip(1)
-            .any(|c| c.is_empty() || c == "." || c == "..")
-            || !root.bytes().all(|b| b.is_ascii_graphic())
-        {
-            return Err(invalid("the root must be a plain absolute path"));
-        }
-        let mut session_timeout = Duration::from_secs(10);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            match pair.split_once('=') {
-                Some(("session_timeout_ms", v)) => {
-                    session_timeout = Duration::from_millis(
-                        v.parse().ok().filter(|&ms: &u64| ms > 0).ok_or_else(|| {
-                            invalid("`session_timeout_ms` must be a positive number")
-                        })?,
-                    )
-                }
-                _ => return Err(invalid("unknown option (known: session_timeout_ms)")),
-            }
-        }
-        let session = Session::connect(hosts, session_timeout).await?;
+        let url = ZkUrl::parse(url)?;
+        let session =
+            Session::connect(&url.hosts, url.session_timeout, url.digest.as_deref()).await?;
         Ok(ZkLock {
             inner: Arc::new(Inner {
                 session: Mutex::new(session),
                 reconnect: tokio::sync::Mutex::new(()),
-                hosts: hosts.to_string(),
-                session_timeout,
-                root: root.to_string(),
-                display: format!("zk://{hosts}{root}"),
+                display: url.display(),
+                url,
             }),
             watchdog: Watchdog::new(),
         })
@@ -255,16 +133,18 @@ impl ZkLock {
     /// the client recovers for later acquisitions without being rebuilt.
     async fn session(&self) -> Result<Arc<Session>, LockError> {
         let current = self.current();
-        if !current.client.state().is_terminated() {
+        if !current.is_terminated() {
             return Ok(current);
         }
         let _one = self.inner.reconnect.lock().await;
         let current = self.current();
-        if !current.client.state().is_terminated() {
+        if !current.is_terminated() {
             return Ok(current);
         }
         tracing::info!(server = %self.inner.display, "zookeeper session ended; starting a new one");
-        let fresh = Session::connect(&self.inner.hosts, self.inner.session_timeout).await?;
+        let url = &self.inner.url;
+        let fresh =
+            Session::connect(&url.hosts, url.session_timeout, url.digest.as_deref()).await?;
         *self.inner.session.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
         Ok(fresh)
     }
@@ -277,75 +157,17 @@ impl ZkLock {
     /// node of `name`. The holder's next renewal fails and its `lost()`
     /// fires. Returns whether there was a holder.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let dir = lock_node(&self.inner.root, name);
+        let dir = lock_node(&self.inner.url.root, name);
         let session = self.session().await?;
-        let Some(first) = Self::queue(&session.client, &dir).await?.into_iter().next() else {
+        let Some(first) = queue(&session.client, &dir).await?.into_iter().next() else {
             return Ok(false);
         };
-        match session.client.delete(&format!("{dir}/{first}"), None).await {
+        let path = format!("{dir}/{first}");
+        match retrying(|| session.client.delete(&path, None)).await {
             Ok(()) => Ok(true),
             Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(e) => Err(unavailable("deleting the holder's node", e)),
+            Err(e) => Err(zk_error("deleting the holder's node", e)),
         }
-    }
-
-    /// The children of `dir` in sequence order (none if `dir` is missing).
-    async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
-        let mut children = match client.list_children(dir).await {
-            Ok(c) => c,
-            Err(zookeeper_client::Error::NoNode) => Vec::new(),
-            Err(e) => return Err(unavailable("listing the queue", e)),
-        };
-        children.retain(|c| c.starts_with("lock-") && sequence(c).is_some());
-        children.sort_by_key(|c| sequence(c));
-        Ok(children)
-    }
-
-    /// Create our node; if the reply is lost, find it again by its id.
-    async fn enqueue(client: &Client, dir: &str, id: &str) -> Result<(String, i64), LockError> {
-        let acls = Acls::anyone_all();
-        let prefix = format!("{dir}/lock-{id}-");
-        let created = loop {
-            match client
-                .create(
-                    &prefix,
-                    b"",
-                    &CreateMode::EphemeralSequential.with_acls(acls),
-                )
-                .await
-            {
-                Ok(done) => break done,
-                Err(zookeeper_client::Error::NoNode) => {
-                    match client
-                        .mkdir(dir, &CreateMode::Persistent.with_acls(acls))
-                        .await
-                    {
-                        Ok(()) | Err(zookeeper_client::Error::NodeExists) => continue,
-                        Err(e) => return Err(unavailable("creating the lock node", e)),
-                    }
-                }
-                Err(zookeeper_client::Error::ConnectionLoss) => {
-                    // The create may have landed: look for our id.
-                    if let Some(mine) = Self::queue(client, dir)
-                        .await?
-                        .into_iter()
-                        .find(|c| c.contains(id))
-                    {
-                        let path = format!("{dir}/{mine}");
-                        let stat = client
-                            .check_stat(&path)
-                            .await
-                            .map_err(|e| unavailable("reading our node", e))?;
-                        if let Some(stat) = stat {
-                            return Ok((path, stat.czxid));
-                        }
-                    }
-                }
-                Err(e) => return Err(unavailable("creating our node", e)),
-            }
-        };
-        let (stat, seq) = created;
-        Ok((format!("{prefix}{seq}"), stat.czxid))
     }
 
     async fn acquire_inner(
@@ -354,48 +176,67 @@ impl ZkLock {
         opts: &LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>, LockError> {
-        let dir = lock_node(&self.inner.root, name);
+        let dir = lock_node(&self.inner.url.root, name);
+        let mut sessions = 0;
+        loop {
+            let session = self.session().await?;
+            sessions += 1;
+            match self.attempt(&session, name, &dir, opts, deadline).await {
+                Err(e)
+                    if session.is_terminated()
+                        && sessions < SESSIONS_PER_ACQUIRE
+                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    tracing::info!(error = %e, name, "zookeeper session ended while waiting; queueing again on a new one");
+                }
+                done => return done,
+            }
+        }
+    }
+
+    /// Join the queue in `session` and wait (until `deadline`) to be first.
+    async fn attempt(
+        &self,
+        session: &Arc<Session>,
+        name: &str,
+        dir: &str,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>, LockError> {
         let id = OwnerToken::random().to_hex();
         let id = &id[..16];
         let sent_at = Instant::now();
-        let session = self.session().await?;
         let client = &session.client;
-        let (path, czxid) = Self::enqueue(client, &dir, id).await?;
+        let ours = enqueue(session, dir, id).await?;
         let handle = Arc::new(ZkHandle {
-            session: Arc::clone(&session),
-            path,
+            session: Arc::clone(session),
+            path: ours.path,
         });
         // Leaving without the lock (timeout, error, cancellation) deletes
         // our node.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-        let ours = handle
-            .path
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let child = handle.path.rsplit('/').next().unwrap_or_default();
         loop {
-            let queue = Self::queue(client, &dir).await?;
-            let Some(at) = queue.iter().position(|c| *c == ours) else {
-                // Our node is gone (session expired while we waited).
+            let queue = queue(client, dir).await?;
+            let Some(at) = queue.iter().position(|c| c == child) else {
+                // Our node is gone: with the session, or deleted by hand.
                 return Err(LockError::Lost {
                     name: name.to_string(),
-                    reason: lock_core::LossReason::TakenOver,
+                    reason: LossReason::TakenOver,
                 });
             };
             if at == 0 {
                 pending.disarm();
-                return Ok(Some(self.guard(name, handle, czxid, sent_at, opts)));
+                return Ok(Some(self.guard(name, handle, ours.czxid, sent_at, opts)));
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = pending.disarm().release().await;
                 return Ok(None);
             }
             let pred = format!("{dir}/{}", queue[at - 1]);
-            let (stat, watcher) = client
-                .check_and_watch_stat(&pred)
+            let (stat, watcher) = retrying(|| client.check_and_watch_stat(&pred))
                 .await
-                .map_err(|e| unavailable("watching the predecessor", e))?;
+                .map_err(|e| zk_error("watching the predecessor", e))?;
             if stat.is_none() {
                 continue;
             }
@@ -405,6 +246,8 @@ impl ZkLock {
                     None => std::future::pending().await,
                 }
             };
+            // The watch fires when the predecessor goes, and on a change
+            // of the session's state: either way, look again.
             tokio::select! {
                 _ = watcher.changed() => {}
                 _ = timer => {}
@@ -435,30 +278,6 @@ impl ZkLock {
             guard
         }
     }
-}
-
-/// A lock without auto-renewal ends `grace` after its validity deadline
-/// (unless an `extend` moved it): delete its node then, as a lease would
-/// expire.
-fn expire_at_deadline(handle: Weak<ZkHandle>, lease: Arc<LeaseState>, grace: Duration) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    rt.spawn(async move {
-        loop {
-            let Some(deadline) = lease.deadline() else {
-                return;
-            };
-            tokio::time::sleep_until(deadline + grace).await;
-            if lease.deadline().is_some_and(|d| d + grace > Instant::now()) {
-                continue; // extended
-            }
-            if let Some(handle) = handle.upgrade() {
-                let _ = handle.session.client.delete(&handle.path, None).await;
-            }
-            return;
-        }
-    });
 }
 
 #[async_trait]
@@ -497,46 +316,5 @@ impl fmt::Debug for ZkLock {
         f.debug_struct("ZkLock")
             .field("server", &self.inner.display)
             .finish_non_exhaustive()
-    }
-}
-
-struct ZkHandle {
-    /// The session our node lives in.
-    session: Arc<Session>,
-    path: String,
-}
-
-#[async_trait]
-impl GuardHandle for ZkHandle {
-    async fn release(&self) -> Result<bool, LockError> {
-        use zookeeper_client::Error as E;
-        match self.session.client.delete(&self.path, None).await {
-            Ok(()) => Ok(true),
-            // Gone, or gone with its session.
-            Err(E::NoNode | E::SessionExpired | E::ClientClosed) => Ok(false),
-            Err(e) => Err(unavailable("releasing a lock", e)),
-        }
-    }
-
-    async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
-        use zookeeper_client::Error as E;
-        match self.session.client.check_stat(&self.path).await {
-            Ok(stat) => Ok(stat.is_some()),
-            Err(E::SessionExpired | E::ClientClosed) => Ok(false),
-            Err(e) => Err(unavailable("checking a lock node", e)),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn names_become_safe_distinct_components() {
-        assert_eq!(lock_node("/r", "a/b"), "/r/na%2Fb");
-        assert_eq!(lock_node("/r", ".."), "/r/n%2E%2E");
-        assert_ne!(lock_node("/r", "%2F"), lock_node("/r", "/"));
-        assert_eq!(sequence("lock-abc-0000000042"), Some(42));
     }
 }

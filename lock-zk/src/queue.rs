@@ -1,0 +1,147 @@
+//! The queue of one lock: its children in sequence order, and joining it
+//! with a node that can be found again after a lost reply.
+
+use std::sync::Arc;
+
+use lock_core::LockError;
+use zookeeper_client::{Client, CreateMode, Error as ZkError};
+
+use crate::path::{attempt_prefix, is_attempt, sequence};
+use crate::session::{Session, retrying, zk_error};
+
+/// How many times the lock node may vanish between creating it and
+/// creating our child in it (an empty lock node is a container, which the
+/// server removes).
+const RECREATE_LIMIT: usize = 8;
+
+/// The lock children of `dir` in sequence order (none if `dir` is missing).
+pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
+    let mut children = match retrying(|| client.list_children(dir)).await {
+        Ok(c) => c,
+        Err(ZkError::NoNode) => Vec::new(),
+        Err(e) => return Err(zk_error("listing the queue", e)),
+    };
+    children.retain(|c| sequence(c).is_some());
+    children.sort_by_key(|c| sequence(c));
+    Ok(children)
+}
+
+/// Our node in the queue: its path and `czxid`.
+pub(crate) struct Enqueued {
+    pub path: String,
+    pub czxid: i64,
+}
+
+/// Join the queue of `dir` with a node of the attempt `id`.
+///
+/// The lock node (and the root above it) is created as a *container* when
+/// missing, so the server removes it once its last child is gone. If a
+/// create's reply is lost with the connection, the node may exist all the
+/// same: it is looked up by `id` before creating again. If this future
+/// fails or is dropped before it returns, any node of `id` is deleted in
+/// the background, so that no orphan can block the lock for the rest of the
+/// session.
+pub(crate) async fn enqueue(
+    session: &Arc<Session>,
+    dir: &str,
+    id: &str,
+) -> Result<Enqueued, LockError> {
+    let mut sweep = Sweep {
+        session: Arc::clone(session),
+        dir,
+        id,
+        armed: true,
+    };
+    let done = create(session, dir, id).await;
+    if done.is_ok() {
+        sweep.armed = false;
+    }
+    done
+}
+
+async fn create(session: &Session, dir: &str, id: &str) -> Result<Enqueued, LockError> {
+    let client = &session.client;
+    let prefix = attempt_prefix(dir, id);
+    let mode = CreateMode::EphemeralSequential.with_acls(session.acls);
+    let mut recreated = 0;
+    let mut lost = 0;
+    loop {
+        match client.create(&prefix, b"", &mode).await {
+            Ok((stat, seq)) => {
+                return Ok(Enqueued {
+                    path: format!("{prefix}{seq}"),
+                    czxid: stat.czxid,
+                });
+            }
+            Err(ZkError::NoNode) if recreated < RECREATE_LIMIT => {
+                recreated += 1;
+                let parents = CreateMode::Container.with_acls(session.acls);
+                match client.mkdir(dir, &parents).await {
+                    Ok(()) | Err(ZkError::NodeExists) => {}
+                    Err(e) => return Err(zk_error("creating the lock node", e)),
+                }
+            }
+            Err(ZkError::ConnectionLoss) if lost < RECREATE_LIMIT => {
+                lost += 1;
+                // The create may have landed before the connection dropped.
+                if let Some(found) = find(client, dir, id).await? {
+                    tracing::debug!(path = %found.path, "found our node after a lost create reply");
+                    return Ok(found);
+                }
+            }
+            Err(e) => return Err(zk_error("creating our node", e)),
+        }
+    }
+}
+
+/// The node of attempt `id` in `dir`, if it exists.
+async fn find(client: &Client, dir: &str, id: &str) -> Result<Option<Enqueued>, LockError> {
+    let Some(child) = queue(client, dir)
+        .await?
+        .into_iter()
+        .find(|c| is_attempt(c, id))
+    else {
+        return Ok(None);
+    };
+    let path = format!("{dir}/{child}");
+    let stat = retrying(|| client.check_stat(&path))
+        .await
+        .map_err(|e| zk_error("reading our node", e))?;
+    Ok(stat.map(|stat| Enqueued {
+        path,
+        czxid: stat.czxid,
+    }))
+}
+
+/// Deletes the nodes of an attempt that did not finish joining the queue.
+struct Sweep<'a> {
+    session: Arc<Session>,
+    dir: &'a str,
+    id: &'a str,
+    armed: bool,
+}
+
+impl Drop for Sweep<'_> {
+    fn drop(&mut self) {
+        if !self.armed || self.session.is_terminated() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let session = Arc::clone(&self.session);
+        let (dir, id) = (self.dir.to_string(), self.id.to_string());
+        rt.spawn(async move {
+            // While the session lives, a create sent before we gave up may
+            // still land; look once it would have been answered.
+            match find(&session.client, &dir, &id).await {
+                Ok(Some(orphan)) => {
+                    let deleted = retrying(|| session.client.delete(&orphan.path, None)).await;
+                    tracing::info!(path = %orphan.path, ?deleted, "deleted the node of an abandoned acquisition");
+                }
+                Ok(None) => {}
+                Err(e) => tracing::warn!(error = %e, dir, "could not look for the node of an abandoned acquisition; it ends with the session"),
+            }
+        });
+    }
+}

@@ -1,0 +1,155 @@
+//! One ZooKeeper session, the guards whose nodes live in it, and how its
+//! state changes become loss signals.
+
+use std::future::Future;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use lock_core::{LeaseState, LockError, LossKind, LossReason};
+use zookeeper_client::{Acls, Client, SessionState};
+
+use crate::BACKEND;
+
+/// How long a connection attempt to one member may take.
+const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// How many times in a row an idempotent request is sent again after its
+/// connection dropped. A request sent while the client reconnects waits for
+/// the new connection (or fails with the session), so each attempt is one
+/// connection's worth, not a busy loop.
+const CONNECTION_LOSS_RETRIES: usize = 8;
+
+/// One ZooKeeper session and the guards whose nodes live in it.
+pub(crate) struct Session {
+    pub client: Client,
+    /// The ACL of the nodes we create: anyone may use them, or, with digest
+    /// credentials, only clients holding the same credentials.
+    pub acls: Acls<'static>,
+    guards: Mutex<Vec<Weak<LeaseState>>>,
+}
+
+impl Session {
+    /// Connect, and watch the session's state: a disconnection fires every
+    /// guard's `lost()` as *suspected* (the session, and so the node, may
+    /// still be alive: the holder cannot know until it reconnects); an
+    /// expiry or a close as *confirmed*.
+    pub async fn connect(
+        hosts: &str,
+        timeout: Duration,
+        digest: Option<&str>,
+    ) -> Result<Arc<Self>, LockError> {
+        let mut connector = Client::connector()
+            .with_session_timeout(timeout)
+            .with_connection_timeout(CONNECTION_TIMEOUT);
+        if let Some(digest) = digest {
+            connector = connector.with_auth("digest", digest.as_bytes());
+        }
+        let client = tokio::time::timeout(timeout + CONNECTION_TIMEOUT, connector.connect(hosts))
+            .await
+            .map_err(|_| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("connecting to {hosts}: no answer in time"),
+                source: None,
+            })?
+            .map_err(|e| zk_error(&format!("connecting to {hosts}"), e))?;
+        let session = Arc::new(Session {
+            client,
+            acls: if digest.is_some() {
+                Acls::creator_all()
+            } else {
+                Acls::anyone_all()
+            },
+            guards: Mutex::new(Vec::new()),
+        });
+        let mut states = session.client.state_watcher();
+        let watched = Arc::downgrade(&session);
+        tokio::spawn(async move {
+            loop {
+                let state = states.changed().await;
+                let Some(session) = watched.upgrade() else {
+                    return;
+                };
+                let (kind, detail) = match state {
+                    SessionState::Disconnected => {
+                        (LossKind::Suspected, "disconnected from ZooKeeper")
+                    }
+                    SessionState::Expired => (LossKind::Confirmed, "ZooKeeper session expired"),
+                    SessionState::Closed | SessionState::AuthFailed => {
+                        (LossKind::Confirmed, "ZooKeeper session closed")
+                    }
+                    _ => continue,
+                };
+                tracing::warn!(
+                    ?state,
+                    "zookeeper session state; its locks are {kind:?} lost"
+                );
+                session.lose_all(kind, detail);
+                if state.is_terminated() {
+                    return;
+                }
+            }
+        });
+        Ok(session)
+    }
+
+    /// Whether the session has ended (expired, closed, refused).
+    pub fn is_terminated(&self) -> bool {
+        self.client.state().is_terminated()
+    }
+
+    fn guards(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseState>>> {
+        self.guards.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Fire `lease`'s `lost()` with the session's.
+    pub fn attach(&self, lease: &Arc<LeaseState>) {
+        let mut guards = self.guards();
+        guards.retain(|g| g.strong_count() > 0);
+        guards.push(Arc::downgrade(lease));
+    }
+
+    fn lose_all(&self, kind: LossKind, detail: &str) {
+        for lease in self.guards().iter().filter_map(Weak::upgrade) {
+            lease.mark_lost(LossReason::ConnectionLost {
+                kind,
+                detail: detail.to_string(),
+            });
+        }
+    }
+}
+
+/// Run the idempotent request `send` again while it fails with a dropped
+/// connection (the client reconnects within the session meanwhile).
+pub(crate) async fn retrying<T, F, Fut>(mut send: F) -> Result<T, zookeeper_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zookeeper_client::Error>>,
+{
+    let mut attempt = 0;
+    loop {
+        match send().await {
+            Err(zookeeper_client::Error::ConnectionLoss) if attempt < CONNECTION_LOSS_RETRIES => {
+                attempt += 1;
+                tracing::debug!(attempt, "zookeeper connection lost; sending again");
+            }
+            done => return done,
+        }
+    }
+}
+
+/// A client error as a `LockError`: connection and session trouble is
+/// `Unavailable` (transient), anything else (`NoAuth`, …) a backend error.
+pub(crate) fn zk_error(doing: &str, e: zookeeper_client::Error) -> LockError {
+    use zookeeper_client::Error as E;
+    match e {
+        E::ConnectionLoss | E::SessionExpired | E::NoHosts | E::Timeout | E::ClientClosed => {
+            LockError::unavailable(BACKEND, doing.to_string(), e)
+        }
+        E::NoAuth | E::AuthFailed => LockError::backend(
+            BACKEND,
+            format!("{doing}: not authorised (check the URL's digest credentials)"),
+            e,
+        ),
+        other => LockError::backend(BACKEND, doing.to_string(), other),
+    }
+}

@@ -1,0 +1,197 @@
+//! The `zk://` URL: members, root path, credentials and options.
+
+use std::fmt;
+use std::time::Duration;
+
+use lock_core::LockError;
+
+/// The default root path under which lock nodes live.
+const DEFAULT_ROOT: &str = "/distlock";
+/// The default session timeout asked of the server.
+const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A parsed `zk://[user:password@]host:port[,host:port…][/root][?options]`.
+#[derive(Clone)]
+pub(crate) struct ZkUrl {
+    /// The members, `host:port[,host:port…]`, as the client takes them.
+    pub hosts: String,
+    /// The absolute path under which lock nodes live (a chroot of ours).
+    pub root: String,
+    /// The session timeout asked of the server (it may clamp it to its
+    /// `minSessionTimeout`..`maxSessionTimeout`).
+    pub session_timeout: Duration,
+    /// `user:password` for the `digest` scheme, if given.
+    pub digest: Option<String>,
+}
+
+impl fmt::Debug for ZkUrl {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ZkUrl")
+            .field("hosts", &self.hosts)
+            .field("root", &self.root)
+            .field("session_timeout", &self.session_timeout)
+            .field("digest", &self.digest.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+impl ZkUrl {
+    /// Parse `raw`; errors show the URL with any password replaced.
+    pub fn parse(raw: &str) -> Result<Self, LockError> {
+        let invalid = |reason: &str| LockError::InvalidUrl {
+            url: redacted(raw),
+            reason: reason.to_string(),
+        };
+        let rest = raw
+            .strip_prefix("zk://")
+            .ok_or_else(|| invalid("expected a zk:// URL"))?;
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (authority, root) = match rest.find('/') {
+            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
+            None => (rest, ""),
+        };
+        let (digest, hosts) = match authority.rsplit_once('@') {
+            Some((userinfo, hosts)) => {
+                let (user, password) = userinfo
+                    .split_once(':')
+                    .ok_or_else(|| invalid("credentials must be user:password"))?;
+                let user = percent_decode(user).ok_or_else(|| invalid("bad %-escape in user"))?;
+                let password =
+                    percent_decode(password).ok_or_else(|| invalid("bad %-escape in password"))?;
+                if user.is_empty() || user.contains(':') {
+                    return Err(invalid("the digest user must be non-empty and without ':'"));
+                }
+                (Some(format!("{user}:{password}")), hosts)
+            }
+            None => (None, authority),
+        };
+        if hosts.is_empty()
+            || hosts.split(',').any(|h| {
+                h.rsplit_once(':')
+                    .is_none_or(|(host, p)| host.is_empty() || p.parse::<u16>().is_err())
+            })
+        {
+            return Err(invalid("members must be host:port"));
+        }
+        let root = if root.is_empty() { DEFAULT_ROOT } else { root };
+        if root
+            .split('/')
+            .skip(1)
+            .any(|c| c.is_empty() || c == "." || c == "..")
+            || !root.bytes().all(|b| b.is_ascii_graphic())
+        {
+            return Err(invalid("the root must be a plain absolute path"));
+        }
+        let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("session_timeout_ms", v)) => {
+                    session_timeout = Duration::from_millis(
+                        v.parse().ok().filter(|&ms: &u64| ms > 0).ok_or_else(|| {
+                            invalid("`session_timeout_ms` must be a positive number")
+                        })?,
+                    )
+                }
+                _ => return Err(invalid("unknown option (known: session_timeout_ms)")),
+            }
+        }
+        Ok(ZkUrl {
+            hosts: hosts.to_string(),
+            root: root.to_string(),
+            session_timeout,
+            digest,
+        })
+    }
+
+    /// The URL without credentials, for `Debug` and logs.
+    pub fn display(&self) -> String {
+        let user = self
+            .digest
+            .as_deref()
+            .and_then(|d| d.split_once(':'))
+            .map(|(u, _)| format!("{u}:***@"))
+            .unwrap_or_default();
+        format!("zk://{user}{}{}", self.hosts, self.root)
+    }
+}
+
+/// `raw` with the password (everything between `://…:` and `@`) replaced.
+fn redacted(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return if raw.contains('@') {
+            "<redacted>".to_string()
+        } else {
+            raw.to_string()
+        };
+    };
+    match rest.rsplit_once('@') {
+        Some((userinfo, tail)) => {
+            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
+            format!("{scheme}://{user}:***@{tail}")
+        }
+        None => raw.to_string(),
+    }
+}
+
+/// Decode `%XX` escapes (for user names and passwords holding `:`, `@`, `/`).
+fn percent_decode(s: &str) -> Option<String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s.get(i + 1..i + 3)?;
+            out.push(u8::from_str_radix(hex, 16).ok()?);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_root_options_and_credentials_are_read() {
+        let u = ZkUrl::parse("zk://app:p%40ss@h1:2181,h2:2182/svc/locks?session_timeout_ms=4000")
+            .expect("valid");
+        assert_eq!(u.hosts, "h1:2181,h2:2182");
+        assert_eq!(u.root, "/svc/locks");
+        assert_eq!(u.session_timeout, Duration::from_secs(4));
+        assert_eq!(u.digest.as_deref(), Some("app:p@ss"));
+        assert_eq!(u.display(), "zk://app:***@h1:2181,h2:2182/svc/locks");
+        assert!(!format!("{u:?}").contains("p@ss"));
+        let plain = ZkUrl::parse("zk://h:2181").expect("valid");
+        assert_eq!(plain.root, "/distlock");
+        assert_eq!(plain.digest, None);
+        assert_eq!(plain.session_timeout, Duration::from_secs(10));
+    }
+
+    #[test]
+    fn bad_urls_are_typed_and_redacted() {
+        for bad in [
+            "zk://app:secretpw@",
+            "zk://app:secretpw@h",
+            "zk://app:secretpw@:2181",
+            "zk://secretpw@h:2181",
+            "zk://app:secretpw%zz@h:2181",
+            "zk://app:secretpw@h:2181/a/../b",
+            "zk://app:secretpw@h:2181//a",
+            "zk://app:secretpw@h:2181/a b",
+            "zk://app:secretpw@h:2181?session_timeout_ms=0",
+            "zk://app:secretpw@h:2181?nope=1",
+            "zks://app:secretpw@h:2181",
+        ] {
+            match ZkUrl::parse(bad) {
+                Err(e @ LockError::InvalidUrl { .. }) => {
+                    assert!(!format!("{e} {e:?}").contains("secretpw"), "{bad}: {e}");
+                }
+                other => panic!("{bad}: expected InvalidUrl, got {other:?}"),
+            }
+        }
+    }
+}
