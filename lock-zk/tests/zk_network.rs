@@ -1,0 +1,253 @@
+//! ZooKeeper over a failing network: the connection drops right after a
+//! create reached the server (its reply lost), through the test proxy of
+//! `lock_core::tcp_proxy`; and what is left behind once a lock is released.
+//!
+//! The tests share one lock name per case under a root of their own, so
+//! they can read the lock's node directly with a plain client.
+
+use std::time::Duration;
+
+use lock_core::faultkit::{env, unique};
+use lock_core::tcp_proxy::TcpProxy;
+use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_zk::ZkLock;
+use tokio::time::Instant;
+use zookeeper_client::Client;
+
+/// The standalone server's `host:port`.
+fn upstream() -> String {
+    env("DISTLOCK_TEST_ZK_URL")
+        .trim_start_matches("zk://")
+        .split(['/', ','])
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// A root no other run uses, and the node of lock `job` under it.
+fn fresh_root(case: &str) -> (String, String) {
+    let root = format!("/{}", unique(case).replace('/', "-"));
+    let dir = format!("{root}/njob");
+    (root, dir)
+}
+
+async fn raw_client() -> Client {
+    Client::connect(&upstream()).await.expect("plain client")
+}
+
+/// Whether a client write carries a create of one of our lock children:
+/// ZooKeeper frames are a 4-byte length, then (for requests) xid and
+/// opcode; create, create2, createContainer and createTTL are 1, 15, 19, 21.
+fn creates_a_lock_child(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    while rest.len() >= 12 {
+        let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
+        let op = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
+        let frame = rest.get(..4 + len).unwrap_or(rest);
+        if matches!(op, 1 | 15 | 19 | 21) && frame.windows(6).any(|w| w == b"/lock-") {
+            return true;
+        }
+        rest = rest.get(4 + len..).unwrap_or_default();
+    }
+    false
+}
+
+/// The children of `dir`; none once the server removed the empty node.
+async fn children(raw: &Client, dir: &str) -> Vec<String> {
+    let mut c = match raw.list_children(dir).await {
+        Err(zookeeper_client::Error::NoNode) => Vec::new(),
+        listed => listed.expect("list the lock's node"),
+    };
+    c.sort();
+    c
+}
+
+/// The create of a waiter's node reaches the server, but its reply is lost
+/// and the connection drops. The client finds its node again by its id
+/// instead of creating a second one: after the hand-off exactly one node is
+/// left, it is the one that holds, and its czxid is the guard's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_create_reply_leaves_no_orphan() {
+    let (root, dir) = fresh_root("lost-create");
+    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
+    let proxy = TcpProxy::start(&upstream()).await;
+    let holder_client = ZkLock::connect(&direct).await.expect("connect");
+    let holder = holder_client
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("holder acquires");
+    let waiter_client = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    proxy.lose_replies_after(creates_a_lock_child, Duration::from_millis(300));
+    let waiting = tokio::spawn(async move {
+        let g = waiter_client
+            .acquire(
+                "job",
+                &LockOptions::new().wait_timeout(Duration::from_secs(30)),
+            )
+            .await;
+        (waiter_client, g)
+    });
+    let raw = raw_client().await;
+    // The waiter's node is created once, and survives the dropped reply.
+    let start = Instant::now();
+    while proxy.fired() == 0 || proxy.connections() < 2 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the proxy never cut the create (fired {}, connections {})",
+            proxy.fired(),
+            proxy.connections()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(children(&raw, &dir).await.len(), 2, "holder and waiter");
+    assert!(holder.release().await.expect("release"));
+    let (_client, g) = waiting.await.expect("waiter task");
+    let g = g.expect("the waiter acquires after the lost reply");
+    let left = children(&raw, &dir).await;
+    assert_eq!(left.len(), 1, "no orphan: {left:?}");
+    let (_, stat) = raw
+        .get_data(&format!("{dir}/{}", left[0]))
+        .await
+        .expect("read the holder's node");
+    assert_eq!(g.fencing_token(), Some(stat.czxid as u64));
+    assert_eq!(proxy.fired(), 1);
+    eprintln!(
+        "zk network: create reply lost, connection dropped; the waiter reconnected ({} connections) and found its node; {} node left",
+        proxy.connections(),
+        left.len()
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+/// An acquisition cancelled while its create's reply is lost does not leave
+/// its node behind to block the lock for the rest of the session: it is
+/// deleted once the client has reconnected.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquire_cancelled_during_its_create_leaves_no_orphan() {
+    let (root, dir) = fresh_root("cancel-create");
+    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
+    let proxy = TcpProxy::start(&upstream()).await;
+    let holder_client = ZkLock::connect(&direct).await.expect("connect");
+    let holder = holder_client
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("holder acquires");
+    let canceller = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    proxy.lose_replies_after(creates_a_lock_child, Duration::from_millis(500));
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(200),
+        canceller.acquire(
+            "job",
+            &LockOptions::new().wait_timeout(Duration::from_secs(30)),
+        ),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the acquire was still waiting for its reply"
+    );
+    assert_eq!(proxy.fired(), 1);
+    let raw = raw_client().await;
+    assert_eq!(
+        children(&raw, &dir).await.len(),
+        2,
+        "the cancelled create landed"
+    );
+    let start = Instant::now();
+    loop {
+        let left = children(&raw, &dir).await;
+        if left.len() == 1 {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the cancelled acquisition's node is still there: {left:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let swept_after = start.elapsed();
+    assert!(holder.release().await.expect("release"));
+    let other = ZkLock::connect(&direct).await.expect("connect");
+    let g = other
+        .try_acquire("job", &LockOptions::new())
+        .await
+        .expect("try")
+        .expect("nothing blocks the lock after its holder released it");
+    eprintln!(
+        "zk network: a cancelled acquisition's node was deleted {swept_after:?} after the cancel (the proxy dropped the connection 500 ms after the create, 300 ms after the cancel)"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+/// A release whose delete reply is lost with the connection is sent again
+/// after the reconnection: the lock is free at once, not at the end of the
+/// holder's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_delete_reply_still_frees_the_lock() {
+    let (root, dir) = fresh_root("lost-delete");
+    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
+    let proxy = TcpProxy::start(&upstream()).await;
+    let holder_client = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    let holder = holder_client
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("holder acquires");
+    // delete is opcode 2; its path names our child.
+    proxy.lose_replies_after(
+        |b| b.len() >= 12 && b[8..12] == 2i32.to_be_bytes() && b.windows(6).any(|w| w == b"/lock-"),
+        Duration::from_millis(300),
+    );
+    assert!(holder.release().await.expect("release after a lost reply"));
+    assert_eq!(proxy.fired(), 1);
+    let raw = raw_client().await;
+    assert!(children(&raw, &dir).await.is_empty());
+    let other = ZkLock::connect(&direct).await.expect("connect");
+    let g = other
+        .try_acquire("job", &LockOptions::new())
+        .await
+        .expect("try")
+        .expect("the lock is free");
+    assert!(g.release().await.expect("release"));
+}
+
+/// The lock's node is a container: once its last child is gone the server
+/// removes it (the test servers check every second), so lock names used
+/// once do not pile up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unused_lock_node_is_removed_by_the_server() {
+    let (root, dir) = fresh_root("tidy");
+    let locks = ZkLock::connect(&format!("{}{root}", env("DISTLOCK_TEST_ZK_URL")))
+        .await
+        .expect("connect");
+    let g = locks
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("acquire");
+    let raw = raw_client().await;
+    assert!(raw.check_stat(&dir).await.expect("stat").is_some());
+    assert!(g.release().await.expect("release"));
+    let start = Instant::now();
+    while raw.check_stat(&dir).await.expect("stat").is_some() {
+        assert!(
+            start.elapsed() < Duration::from_secs(15),
+            "the empty lock node {dir} was not removed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    eprintln!(
+        "zk network: the empty lock node was removed {:?} after the release",
+        start.elapsed()
+    );
+    // The name can be used again at once.
+    let again = locks
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("acquire after the node went");
+    assert!(again.release().await.expect("release"));
+}
