@@ -60,7 +60,14 @@ const CAPABILITIES: Capabilities = Capabilities {
 ///   attempt, so a create whose reply was lost is found again by listing
 ///   the children instead of being left behind. The lowest sequence holds;
 ///   a waiter watches only the node just before its own and looks again
-///   when it goes. Timeout and cancellation delete the waiter's node.
+///   when it goes. Timeout and cancellation delete the waiter's node, even
+///   one whose create was still unanswered. The lock node is a *container*:
+///   the server removes it once its last child is gone.
+/// - **Connection drops** within the session: requests lost with the
+///   connection are sent again once the client reconnects; a lost create
+///   is looked up by its id first, and a lost delete that finds the node
+///   gone counts as done. A waiter whose session expires queues again on a
+///   fresh session while its wait allows.
 /// - **Crash release**: the node is ephemeral, so a crashed holder's lock
 ///   ends with its session. A lock acquired without auto-renewal also ends
 ///   when its TTL runs out: the client deletes its node then.
