@@ -149,6 +149,15 @@ pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     })
 }
 
+/// Make sure rustls has a process-wide crypto provider before a TLS
+/// connection is made: the redis client builds its TLS configuration from
+/// the default provider, and when a program links more than one (another
+/// backend's client may bring its own) there is no default until one is
+/// installed. Installing is a no-op when the application already chose.
+pub fn ensure_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// The URL without credentials, for errors.
 fn redacted(raw: &str) -> String {
     match url::Url::parse(raw) {

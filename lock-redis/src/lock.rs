@@ -89,6 +89,7 @@ impl RedisLock {
     /// TLS) with options `prefix`, `connect_timeout_ms`, `response_timeout_ms`.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
+        crate::config::ensure_tls_provider();
         let client =
             redis::Client::open(parsed.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
                 url: parsed.display.clone(),

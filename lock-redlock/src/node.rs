@@ -64,6 +64,7 @@ impl Node {
     /// A node whose connection is made lazily (on first use, and again after
     /// a failure), so that a node that is down does not stop the client.
     pub(crate) fn new(url: &NodeUrl, config: &RedlockConfig) -> Result<Self, LockError> {
+        lock_redis::parts::ensure_tls_provider();
         let client =
             redis::Client::open(url.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
                 url: url.display.clone(),
