@@ -35,6 +35,7 @@ ETCD_PEER_PORT=12380
 ETCD_CLUSTER_PORTS=(12401 12402 12403)
 ETCD_CLUSTER_PEER_PORTS=(12411 12412 12413)
 ZK_PORT=12181
+ZK_TLS_PORT=12191
 ZK_ENSEMBLE_PORTS=(12182 12183 12184)
 ZK_QUORUM_PORTS=(12281 12282 12283)
 ZK_ELECTION_PORTS=(12381 12382 12383)
@@ -44,7 +45,7 @@ DB_PASSWORD=distlock
 DB_NAME=distlock
 
 PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
-    protobuf-compiler libprotobuf-dev curl)
+    protobuf-compiler libprotobuf-dev curl openssl)
 
 ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 zk zk1 zk2 zk3)
 
@@ -240,10 +241,29 @@ zk_port() {
     esac
 }
 
+# A private CA and a certificate for $HOST (IP SAN), in PEM, for the
+# standalone server's TLS port; made once per state directory.
+zk_tls_files() {
+    local t=$STATE/zk-tls
+    [ -s "$t/server.pem" ] && return 0
+    mkdir -p "$t"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=distlock test CA" \
+        -keyout "$t/ca.key" -out "$t/ca.pem" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=$HOST" \
+        -keyout "$t/server.key" -out "$t/server.csr" 2>/dev/null
+    printf 'subjectAltName=IP:%s,DNS:localhost\n' "$HOST" >"$t/san.ext"
+    openssl x509 -req -in "$t/server.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
+        -days 3650 -extfile "$t/san.ext" -out "$t/server.crt" 2>/dev/null
+    # ZooKeeper's PEM key store: the private key (PKCS#8) and the chain.
+    openssl pkcs8 -topk8 -nocrypt -in "$t/server.key" -out "$t/server.pk8" 2>/dev/null
+    cat "$t/server.pk8" "$t/server.crt" >"$t/server.pem"
+}
+
 start_zk() {
     local name=$1 d port
     d=$(dir_of "$name"); port=$(zk_port "$name")
     mkdir -p "$d/data"
+    [ "$name" = zk ] && zk_tls_files
     {
         echo "tickTime=500"
         echo "initLimit=20"
@@ -255,7 +275,18 @@ start_zk() {
         echo "clientPortAddress=$HOST"
         echo "admin.enableServer=false"
         echo "4lw.commands.whitelist=ruok,srvr,stat,mntr,wchp"
-        if [ "$name" != zk ]; then
+        if [ "$name" = zk ]; then
+            # TLS on a second port (Netty); clients need not present a
+            # certificate.
+            echo "serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory"
+            echo "secureClientPort=$ZK_TLS_PORT"
+            echo "secureClientPortAddress=$HOST"
+            echo "ssl.keyStore.location=$STATE/zk-tls/server.pem"
+            echo "ssl.keyStore.type=PEM"
+            echo "ssl.trustStore.location=$STATE/zk-tls/ca.pem"
+            echo "ssl.trustStore.type=PEM"
+            echo "ssl.clientAuth=none"
+        else
             for i in 1 2 3; do
                 echo "server.$i=$HOST:${ZK_QUORUM_PORTS[$((i - 1))]}:${ZK_ELECTION_PORTS[$((i - 1))]}"
             done
@@ -266,7 +297,8 @@ start_zk() {
     # than every minute, so tests can see them go.
     spawn "$name" java -Xmx256m -XX:+UseSerialGC -Dzookeeper.log.dir="$d" \
         -Dznode.container.checkIntervalMs=1000 \
-        -cp "/usr/share/java/zookeeper.jar" org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
+        -cp "/usr/share/java/zookeeper.jar:/usr/share/java/netty-codec.jar:/usr/share/java/netty-resolver.jar:/usr/share/java/netty-transport-native-unix-common.jar" \
+        org.apache.zookeeper.server.quorum.QuorumPeerMain "$d/zoo.cfg"
 }
 ready_zk() {
     local reply
@@ -344,6 +376,7 @@ print_env() {
     echo "DISTLOCK_TEST_ETCD_CLUSTER_URL=etcd://$etcd_cluster"
     echo "DISTLOCK_TEST_ZK_URL=zk://$HOST:$ZK_PORT"
     echo "DISTLOCK_TEST_ZK_ENSEMBLE_URL=zk://$zk_ensemble"
+    echo "DISTLOCK_TEST_ZK_TLS_URL=zk+tls://$HOST:$ZK_TLS_PORT?tls_ca=$STATE/zk-tls/ca.pem"
     echo "DISTLOCK_SERVICES_SCRIPT=$(cd "$(dirname "$0")" && pwd)/services.sh"
 }
 

@@ -20,6 +20,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("etcd", "etcd"),
     ("etcd+https", "etcd"),
     ("zk", "zookeeper"),
+    ("zk+tls", "zookeeper"),
 ];
 
 fn invalid(url: &str, reason: impl Into<String>) -> LockError {
@@ -40,7 +41,7 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
-/// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout_ms=…]` | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
+/// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout_ms=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
 ///
 /// A scheme whose feature is off gives [`LockError::InvalidUrl`] naming the
 /// feature to enable; credentials never appear in errors.

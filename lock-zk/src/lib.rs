@@ -123,8 +123,7 @@ impl ZkLock {
     /// The password never appears in `Debug`, logs or errors.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let url = ZkUrl::parse(url)?;
-        let session =
-            Session::connect(&url.hosts, url.session_timeout, url.digest.as_deref()).await?;
+        let session = Session::connect(&url).await?;
         Ok(ZkLock {
             inner: Arc::new(Inner {
                 session: Mutex::new(session),
@@ -149,9 +148,7 @@ impl ZkLock {
             return Ok(current);
         }
         tracing::info!(server = %self.inner.display, "zookeeper session ended; starting a new one");
-        let url = &self.inner.url;
-        let fresh =
-            Session::connect(&url.hosts, url.session_timeout, url.digest.as_deref()).await?;
+        let fresh = Session::connect(&self.inner.url).await?;
         *self.inner.session.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
         Ok(fresh)
     }

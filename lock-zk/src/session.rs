@@ -9,6 +9,7 @@ use lock_core::{LeaseState, LockError, LossKind, LossReason};
 use zookeeper_client::{Acls, Client, SessionState};
 
 use crate::BACKEND;
+use crate::url::{TlsFiles, ZkUrl};
 
 /// How long a connection attempt to one member may take.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -33,18 +34,22 @@ impl Session {
     /// guard's `lost()` as *suspected* (the session, and so the node, may
     /// still be alive: the holder cannot know until it reconnects); an
     /// expiry or a close as *confirmed*.
-    pub async fn connect(
-        hosts: &str,
-        timeout: Duration,
-        digest: Option<&str>,
-    ) -> Result<Arc<Self>, LockError> {
+    pub async fn connect(url: &ZkUrl) -> Result<Arc<Self>, LockError> {
+        let (hosts, timeout) = (url.hosts.as_str(), url.session_timeout);
         let mut connector = Client::connector()
             .with_session_timeout(timeout)
             .with_connection_timeout(CONNECTION_TIMEOUT);
-        if let Some(digest) = digest {
+        if let Some(digest) = &url.digest {
             connector = connector.with_auth("digest", digest.as_bytes());
         }
-        let client = tokio::time::timeout(timeout + CONNECTION_TIMEOUT, connector.connect(hosts))
+        let tls = url.tls.as_ref().map(tls_options).transpose()?;
+        let connect = async move {
+            match tls {
+                Some(tls) => connector.with_tls(tls).secure_connect(hosts).await,
+                None => connector.connect(hosts).await,
+            }
+        };
+        let client = tokio::time::timeout(timeout + CONNECTION_TIMEOUT, connect)
             .await
             .map_err(|_| LockError::Unavailable {
                 backend: BACKEND,
@@ -54,7 +59,7 @@ impl Session {
             .map_err(|e| zk_error(&format!("connecting to {hosts}"), e))?;
         let session = Arc::new(Session {
             client,
-            acls: if digest.is_some() {
+            acls: if url.digest.is_some() {
                 Acls::creator_all()
             } else {
                 Acls::anyone_all()
@@ -116,6 +121,32 @@ impl Session {
             });
         }
     }
+}
+
+/// The client's TLS options from PEM files. The files are read here, so a
+/// missing or malformed one is an `InvalidOptions` naming it.
+fn tls_options(files: &TlsFiles) -> Result<zookeeper_client::TlsOptions, LockError> {
+    // The client builds its rustls configuration from the process's default
+    // crypto provider; with more than one compiled in, there is none until
+    // one is installed. Installing fails harmlessly if the application
+    // already chose.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let read = |path: &std::path::Path| {
+        std::fs::read_to_string(path).map_err(|e| {
+            LockError::invalid_options(format!("reading TLS file {}: {e}", path.display()))
+        })
+    };
+    let bad =
+        |what: &str, e: zookeeper_client::Error| LockError::invalid_options(format!("{what}: {e}"));
+    let mut options = zookeeper_client::TlsOptions::new()
+        .with_pem_ca(&read(&files.ca)?)
+        .map_err(|e| bad(&format!("CA certificates in {}", files.ca.display()), e))?;
+    if let Some((cert, key)) = &files.identity {
+        options = options
+            .with_pem_identity(&read(cert)?, &read(key)?)
+            .map_err(|e| bad(&format!("client identity in {}", cert.display()), e))?;
+    }
+    Ok(options)
 }
 
 /// Run the idempotent request `send` again while it fails with a dropped

@@ -1,6 +1,8 @@
-//! The `zk://` URL: members, root path, credentials and options.
+//! The `zk://` and `zk+tls://` URLs: members, root path, credentials, TLS
+//! files and options.
 
 use std::fmt;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use lock_core::LockError;
@@ -10,7 +12,19 @@ const DEFAULT_ROOT: &str = "/distlock";
 /// The default session timeout asked of the server.
 const DEFAULT_SESSION_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// A parsed `zk://[user:password@]host:port[,host:port…][/root][?options]`.
+/// The system's CA bundle, the default trust for `zk+tls://`.
+const SYSTEM_CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// PEM files for a TLS connection.
+#[derive(Clone, Debug)]
+pub(crate) struct TlsFiles {
+    /// The CA certificates that sign the servers' certificates.
+    pub ca: PathBuf,
+    /// The client's certificate and key, for servers that ask for one.
+    pub identity: Option<(PathBuf, PathBuf)>,
+}
+
+/// A parsed `zk[+tls]://[user:password@]host:port[,host:port…][/root][?options]`.
 #[derive(Clone)]
 pub(crate) struct ZkUrl {
     /// The members, `host:port[,host:port…]`, as the client takes them.
@@ -22,6 +36,8 @@ pub(crate) struct ZkUrl {
     pub session_timeout: Duration,
     /// `user:password` for the `digest` scheme, if given.
     pub digest: Option<String>,
+    /// TLS (`zk+tls://`), with the files to trust and present.
+    pub tls: Option<TlsFiles>,
 }
 
 impl fmt::Debug for ZkUrl {
@@ -31,6 +47,7 @@ impl fmt::Debug for ZkUrl {
             .field("root", &self.root)
             .field("session_timeout", &self.session_timeout)
             .field("digest", &self.digest.as_ref().map(|_| "***"))
+            .field("tls", &self.tls)
             .finish()
     }
 }
@@ -42,9 +59,11 @@ impl ZkUrl {
             url: redacted(raw),
             reason: reason.to_string(),
         };
-        let rest = raw
-            .strip_prefix("zk://")
-            .ok_or_else(|| invalid("expected a zk:// URL"))?;
+        let (tls, rest) = match raw.split_once("://") {
+            Some(("zk", rest)) => (false, rest),
+            Some(("zk+tls", rest)) => (true, rest),
+            _ => return Err(invalid("expected a zk:// or zk+tls:// URL")),
+        };
         let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
         let (authority, root) = match rest.find('/') {
             Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
@@ -83,7 +102,14 @@ impl ZkUrl {
             return Err(invalid("the root must be a plain absolute path"));
         }
         let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
+        let (mut ca, mut cert, mut key) = (None, None, None);
         for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let path = |v: &str| {
+                percent_decode(v)
+                    .filter(|p| !p.is_empty())
+                    .map(PathBuf::from)
+                    .ok_or_else(|| invalid("TLS options take a file path"))
+            };
             match pair.split_once('=') {
                 Some(("session_timeout_ms", v)) => {
                     session_timeout = Duration::from_millis(
@@ -92,14 +118,34 @@ impl ZkUrl {
                         })?,
                     )
                 }
-                _ => return Err(invalid("unknown option (known: session_timeout_ms)")),
+                Some(("tls_ca", v)) => ca = Some(path(v)?),
+                Some(("tls_cert", v)) => cert = Some(path(v)?),
+                Some(("tls_key", v)) => key = Some(path(v)?),
+                _ => {
+                    return Err(invalid(
+                        "unknown option (known: session_timeout_ms, tls_ca, tls_cert, tls_key)",
+                    ));
+                }
             }
         }
+        let tls = match (tls, ca, cert, key) {
+            (false, None, None, None) => None,
+            (false, ..) => return Err(invalid("TLS options need a zk+tls:// URL")),
+            (true, ca, cert, key) => Some(TlsFiles {
+                ca: ca.unwrap_or_else(|| PathBuf::from(SYSTEM_CA_BUNDLE)),
+                identity: match (cert, key) {
+                    (Some(c), Some(k)) => Some((c, k)),
+                    (None, None) => None,
+                    _ => return Err(invalid("`tls_cert` and `tls_key` go together")),
+                },
+            }),
+        };
         Ok(ZkUrl {
             hosts: hosts.to_string(),
             root: root.to_string(),
             session_timeout,
             digest,
+            tls,
         })
     }
 
@@ -111,7 +157,8 @@ impl ZkUrl {
             .and_then(|d| d.split_once(':'))
             .map(|(u, _)| format!("{u}:***@"))
             .unwrap_or_default();
-        format!("zk://{user}{}{}", self.hosts, self.root)
+        let scheme = if self.tls.is_some() { "zk+tls" } else { "zk" };
+        format!("{scheme}://{user}{}{}", self.hosts, self.root)
     }
 }
 
@@ -169,6 +216,19 @@ mod tests {
         assert_eq!(plain.root, "/distlock");
         assert_eq!(plain.digest, None);
         assert_eq!(plain.session_timeout, Duration::from_secs(10));
+        assert!(plain.tls.is_none());
+        let tls =
+            ZkUrl::parse("zk+tls://h:2281?tls_ca=/etc/zk/ca.pem&tls_cert=/c.pem&tls_key=/k.pem")
+                .expect("valid");
+        let files = tls.tls.as_ref().expect("tls");
+        assert_eq!(files.ca, PathBuf::from("/etc/zk/ca.pem"));
+        assert_eq!(
+            files.identity,
+            Some((PathBuf::from("/c.pem"), PathBuf::from("/k.pem")))
+        );
+        assert_eq!(tls.display(), "zk+tls://h:2281/distlock");
+        let system = ZkUrl::parse("zk+tls://h:2281").expect("valid");
+        assert_eq!(system.tls.expect("tls").ca, PathBuf::from(SYSTEM_CA_BUNDLE));
     }
 
     #[test]
@@ -185,6 +245,9 @@ mod tests {
             "zk://app:secretpw@h:2181?session_timeout_ms=0",
             "zk://app:secretpw@h:2181?nope=1",
             "zks://app:secretpw@h:2181",
+            "zk://app:secretpw@h:2181?tls_ca=/ca.pem",
+            "zk+tls://app:secretpw@h:2181?tls_cert=/c.pem",
+            "zk+tls://app:secretpw@h:2181?tls_ca=",
         ] {
             match ZkUrl::parse(bad) {
                 Err(e @ LockError::InvalidUrl { .. }) => {

@@ -1,6 +1,7 @@
 //! The conformance suite against the ZooKeeper that `scripts/services.sh`
-//! runs: the standalone server (`DISTLOCK_TEST_ZK_URL`) and the 3-node
-//! ensemble (`DISTLOCK_TEST_ZK_ENSEMBLE_URL`).
+//! runs: the standalone server (`DISTLOCK_TEST_ZK_URL`), the same server
+//! over TLS (`DISTLOCK_TEST_ZK_TLS_URL`) and the 3-node ensemble
+//! (`DISTLOCK_TEST_ZK_ENSEMBLE_URL`).
 
 use std::sync::Arc;
 
@@ -43,6 +44,16 @@ mod ensemble {
 
     async fn harness() -> Harness {
         harness_for("DISTLOCK_TEST_ZK_ENSEMBLE_URL").await
+    }
+
+    lock_core::conformance_suite!(harness());
+}
+
+mod tls {
+    use super::*;
+
+    async fn harness() -> Harness {
+        harness_for("DISTLOCK_TEST_ZK_TLS_URL").await
     }
 
     lock_core::conformance_suite!(harness());
