@@ -135,6 +135,17 @@ impl LockGuard {
         self
     }
 
+    /// Have `watchdog` release this lock `grace` after its validity deadline
+    /// (as `extend` moves it), for a backend whose server would keep a lock
+    /// without auto-renewal past its TTL (a ZooKeeper node lives as long as
+    /// its session). Also applies to a guard that is leaked.
+    pub fn expires_by(mut self, watchdog: &Watchdog, grace: Duration) -> Self {
+        if let Some(handle) = &self.handle {
+            self.renewal = Some(watchdog.expire(handle, &self.lease, grace));
+        }
+        self
+    }
+
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.name

@@ -1,4 +1,5 @@
-//! One background task per client that renews every auto-renewed lock.
+//! One background task per client that renews every auto-renewed lock, and
+//! ends the locks that a backend must end itself when their TTL runs out.
 //!
 //! The task keeps a min-heap of due times and a single timer, and polls every
 //! in-flight renewal itself (a `FuturesUnordered`), so renewals due at the
@@ -6,55 +7,97 @@
 //! without spawning anything. Guards register weakly, so a dropped guard
 //! simply falls out of the schedule. Thousands of locks therefore cost one
 //! task, one timer and a heap entry each, not a task and a timer each.
+//!
+//! Registering and dropping a registration touch the schedule under a mutex
+//! and wake the task only when its timer must move earlier: the steady
+//! acquire–release cycle of a busy client, whose new locks fall due after
+//! the ones already scheduled, costs no wake-up and no context switch.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::guard::GuardHandle;
 use crate::loss::{LeaseState, LossReason};
 
-/// Renews leases at about a third of their TTL. Cheap to clone; one per
-/// backend client. The driver task starts on the first registration, on the
-/// runtime current at that moment, and stops when nothing refers to it.
+/// Renews leases at about a third of their TTL, and ends the locks
+/// registered with [`Watchdog::expire`] when their TTL runs out. Cheap to
+/// clone; one per backend client. The driver task starts on the first
+/// registration, on the runtime current at that moment, and stops when
+/// nothing refers to the watchdog.
 #[derive(Clone, Default)]
 pub struct Watchdog {
-    inner: Arc<Inner>,
+    shared: Arc<Shared>,
 }
 
 #[derive(Default)]
-struct Inner {
-    tx: Mutex<Option<mpsc::UnboundedSender<Command>>>,
-    next_id: AtomicU64,
+struct Shared {
+    schedule: Mutex<Schedule>,
+    /// Wakes the driver when its timer must move earlier (or on drop).
+    wake: Arc<Notify>,
 }
 
-enum Command {
-    Add {
-        id: u64,
-        handle: Weak<dyn GuardHandle>,
-        lease: Weak<LeaseState>,
-    },
-    Remove(u64),
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Let the driver see that the watchdog is gone and stop.
+        self.wake.notify_one();
+    }
 }
 
-/// Keeps one lock in the watchdog's schedule; dropping it takes the lock out.
+#[derive(Default)]
+struct Schedule {
+    entries: HashMap<u64, Entry>,
+    /// Due times; entries removed or rescheduled leave stale items, skipped
+    /// when they come up and dropped when the heap is rebuilt.
+    heap: BinaryHeap<Reverse<(Instant, u64)>>,
+    next_id: u64,
+    /// The time the driver's timer is set for (`None`: no timer).
+    armed: Option<Instant>,
+    driver: Option<JoinHandle<()>>,
+}
+
+enum Kind {
+    /// Extend the lock a third of its TTL after the last renewal.
+    Renew,
+    /// Release the lock `grace` after its validity deadline, unless an
+    /// extension moved the deadline.
+    Expire { grace: Duration },
+}
+
+struct Entry {
+    handle: Weak<dyn GuardHandle>,
+    lease: Weak<LeaseState>,
+    due: Instant,
+    kind: Kind,
+}
+
+/// Keeps one lock in the watchdog's schedule (and the watchdog running);
+/// dropping it takes the lock out.
 pub struct Registration {
     id: u64,
-    watchdog: Watchdog,
+    shared: Option<Arc<Shared>>,
 }
 
 impl Drop for Registration {
     fn drop(&mut self) {
-        self.watchdog.send(Command::Remove(self.id));
+        if let Some(shared) = &self.shared {
+            shared.schedule().entries.remove(&self.id);
+        }
+    }
+}
+
+impl Shared {
+    fn schedule(&self) -> MutexGuard<'_, Schedule> {
+        self.schedule.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -69,142 +112,242 @@ impl Watchdog {
     /// finds the lock gone marks it lost; failed renewals are retried until
     /// the deadline, after which `lost()` fires by itself.
     pub fn register(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
-        let id = self.inner.next_id.fetch_add(1, Ordering::Relaxed);
-        self.send(Command::Add {
+        let due = Instant::now() + lease.ttl() / 3;
+        self.insert(handle, lease, due, Kind::Renew)
+    }
+
+    /// Release `handle` once `lease`'s validity deadline (as extensions move
+    /// it) is `grace` behind, for backends whose server would otherwise keep
+    /// a lock without auto-renewal past its TTL. The registration does not
+    /// keep the handle alive; keep it with the guard.
+    pub fn expire(
+        &self,
+        handle: &Arc<dyn GuardHandle>,
+        lease: &Arc<LeaseState>,
+        grace: Duration,
+    ) -> Registration {
+        let Some(deadline) = lease.deadline() else {
+            return Registration {
+                id: u64::MAX,
+                shared: None,
+            };
+        };
+        self.insert(handle, lease, deadline + grace, Kind::Expire { grace })
+    }
+
+    fn insert(
+        &self,
+        handle: &Arc<dyn GuardHandle>,
+        lease: &Arc<LeaseState>,
+        due: Instant,
+        kind: Kind,
+    ) -> Registration {
+        let mut s = self.shared.schedule();
+        let id = s.next_id;
+        s.next_id += 1;
+        s.entries.insert(
             id,
-            handle: Arc::downgrade(handle),
-            lease: Arc::downgrade(lease),
-        });
+            Entry {
+                handle: Arc::downgrade(handle),
+                lease: Arc::downgrade(lease),
+                due,
+                kind,
+            },
+        );
+        s.heap.push(Reverse((due, id)));
+        s.compact();
+        if s.driver.as_ref().is_none_or(JoinHandle::is_finished) {
+            match tokio::runtime::Handle::try_current() {
+                Ok(rt) => {
+                    s.armed = None;
+                    let driver = drive(Arc::downgrade(&self.shared), self.shared.wake.clone());
+                    s.driver = Some(rt.spawn(driver));
+                }
+                Err(_) => tracing::warn!(
+                    "no tokio runtime: the lock is not renewed and its lost() fires at the validity deadline"
+                ),
+            }
+        } else if s.armed.is_none_or(|armed| due < armed) {
+            self.shared.wake.notify_one();
+        }
         Registration {
             id,
-            watchdog: self.clone(),
+            shared: Some(Arc::clone(&self.shared)),
+        }
+    }
+}
+
+impl Schedule {
+    /// Rebuild the heap from the live entries once stale items outnumber
+    /// them, so short-lived locks cannot grow it without bound.
+    fn compact(&mut self) {
+        if self.heap.len() > 2 * self.entries.len() + 64 {
+            self.heap = self
+                .entries
+                .iter()
+                .map(|(id, e)| Reverse((e.due, *id)))
+                .collect();
         }
     }
 
-    fn send(&self, cmd: Command) {
-        let mut tx = self.inner.tx.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(sender) = tx.as_ref() {
-            match sender.send(cmd) {
-                Ok(()) => return,
-                Err(mpsc::error::SendError(c)) => {
-                    // The driver's runtime went away; start a new driver below.
-                    *tx = None;
-                    if matches!(c, Command::Remove(_)) {
-                        return;
-                    }
-                    return self.start(&mut tx, c);
+    /// The earliest live due time, dropping stale heap items on the way.
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some(Reverse((due, id))) = self.heap.peek().copied() {
+            match self.entries.get(&id) {
+                Some(e) if e.due == due => return Some(due),
+                _ => {
+                    self.heap.pop();
                 }
             }
         }
-        if matches!(cmd, Command::Add { .. }) {
-            self.start(&mut tx, cmd);
-        }
+        None
     }
 
-    fn start(&self, slot: &mut Option<mpsc::UnboundedSender<Command>>, first: Command) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(
-                "no tokio runtime: the lock is not renewed and its lost() fires at the validity deadline"
-            );
-            return;
-        };
-        let (sender, rx) = mpsc::unbounded_channel();
-        // Cannot fail: the receiver is alive.
-        let _ = sender.send(first);
-        rt.spawn(drive(rx));
-        *slot = Some(sender);
-    }
-}
-
-struct Entry {
-    handle: Weak<dyn GuardHandle>,
-    lease: Weak<LeaseState>,
-    due: Instant,
-}
-
-type Outcome = (u64, Instant, Duration, Result<bool, LockError>);
-
-/// The shortest pause between retries of a renewal that could not reach the server.
-const MIN_RETRY: Duration = Duration::from_millis(20);
-
-async fn drive(mut rx: mpsc::UnboundedReceiver<Command>) {
-    let mut entries: HashMap<u64, Entry> = HashMap::new();
-    let mut heap: BinaryHeap<Reverse<(Instant, u64)>> = BinaryHeap::new();
-    let mut inflight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
-    let far = || Instant::now() + Duration::from_secs(86_400);
-    loop {
-        let next = heap.peek().map(|Reverse((t, _))| *t).unwrap_or_else(far);
-        tokio::select! {
-            cmd = rx.recv() => match cmd {
-                None => break,
-                Some(Command::Add { id, handle, lease }) => {
-                    let Some(l) = lease.upgrade() else { continue };
-                    let due = Instant::now() + l.ttl() / 3;
-                    heap.push(Reverse((due, id)));
-                    entries.insert(id, Entry { handle, lease, due });
+    /// Start the work due by `now`: renewals and expiries to poll.
+    fn start_due(
+        &mut self,
+        now: Instant,
+        inflight: &mut FuturesUnordered<BoxFuture<'static, Outcome>>,
+    ) {
+        while let Some(due) = self.next_due() {
+            if due > now {
+                break;
+            }
+            let Some(Reverse((_, id))) = self.heap.pop() else {
+                break;
+            };
+            let Some(entry) = self.entries.get_mut(&id) else {
+                continue;
+            };
+            let (Some(handle), Some(lease)) = (entry.handle.upgrade(), entry.lease.upgrade())
+            else {
+                self.entries.remove(&id);
+                continue;
+            };
+            match entry.kind {
+                Kind::Renew if lease.lost_now().is_some() => {
+                    self.entries.remove(&id);
                 }
-                Some(Command::Remove(id)) => {
-                    entries.remove(&id);
-                }
-            },
-            _ = tokio::time::sleep_until(next), if !heap.is_empty() => {
-                let now = Instant::now();
-                while let Some(Reverse((due, id))) = heap.peek().copied() {
-                    if due > now {
-                        break;
-                    }
-                    heap.pop();
-                    let Some(entry) = entries.get(&id) else { continue };
-                    if entry.due != due {
-                        continue; // superseded by a later schedule
-                    }
-                    let (Some(handle), Some(lease)) = (entry.handle.upgrade(), entry.lease.upgrade()) else {
-                        entries.remove(&id);
-                        continue;
-                    };
-                    if lease.lost_now().is_some() {
-                        entries.remove(&id);
-                        continue;
-                    }
+                Kind::Renew => {
                     let ttl = lease.ttl();
                     inflight.push(Box::pin(async move {
                         let sent_at = Instant::now();
                         let result = handle.extend(ttl).await;
-                        (id, sent_at, ttl, result)
+                        Outcome::Renewed {
+                            id,
+                            sent_at,
+                            ttl,
+                            result,
+                        }
                     }));
                 }
-            },
-            Some((id, sent_at, ttl, result)) = inflight.next(), if !inflight.is_empty() => {
-                let Some(entry) = entries.get_mut(&id) else { continue };
-                let Some(lease) = entry.lease.upgrade() else {
-                    entries.remove(&id);
-                    continue;
-                };
-                let due = match result {
-                    Ok(true) => {
-                        lease.renewed(sent_at, ttl);
-                        sent_at + ttl / 3
-                    }
-                    Ok(false) => {
-                        tracing::warn!("renewal found the lock gone or taken over");
-                        lease.mark_lost(LossReason::TakenOver);
-                        entries.remove(&id);
+                // A lease past its deadline reports itself lost: that is
+                // when an expiry runs.
+                Kind::Expire { grace } => {
+                    if let Some(later) = lease.deadline().map(|d| d + grace).filter(|&d| d > now) {
+                        // Extended since it was scheduled.
+                        entry.due = later;
+                        self.heap.push(Reverse((later, id)));
                         continue;
                     }
-                    Err(e) => {
-                        let Some(deadline) = lease.deadline().filter(|_| lease.lost_now().is_none()) else {
-                            tracing::warn!(error = %e, "renewal failed and the lock's validity has ended");
-                            entries.remove(&id);
-                            continue;
-                        };
-                        tracing::warn!(error = %e, "renewal failed; retrying until the validity deadline");
-                        let retry = Instant::now() + (ttl / 10).max(MIN_RETRY);
-                        retry.min(deadline)
-                    }
+                    self.entries.remove(&id);
+                    inflight.push(Box::pin(async move {
+                        let result = handle.release().await;
+                        Outcome::Expired { result }
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Record a renewal's outcome and schedule the next one.
+    fn renewed(
+        &mut self,
+        id: u64,
+        sent_at: Instant,
+        ttl: Duration,
+        result: Result<bool, LockError>,
+    ) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        let Some(lease) = entry.lease.upgrade() else {
+            self.entries.remove(&id);
+            return;
+        };
+        let due = match result {
+            Ok(true) => {
+                lease.renewed(sent_at, ttl);
+                sent_at + ttl / 3
+            }
+            Ok(false) => {
+                tracing::warn!("renewal found the lock gone or taken over");
+                lease.mark_lost(LossReason::TakenOver);
+                self.entries.remove(&id);
+                return;
+            }
+            Err(e) => {
+                let Some(deadline) = lease.deadline().filter(|_| lease.lost_now().is_none()) else {
+                    tracing::warn!(error = %e, "renewal failed and the lock's validity has ended");
+                    self.entries.remove(&id);
+                    return;
                 };
-                entry.due = due;
-                heap.push(Reverse((due, id)));
+                tracing::warn!(error = %e, "renewal failed; retrying until the validity deadline");
+                let retry = Instant::now() + (ttl / 10).max(MIN_RETRY);
+                retry.min(deadline)
+            }
+        };
+        entry.due = due;
+        self.heap.push(Reverse((due, id)));
+    }
+}
+
+enum Outcome {
+    Renewed {
+        id: u64,
+        sent_at: Instant,
+        ttl: Duration,
+        result: Result<bool, LockError>,
+    },
+    Expired {
+        result: Result<bool, LockError>,
+    },
+}
+
+/// The shortest pause between retries of a renewal that could not reach the server.
+const MIN_RETRY: Duration = Duration::from_millis(20);
+
+async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
+    let mut inflight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
+    loop {
+        let next = {
+            let Some(shared) = shared.upgrade() else {
+                break;
+            };
+            let mut s = shared.schedule();
+            s.start_due(Instant::now(), &mut inflight);
+            let next = s.next_due();
+            s.armed = next;
+            next
+        };
+        tokio::select! {
+            _ = wake.notified() => {}
+            _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
+            Some(outcome) = inflight.next(), if !inflight.is_empty() => match outcome {
+                Outcome::Renewed { id, sent_at, ttl, result } => {
+                    let Some(shared) = shared.upgrade() else {
+                        break;
+                    };
+                    shared.schedule().renewed(id, sent_at, ttl, result);
+                }
+                Outcome::Expired { result } => match result {
+                    Ok(true) => tracing::debug!("a lock without auto-renewal reached its TTL and was released"),
+                    Ok(false) => {}
+                    Err(e) => tracing::warn!(error = %e, "releasing a lock at the end of its TTL failed"),
+                },
             },
         }
     }
+    // Let in-flight releases of expired locks finish; renewals no longer matter.
+    while inflight.next().await.is_some() {}
 }

@@ -245,3 +245,79 @@ async fn an_extend_landing_after_the_deadline_reports_the_loss() {
     }
     assert_eq!(g.lost().await, LossReason::DeadlinePassed);
 }
+
+fn expiring(handle: &Arc<Scripted>, ttl: Duration, grace: Duration, w: &Watchdog) -> LockGuard {
+    let lease = Arc::new(LeaseState::lease(Instant::now(), ttl));
+    let h: Arc<dyn GuardHandle> = handle.clone();
+    LockGuard::new("x", None, CAPS, lease, h).expires_by(w, grace)
+}
+
+/// A lock registered to expire is released `grace` after its deadline (a
+/// leaked guard included), later if an extension moved the deadline, and
+/// never once its guard released it.
+#[tokio::test(start_paused = true)]
+async fn expiring_locks_are_released_after_their_deadline_unless_extended() {
+    let w = Watchdog::new();
+    let grace = Duration::from_millis(100);
+    let ttl = Duration::from_secs(2);
+
+    let leaked = Arc::new(Scripted::default());
+    std::mem::forget(expiring(&leaked, ttl, grace, &w));
+
+    let extended = Arc::new(Scripted::default());
+    let g = expiring(&extended, ttl, grace, &w);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    g.extend(ttl).await.expect("extend");
+    std::mem::forget(g);
+
+    let released = Arc::new(Scripted::default());
+    let r = expiring(&released, ttl, grace, &w);
+    assert!(r.release().await.expect("release"));
+
+    // The deadline is the TTL less the drift allowance: just under 2 s.
+    tokio::time::sleep(Duration::from_millis(850)).await; // 1.85 s
+    assert_eq!(
+        leaked.releases.load(Ordering::SeqCst),
+        0,
+        "not before the deadline + grace"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await; // 2.25 s
+    assert_eq!(
+        leaked.releases.load(Ordering::SeqCst),
+        1,
+        "released after the deadline + grace"
+    );
+    assert_eq!(
+        extended.releases.load(Ordering::SeqCst),
+        0,
+        "its deadline moved"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await; // 3.25 s
+    assert_eq!(extended.releases.load(Ordering::SeqCst), 1);
+    assert_eq!(
+        released.releases.load(Ordering::SeqCst),
+        1,
+        "only its own release"
+    );
+    assert_eq!(
+        extended.renewals.load(Ordering::SeqCst),
+        1,
+        "expiry never renews"
+    );
+}
+
+/// A busy client's acquire–release cycle leaves nothing behind in the
+/// schedule: after many short-lived registrations the watchdog still
+/// renews a long-lived lock on time.
+#[tokio::test(start_paused = true)]
+async fn short_lived_registrations_do_not_disturb_the_schedule() {
+    let w = Watchdog::new();
+    let long = Arc::new(Scripted::default());
+    let _g = guard(&long, Duration::from_secs(3), &w);
+    for _ in 0..10_000 {
+        let h = Arc::new(Scripted::default());
+        drop(guard(&h, Duration::from_secs(30), &w));
+    }
+    tokio::time::sleep(Duration::from_millis(3_100)).await;
+    assert_eq!(long.renewals.load(Ordering::SeqCst), 3);
+}
