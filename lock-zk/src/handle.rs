@@ -1,12 +1,10 @@
-//! A held lock's node: release, renewal check, and the end of a lock
-//! acquired without auto-renewal.
+//! A held lock's node: release and renewal check.
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{GuardHandle, LeaseState, LockError};
-use tokio::time::Instant;
+use lock_core::{GuardHandle, LockError};
 use zookeeper_client::Error as ZkError;
 
 use crate::session::{Session, retrying, zk_error};
@@ -58,28 +56,4 @@ impl GuardHandle for ZkHandle {
             Err(e) => Err(zk_error("checking a lock node", e)),
         }
     }
-}
-
-/// A lock without auto-renewal ends `grace` after its validity deadline
-/// (unless an `extend` moved it): delete its node then, as a lease would
-/// expire.
-pub(crate) fn expire_at_deadline(handle: Weak<ZkHandle>, lease: Arc<LeaseState>, grace: Duration) {
-    let Ok(rt) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    rt.spawn(async move {
-        loop {
-            let Some(deadline) = lease.deadline() else {
-                return;
-            };
-            tokio::time::sleep_until(deadline + grace).await;
-            if lease.deadline().is_some_and(|d| d + grace > Instant::now()) {
-                continue; // extended
-            }
-            if let Some(handle) = handle.upgrade() {
-                let _ = handle.delete().await;
-            }
-            return;
-        }
-    });
 }

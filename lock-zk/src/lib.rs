@@ -26,7 +26,7 @@ use lock_core::{
 };
 use tokio::time::Instant;
 
-use crate::handle::{ZkHandle, expire_at_deadline};
+use crate::handle::ZkHandle;
 use crate::path::lock_node;
 use crate::queue::{enqueue, queue};
 use crate::session::{Session, retrying, zk_error};
@@ -269,17 +269,16 @@ impl ZkLock {
     ) -> LockGuard {
         let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
         handle.session.attach(&lease);
-        if !opts.auto_renew {
-            // Never before the holder's own deadline; and, as a server-side
-            // lease would, not before the TTL counted from the grant.
-            let grace = lock_core::drift_allowance(opts.ttl) + sent_at.elapsed();
-            expire_at_deadline(Arc::downgrade(&handle), Arc::clone(&lease), grace);
-        }
         let guard = LockGuard::new(name, u64::try_from(czxid).ok(), CAPABILITIES, lease, handle);
         if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
-            guard
+            // The node would outlive the TTL with the session: delete it
+            // then. Never before the holder's own deadline; and, as a
+            // server-side lease would, not before the TTL counted from the
+            // grant.
+            let grace = lock_core::drift_allowance(opts.ttl) + sent_at.elapsed();
+            guard.expires_by(&self.watchdog, grace)
         }
     }
 }

@@ -26,7 +26,15 @@ pub(crate) struct Session {
     /// The ACL of the nodes we create: anyone may use them, or, with digest
     /// credentials, only clients holding the same credentials.
     pub acls: Acls<'static>,
-    guards: Mutex<Vec<Weak<LeaseState>>>,
+    guards: Mutex<Guards>,
+}
+
+/// The leases of the session's guards; ended ones are pruned once the list
+/// has doubled since the last pruning, so attaching stays O(1) amortised.
+#[derive(Default)]
+struct Guards {
+    leases: Vec<Weak<LeaseState>>,
+    prune_at: usize,
 }
 
 impl Session {
@@ -64,7 +72,7 @@ impl Session {
             } else {
                 Acls::anyone_all()
             },
-            guards: Mutex::new(Vec::new()),
+            guards: Mutex::new(Guards::default()),
         });
         let mut states = session.client.state_watcher();
         let watched = Arc::downgrade(&session);
@@ -102,19 +110,22 @@ impl Session {
         self.client.state().is_terminated()
     }
 
-    fn guards(&self) -> std::sync::MutexGuard<'_, Vec<Weak<LeaseState>>> {
+    fn guards(&self) -> std::sync::MutexGuard<'_, Guards> {
         self.guards.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Fire `lease`'s `lost()` with the session's.
     pub fn attach(&self, lease: &Arc<LeaseState>) {
         let mut guards = self.guards();
-        guards.retain(|g| g.strong_count() > 0);
-        guards.push(Arc::downgrade(lease));
+        if guards.leases.len() >= guards.prune_at {
+            guards.leases.retain(|g| g.strong_count() > 0);
+            guards.prune_at = (2 * guards.leases.len()).max(64);
+        }
+        guards.leases.push(Arc::downgrade(lease));
     }
 
     fn lose_all(&self, kind: LossKind, detail: &str) {
-        for lease in self.guards().iter().filter_map(Weak::upgrade) {
+        for lease in self.guards().leases.iter().filter_map(Weak::upgrade) {
             lease.mark_lost(LossReason::ConnectionLost {
                 kind,
                 detail: detail.to_string(),
