@@ -1,6 +1,8 @@
 //! ZooKeeper faults: a holder process killed with SIGKILL frees its lock
 //! when its session expires; a frozen server makes the holder suspect, then
-//! confirm, its loss, and the client recovers on a new session.
+//! confirm, its loss, and the client recovers on a new session; a waiter
+//! whose session expires queues again on a new one; 16 waiters set 16
+//! watches and one release fires one; the ensemble outlives its leader.
 //!
 //! The freeze stops the standalone server, so these tests run one at a time
 //! (a shared mutex) in this binary, apart from the conformance suite.
@@ -134,6 +136,49 @@ async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
         "zk faults: suspected loss {suspected_after:?} after the freeze; confirmed loss seen {confirmed_after:?} after the thaw (the freeze lasted twice the session timeout); new session in {:?}",
         start.elapsed()
     );
+}
+
+/// A waiter whose session expires (the standalone server frozen past the
+/// session timeout, so the holder's session goes too) joins the queue again
+/// on a fresh session and gets the lock, within its wait, without the
+/// caller doing anything.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_outlives_the_expiry_of_its_session() {
+    use lock_core::faultkit::{Restore, services};
+    let _serial = SERIAL.lock().await;
+    let name = unique("waiter-expiry");
+    let (holder_client, waiter_client) = (client().await, client().await);
+    let holder = holder_client
+        .acquire(&name, &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("acquire");
+    let first = holder.fencing_token().expect("token");
+    let waiting = tokio::spawn({
+        let name = name.clone();
+        async move {
+            waiter_client
+                .acquire(&name, &LockOptions::new().wait_timeout(SESSION * 10))
+                .await
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let _restore = Restore::servers(["zk"]);
+    services(&["pause", "zk"]);
+    tokio::time::sleep(SESSION * 2).await;
+    services(&["resume", "zk"]);
+    let resumed_at = Instant::now();
+    let g = waiting
+        .await
+        .expect("waiter task")
+        .expect("the waiter acquires on a fresh session");
+    let after = resumed_at.elapsed();
+    assert!(g.fencing_token().expect("token") > first);
+    assert!(
+        holder.is_lost().is_some(),
+        "the holder's session expired too"
+    );
+    assert!(g.release().await.expect("release"));
+    eprintln!("zk faults: a waiter whose session expired got the lock {after:?} after the thaw");
 }
 
 /// The watches (one per watching session) set on nodes of lock `name`,
