@@ -62,23 +62,53 @@ async fn children(raw: &Client, dir: &str) -> Vec<String> {
     c
 }
 
+/// One case's world: a root of its own, the proxy, a client connected
+/// directly and one through the proxy.
+struct Setup {
+    dir: String,
+    direct: String,
+    proxy: TcpProxy,
+    proxied: ZkLock,
+}
+
+async fn setup(case: &str) -> Setup {
+    let (root, dir) = fresh_root(case);
+    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
+    let proxy = TcpProxy::start(&upstream()).await;
+    let proxied = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
+        .await
+        .expect("connect through the proxy");
+    Setup {
+        dir,
+        direct,
+        proxy,
+        proxied,
+    }
+}
+
+/// A client connected directly that holds lock `job`.
+async fn direct_holder(direct: &str) -> (ZkLock, lock_core::LockGuard) {
+    let locks = ZkLock::connect(direct).await.expect("connect");
+    let held = locks
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("holder acquires");
+    (locks, held)
+}
+
 /// The create of a waiter's node reaches the server, but its reply is lost
 /// and the connection drops. The client finds its node again by its id
 /// instead of creating a second one: after the hand-off exactly one node is
 /// left, it is the one that holds, and its czxid is the guard's token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_create_reply_leaves_no_orphan() {
-    let (root, dir) = fresh_root("lost-create");
-    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
-    let proxy = TcpProxy::start(&upstream()).await;
-    let holder_client = ZkLock::connect(&direct).await.expect("connect");
-    let holder = holder_client
-        .acquire("job", &LockOptions::new().wait(Wait::No))
-        .await
-        .expect("holder acquires");
-    let waiter_client = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
+    let Setup {
+        dir,
+        proxy,
+        proxied: waiter_client,
+        direct,
+    } = setup("lost-create").await;
+    let (_holder_client, holder) = direct_holder(&direct).await;
     proxy.lose_replies_after(creates_a_lock_child, Duration::from_millis(300));
     let waiting = tokio::spawn(async move {
         let g = waiter_client
@@ -126,17 +156,13 @@ async fn a_lost_create_reply_leaves_no_orphan() {
 /// deleted once the client has reconnected.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquire_cancelled_during_its_create_leaves_no_orphan() {
-    let (root, dir) = fresh_root("cancel-create");
-    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
-    let proxy = TcpProxy::start(&upstream()).await;
-    let holder_client = ZkLock::connect(&direct).await.expect("connect");
-    let holder = holder_client
-        .acquire("job", &LockOptions::new().wait(Wait::No))
-        .await
-        .expect("holder acquires");
-    let canceller = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
+    let Setup {
+        dir,
+        proxy,
+        proxied: canceller,
+        direct,
+    } = setup("cancel-create").await;
+    let (_holder_client, holder) = direct_holder(&direct).await;
     proxy.lose_replies_after(creates_a_lock_child, Duration::from_millis(500));
     let cancelled = tokio::time::timeout(
         Duration::from_millis(200),
@@ -188,12 +214,12 @@ async fn an_acquire_cancelled_during_its_create_leaves_no_orphan() {
 /// holder's session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_delete_reply_still_frees_the_lock() {
-    let (root, dir) = fresh_root("lost-delete");
-    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
-    let proxy = TcpProxy::start(&upstream()).await;
-    let holder_client = ZkLock::connect(&format!("zk://{}{root}", proxy.addr()))
-        .await
-        .expect("connect through the proxy");
+    let Setup {
+        dir,
+        proxy,
+        proxied: holder_client,
+        direct,
+    } = setup("lost-delete").await;
     let holder = holder_client
         .acquire("job", &LockOptions::new().wait(Wait::No))
         .await
