@@ -73,9 +73,15 @@ impl Node {
                     e.detail().unwrap_or("invalid")
                 ),
             })?;
+        let release_timeout = config.node_timeout.max(config.connect_timeout);
+        // The client's own bound is the longest any request may take (a
+        // release's); the node timeout of the hot path is ours (`bounded`).
+        // Were it the client's, a release would give up after the node
+        // timeout too, and a pause of the process longer than that would
+        // report a release as failed on every node.
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.node_timeout))
+            .set_response_timeout(Some(release_timeout))
             // No retry loop inside a request: a node that is down fails at
             // once, and the next request tries to connect again.
             .set_number_of_retries(0);
@@ -94,7 +100,7 @@ impl Node {
                 ..Default::default()
             },
             timeout: config.node_timeout,
-            release_timeout: config.node_timeout.max(config.connect_timeout),
+            release_timeout,
             handoff_window: config.handoff_window,
         })
     }

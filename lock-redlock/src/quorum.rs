@@ -75,7 +75,17 @@ pub(crate) fn causes<T>(replies: &Replies<T>, names: &[String]) -> Vec<String> {
         .iter()
         .zip(names)
         .filter_map(|(r, name)| match r {
-            Some(Err(e)) => Some(format!("{name}: {e}")),
+            Some(Err(e)) => {
+                // The whole chain: "unavailable: releasing on X" alone does
+                // not say whether it timed out, was refused or dropped.
+                let mut cause = format!("{name}: {e}");
+                let mut source = std::error::Error::source(e);
+                while let Some(inner) = source {
+                    cause.push_str(&format!(": {inner}"));
+                    source = inner.source();
+                }
+                Some(cause)
+            }
             _ => None,
         })
         .collect()
