@@ -38,6 +38,7 @@ struct Trigger {
 #[derive(Default)]
 struct Shared {
     trigger: Mutex<Option<Trigger>>,
+    counters: Mutex<Vec<(Predicate, Arc<AtomicUsize>)>>,
     connections: AtomicUsize,
     fired: AtomicUsize,
 }
@@ -104,6 +105,21 @@ impl TcpProxy {
         });
     }
 
+    /// Count the client writes for which `matches` holds, from now on (to
+    /// see how many requests of a kind a client sends).
+    pub fn count_requests(
+        &self,
+        matches: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+    ) -> RequestCount {
+        let count = Arc::new(AtomicUsize::new(0));
+        self.shared
+            .counters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((Box::new(matches), Arc::clone(&count)));
+        RequestCount(count)
+    }
+
     /// How many times the armed fault has fired (0 or 1 per arming).
     pub fn fired(&self) -> usize {
         self.shared.fired.load(Ordering::SeqCst)
@@ -112,6 +128,17 @@ impl TcpProxy {
     /// How many client connections the proxy has forwarded so far.
     pub fn connections(&self) -> usize {
         self.shared.connections.load(Ordering::SeqCst)
+    }
+}
+
+/// The number of matching client writes so far; see
+/// [`TcpProxy::count_requests`].
+pub struct RequestCount(Arc<AtomicUsize>);
+
+impl RequestCount {
+    /// The count now.
+    pub fn get(&self) -> usize {
+        self.0.load(Ordering::SeqCst)
     }
 }
 
@@ -149,6 +176,16 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
+            for (matches, count) in shared
+                .counters
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .iter()
+            {
+                if matches(&buf[..n]) {
+                    count.fetch_add(1, Ordering::SeqCst);
+                }
+            }
             let hold = {
                 let mut trigger = shared.trigger.lock().unwrap_or_else(|e| e.into_inner());
                 match trigger.as_ref() {
