@@ -25,6 +25,7 @@ use lock_core::{
     Watchdog, check_request, wait_deadline,
 };
 use tokio::time::Instant;
+use zookeeper_client::EventType;
 
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
@@ -251,9 +252,22 @@ impl ZkLock {
                 }
             };
             // The watch fires when the predecessor goes, and on a change
-            // of the session's state: either way, look again.
+            // of the session's state.
             tokio::select! {
-                _ = watcher.changed() => {}
+                event = watcher.changed() => {
+                    // A predecessor that was first when we listed had
+                    // nothing before it, and no node can join ahead of
+                    // ours (sequence numbers only grow): once it is
+                    // deleted, we are first, without listing again. The
+                    // hand-off costs the holder's delete and one
+                    // notification, no further round trip.
+                    if at == 1 && event.event_type == EventType::NodeDeleted {
+                        pending.disarm();
+                        return Ok(Some(self.guard(name, handle, ours.czxid, sent_at, opts)));
+                    }
+                    // Anything else (a session event, a waiter ahead of
+                    // us that left): look again.
+                }
                 _ = timer => {}
             }
         }

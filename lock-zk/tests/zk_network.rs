@@ -35,21 +35,27 @@ async fn raw_client() -> Client {
     Client::connect(&upstream()).await.expect("plain client")
 }
 
-/// Whether a client write carries a create of one of our lock children:
-/// ZooKeeper frames are a 4-byte length, then (for requests) xid and
-/// opcode; create, create2, createContainer and createTTL are 1, 15, 19, 21.
-fn creates_a_lock_child(bytes: &[u8]) -> bool {
+/// Whether a client write carries a request with one of `ops` whose
+/// bytes hold `needle`: ZooKeeper frames are a 4-byte length, then (for
+/// requests) xid and opcode.
+fn carries(bytes: &[u8], ops: &[i32], needle: &[u8]) -> bool {
     let mut rest = bytes;
     while rest.len() >= 12 {
         let len = u32::from_be_bytes([rest[0], rest[1], rest[2], rest[3]]) as usize;
         let op = i32::from_be_bytes([rest[8], rest[9], rest[10], rest[11]]);
         let frame = rest.get(..4 + len).unwrap_or(rest);
-        if matches!(op, 1 | 15 | 19 | 21) && frame.windows(6).any(|w| w == b"/lock-") {
+        if ops.contains(&op) && frame.windows(needle.len()).any(|w| w == needle) {
             return true;
         }
         rest = rest.get(4 + len..).unwrap_or_default();
     }
     false
+}
+
+/// A create of one of our lock children (create, create2, createContainer
+/// and createTTL are opcodes 1, 15, 19, 21).
+fn creates_a_lock_child(bytes: &[u8]) -> bool {
+    carries(bytes, &[1, 15, 19, 21], b"/lock-")
 }
 
 /// The children of `dir`; none once the server removed the empty node.
@@ -225,10 +231,7 @@ async fn a_lost_delete_reply_still_frees_the_lock() {
         .await
         .expect("holder acquires");
     // delete is opcode 2; its path names our child.
-    proxy.lose_replies_after(
-        |b| b.len() >= 12 && b[8..12] == 2i32.to_be_bytes() && b.windows(6).any(|w| w == b"/lock-"),
-        Duration::from_millis(300),
-    );
+    proxy.lose_replies_after(|b| carries(b, &[2], b"/lock-"), Duration::from_millis(300));
     assert!(holder.release().await.expect("release after a lost reply"));
     assert_eq!(proxy.fired(), 1);
     let raw = raw_client().await;
@@ -276,4 +279,51 @@ async fn an_unused_lock_node_is_removed_by_the_server() {
         .await
         .expect("acquire after the node went");
     assert!(again.release().await.expect("release"));
+}
+
+/// With one waiter behind the holder, the hand-off is the holder's delete
+/// and one notification: the waiter, whose predecessor was first when it
+/// looked, takes the lock without listing the queue again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_next_in_line_takes_over_without_another_round_trip() {
+    let Setup {
+        proxy,
+        proxied: waiter_client,
+        direct,
+        ..
+    } = setup("next-in-line").await;
+    let (_holder_client, holder) = direct_holder(&direct).await;
+    // getChildren and getChildren2 are opcodes 8 and 12; exists is 3.
+    let lists = proxy.count_requests(|b| carries(b, &[8, 12], b"/njob"));
+    let watches = proxy.count_requests(|b| carries(b, &[3], b"/lock-"));
+    let waiting = tokio::spawn(async move {
+        let g = waiter_client
+            .acquire(
+                "job",
+                &LockOptions::new().wait_timeout(Duration::from_secs(30)),
+            )
+            .await;
+        (waiter_client, g)
+    });
+    let start = Instant::now();
+    while watches.get() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "the waiter never watched"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let listed = lists.get();
+    assert_eq!(
+        listed, 1,
+        "the waiter listed the queue once before watching"
+    );
+    let released_at = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    let (_client, g) = waiting.await.expect("waiter task");
+    let g = g.expect("the waiter takes over");
+    let handoff = released_at.elapsed();
+    assert_eq!(lists.get(), listed, "no listing after the predecessor went");
+    eprintln!("zk network: two-party hand-off in {handoff:?} (delete + notification)");
+    assert!(g.release().await.expect("release"));
 }
