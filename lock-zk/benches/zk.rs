@@ -9,8 +9,9 @@
 //! Reports p50/p99 of: the raw floor (create an ephemeral-sequential node,
 //! list the children, delete the node, plain zookeeper-client); the crate's
 //! recipe (`Client::lock`, then deleting its node); distlock acquire +
-//! release — interleaved sample by sample. Then 8 tasks with a client each
-//! and 1 ms of work inside the lock, distlock against the recipe.
+//! release — interleaved sample by sample. Then 8 tasks, and 2, with a
+//! client each and 1 ms of work inside the lock, distlock against the
+//! recipe.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -132,9 +133,18 @@ async fn main() {
         ratio(ours, peer)
     );
 
+    // 8 contenders: waiters queue and each hand-off lists the queue; 2
+    // contenders: the one waiter takes over on the delete's notification.
+    for tasks in [TASKS, 2] {
+        contention(tasks).await;
+    }
+}
+
+/// `tasks` clients contending for one lock, distlock against the recipe.
+async fn contention(tasks: usize) {
     let mut clients = Vec::new();
     let mut raws = Vec::new();
-    for _ in 0..TASKS {
+    for _ in 0..tasks {
         clients.push(
             Arc::new(ZkLock::connect(&url()).await.expect("distlock client"))
                 as Arc<dyn DistributedLock>,
@@ -146,7 +156,7 @@ async fn main() {
         .auto_renew(false)
         .wait_timeout(Duration::from_secs(30));
     let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
-    let theirs = contend(TASKS, RUN, |t, end, log| {
+    let theirs = contend(tasks, RUN, |t, end, log| {
         let raws = raws.clone();
         async move {
             while Instant::now() < end {
@@ -172,7 +182,7 @@ async fn main() {
     })
     .await;
     print_runs(
-        &format!("{TASKS} tasks, a client each; 1 ms of work inside, re-acquire at once"),
+        &format!("{tasks} tasks, a client each; 1 ms of work inside, re-acquire at once"),
         RUN,
         &[("distlock", &ours), ("recipe", &theirs)],
     );
