@@ -2,41 +2,94 @@
 //! pinned to the lock until it is released, and closed rather than
 //! returned to the pool whenever it might still hold a lock or a half-done
 //! statement (a cancelled acquire, a failure, a guard dropped mid-release).
+//!
+//! A clean connection goes back to a small cache of warm connections
+//! ([`Warm`]) rather than to sqlx's pool, whose return path pings every
+//! connection in a task of its own: a round trip and a wake-up per release.
 
-use sqlx::Database;
+use std::sync::{Arc, Weak};
+
 use sqlx::pool::PoolConnection;
+use sqlx::{Database, Pool};
 use tokio::sync::Mutex;
 
 use lock_core::LockError;
 
-/// A pooled connection closed on drop unless [`put_back`](Self::put_back).
-pub(crate) struct Pinned<DB: Database>(Option<PoolConnection<DB>>);
+/// Connections checked out of sqlx's pool and kept for the next lock.
+type Idle<DB> = std::sync::Mutex<Vec<PoolConnection<DB>>>;
 
-impl<DB: Database> Pinned<DB> {
-    pub(crate) fn new(conn: PoolConnection<DB>) -> Self {
-        Pinned(Some(conn))
+/// sqlx's pool with a cache of clean connections in front of it. Cached
+/// connections are not pinged: one that died while idle fails its first
+/// statement, and the backend takes another.
+pub(crate) struct Warm<DB: Database> {
+    pool: Pool<DB>,
+    idle: Arc<Idle<DB>>,
+}
+
+impl<DB: Database> Warm<DB> {
+    pub(crate) fn new(pool: Pool<DB>) -> Self {
+        Warm {
+            pool,
+            idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+        }
     }
 
+    /// A connection for a lock: a cached one, or one from the pool.
+    pub(crate) async fn pinned(&self) -> Result<Pinned<DB>, sqlx::Error> {
+        let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
+        let conn = match cached {
+            Some(conn) => conn,
+            None => self.pool.acquire().await?,
+        };
+        Ok(Pinned {
+            conn: Some(conn),
+            home: Arc::downgrade(&self.idle),
+        })
+    }
+
+    /// The pool, for statements outside any lock (fault injection, the
+    /// operator's queries), with the cached connections handed back first
+    /// so that they cannot starve it.
+    pub(crate) fn pool(&self) -> &Pool<DB> {
+        let cached = std::mem::take(&mut *self.idle.lock().unwrap_or_else(|e| e.into_inner()));
+        drop(cached);
+        &self.pool
+    }
+}
+
+/// A pooled connection closed on drop unless [`put_back`](Self::put_back).
+pub(crate) struct Pinned<DB: Database> {
+    conn: Option<PoolConnection<DB>>,
+    /// The cache a clean connection goes back to.
+    home: Weak<Idle<DB>>,
+}
+
+impl<DB: Database> Pinned<DB> {
     pub(crate) fn conn(
         &mut self,
         backend: &'static str,
     ) -> Result<&mut PoolConnection<DB>, LockError> {
-        self.0.as_mut().ok_or_else(|| LockError::Backend {
+        self.conn.as_mut().ok_or_else(|| LockError::Backend {
             backend,
             reason: "the lock's connection is gone".into(),
             source: None,
         })
     }
 
-    /// Back to the pool: the connection is clean.
+    /// Back to the cache (or the pool, if the client is gone): the
+    /// connection is clean.
     pub(crate) fn put_back(&mut self) {
-        self.0.take();
+        if let Some(conn) = self.conn.take()
+            && let Some(home) = self.home.upgrade()
+        {
+            home.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+        }
     }
 }
 
 impl<DB: Database> Drop for Pinned<DB> {
     fn drop(&mut self) {
-        if let Some(mut conn) = self.0.take() {
+        if let Some(mut conn) = self.conn.take() {
             conn.close_on_drop();
         }
     }
@@ -50,7 +103,7 @@ pub(crate) async fn release<DB: Database>(
     statement: impl AsyncFnOnce(&mut PoolConnection<DB>) -> Result<bool, sqlx::Error>,
 ) -> Result<bool, LockError> {
     let mut pinned = held.lock().await;
-    let Some(conn) = pinned.0.as_mut() else {
+    let Some(conn) = pinned.conn.as_mut() else {
         return Ok(false);
     };
     match statement(conn).await {
@@ -73,7 +126,7 @@ pub(crate) async fn touch<DB: Database>(
     statement: impl AsyncFnOnce(&mut PoolConnection<DB>) -> Result<(), sqlx::Error>,
 ) -> Result<bool, LockError> {
     let mut pinned = held.lock().await;
-    let Some(conn) = pinned.0.as_mut() else {
+    let Some(conn) = pinned.conn.as_mut() else {
         return Ok(false);
     };
     match statement(conn).await {

@@ -33,13 +33,13 @@ use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
     LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
 };
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, Pinned};
+use crate::held::{self, Pinned, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -83,7 +83,7 @@ pub struct MySqlLock {
 }
 
 struct Inner {
-    pool: MySqlPool,
+    pool: Warm<MySql>,
     mode: SqlMode,
     table: Identifier,
     display: String,
@@ -153,7 +153,7 @@ impl MySqlLock {
         };
         Ok(MySqlLock {
             inner: Arc::new(Inner {
-                pool,
+                pool: Warm::new(pool),
                 mode: parsed.mode,
                 table: parsed.table,
                 display: parsed.display,
@@ -172,7 +172,7 @@ impl MySqlLock {
                 "SELECT IS_USED_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
             )
             .bind(name.as_bytes())
-            .fetch_one(&self.inner.pool)
+            .fetch_one(self.inner.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
             .and_then(|id| u64::try_from(id).ok()),
@@ -182,7 +182,7 @@ impl MySqlLock {
             return Ok(false);
         };
         sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
-            .execute(&self.inner.pool)
+            .execute(self.inner.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "killing the holder's connection", e))?;
         Ok(true)
@@ -192,7 +192,7 @@ impl MySqlLock {
     /// it for a moment and asking InnoDB who blocks us.
     async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
-        let mut probe = Pinned::new(self.inner.pool.acquire().await.map_err(failed)?);
+        let mut probe = self.inner.pool.pinned().await.map_err(failed)?;
         let conn = probe.conn(BACKEND)?;
         let me: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
             .fetch_one(&mut **conn)
@@ -219,7 +219,7 @@ impl MySqlLock {
                      WHERE r.trx_mysql_thread_id = ? LIMIT 1",
                 )
                 .bind(me)
-                .fetch_optional(&self.inner.pool)
+                .fetch_optional(self.inner.pool.pool())
                 .await
                 .map_err(failed)?;
                 if let Some(id) = holder {
@@ -236,10 +236,10 @@ impl MySqlLock {
         // `probe` is closed on drop, ending its transaction.
     }
 
-    async fn acquire_conn(&self) -> Result<PoolConnection<MySql>, LockError> {
+    async fn acquire_conn(&self) -> Result<Pinned<MySql>, LockError> {
         self.inner
             .pool
-            .acquire()
+            .pinned()
             .await
             .map_err(|e| map_sqlx(BACKEND, "acquiring a lock", e))
     }
@@ -252,7 +252,7 @@ impl MySqlLock {
         opts: &LockOptions,
     ) -> Result<Option<(Pinned<MySql>, u64, Instant)>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = Pinned::new(self.acquire_conn().await?);
+        let mut pinned = self.acquire_conn().await?;
         let start = Instant::now();
         let deadline = match opts.wait {
             Wait::No => Some(start),
@@ -288,7 +288,7 @@ impl MySqlLock {
                 Err(e) if connection_lost(&e) && stale_left > 0 => {
                     // A pooled connection that died while idle: take another.
                     stale_left -= 1;
-                    pinned = Pinned::new(self.acquire_conn().await?);
+                    pinned = self.acquire_conn().await?;
                     continue;
                 }
                 Err(e) => return Err(failed(e)),

@@ -49,12 +49,12 @@ use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
     LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
 };
-use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, Pinned};
+use crate::held::{self, Pinned, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -97,7 +97,7 @@ pub struct PgLock {
 }
 
 struct Inner {
-    pool: PgPool,
+    pool: Warm<Postgres>,
     mode: SqlMode,
     table: Identifier,
     display: String,
@@ -184,7 +184,7 @@ impl PgLock {
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
         Ok(PgLock {
             inner: Arc::new(Inner {
-                pool,
+                pool: Warm::new(pool),
                 mode: parsed.mode,
                 sql: Statements::new(&table),
                 table,
@@ -205,7 +205,7 @@ impl PgLock {
                  AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('distlock:' || $1, 0) LIMIT 1",
             )
             .bind(name)
-            .fetch_optional(&self.inner.pool)
+            .fetch_optional(self.inner.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?,
         };
@@ -214,7 +214,7 @@ impl PgLock {
         };
         let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
             .bind(pid)
-            .fetch_one(&self.inner.pool)
+            .fetch_one(self.inner.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
         Ok(done)
@@ -230,7 +230,7 @@ impl PgLock {
             self.inner.table.as_str()
         )))
         .bind(name)
-        .fetch_optional(&self.inner.pool)
+        .fetch_optional(self.inner.pool.pool())
         .await
         .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?;
         Ok(pid)
@@ -247,7 +247,7 @@ impl PgLock {
     ) -> Result<Option<(Pinned<Postgres>, i64, Instant)>, LockError> {
         let inner = &self.inner;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
+        let mut pinned = inner.pool.pinned().await.map_err(failed)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
         let wait_ms = match opts.wait {
             Wait::No => None,
@@ -276,7 +276,7 @@ impl PgLock {
                         // server restarted): take another.
                         if connection_lost(&e) && stale_left > 0 {
                             stale_left -= 1;
-                            pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
+                            pinned = inner.pool.pinned().await.map_err(failed)?;
                             continue;
                         }
                         return Err(failed(e));
@@ -347,7 +347,7 @@ impl PgLock {
                 {
                     tracing::debug!(error = %e, "a pooled connection had died; taking another");
                     stale_left -= 1;
-                    pinned = Pinned::new(inner.pool.acquire().await.map_err(failed)?);
+                    pinned = inner.pool.pinned().await.map_err(failed)?;
                 }
                 Err(e) => return Err(failed(e)),
             }

@@ -259,3 +259,29 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
         start.elapsed()
     );
 }
+
+/// Released locks' connections are kept warm for the next lock, not handed
+/// back to the pool; they must not starve the pool's other users. With a
+/// pool of 2, both connections cached and one in use again, `take_away`
+/// still gets a connection at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_connections_do_not_starve_the_pool() {
+    let _serial = SERIAL.lock().await;
+    let locks = PgLock::connect(&format!(
+        "{}?max_connections=2&connect_timeout_ms=2000",
+        env("DISTLOCK_TEST_POSTGRES_URL")
+    ))
+    .await
+    .expect("connect");
+    let (a, b) = (unique("warm-a"), unique("warm-b"));
+    let ga = locks.acquire(&a, &quick(30_000)).await.expect("a");
+    let gb = locks.acquire(&b, &quick(30_000)).await.expect("b");
+    assert!(ga.release().await.expect("release a"));
+    assert!(gb.release().await.expect("release b"));
+    let _held = locks.acquire(&a, &quick(30_000)).await.expect("a again");
+    let took = tokio::time::timeout(Duration::from_secs(1), locks.take_away(&a))
+        .await
+        .expect("take_away got a connection without waiting")
+        .expect("take_away");
+    assert!(took);
+}
