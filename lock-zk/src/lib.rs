@@ -40,7 +40,9 @@ const CAPABILITIES: Capabilities = Capabilities {
     backend: BACKEND,
     grade: Grade::Correctness,
     // The node's czxid: the zxid of the transaction that created it, global
-    // and strictly increasing across the ensemble's history.
+    // and strictly increasing across the ensemble's history. Not the
+    // sequence number: it counts per lock node, and the lock node (a
+    // container) is removed when empty and made again from zero.
     fencing: Fencing::Safe,
     // The lowest sequence number holds; waiters queue in creation order.
     fair_queue: true,
