@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use lock_core::{DistributedLock, LockError, MemoryLock};
 
-use crate::redact::redact_url;
+use lock_core::redact_url;
 
 /// The URL schemes `connect` knows, with the cargo feature each needs.
 pub const SCHEMES: &[(&str, &str)] = &[

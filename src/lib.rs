@@ -28,9 +28,9 @@
 //! [`LockOwner`] for opt-in reentrancy.
 
 mod connect;
-mod redact;
 
 pub use connect::{SCHEMES, connect};
+pub use lock_core::redact_url;
 pub use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
     LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock, ReentrantGuard, Wait,
@@ -52,7 +52,6 @@ pub use lock_sql::{PgLock, PgLockedTransaction};
 pub use lock_sql::{SqliteConfig, SqliteLock};
 #[cfg(feature = "zookeeper")]
 pub use lock_zk::ZkLock;
-pub use redact::redact_url;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

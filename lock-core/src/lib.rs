@@ -20,6 +20,7 @@ mod name;
 mod options;
 mod owner;
 mod reentrant;
+mod url_text;
 mod wakeup;
 mod watchdog;
 
@@ -46,5 +47,6 @@ pub use name::{MAX_NAME_BYTES, validate_name};
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};
 pub use owner::OwnerToken;
 pub use reentrant::{LockOwner, ReentrantGuard};
+pub use url_text::{percent_decode, redact_url};
 pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};

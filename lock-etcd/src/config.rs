@@ -99,10 +99,7 @@ const KNOWN: &str = "session_ttl_s, connect_timeout_ms, request_timeout_ms";
 /// `etcd+https://…` for TLS.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
-    let shown = match rest.rsplit_once('@') {
-        Some((_, hosts)) => format!("{scheme}://***@{hosts}"),
-        None => raw.to_string(),
-    };
+    let shown = lock_core::redact_url(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
         url: shown.clone(),
         reason,

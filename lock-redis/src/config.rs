@@ -90,7 +90,7 @@ pub struct ParsedUrl {
 /// (or `rediss://` for TLS).
 pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
-        url: redacted(raw),
+        url: lock_core::redact_url(raw),
         reason,
     };
     let mut url = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
@@ -156,18 +156,6 @@ pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
 /// installed. Installing is a no-op when the application already chose.
 pub fn ensure_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
-}
-
-/// The URL without credentials, for errors.
-fn redacted(raw: &str) -> String {
-    match url::Url::parse(raw) {
-        Ok(mut u) => {
-            let _ = u.set_password(None);
-            let _ = u.set_username("");
-            u.to_string()
-        }
-        Err(_) => "<unparsable redis URL>".to_string(),
-    }
 }
 
 #[cfg(test)]

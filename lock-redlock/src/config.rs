@@ -113,7 +113,7 @@ const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, handoff_window
 /// Every node shares the credentials, database and options; `tls=true`
 /// connects to every node with TLS (as `rediss://`).
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
-    let shown = redacted(raw);
+    let shown = lock_core::redact_url(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
         url: shown.clone(),
         reason,
@@ -215,21 +215,6 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
     }
     .validate()?;
     Ok(ParsedRedlockUrl { nodes, config })
-}
-
-/// The URL without credentials, for errors.
-fn redacted(raw: &str) -> String {
-    match raw.split_once("://") {
-        Some((scheme, rest)) => {
-            let (authority, tail) = match rest.find(['/', '?']) {
-                Some(i) => rest.split_at(i),
-                None => (rest, ""),
-            };
-            let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-            format!("{scheme}://{hosts}{tail}")
-        }
-        None => "<unparsable redlock URL>".to_string(),
-    }
 }
 
 #[cfg(test)]

@@ -433,7 +433,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
     };
-    let path = percent_decode(path).map_err(invalid)?;
+    let path = lock_core::percent_decode(path).map_err(invalid)?;
     if path.is_empty() {
         return Err(invalid(
             "the database path is empty (use `sqlite:///abs/path.db` or `sqlite://rel/path.db`)"
@@ -443,7 +443,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
     let mut config = SqliteConfig::default();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = percent_decode(value).map_err(invalid)?;
+        let value = lock_core::percent_decode(value).map_err(invalid)?;
         let number = || {
             u64::from_str(&value)
                 .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))
@@ -463,26 +463,6 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         }
     }
     Ok((PathBuf::from(path), config))
-}
-
-fn percent_decode(s: &str) -> Result<String, String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s
-                .get(i + 1..i + 3)
-                .and_then(|h| u8::from_str_radix(h, 16).ok())
-                .ok_or_else(|| format!("bad percent-escape at byte {i}"))?;
-            out.push(hex);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).map_err(|_| "percent-escapes do not decode to UTF-8".to_string())
 }
 
 #[cfg(test)]

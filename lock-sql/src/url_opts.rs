@@ -33,7 +33,7 @@ const KNOWN: &str = "table, mode, max_connections, connect_timeout_ms";
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
         let mut url = url::Url::parse(raw).map_err(|e| LockError::InvalidUrl {
-            url: redacted(raw),
+            url: lock_core::redact_url(raw),
             reason: format!("not a URL: {e}"),
         })?;
         let _ = url.set_password(url.password().map(|_| "***"));
@@ -120,16 +120,6 @@ impl SqlUrl {
             max_connections,
             connect_timeout,
         })
-    }
-}
-
-fn redacted(raw: &str) -> String {
-    match raw.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((_, host)) => format!("{scheme}://***@{host}"),
-            None => raw.to_string(),
-        },
-        None => "<unparsable URL>".to_string(),
     }
 }
 

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::LockError;
+use lock_core::{LockError, percent_decode, redact_url};
 
 /// The default root path under which lock nodes live.
 const DEFAULT_ROOT: &str = "/distlock";
@@ -56,7 +56,7 @@ impl ZkUrl {
     /// Parse `raw`; errors show the URL with any password replaced.
     pub fn parse(raw: &str) -> Result<Self, LockError> {
         let invalid = |reason: &str| LockError::InvalidUrl {
-            url: redacted(raw),
+            url: redact_url(raw),
             reason: reason.to_string(),
         };
         let (tls, rest) = match raw.split_once("://") {
@@ -74,9 +74,12 @@ impl ZkUrl {
                 let (user, password) = userinfo
                     .split_once(':')
                     .ok_or_else(|| invalid("credentials must be user:password"))?;
-                let user = percent_decode(user).ok_or_else(|| invalid("bad %-escape in user"))?;
-                let password =
-                    percent_decode(password).ok_or_else(|| invalid("bad %-escape in password"))?;
+                let user = percent_decode(user)
+                    .ok()
+                    .ok_or_else(|| invalid("bad %-escape in user"))?;
+                let password = percent_decode(password)
+                    .ok()
+                    .ok_or_else(|| invalid("bad %-escape in password"))?;
                 if user.is_empty() || user.contains(':') {
                     return Err(invalid("the digest user must be non-empty and without ':'"));
                 }
@@ -106,6 +109,7 @@ impl ZkUrl {
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let path = |v: &str| {
                 percent_decode(v)
+                    .ok()
                     .filter(|p| !p.is_empty())
                     .map(PathBuf::from)
                     .ok_or_else(|| invalid("TLS options take a file path"))
@@ -160,42 +164,6 @@ impl ZkUrl {
         let scheme = if self.tls.is_some() { "zk+tls" } else { "zk" };
         format!("{scheme}://{user}{}{}", self.hosts, self.root)
     }
-}
-
-/// `raw` with the password (everything between `://…:` and `@`) replaced.
-fn redacted(raw: &str) -> String {
-    let Some((scheme, rest)) = raw.split_once("://") else {
-        return if raw.contains('@') {
-            "<redacted>".to_string()
-        } else {
-            raw.to_string()
-        };
-    };
-    match rest.rsplit_once('@') {
-        Some((userinfo, tail)) => {
-            let user = userinfo.split_once(':').map_or("", |(u, _)| u);
-            format!("{scheme}://{user}:***@{tail}")
-        }
-        None => raw.to_string(),
-    }
-}
-
-/// Decode `%XX` escapes (for user names and passwords holding `:`, `@`, `/`).
-fn percent_decode(s: &str) -> Option<String> {
-    let bytes = s.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' {
-            let hex = s.get(i + 1..i + 3)?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).ok()
 }
 
 #[cfg(test)]

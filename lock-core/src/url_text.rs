@@ -1,11 +1,12 @@
-//! Removing credentials from URLs before they appear in errors or logs.
+//! URL text shared by the backends' URL parsers: credentials removed
+//! before a URL appears in errors or logs, and `%XX` escapes decoded.
 
 /// `url` with any password (and, for unparsable URLs, the whole user-info
 /// part) replaced by `***`.
 ///
 /// ```
 /// assert_eq!(
-///     distlock::redact_url("postgres://app:s3cret@db:5432/locks"),
+///     lock_core::redact_url("postgres://app:s3cret@db:5432/locks"),
 ///     "postgres://app:***@db:5432/locks"
 /// );
 /// ```
@@ -41,9 +42,45 @@ pub fn redact_url(url: &str) -> String {
     format!("{scheme}://{}{tail}", hosts.join(","))
 }
 
+/// `s` with every `%XX` escape decoded (user names, passwords and paths
+/// that hold `:`, `@`, `/` or spaces); an error says what is wrong.
+///
+/// ```
+/// assert_eq!(lock_core::percent_decode("p%40ss%2Fw").as_deref(), Ok("p@ss/w"));
+/// assert!(lock_core::percent_decode("50%").is_err());
+/// ```
+pub fn percent_decode(s: &str) -> Result<String, String> {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' {
+            let hex = s
+                .get(i + 1..i + 3)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or_else(|| format!("bad percent-escape at byte {i}"))?;
+            out.push(hex);
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).map_err(|_| "percent-escapes do not decode to UTF-8".to_string())
+}
+
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{percent_decode, redact_url};
+
+    #[test]
+    fn escapes_decode_and_bad_ones_are_errors() {
+        assert_eq!(percent_decode("a%20b%3A").as_deref(), Ok("a b:"));
+        assert_eq!(percent_decode("plain").as_deref(), Ok("plain"));
+        assert!(percent_decode("%zz").is_err());
+        assert!(percent_decode("%4").is_err());
+        assert!(percent_decode("%FF").is_err(), "not UTF-8");
+    }
 
     #[test]
     fn passwords_never_survive() {
