@@ -3,6 +3,8 @@
 //! lock. The restart stops the server, so these tests run one at a time (a
 //! shared mutex) in this binary, apart from the conformance suite.
 
+mod common;
+
 use std::time::Duration;
 
 use lock_core::faultkit::{
@@ -160,10 +162,7 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
     );
 }
 
-/// Released locks' connections are kept warm for the next lock, not handed
-/// back to the pool; they must not starve the pool's other users. With a
-/// pool of 2, both connections cached and one in use again, `take_away`
-/// still gets a connection at once.
+/// See `common::warm_connections_do_not_starve_the_pool`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_connections_do_not_starve_the_pool() {
     let _serial = SERIAL.lock().await;
@@ -173,15 +172,8 @@ async fn warm_connections_do_not_starve_the_pool() {
     ))
     .await
     .expect("connect");
-    let (a, b) = (unique("warm-a"), unique("warm-b"));
-    let ga = locks.acquire(&a, &quick(30_000)).await.expect("a");
-    let gb = locks.acquire(&b, &quick(30_000)).await.expect("b");
-    assert!(ga.release().await.expect("release a"));
-    assert!(gb.release().await.expect("release b"));
-    let _held = locks.acquire(&a, &quick(30_000)).await.expect("a again");
-    let took = tokio::time::timeout(Duration::from_secs(1), locks.take_away(&a))
-        .await
-        .expect("take_away got a connection without waiting")
-        .expect("take_away");
-    assert!(took);
+    common::warm_connections_do_not_starve_the_pool(&locks, async |name| {
+        locks.take_away(name).await
+    })
+    .await;
 }
