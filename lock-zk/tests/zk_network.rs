@@ -102,6 +102,18 @@ async fn direct_holder(direct: &str) -> (ZkLock, lock_core::LockGuard) {
     (locks, held)
 }
 
+/// `client` waits (up to 30 s) for lock `job` in a task of its own, which
+/// gives back the client (to keep its session) and the outcome.
+fn wait_for_job(
+    client: ZkLock,
+) -> tokio::task::JoinHandle<(ZkLock, Result<lock_core::LockGuard, lock_core::LockError>)> {
+    tokio::spawn(async move {
+        let opts = LockOptions::new().wait_timeout(Duration::from_secs(30));
+        let g = client.acquire("job", &opts).await;
+        (client, g)
+    })
+}
+
 /// The create of a waiter's node reaches the server, but its reply is lost
 /// and the connection drops. The client finds its node again by its id
 /// instead of creating a second one: after the hand-off exactly one node is
@@ -116,15 +128,7 @@ async fn a_lost_create_reply_leaves_no_orphan() {
     } = setup("lost-create").await;
     let (_holder_client, holder) = direct_holder(&direct).await;
     proxy.lose_replies_after(creates_a_lock_child, Duration::from_millis(300));
-    let waiting = tokio::spawn(async move {
-        let g = waiter_client
-            .acquire(
-                "job",
-                &LockOptions::new().wait_timeout(Duration::from_secs(30)),
-            )
-            .await;
-        (waiter_client, g)
-    });
+    let waiting = wait_for_job(waiter_client);
     let raw = raw_client().await;
     // The waiter's node is created once, and survives the dropped reply.
     let start = Instant::now();
@@ -296,15 +300,7 @@ async fn the_next_in_line_takes_over_without_another_round_trip() {
     // getChildren and getChildren2 are opcodes 8 and 12; exists is 3.
     let lists = proxy.count_requests(|b| carries(b, &[8, 12], b"/njob"));
     let watches = proxy.count_requests(|b| carries(b, &[3], b"/lock-"));
-    let waiting = tokio::spawn(async move {
-        let g = waiter_client
-            .acquire(
-                "job",
-                &LockOptions::new().wait_timeout(Duration::from_secs(30)),
-            )
-            .await;
-        (waiter_client, g)
-    });
+    let waiting = wait_for_job(waiter_client);
     let start = Instant::now();
     while watches.get() == 0 {
         assert!(
