@@ -358,7 +358,11 @@ signal_one() {
     kill "-$sig" "$pid"
     if [ "$sig" = KILL ]; then
         while alive "$pid"; do sleep 0.02; done
-        [ "$name" = postgres ] && rm -f "$(dir_of postgres)/data/postmaster.pid"
+        # A killed postmaster leaves its lock files; its pid may live on as
+        # a zombie where nothing reaps orphans, and the next start would
+        # take it for a running postmaster.
+        [ "$name" = postgres ] && rm -f "$(dir_of postgres)/data/postmaster.pid" \
+            "$(dir_of postgres)"/.s.PGSQL.*.lock
         rm -f "$(pidfile "$name")"
     fi
 }
