@@ -79,6 +79,30 @@ impl Drop for PendingGrant {
     }
 }
 
+/// When a lease granted by a request sent at `sent_at` may be taken to
+/// start, for a backend whose server starts the lease when it *grants*
+/// (a row lock's idle timeout, a session's node) rather than when the
+/// request arrived: time the request spent queued in the server must not
+/// count against the new holder.
+///
+/// A grant that came back within a tenth of the TTL starts at `sent_at`
+/// (the guard loses at most that tenth). After a longer wait, one renewal
+/// (`handle.extend(ttl)`) confirms the lock, and the lease starts when that
+/// request was sent. `Ok(None)` if the confirmation found the lock gone.
+/// On `Err` or `Ok(None)` the caller drops `pending`, which releases the
+/// grant in the background.
+pub async fn confirmed_lease_start(
+    pending: &PendingGrant,
+    sent_at: Instant,
+    ttl: Duration,
+) -> Result<Option<Instant>, LockError> {
+    if sent_at.elapsed() <= ttl / 10 {
+        return Ok(Some(sent_at));
+    }
+    let again = Instant::now();
+    Ok(pending.handle.extend(ttl).await?.then_some(again))
+}
+
 /// A held lock. Dropping it releases the lock in the background on the
 /// current tokio runtime; call [`release`](LockGuard::release) to learn
 /// whether the lock was still ours.

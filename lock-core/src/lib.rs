@@ -36,17 +36,17 @@ pub mod testkit;
 pub use async_trait::async_trait;
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
-pub use guard::{GuardHandle, LockGuard, PendingGrant};
+pub use guard::{GuardHandle, LockGuard, PendingGrant, confirmed_lease_start};
 pub use lock::{Attempt, DistributedLock, acquire_by_polling, check_request, wait_deadline};
 pub use loss::{
-    DEFAULT_DRIFT_FACTOR, LeaseState, LossKind, LossReason, drift_allowance, drift_allowance_with,
-    validity_deadline,
+    DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, LossKind, LossReason, drift_allowance,
+    drift_allowance_with, safety_margin, validity_deadline,
 };
 pub use memory::MemoryLock;
 pub use name::{MAX_NAME_BYTES, validate_name};
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};
 pub use owner::OwnerToken;
 pub use reentrant::{LockOwner, ReentrantGuard};
-pub use url_text::{percent_decode, redact_url};
+pub use url_text::{encode_userinfo, percent_decode, redact_url};
 pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};

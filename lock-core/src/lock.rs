@@ -76,11 +76,12 @@ pub fn check_request(name: &str, opts: &LockOptions, caps: &Capabilities) -> Res
     opts.validate(caps)
 }
 
-/// When `opts.wait` ends, measured from `start`; `None` for [`Wait::Forever`].
+/// When `opts.wait` ends, measured from `start`; `None` for [`Wait::Forever`]
+/// and for a wait too long to represent as an instant (`Duration::MAX`).
 pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
     match wait {
         Wait::No => Some(start),
-        Wait::Up(d) => Some(start + d),
+        Wait::Up(d) => start.checked_add(d),
         Wait::Forever => None,
     }
 }

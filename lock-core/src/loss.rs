@@ -61,14 +61,22 @@ impl fmt::Display for LossReason {
     }
 }
 
-/// The clock-drift allowance subtracted from a TTL to get the validity
-/// deadline: 1 % of the TTL plus 2 ms, as the Redlock analysis suggests.
+/// The clock-drift allowance of a TTL: 1 % of the TTL plus 2 ms, as the
+/// Redlock analysis suggests. The validity deadline keeps a larger margin
+/// (see [`safety_margin`]); this is its clock-drift part.
 pub fn drift_allowance(ttl: Duration) -> Duration {
     drift_allowance_with(ttl, DEFAULT_DRIFT_FACTOR)
 }
 
 /// The default clock-drift factor: 1 % of the TTL.
 pub const DEFAULT_DRIFT_FACTOR: f64 = 0.01;
+
+/// The default floor of the safety margin: how late a timer may fire on a
+/// loaded host (tokio timers have been seen firing up to ~190 ms late on a
+/// busy 2-core machine; a margin of this size with a fault test under CPU
+/// load backs the default). Set per acquisition with
+/// [`LockOptions::safety_margin`](crate::LockOptions::safety_margin).
+pub const DEFAULT_SAFETY_MARGIN: Duration = Duration::from_millis(100);
 
 /// The clock-drift allowance for a given `factor` of the TTL, plus 2 ms.
 /// A factor outside `0.0..1.0` is clamped into it.
@@ -81,20 +89,67 @@ pub fn drift_allowance_with(ttl: Duration, factor: f64) -> Duration {
     ttl.mul_f64(factor) + Duration::from_millis(2)
 }
 
-/// The moment, by the local monotonic clock, after which a lease granted by a
-/// request sent at `sent_at` with `ttl` may already have expired on the server.
-pub fn validity_deadline(sent_at: Instant, ttl: Duration) -> Instant {
-    validity_deadline_with(sent_at, ttl, DEFAULT_DRIFT_FACTOR)
+/// How long before the server's earliest possible expiry of a lease of
+/// `ttl` the holder's validity deadline (and so `lost()`) falls: the clock
+/// drift allowance (`factor` of the TTL plus 2 ms) or the timer-lateness
+/// floor `margin`, whichever is larger; the floor never takes more than a
+/// quarter of the TTL.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::{DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, safety_margin};
+/// let ms = |n| Duration::from_millis(n);
+/// // 3 s: 1 % + 2 ms = 32 ms would leave no room for a late timer.
+/// assert_eq!(safety_margin(ms(3_000), DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN), ms(100));
+/// // 60 s: the drift allowance (602 ms) is the larger.
+/// assert_eq!(safety_margin(ms(60_000), DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN), ms(602));
+/// // 200 ms: the floor is capped at a quarter of the TTL.
+/// assert_eq!(safety_margin(ms(200), DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN), ms(50));
+/// ```
+pub fn safety_margin(ttl: Duration, factor: f64, margin: Duration) -> Duration {
+    drift_allowance_with(ttl, factor).max(margin.min(ttl / 4))
 }
 
-fn validity_deadline_with(sent_at: Instant, ttl: Duration, factor: f64) -> Instant {
-    sent_at + ttl.saturating_sub(drift_allowance_with(ttl, factor))
+/// The moment, by the local monotonic clock, after which a lease granted by a
+/// request sent at `sent_at` with `ttl` may already have expired on the
+/// server, less the default [`safety_margin`].
+pub fn validity_deadline(sent_at: Instant, ttl: Duration) -> Instant {
+    sent_at
+        + ttl.saturating_sub(safety_margin(
+            ttl,
+            DEFAULT_DRIFT_FACTOR,
+            DEFAULT_SAFETY_MARGIN,
+        ))
 }
 
 #[derive(Debug, Clone)]
 struct LeaseSnapshot {
     deadline: Option<Instant>,
     lost: Option<LossReason>,
+}
+
+/// How a lease's validity deadline is derived from the moment its latest
+/// confirmation was sent.
+#[derive(Debug, Clone, Copy)]
+struct Terms {
+    ttl: Duration,
+    drift_factor: f64,
+    margin: Duration,
+    /// What carries the lock cannot outlive this after a confirmation (a
+    /// ZooKeeper session's timeout), whatever the TTL.
+    bound: Option<Duration>,
+}
+
+impl Terms {
+    /// The lease length the deadline and renewals count with.
+    fn effective_ttl(&self) -> Duration {
+        self.bound.map_or(self.ttl, |b| self.ttl.min(b))
+    }
+
+    fn deadline(&self, sent_at: Instant) -> Instant {
+        let ttl = self.effective_ttl();
+        sent_at + ttl.saturating_sub(safety_margin(ttl, self.drift_factor, self.margin))
+    }
 }
 
 /// The state shared by a guard, its backend handle and the watchdog: the
@@ -104,12 +159,14 @@ struct LeaseSnapshot {
 #[derive(Debug)]
 pub struct LeaseState {
     tx: watch::Sender<LeaseSnapshot>,
-    ttl: Mutex<Duration>,
-    drift_factor: f64,
+    terms: Mutex<Terms>,
+    /// When the confirmation the current deadline counts from was sent.
+    confirmed_at: Mutex<Option<Instant>>,
 }
 
 impl LeaseState {
-    /// State for a lease granted by a request sent at `sent_at` with `ttl`.
+    /// State for a lease granted by a request sent at `sent_at` with `ttl`,
+    /// with the default drift factor and safety margin.
     pub fn lease(sent_at: Instant, ttl: Duration) -> Self {
         Self::lease_with_drift(sent_at, ttl, DEFAULT_DRIFT_FACTOR)
     }
@@ -117,32 +174,76 @@ impl LeaseState {
     /// Like [`lease`](Self::lease), with the clock-drift allowance set to
     /// `factor` of the TTL (plus 2 ms) for this lease and its renewals.
     pub fn lease_with_drift(sent_at: Instant, ttl: Duration, factor: f64) -> Self {
-        let mut state = Self::new(Some(validity_deadline_with(sent_at, ttl, factor)), ttl);
-        state.drift_factor = factor;
-        state
+        Self::with_terms(
+            Some(sent_at),
+            Terms {
+                ttl,
+                drift_factor: factor,
+                margin: DEFAULT_SAFETY_MARGIN,
+                bound: None,
+            },
+        )
+    }
+
+    /// Set the timer-lateness floor of the safety margin (see
+    /// [`safety_margin`]) for this lease and its renewals.
+    pub fn with_margin(self, margin: Duration) -> Self {
+        self.retermed(|t| t.margin = margin)
+    }
+
+    /// Bound the lease by what carries it: its deadline is never later
+    /// than `bound` after the latest confirmation (a ZooKeeper session's
+    /// timeout), and the watchdog renews within that bound.
+    pub fn bounded_by(self, bound: Duration) -> Self {
+        self.retermed(|t| t.bound = Some(bound))
+    }
+
+    fn retermed(self, change: impl FnOnce(&mut Terms)) -> Self {
+        let mut terms = *self.terms.lock().unwrap_or_else(|e| e.into_inner());
+        change(&mut terms);
+        let confirmed = *self.confirmed_at.lock().unwrap_or_else(|e| e.into_inner());
+        Self::with_terms(confirmed, terms)
     }
 
     /// State for a lock without a deadline (held by a connection or session);
     /// only the backend can report it lost.
     pub fn unbounded(ttl: Duration) -> Self {
-        Self::new(None, ttl)
+        Self::with_terms(
+            None,
+            Terms {
+                ttl,
+                drift_factor: DEFAULT_DRIFT_FACTOR,
+                margin: DEFAULT_SAFETY_MARGIN,
+                bound: None,
+            },
+        )
     }
 
-    fn new(deadline: Option<Instant>, ttl: Duration) -> Self {
+    fn with_terms(sent_at: Option<Instant>, terms: Terms) -> Self {
         let (tx, _) = watch::channel(LeaseSnapshot {
-            deadline,
+            deadline: sent_at.map(|at| terms.deadline(at)),
             lost: None,
         });
         LeaseState {
             tx,
-            ttl: Mutex::new(ttl),
-            drift_factor: DEFAULT_DRIFT_FACTOR,
+            terms: Mutex::new(terms),
+            confirmed_at: Mutex::new(sent_at),
         }
+    }
+
+    fn terms(&self) -> Terms {
+        *self.terms.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// The TTL the lease was last granted or renewed with.
     pub fn ttl(&self) -> Duration {
-        *self.ttl.lock().unwrap_or_else(|e| e.into_inner())
+        self.terms().ttl
+    }
+
+    /// How often the watchdog renews this lease: a third of its TTL, or of
+    /// the bound of what carries it, whichever is shorter.
+    pub fn renewal_period(&self) -> Duration {
+        self.terms().effective_ttl() / 3
     }
 
     /// The current validity deadline, if any.
@@ -151,21 +252,27 @@ impl LeaseState {
     }
 
     /// Record a successful renewal sent at `sent_at` for `ttl`: the deadline
-    /// becomes `sent_at + ttl − drift` (earlier, if the new TTL is shorter).
+    /// becomes `sent_at + ttl −` the [`safety_margin`] (earlier, if the new
+    /// TTL is shorter; never later than the bound of what carries the lock).
     /// Has no effect once the lock is lost.
     pub fn renewed(&self, sent_at: Instant, ttl: Duration) {
-        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+        let terms = {
+            let mut terms = self.terms.lock().unwrap_or_else(|e| e.into_inner());
+            terms.ttl = ttl;
+            *terms
+        };
         self.tx.send_if_modified(|s| {
             if s.lost.is_some() {
                 return false;
             }
-            let deadline = validity_deadline_with(sent_at, ttl, self.drift_factor);
+            let deadline = terms.deadline(sent_at);
             // Never revive a lease whose deadline passed already.
             if s.deadline.is_some_and(|d| d <= Instant::now()) {
                 s.lost = Some(LossReason::DeadlinePassed);
                 return true;
             }
             s.deadline = Some(deadline);
+            *self.confirmed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent_at);
             true
         });
     }

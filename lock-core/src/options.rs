@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
-use crate::loss::drift_allowance;
+use crate::loss::{DEFAULT_SAFETY_MARGIN, drift_allowance};
 
 /// The shortest TTL accepted: below this the drift allowance and one round
 /// trip would eat the whole lease.
@@ -15,7 +15,8 @@ pub const MIN_TTL: Duration = Duration::from_millis(10);
 pub enum Wait {
     /// One attempt; a held lock gives [`LockError::Timeout`].
     No,
-    /// Wait at most this long, then [`LockError::Timeout`].
+    /// Wait at most this long, then [`LockError::Timeout`]. A wait too
+    /// long to represent as a deadline (`Duration::MAX`) waits forever.
     Up(Duration),
     /// Wait until the lock is granted (or the future is dropped).
     Forever,
@@ -89,7 +90,7 @@ impl Backoff {
 /// Options for one acquisition.
 ///
 /// Defaults: a 30 s lease renewed by the watchdog while the guard lives,
-/// waiting forever, the default [`Backoff`].
+/// waiting forever, the default [`Backoff`], a 100 ms safety margin.
 ///
 /// ```
 /// use std::time::Duration;
@@ -112,6 +113,13 @@ pub struct LockOptions {
     pub auto_renew: bool,
     /// Retry delays for polling backends.
     pub backoff: Backoff,
+    /// How far ahead of the server's earliest possible expiry `lost()`
+    /// fires and the validity deadline falls, at least: room for a timer
+    /// that fires late on a loaded host. The margin used is this or the
+    /// clock-drift allowance (1 % of the TTL + 2 ms), whichever is larger,
+    /// and never more than a quarter of the TTL (see
+    /// [`safety_margin`](crate::safety_margin)).
+    pub safety_margin: Duration,
 }
 
 impl Default for LockOptions {
@@ -121,6 +129,7 @@ impl Default for LockOptions {
             wait: Wait::Forever,
             auto_renew: true,
             backoff: Backoff::default(),
+            safety_margin: DEFAULT_SAFETY_MARGIN,
         }
     }
 }
@@ -157,6 +166,13 @@ impl LockOptions {
     /// Set the retry backoff for polling backends.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Set the safety margin (default [`DEFAULT_SAFETY_MARGIN`], 100 ms):
+    /// raise it on hosts where timers may fire later than that.
+    pub fn safety_margin(mut self, margin: Duration) -> Self {
+        self.safety_margin = margin;
         self
     }
 

@@ -119,6 +119,9 @@ macro_rules! conformance_suite {
                 names_are_independent_and_distinct,
                 invalid_input_is_typed,
                 reentrant_owner_counts,
+                grant_after_long_wait_is_valid,
+                very_long_waits_work,
+                lost_fires_ahead_of_expiry,
             );
         }
     };
@@ -791,4 +794,132 @@ pub async fn reentrant_owner_counts(h: Harness) {
         .expect("acquire");
     assert_eq!(b.hold_count(&name), 1);
     assert!(g.release().await.expect("release"));
+}
+
+/// A waiter granted after waiting longer than the TTL gets a full lease:
+/// the time it spent queued does not count against it. Its guard is not
+/// lost on arrival, its validity deadline lies most of a TTL ahead, and it
+/// can be extended.
+pub async fn grant_after_long_wait_is_valid(h: Harness) {
+    let name = unique_name("long-wait");
+    let ttl = short_ttl(&h, 1_500);
+    let o = ttl_opts(ttl, Wait::Up(ttl * 6), true);
+    let holder = h.lock.acquire(&name, &o).await.expect("holder");
+    let waiter = {
+        let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+        tokio::spawn(async move {
+            let g = other.acquire(&name, &o).await;
+            (g, Instant::now())
+        })
+    };
+    // Hold (renewed) for longer than the TTL while the waiter queues.
+    tokio::time::sleep(ttl * 3 / 2).await;
+    assert!(!waiter.is_finished(), "waiter got a held lock");
+    assert!(
+        holder.is_lost().is_none(),
+        "the renewed holder lost its lock"
+    );
+    assert!(holder.release().await.expect("release"));
+    let (g, returned) = tokio::time::timeout(ttl * 2 + SLACK, waiter)
+        .await
+        .expect("waiter is granted after the release")
+        .expect("task");
+    let g = g.expect("acquire after a long wait");
+    assert!(
+        g.is_lost().is_none(),
+        "granted already lost: {:?}",
+        g.is_lost()
+    );
+    if let Some(deadline) = g.validity_deadline() {
+        let left = deadline.saturating_duration_since(returned);
+        assert!(
+            left >= ttl.mul_f64(0.7),
+            "granted with {left:?} of a {ttl:?} lease left"
+        );
+    }
+    g.extend(ttl).await.expect("extend after a long wait");
+    assert!(g.release().await.expect("release"));
+}
+
+/// Waits too long for a deadline (`Duration::MAX`, `u64::MAX` seconds) or
+/// for a server's own timeout (30 days) neither panic nor fail: on a free
+/// lock they are granted at once, and on a held lock they wait for the
+/// release.
+pub async fn very_long_waits_work(h: Harness) {
+    let name = unique_name("long-waits");
+    for wait in [
+        Duration::MAX,
+        Duration::from_secs(u64::MAX),
+        Duration::from_secs(30 * 86_400),
+    ] {
+        let o = opts(10_000, Wait::Up(wait), false);
+        let g = tokio::time::timeout(SLACK, h.lock.acquire(&name, &o))
+            .await
+            .expect("a free lock is granted at once")
+            .unwrap_or_else(|e| panic!("free lock with a wait of {wait:?}: {e:?}"));
+        let waiter = {
+            let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+            tokio::spawn(async move { other.acquire(&name, &o).await })
+        };
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        assert!(!waiter.is_finished(), "waiter got a held lock");
+        assert!(g.release().await.expect("release"));
+        let g2 = tokio::time::timeout(SLACK * 2, waiter)
+            .await
+            .expect("the waiter is granted after the release")
+            .expect("task")
+            .unwrap_or_else(|e| panic!("held lock with a wait of {wait:?}: {e:?}"));
+        assert!(g2.release().await.expect("release"));
+    }
+}
+
+/// Without renewal, `lost()` fires well ahead (the safety margin, 100 ms
+/// by default) of the moment anyone else can be granted the lock, even
+/// with a core kept busy: a late timer does not let the holder believe
+/// past its lease.
+pub async fn lost_fires_ahead_of_expiry(h: Harness) {
+    let name = unique_name("margin");
+    let ttl = short_ttl(&h, 2_000).max(Duration::from_secs(2));
+    let stop = Arc::new(AtomicBool::new(false));
+    let spinner = {
+        let stop = Arc::clone(&stop);
+        std::thread::spawn(move || {
+            let mut x = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                x = std::hint::black_box(x.wrapping_mul(31).wrapping_add(7));
+            }
+        })
+    };
+    let g = h
+        .lock
+        .acquire(&name, &ttl_opts(ttl, Wait::No, false))
+        .await
+        .expect("acquire");
+    let lost_at = tokio::time::timeout(ttl + SLACK, async {
+        g.lost().await;
+        Instant::now()
+    })
+    .await
+    .expect("lost() fires without renewal");
+    let probe = opts(10_000, Wait::No, false);
+    let freed_at = tokio::time::timeout(ttl + SLACK * 2, async {
+        loop {
+            if let Some(g2) = h.other.try_acquire(&name, &probe).await.expect("try") {
+                let at = Instant::now();
+                assert!(g2.release().await.expect("release"));
+                return at;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    })
+    .await
+    .expect("the unrenewed lock expires");
+    stop.store(true, Ordering::Relaxed);
+    let _ = spinner.join();
+    let ahead = freed_at.saturating_duration_since(lost_at);
+    assert!(
+        ahead >= Duration::from_millis(40),
+        "lost() fired only {ahead:?} before the lock could be granted again"
+    );
+    drop(g);
 }

@@ -11,7 +11,11 @@
 /// );
 /// ```
 pub fn redact_url(url: &str) -> String {
-    if let Ok(mut parsed) = url::Url::parse(url) {
+    // An `@` past the authority may belong to a password with an unencoded
+    // `/`, `?` or `#` that the parser took for the path's start: only a URL
+    // with one `@` is trusted to its parser.
+    let one_at = url.matches('@').count() <= 1;
+    if let Some(mut parsed) = url::Url::parse(url).ok().filter(|_| one_at) {
         if parsed.password().is_some() && parsed.set_password(Some("***")).is_ok() {
             return parsed.to_string();
         }
@@ -19,8 +23,11 @@ pub fn redact_url(url: &str) -> String {
             return url.to_string();
         }
     }
-    // Unparsable (or multi-host, which `url` does not model): cut user-info
-    // by hand from every authority, i.e. anything between `://` or `,` and `@`.
+    // Unparsable (or multi-host, which `url` does not model): cut everything
+    // between `://` and the last `@`. A password may hold unencoded `/`,
+    // `?`, `#` or `@`, so no character before the last `@` can be trusted
+    // to end the user-info; a path or query holding an `@` is cut too,
+    // which errs on the side of hiding.
     let Some((scheme, rest)) = url.split_once("://") else {
         return if url.contains('@') {
             "<redacted>".to_string()
@@ -28,18 +35,58 @@ pub fn redact_url(url: &str) -> String {
             url.to_string()
         };
     };
-    let (authority, tail) = match rest.find(['/', '?']) {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
+    match rest.rsplit_once('@') {
+        Some((_, host)) => format!("{scheme}://***@{host}"),
+        None => url.to_string(),
+    }
+}
+
+/// `raw` with its user-info percent-encoded, so that a password holding
+/// unencoded `/`, `?`, `#`, `@`, spaces or control characters (common in
+/// generated passwords) reaches the URL parser intact instead of being
+/// split into host, path and query, where an error message could quote
+/// it. The user-info is everything between `://` and the **last** `@`: an
+/// `@` anywhere else in a lock URL must be written `%40`. The first `:`
+/// stays the user/password separator; existing `%XX` escapes are kept.
+///
+/// ```
+/// assert_eq!(
+///     lock_core::encode_userinfo("redis://:pa/ss?w@rd@host:6379/0"),
+///     "redis://:pa%2Fss%3Fw%40rd@host:6379/0"
+/// );
+/// assert_eq!(lock_core::encode_userinfo("redis://host:6379"), "redis://host:6379");
+/// ```
+pub fn encode_userinfo(raw: &str) -> String {
+    let Some((scheme, rest)) = raw.split_once("://") else {
+        return raw.to_string();
     };
-    let hosts: Vec<String> = authority
-        .split(',')
-        .map(|h| match h.rsplit_once('@') {
-            Some((_, host)) => format!("***@{host}"),
-            None => h.to_string(),
-        })
-        .collect();
-    format!("{scheme}://{}{tail}", hosts.join(","))
+    let Some((info, host)) = rest.rsplit_once('@') else {
+        return raw.to_string();
+    };
+    let mut out = String::with_capacity(info.len() + 8);
+    let mut separator_seen = false;
+    for (i, c) in info.char_indices() {
+        let escape_kept = c == '%'
+            && info
+                .get(i + 1..i + 3)
+                .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+        match c {
+            ':' if !separator_seen => {
+                separator_seen = true;
+                out.push(':');
+            }
+            c if escape_kept || c.is_ascii_alphanumeric() || "-._~!$&'()*+;=".contains(c) => {
+                out.push(c)
+            }
+            c => {
+                let mut buf = [0u8; 4];
+                for b in c.encode_utf8(&mut buf).bytes() {
+                    out.push_str(&format!("%{b:02X}"));
+                }
+            }
+        }
+    }
+    format!("{scheme}://{out}@{host}")
 }
 
 /// `s` with every `%XX` escape decoded (user names, passwords and paths
@@ -90,6 +137,13 @@ mod tests {
             ("redlock://u:topsecret@a:1,b:2,c:3", "topsecret"),
             ("redis://u:bad pass@host", "bad pass"),
             ("weird:u:pw@host", "pw"),
+            ("redis://:pa/ssword@host:6379", "ssword"),
+            ("postgres://u:pa?ss@db/x", "ss@"),
+            ("mysql://u:p#w@db/x", "p#w"),
+            ("zk://u:a@b/c@h:2181", "a@b"),
+            ("redis://user:12/x@host", "12/x"),
+            ("redlock://u:p/w@a:1,b:2,c:3", "p/w"),
+            ("memory://u:MARK@MARK#@MARK&MARK@host", "MARK"),
         ] {
             let shown = redact_url(url);
             assert!(!shown.contains(secret), "{url} -> {shown}");

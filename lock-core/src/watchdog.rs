@@ -112,7 +112,7 @@ impl Watchdog {
     /// finds the lock gone marks it lost; failed renewals are retried until
     /// the deadline, after which `lost()` fires by itself.
     pub fn register(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
-        let due = Instant::now() + lease.ttl() / 3;
+        let due = Instant::now() + lease.renewal_period();
         self.insert(handle, lease, due, Kind::Renew)
     }
 
@@ -278,7 +278,7 @@ impl Schedule {
         let due = match result {
             Ok(true) => {
                 lease.renewed(sent_at, ttl);
-                sent_at + ttl / 3
+                sent_at + lease.renewal_period()
             }
             Ok(false) => {
                 tracing::warn!("renewal found the lock gone or taken over");

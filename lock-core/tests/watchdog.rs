@@ -101,7 +101,12 @@ async fn unreachable_server_fires_lost_at_the_validity_deadline_not_before() {
     let reason = g.lost().await;
     let took = start.elapsed();
     assert_eq!(reason, LossReason::DeadlinePassed);
-    let deadline = ttl - lock_core::drift_allowance(ttl);
+    let deadline = ttl
+        - lock_core::safety_margin(
+            ttl,
+            lock_core::DEFAULT_DRIFT_FACTOR,
+            lock_core::DEFAULT_SAFETY_MARGIN,
+        );
     assert!(
         took >= deadline && took <= deadline + Duration::from_millis(5),
         "{took:?}"

@@ -264,7 +264,7 @@ impl EtcdLock {
                 id: granted.id(),
                 ttl,
             },
-            Arc::new(LeaseState::lease(sent_at, ttl)),
+            Arc::new(LeaseState::lease(sent_at, ttl).with_margin(opts.safety_margin)),
         ))
     }
 

@@ -113,6 +113,7 @@ const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, handoff_window
 /// Every node shares the credentials, database and options; `tls=true`
 /// connects to every node with TLS (as `rediss://`).
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
+    let raw = &lock_core::encode_userinfo(raw);
     let shown = lock_core::redact_url(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
         url: shown.clone(),

@@ -230,11 +230,10 @@ impl Redlock {
         if grants.len() >= q
             && let Some(token) = self.fence(&handle, &grants).await
         {
-            let lease = Arc::new(LeaseState::lease_with_drift(
-                start,
-                opts.ttl,
-                inner.config.drift_factor,
-            ));
+            let lease = Arc::new(
+                LeaseState::lease_with_drift(start, opts.ttl, inner.config.drift_factor)
+                    .with_margin(opts.safety_margin),
+            );
             let enough = opts.ttl.mul_f64(inner.config.min_validity);
             let left = lease
                 .deadline()

@@ -31,14 +31,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
+    LockError, LockGuard, LockOptions, PendingGrant, Wait, Waiting, Watchdog, check_request,
+    confirmed_lease_start, wait_deadline,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
-use crate::error::{connection_lost, map_sqlx};
+use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
 use crate::held::{self, Pinned, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
@@ -254,11 +255,7 @@ impl MySqlLock {
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let mut pinned = self.acquire_conn().await?;
         let start = Instant::now();
-        let deadline = match opts.wait {
-            Wait::No => Some(start),
-            Wait::Up(d) => Some(start + d),
-            Wait::Forever => None,
-        };
+        let deadline = wait_deadline(start, opts.wait);
         let ttl = secs_ceil(opts.ttl);
         let backoff = Backoff::default();
         let mut stale_left = 8;
@@ -395,25 +392,33 @@ impl MySqlLock {
         Ok(Some(token))
     }
 
-    fn guard(
+    /// Wrap a grant in a guard. The server's idle timeout counts from the
+    /// end of the granting statement, so a grant that waited is confirmed
+    /// by one more statement before its lease is counted.
+    async fn guard(
         &self,
         name: &str,
         opts: &LockOptions,
         locked: Option<(Pinned<MySql>, u64, Instant)>,
-    ) -> Option<LockGuard> {
-        let (pinned, token, sent_at) = locked?;
-        let handle = Arc::new(MySqlHandle {
+    ) -> Result<Option<LockGuard>, LockError> {
+        let Some((pinned, token, sent_at)) = locked else {
+            return Ok(None);
+        };
+        let pending = PendingGrant::new(Arc::new(MySqlHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
-        });
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
-        Some(if opts.auto_renew {
+        }));
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
+            .await?
+            .ok_or_else(|| lost_on_arrival(BACKEND, name))?;
+        let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
+        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
+        Ok(Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
             guard
-        })
+        }))
     }
 }
 
@@ -426,13 +431,14 @@ impl DistributedLock for MySqlLock {
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let opts = opts.clone().wait(Wait::No);
-        Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
+        self.guard(name, &opts, self.lock(name, &opts).await?).await
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
         self.guard(name, opts, self.lock(name, opts).await?)
+            .await?
             .ok_or_else(|| LockError::Timeout {
                 name: name.to_string(),
                 waited: start.elapsed(),

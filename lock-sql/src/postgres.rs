@@ -47,13 +47,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, Wait, Waiting, Watchdog, check_request,
+    LockError, LockGuard, LockOptions, PendingGrant, Wait, Waiting, Watchdog, check_request,
+    confirmed_lease_start, wait_deadline,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
-use crate::error::{connection_lost, map_sqlx};
+use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
 use crate::held::{self, Pinned, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
@@ -249,17 +250,14 @@ impl PgLock {
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let mut pinned = inner.pool.pinned().await.map_err(failed)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
-        let wait_ms = match opts.wait {
-            Wait::No => None,
-            Wait::Up(d) => Some(d.as_millis().max(1)),
-            Wait::Forever => Some(0), // 0 disables the timeout
-        };
         let sent_at = Instant::now();
+        let deadline = wait_deadline(sent_at, opts.wait);
         // Pooled connections are not pinged before use (that would cost a
         // round trip per acquisition); one that died while idle fails its
         // first statement, and another is taken instead.
         let mut stale_left = 8;
         loop {
+            let wait_ms = wait_slice_ms(opts.wait, deadline);
             let conn = pinned.conn(BACKEND)?;
             let token: Result<Option<Option<i64>>, sqlx::Error> = match inner.mode {
                 SqlMode::Row => {
@@ -339,6 +337,12 @@ impl PgLock {
                             .await
                             .map_err(failed)?;
                     }
+                    // A wait longer than one `lock_timeout` goes on in
+                    // the next slice.
+                    let waiting = wait_ms.is_some() && opts.wait != Wait::No;
+                    if waiting && deadline.is_none_or(|d| Instant::now() < d) {
+                        continue;
+                    }
                     pinned.put_back();
                     return Ok(None);
                 }
@@ -355,6 +359,26 @@ impl PgLock {
     }
 }
 
+/// The longest `lock_timeout` Postgres accepts: a 32-bit millisecond count
+/// (about 24.8 days).
+const MAX_LOCK_TIMEOUT_MS: u128 = i32::MAX as u128;
+
+/// The `lock_timeout` of the next attempt: `None` for a single attempt
+/// (`NOWAIT`), `Some(0)` (no timeout) to wait forever, else what is left
+/// of the wait, at most [`MAX_LOCK_TIMEOUT_MS`]: a longer wait goes on in
+/// slices.
+fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
+    match (wait, deadline) {
+        (Wait::No, _) => None,
+        (_, None) => Some(0),
+        (_, Some(d)) => Some(
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .clamp(1, MAX_LOCK_TIMEOUT_MS),
+        ),
+    }
+}
+
 #[async_trait]
 impl DistributedLock for PgLock {
     async fn try_acquire(
@@ -365,7 +389,7 @@ impl DistributedLock for PgLock {
         let caps = CAPABILITIES;
         check_request(name, opts, &caps)?;
         let opts = opts.clone().wait(Wait::No);
-        Ok(self.guard(name, &opts, self.lock(name, &opts).await?))
+        self.guard(name, &opts, self.lock(name, &opts).await?).await
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
@@ -373,6 +397,7 @@ impl DistributedLock for PgLock {
         check_request(name, opts, &caps)?;
         let start = Instant::now();
         self.guard(name, opts, self.lock(name, opts).await?)
+            .await?
             .ok_or_else(|| LockError::Timeout {
                 name: name.to_string(),
                 waited: start.elapsed(),
@@ -385,25 +410,39 @@ impl DistributedLock for PgLock {
 }
 
 impl PgLock {
-    fn guard(
+    /// Wrap a grant in a guard. The server's idle timeout counts from the
+    /// end of the granting statement, so a grant that waited is confirmed
+    /// by one more statement before its lease is counted.
+    async fn guard(
         &self,
         name: &str,
         opts: &LockOptions,
         locked: Option<(Pinned<Postgres>, i64, Instant)>,
-    ) -> Option<LockGuard> {
-        let (pinned, token, sent_at) = locked?;
-        let handle = Arc::new(PgHandle {
+    ) -> Result<Option<LockGuard>, LockError> {
+        let Some((pinned, token, sent_at)) = locked else {
+            return Ok(None);
+        };
+        let pending = PendingGrant::new(Arc::new(PgHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
-        });
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        let guard = LockGuard::new(name, u64::try_from(token).ok(), CAPABILITIES, lease, handle);
-        Some(if opts.auto_renew {
+        }));
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
+            .await?
+            .ok_or_else(|| lost_on_arrival(BACKEND, name))?;
+        let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
+        let guard = LockGuard::new(
+            name,
+            u64::try_from(token).ok(),
+            CAPABILITIES,
+            lease,
+            pending.disarm(),
+        );
+        Ok(Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
             guard
-        })
+        }))
     }
 }
 

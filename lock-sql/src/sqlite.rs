@@ -165,6 +165,9 @@ fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// SQLite's busy timeout is a C `int` of milliseconds.
+const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
@@ -177,6 +180,12 @@ impl SqliteLock {
             return Err(LockError::invalid_options(
                 "sqlite busy_timeout and max_connections must be greater than zero",
             ));
+        }
+        if config.busy_timeout > Duration::from_millis(MAX_BUSY_TIMEOUT_MS) {
+            return Err(LockError::invalid_options(format!(
+                "sqlite busy_timeout is at most {MAX_BUSY_TIMEOUT_MS} ms, got {:?}",
+                config.busy_timeout
+            )));
         }
         let connect = SqliteConnectOptions::new()
             .filename(&path)
@@ -317,7 +326,7 @@ impl SqliteLock {
                 });
             }
         };
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
+        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl).with_margin(opts.safety_margin));
         let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
@@ -423,12 +432,19 @@ impl GuardHandle for SqliteHandle {
 /// Split `sqlite://PATH?query` into a path and settings.
 fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
     let invalid = |reason: String| LockError::InvalidUrl {
-        url: url.chars().take(200).collect(),
+        url: lock_core::redact_url(&url.chars().take(200).collect::<String>()),
         reason,
     };
     let rest = url
         .strip_prefix("sqlite://")
         .ok_or_else(|| invalid("expected `sqlite://PATH`".into()))?;
+    if rest.contains('@') {
+        // Everything up to the last `@` would be a user-info part, which a
+        // file has no use for; quoting any of it could show a password.
+        return Err(invalid(
+            "a sqlite:// URL takes no user or password (write an `@` in the path as %40)".into(),
+        ));
+    }
     let (path, query) = match rest.split_once('?') {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
@@ -450,7 +466,15 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         };
         match key {
             "table" => config.table = Identifier::new(&value)?,
-            "busy_timeout_ms" => config.busy_timeout = Duration::from_millis(number()?),
+            "busy_timeout_ms" => {
+                let ms = number()?;
+                if ms > MAX_BUSY_TIMEOUT_MS {
+                    return Err(invalid(format!(
+                        "`busy_timeout_ms` is at most {MAX_BUSY_TIMEOUT_MS} (SQLite counts it in a 32-bit int), got {ms}"
+                    )));
+                }
+                config.busy_timeout = Duration::from_millis(ms);
+            }
             "max_connections" => {
                 config.max_connections = u32::try_from(number()?)
                     .map_err(|_| invalid("`max_connections` is too large".into()))?

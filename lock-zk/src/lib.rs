@@ -22,7 +22,7 @@ use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
     LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
-    Watchdog, check_request, wait_deadline,
+    Watchdog, check_request, confirmed_lease_start, wait_deadline,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -187,6 +187,7 @@ impl ZkLock {
         let mut sessions = 0;
         loop {
             let session = self.session().await?;
+            session_bounds_ttl(&session, opts)?;
             sessions += 1;
             match self.attempt(&session, name, &dir, opts, deadline).await {
                 Err(e)
@@ -233,8 +234,10 @@ impl ZkLock {
                 });
             };
             if at == 0 {
-                pending.disarm();
-                return Ok(Some(self.guard(name, handle, ours.czxid, sent_at, opts)));
+                return self
+                    .guard(name, session, pending, ours.czxid, sent_at, opts)
+                    .await
+                    .map(Some);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = pending.disarm().release().await;
@@ -264,8 +267,10 @@ impl ZkLock {
                     // hand-off costs the holder's delete and one
                     // notification, no further round trip.
                     if at == 1 && event.event_type == EventType::NodeDeleted {
-                        pending.disarm();
-                        return Ok(Some(self.guard(name, handle, ours.czxid, sent_at, opts)));
+                        return self
+                            .guard(name, session, pending, ours.czxid, sent_at, opts)
+                            .await
+                            .map(Some);
                     }
                     // Anything else (a session event, a waiter ahead of
                     // us that left): look again.
@@ -275,28 +280,70 @@ impl ZkLock {
         }
     }
 
-    fn guard(
+    /// Wrap our first node in a guard. Its lease counts from a request that
+    /// bounds the grant: the create, or, after a wait, a check that the
+    /// node is still there; and it never outlasts the session that
+    /// carries the node, counted from that request.
+    async fn guard(
         &self,
         name: &str,
-        handle: Arc<ZkHandle>,
+        session: &Session,
+        pending: PendingGrant,
         czxid: i64,
         sent_at: Instant,
         opts: &LockOptions,
-    ) -> LockGuard {
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl));
-        handle.session.attach(&lease);
-        let guard = LockGuard::new(name, u64::try_from(czxid).ok(), CAPABILITIES, lease, handle);
-        if opts.auto_renew {
+    ) -> Result<LockGuard, LockError> {
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
+            .await?
+            .ok_or_else(|| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("lock {name:?} was lost right after it was granted; try again"),
+                source: None,
+            })?;
+        let lease = Arc::new(
+            LeaseState::lease(start, opts.ttl)
+                .with_margin(opts.safety_margin)
+                .bounded_by(session.client.session_timeout()),
+        );
+        session.attach(&lease);
+        let guard = LockGuard::new(
+            name,
+            u64::try_from(czxid).ok(),
+            CAPABILITIES,
+            lease,
+            pending.disarm(),
+        );
+        Ok(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
             // The node would outlive the TTL with the session: delete it
             // then. Never before the holder's own deadline; and, as a
             // server-side lease would, not before the TTL counted from the
             // grant.
-            let grace = lock_core::drift_allowance(opts.ttl) + sent_at.elapsed();
-            guard.expires_by(&self.watchdog, grace)
-        }
+            let margin = lock_core::safety_margin(
+                opts.ttl,
+                lock_core::DEFAULT_DRIFT_FACTOR,
+                opts.safety_margin,
+            );
+            guard.expires_by(&self.watchdog, margin + start.elapsed())
+        })
     }
+}
+
+/// Without auto-renewal nothing confirms the session while the lock is
+/// held, so the holder could not know its node outlived the session's
+/// timeout: a longer TTL is refused. (With auto-renewal the deadline is
+/// bounded by the session and renewed within it.)
+fn session_bounds_ttl(session: &Session, opts: &LockOptions) -> Result<(), LockError> {
+    let timeout = session.client.session_timeout();
+    if opts.auto_renew || opts.ttl <= timeout {
+        return Ok(());
+    }
+    Err(LockError::invalid_options(format!(
+        "a ZooKeeper lock without auto-renewal cannot outlive its session: ttl {:?} exceeds \
+         the negotiated session timeout {timeout:?} (enable auto_renew or raise session_timeout_ms)",
+        opts.ttl
+    )))
 }
 
 #[async_trait]

@@ -55,6 +55,7 @@ impl fmt::Debug for ZkUrl {
 impl ZkUrl {
     /// Parse `raw`; errors show the URL with any password replaced.
     pub fn parse(raw: &str) -> Result<Self, LockError> {
+        let raw = &lock_core::encode_userinfo(raw);
         let invalid = |reason: &str| LockError::InvalidUrl {
             url: redact_url(raw),
             reason: reason.to_string(),
@@ -201,12 +202,14 @@ mod tests {
 
     #[test]
     fn bad_urls_are_typed_and_redacted() {
+        // A `%` that starts no escape is part of the password.
+        let literal = ZkUrl::parse("zk://app:secretpw%zz@h:2181").expect("valid");
+        assert!(literal.digest.is_some());
         for bad in [
             "zk://app:secretpw@",
             "zk://app:secretpw@h",
             "zk://app:secretpw@:2181",
             "zk://secretpw@h:2181",
-            "zk://app:secretpw%zz@h:2181",
             "zk://app:secretpw@h:2181/a/../b",
             "zk://app:secretpw@h:2181//a",
             "zk://app:secretpw@h:2181/a b",
