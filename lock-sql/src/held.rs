@@ -137,3 +137,42 @@ pub(crate) async fn touch<DB: Database>(
         }
     }
 }
+
+/// A connection of the client's own, outside the pool, for the short
+/// committed statements that a row lock's open transaction cannot make
+/// itself (advancing a fencing token). Taking one from the pool instead
+/// would need a second pooled connection for every acquisition. Opened on
+/// first use, and again after a failure; statements on it take turns.
+pub(crate) struct Side<DB: Database> {
+    options: <DB::Connection as sqlx::Connection>::Options,
+    conn: Mutex<Option<DB::Connection>>,
+}
+
+impl<DB: Database> Side<DB> {
+    pub(crate) fn new(options: <DB::Connection as sqlx::Connection>::Options) -> Self {
+        Side {
+            options,
+            conn: Mutex::new(None),
+        }
+    }
+
+    /// Run `statement` on the side connection (opening it if needed); a
+    /// failure closes it, and the next call opens another.
+    pub(crate) async fn run<T>(
+        &self,
+        statement: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, sqlx::Error>,
+    ) -> Result<T, sqlx::Error> {
+        use sqlx::ConnectOptions;
+        let mut slot = self.conn.lock().await;
+        let conn = match slot.take() {
+            Some(conn) => conn,
+            None => self.options.connect().await?,
+        };
+        let conn = slot.insert(conn);
+        let outcome = statement(conn).await;
+        if outcome.is_err() {
+            slot.take();
+        }
+        outcome
+    }
+}

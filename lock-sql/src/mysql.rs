@@ -17,11 +17,18 @@
 //! two names into one). A hung holder is bounded by the session's
 //! `wait_timeout`.
 //!
-//! **Fencing tokens**: an `AUTO_INCREMENT` insert into `TABLE_fence`, after
-//! the grant. InnoDB never hands an auto-increment value out twice, even
-//! when the inserting transaction rolls back, and keeps the counter across
-//! restarts (MySQL 8, MariaDB ≥ 10.2.4); the insert itself is always
-//! rolled back, so the table stays empty.
+//! **Fencing tokens**: a per-name counter in `TABLE_tokens`, advanced
+//! after the grant by one committed statement (`INSERT … ON DUPLICATE KEY
+//! UPDATE token = LAST_INSERT_ID(token + 1)`): only the holder advances
+//! its name's counter, so tokens strictly increase, and the commit is
+//! durable before the grant is reported (with the server's default
+//! `innodb_flush_log_at_trx_commit = 1`), so they keep increasing across a
+//! crash of the server. Advisory mode advances it on the lock's own
+//! connection; row mode, whose lock is an open transaction, on another
+//! pooled connection. (An auto-increment drawn in a rolled-back insert is
+//! not durable: after a crash InnoDB hands those values out again.) A
+//! name's first token starts above every token the earlier
+//! auto-increment scheme (`TABLE_fence`) handed out.
 
 use std::fmt;
 use std::str::FromStr;
@@ -40,7 +47,7 @@ use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
-use crate::held::{self, Pinned, Warm};
+use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -85,12 +92,19 @@ pub struct MySqlLock {
 
 struct Inner {
     pool: Warm<MySql>,
+    /// Advances row-mode tokens while the lock's transaction stays open.
+    side: Side<MySql>,
     mode: SqlMode,
     table: Identifier,
     display: String,
     /// The session variable that ends a hung holder's transaction:
     /// MariaDB's `idle_transaction_timeout`, or MySQL's `wait_timeout`.
     idle_var: &'static str,
+    /// Advances a name's token counter (the name, then the first token).
+    draw_token: String,
+    /// A name's first token: above every token handed out before the
+    /// per-name counters existed.
+    first_token: u64,
 }
 
 fn secs_ceil(d: Duration) -> u64 {
@@ -126,16 +140,20 @@ impl MySqlLock {
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)
             .test_before_acquire(false)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let t = parsed.table.as_str();
+        let t = parsed.table.as_str().to_string();
         for ddl in [
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
             ),
             format!(
                 "CREATE TABLE IF NOT EXISTS {t}_fence (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
+            ),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t}_tokens (name VARBINARY(1024) PRIMARY KEY, \
+                 token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
             ),
         ] {
             sqlx::raw_sql(AssertSqlSafe(ddl))
@@ -147,6 +165,16 @@ impl MySqlLock {
             .fetch_one(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "reading the server version", e))?;
+        // The highest token the auto-increment scheme may have handed out.
+        let floor = sqlx::raw_sql(AssertSqlSafe(format!(
+            "START TRANSACTION; INSERT INTO {t}_fence () VALUES (); ROLLBACK; SELECT LAST_INSERT_ID()"
+        )))
+        .fetch_all(&pool)
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "reading the token floor", e))?
+        .last()
+        .and_then(|r| r.try_get::<u64, _>(0).ok())
+        .unwrap_or(0);
         let idle_var = if version.contains("MariaDB") {
             "idle_transaction_timeout"
         } else {
@@ -155,8 +183,14 @@ impl MySqlLock {
         Ok(MySqlLock {
             inner: Arc::new(Inner {
                 pool: Warm::new(pool),
+                side: Side::new(options),
                 mode: parsed.mode,
                 table: parsed.table,
+                draw_token: format!(
+                    "INSERT INTO {t}_tokens (name, token) VALUES (?, LAST_INSERT_ID(?)) \
+                     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+                ),
+                first_token: floor + 1,
                 display: parsed.display,
                 idle_var,
             }),
@@ -280,8 +314,11 @@ impl MySqlLock {
                 }
             };
             match outcome {
-                Ok(Some(token)) => return Ok(Some((pinned, token, sent_at))),
-                Ok(None) => {}
+                Ok(true) => {
+                    let token = self.token_for(&mut pinned, name).await?;
+                    return Ok(Some((pinned, token, sent_at)));
+                }
+                Ok(false) => {}
                 Err(e) if connection_lost(&e) && stale_left > 0 => {
                     // A pooled connection that died while idle: take another.
                     stale_left -= 1;
@@ -313,7 +350,7 @@ impl MySqlLock {
         name: &str,
         wait_secs: Option<u64>,
         ttl_secs: u64,
-    ) -> Result<Option<u64>, sqlx::Error> {
+    ) -> Result<bool, sqlx::Error> {
         let t = self.inner.table.as_str();
         // Numbers only: nothing a caller controls is spliced.
         let begin = format!(
@@ -348,15 +385,47 @@ impl MySqlLock {
                 }
                 Err(e) if not_granted(&e) => {
                     sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
-                    return Ok(None);
+                    return Ok(false);
                 }
                 Err(e) => return Err(e),
             }
         }
-        let fence = sqlx::raw_sql(AssertSqlSafe(format!("INSERT INTO {t}_fence () VALUES ()")))
-            .execute(&mut **conn)
+        Ok(true)
+    }
+
+    /// The token of a grant just made on `pinned`: advanced on the lock's
+    /// own connection (advisory mode) or, since a row lock is an open
+    /// transaction whose writes must not wait for its end, on the client's
+    /// side connection.
+    async fn token_for(&self, pinned: &mut Pinned<MySql>, name: &str) -> Result<u64, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
+        match self.inner.mode {
+            SqlMode::Advisory => self
+                .draw_token(&mut **pinned.conn(BACKEND)?, name)
+                .await
+                .map_err(failed),
+            SqlMode::Row => self
+                .inner
+                .side
+                .run(async |conn| self.draw_token(conn, name).await)
+                .await
+                .map_err(failed),
+        }
+    }
+
+    /// Advance `name`'s token counter in a statement of its own, committed
+    /// (durably) before it returns; only a holder of `name` calls this.
+    async fn draw_token(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+    ) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.inner.draw_token.as_str()))
+            .bind(name.as_bytes())
+            .bind(self.inner.first_token)
+            .execute(conn)
             .await?;
-        Ok(Some(fence.last_insert_id()))
+        Ok(done.last_insert_id())
     }
 
     /// One `GET_LOCK` attempt waiting `wait_secs`; on success the token.
@@ -366,7 +435,7 @@ impl MySqlLock {
         name: &str,
         wait_secs: u64,
         ttl_secs: u64,
-    ) -> Result<Option<u64>, sqlx::Error> {
+    ) -> Result<bool, sqlx::Error> {
         let granted: Option<i64> =
             sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
                 .bind(name.as_bytes())
@@ -374,22 +443,14 @@ impl MySqlLock {
                 .fetch_one(&mut **conn)
                 .await?;
         if granted != Some(1) {
-            return Ok(None);
+            return Ok(false);
         }
-        // The counter insert is rolled back so the table stays empty; the
-        // value it drew is never handed out again.
-        let t = self.inner.table.as_str();
-        let rows = sqlx::raw_sql(AssertSqlSafe(format!(
-            "SET SESSION wait_timeout = {ttl_secs}; START TRANSACTION; INSERT INTO {t}_fence () VALUES (); ROLLBACK; SELECT LAST_INSERT_ID()"
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET SESSION wait_timeout = {ttl_secs}"
         )))
-        .fetch_all(&mut **conn)
+        .execute(&mut **conn)
         .await?;
-        let token: u64 = rows
-            .last()
-            .map(|r| r.try_get::<u64, _>(0))
-            .transpose()?
-            .unwrap_or(0);
-        Ok(Some(token))
+        Ok(true)
     }
 
     /// Wrap a grant in a guard. The server's idle timeout counts from the

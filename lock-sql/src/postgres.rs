@@ -20,10 +20,18 @@
 //! among 2^32 names), and the key space is shared with every other
 //! advisory lock user of the database; row mode has neither caveat.
 //!
-//! **Fencing tokens** are `nextval` of the sequence `TABLE_fence`, read
-//! after the lock is granted, in the same statement. Sequences are never
-//! rolled back, so a holder whose transaction aborts (or whose process
-//! crashes) still advanced it: tokens strictly increase across grants.
+//! **Fencing tokens** are a per-name counter in `TABLE_tokens`, advanced
+//! after the grant by one committed upsert (a name's first token comes
+//! from the sequence `TABLE_fence`, so it starts above every token the
+//! earlier sequence-only scheme handed out).
+//!
+//! **Tokens across a server crash.** A sequence read in a transaction that
+//! never commits is not flushed to the WAL; after a crash it could restart
+//! below tokens already handed out. The counter's upsert commits before
+//! the grant is reported (advisory mode: on the lock's connection; row
+//! mode, whose lock is an open transaction: on another pooled one), and a
+//! commit flushes the WAL under the default `synchronous_commit = on`.
+//! With `synchronous_commit = off` tokens are not safe across a crash.
 //!
 //! **Durability and `synchronous_commit`.** A plain release ends the lock
 //! transaction with `ROLLBACK`, not `COMMIT`: the transaction wrote nothing
@@ -34,10 +42,6 @@
 //! `synchronous_commit` off on the lock connection would not be safe in
 //! general: in the transaction API ([`PgLock::begin`]) the user's writes
 //! commit with the release and must be as durable as the server promises.
-//! The sequence's WAL is flushed by the next synchronous commit anywhere
-//! on the server (or within `wal_writer_delay`); a server crash inside that
-//! window can hand out a token again, but only after every lock of that
-//! server was lost with its connections, which `lost()` reports.
 
 use std::fmt;
 use std::str::FromStr;
@@ -55,7 +59,7 @@ use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
-use crate::held::{self, Pinned, Warm};
+use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -99,6 +103,8 @@ pub struct PgLock {
 
 struct Inner {
     pool: Warm<Postgres>,
+    /// Advances row-mode tokens while the lock's transaction stays open.
+    side: Side<Postgres>,
     mode: SqlMode,
     table: Identifier,
     display: String,
@@ -113,6 +119,7 @@ struct Statements {
     advisory: String,
     advisory_try: String,
     advisory_unlock: String,
+    draw_token: String,
 }
 
 impl Statements {
@@ -121,7 +128,7 @@ impl Statements {
         let lock = |nowait: &str| {
             format!(
                 "WITH l AS (SELECT name FROM {t} WHERE name = $1 FOR UPDATE{nowait}) \
-                 SELECT nextval('{t}_fence') FROM l"
+                 SELECT 0::bigint FROM l"
             )
         };
         let key = "hashtextextended('distlock:' || $1, 0)";
@@ -132,11 +139,15 @@ impl Statements {
             advisory: format!(
                 "SELECT CASE WHEN set_config('lock_timeout', $2, false) IS NOT NULL \
                  AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
-                 AND pg_advisory_lock({key}) IS NOT NULL THEN nextval('{t}_fence') END"
+                 AND pg_advisory_lock({key}) IS NOT NULL THEN 0::bigint END"
             ),
             advisory_try: format!(
                 "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL \
-                 AND pg_try_advisory_lock({key}) THEN nextval('{t}_fence') END"
+                 AND pg_try_advisory_lock({key}) THEN 0::bigint END"
+            ),
+            draw_token: format!(
+                "INSERT INTO {t}_tokens (name, token) VALUES ($1, nextval('{t}_fence')) \
+                 ON CONFLICT (name) DO UPDATE SET token = {t}_tokens.token + 1 RETURNING token"
             ),
             advisory_unlock: format!(
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
@@ -162,7 +173,7 @@ impl PgLock {
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)
             .test_before_acquire(false)
-            .connect_with(options)
+            .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
         let table = parsed.table;
@@ -172,6 +183,9 @@ impl PgLock {
                 "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
             ),
             format!("CREATE SEQUENCE IF NOT EXISTS {t}_fence"),
+            format!(
+                "CREATE TABLE IF NOT EXISTS {t}_tokens (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"
+            ),
         ] {
             if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
                 // Two clients creating the table at once may race; the
@@ -186,6 +200,7 @@ impl PgLock {
         Ok(PgLock {
             inner: Arc::new(Inner {
                 pool: Warm::new(pool),
+                side: Side::new(options),
                 mode: parsed.mode,
                 sql: Statements::new(&table),
                 table,
@@ -235,6 +250,42 @@ impl PgLock {
         .await
         .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?;
         Ok(pid)
+    }
+
+    /// The token of a grant just made on `pinned`: `name`'s counter,
+    /// advanced by a committed statement (a name's first token comes from
+    /// the sequence, above every token of the earlier sequence-only
+    /// scheme). Only a holder of `name` advances it, so tokens strictly
+    /// increase; the commit flushes the WAL before the answer, so they keep
+    /// increasing across a crash of the server. On the lock's own
+    /// connection in advisory mode; in row mode, whose lock is an open
+    /// transaction, on the client's side connection. All rows are read, so the answer is taken
+    /// only once the commit is done.
+    async fn draw_token(
+        &self,
+        pinned: &mut Pinned<Postgres>,
+        name: &str,
+    ) -> Result<i64, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
+        let draw = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.draw_token.as_str()))
+            .bind(name);
+        let rows = match self.inner.mode {
+            SqlMode::Advisory => draw
+                .fetch_all(&mut **pinned.conn(BACKEND)?)
+                .await
+                .map_err(failed)?,
+            SqlMode::Row => self
+                .inner
+                .side
+                .run(async |conn| draw.fetch_all(conn).await)
+                .await
+                .map_err(failed)?,
+        };
+        rows.first().copied().ok_or_else(|| LockError::Backend {
+            backend: BACKEND,
+            reason: "drawing a fencing token returned no row".into(),
+            source: None,
+        })
     }
 
     /// Lock `name` on a connection of its own: the connection (inside the
@@ -309,7 +360,10 @@ impl PgLock {
                 },
             };
             match token {
-                Ok(Some(Some(token))) => return Ok(Some((pinned, token, sent_at))),
+                Ok(Some(Some(_granted))) => {
+                    let token = self.draw_token(&mut pinned, name).await?;
+                    return Ok(Some((pinned, token, sent_at)));
+                }
                 // Advisory: not granted (try). Row: no row yet — create it
                 // (committed, outside any lock) and try again.
                 Ok(Some(None)) => {

@@ -177,3 +177,18 @@ async fn warm_connections_do_not_starve_the_pool() {
     })
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_survive_a_server_crash() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        common::tokens_survive_a_server_crash("mysql", &format!("mysql {mode}"), async || {
+            MySqlLock::connect(&format!(
+                "{}?connect_timeout_ms=2000&mode={mode}",
+                env("DISTLOCK_TEST_MYSQL_URL")
+            ))
+            .await
+        })
+        .await;
+    }
+}
