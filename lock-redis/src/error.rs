@@ -23,11 +23,25 @@ pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> Lo
         || e.is_connection_dropped()
         || e.is_connection_refusal()
         || e.is_unrecoverable_error()
+        || server_not_ready(&e)
     {
         LockError::unavailable(backend, doing.to_string(), e)
     } else {
         LockError::backend(backend, doing.to_string(), e)
     }
+}
+
+/// A server that answers but cannot serve yet: loading its data after a
+/// restart (`LOADING`), a failover in progress (`TRYAGAIN`, `CLUSTERDOWN`,
+/// `MASTERDOWN`), a replica that was a master (`READONLY`). All transient.
+fn server_not_ready(e: &redis::RedisError) -> bool {
+    use redis::{ErrorKind, ServerErrorKind as S};
+    matches!(
+        e.kind(),
+        ErrorKind::Server(
+            S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
+        )
+    )
 }
 
 /// Run `fut`, failing with `Unavailable` if it takes longer than a connect
@@ -46,4 +60,25 @@ pub(crate) async fn within<F: Future>(
             reason: format!("{doing}: no answer within {limit:?}"),
             source: None,
         })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::map_redis;
+    use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    #[test]
+    fn a_server_still_loading_is_transient() {
+        let loading = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::BusyLoading),
+            "Redis is loading the dataset in memory",
+        ));
+        let e = map_redis("acquiring a lock", loading);
+        assert!(e.is_transient(), "{e:?}");
+        let script = RedisError::from((
+            ErrorKind::Server(ServerErrorKind::ResponseError),
+            "ERR bad script",
+        ));
+        assert!(!map_redis("acquiring a lock", script).is_transient());
+    }
 }
