@@ -122,6 +122,7 @@ macro_rules! conformance_suite {
                 grant_after_long_wait_is_valid,
                 very_long_waits_work,
                 lost_fires_ahead_of_expiry,
+                racing_on_a_new_name,
             );
         }
     };
@@ -922,4 +923,60 @@ pub async fn lost_fires_ahead_of_expiry(h: Harness) {
         "lost() fired only {ahead:?} before the lock could be granted again"
     );
     drop(g);
+}
+
+/// Many tasks racing on a name that was never used: exactly one wins,
+/// the others see `Ok(None)` (one attempt) or `Timeout` (a short wait),
+/// never an error from creating the name's state on the server.
+pub async fn racing_on_a_new_name(h: Harness) {
+    const TASKS: usize = 10;
+    for round in 0..5 {
+        let name = unique_name(&format!("race-{round}"));
+        let start = Arc::new(tokio::sync::Barrier::new(TASKS));
+        let wait = round % 2 == 1;
+        let tasks: Vec<_> = (0..TASKS)
+            .map(|i| {
+                let lock = if i % 2 == 0 {
+                    h.lock.clone()
+                } else {
+                    h.other.clone()
+                };
+                let (name, start) = (name.clone(), Arc::clone(&start));
+                tokio::spawn(async move {
+                    let o = if wait {
+                        opts(10_000, Wait::Up(Duration::from_millis(300)), false)
+                    } else {
+                        opts(10_000, Wait::No, false)
+                    };
+                    start.wait().await;
+                    let got = if wait {
+                        match lock.acquire(&name, &o).await {
+                            Ok(g) => Ok(Some(g)),
+                            Err(LockError::Timeout { .. }) => Ok(None),
+                            Err(e) => Err(e),
+                        }
+                    } else {
+                        lock.try_acquire(&name, &o).await
+                    };
+                    // Hold past the losers' wait.
+                    if let Ok(Some(_)) = &got {
+                        tokio::time::sleep(Duration::from_millis(600)).await;
+                    }
+                    got
+                })
+            })
+            .collect();
+        let mut winners = Vec::new();
+        for t in tasks {
+            match t.await.expect("task") {
+                Ok(Some(g)) => winners.push(g),
+                Ok(None) => {}
+                Err(e) => panic!("round {round}: a loser got {e:?} instead of Ok(None)/Timeout"),
+            }
+        }
+        assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        for g in winners {
+            assert!(g.release().await.expect("release"));
+        }
+    }
 }

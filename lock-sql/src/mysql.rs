@@ -352,9 +352,13 @@ impl MySqlLock {
         ttl_secs: u64,
     ) -> Result<bool, sqlx::Error> {
         let t = self.inner.table.as_str();
-        // Numbers only: nothing a caller controls is spliced.
+        // Numbers only: nothing a caller controls is spliced. READ
+        // COMMITTED: looking for a row that does not exist yet takes no
+        // gap lock, so a concurrent first use of another name, or of this
+        // one, never waits on it.
         let begin = format!(
-            "SET SESSION innodb_lock_wait_timeout = {}, SESSION {} = {ttl_secs}; START TRANSACTION",
+            "SET SESSION innodb_lock_wait_timeout = {}, SESSION {} = {ttl_secs}; \
+             SET TRANSACTION ISOLATION LEVEL READ COMMITTED; START TRANSACTION",
             wait_secs.unwrap_or(1),
             self.inner.idle_var
         );
@@ -376,12 +380,20 @@ impl MySqlLock {
                     // First use of this name: create its row (committed,
                     // outside any lock) and try again.
                     sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
-                    sqlx::query(AssertSqlSafe(format!(
+                    match sqlx::query(AssertSqlSafe(format!(
                         "INSERT IGNORE INTO {t} (name) VALUES (?)"
                     )))
                     .bind(name.as_bytes())
                     .execute(&mut **conn)
-                    .await?;
+                    .await
+                    {
+                        // A concurrent creator's insert was in the way;
+                        // the row is there or about to be: look again.
+                        Err(e) if not_granted(&e) => {}
+                        other => {
+                            other?;
+                        }
+                    }
                 }
                 Err(e) if not_granted(&e) => {
                     sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
