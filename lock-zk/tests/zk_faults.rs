@@ -2,7 +2,9 @@
 //! when its session expires; a frozen server makes the holder suspect, then
 //! confirm, its loss, and the client recovers on a new session; a waiter
 //! whose session expires queues again on a new one; 16 waiters set 16
-//! watches and one release fires one; the ensemble outlives its leader.
+//! watches and one release fires one; the ensemble outlives its leader; a
+//! holder frozen past its session knows at once, on resuming, that its
+//! lock is lost, and a guard's deadline never outlasts its session.
 //!
 //! The freeze stops the standalone server, so these tests run one at a time
 //! (a shared mutex) in this binary, apart from the conformance suite.
@@ -399,4 +401,154 @@ async fn the_ensemble_survives_its_leader_and_reports_the_loss_of_its_quorum() {
 async fn pause_if_transient(e: &lock_core::LockError) {
     assert!(e.is_transient(), "unexpected error: {e}");
     tokio::time::sleep(Duration::from_millis(200)).await;
+}
+
+const BELIEF_ENV: &str = "DISTLOCK_ZK_PAUSED_HOLDER";
+
+/// Where the paused holder writes what it believes, one line per check.
+fn belief_file(name: &str) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("distlock-belief-{}", name.replace('/', "_")))
+}
+
+/// A holder whose process is frozen for longer than its session timeout
+/// (but shorter than its TTL) must not believe it still holds the lock
+/// when it resumes: its session expired and someone else holds it. The
+/// guard's deadline is bounded by the session, so the first check after
+/// the resume already says lost, before the client hears of the expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_holder_paused_past_its_session_knows_it_lost_the_lock() {
+    let session = Duration::from_secs(3);
+    let url = format!(
+        "{}?session_timeout_ms={}",
+        env("DISTLOCK_TEST_ZK_URL"),
+        session.as_millis()
+    );
+    let ttl = Duration::from_secs(9);
+    if let Some(name) = holder_role(BELIEF_ENV) {
+        let locks = ZkLock::connect(&url).await.expect("connect");
+        let opts = LockOptions::new().ttl(ttl).wait(Wait::No);
+        let g = locks.acquire(&name, &opts).await.expect("child acquire");
+        announce_token(g.fencing_token().expect("token"));
+        let mut out = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(belief_file(&name))
+            .expect("belief file");
+        // A thread of its own checks every millisecond, as a holder about
+        // to write would: it runs as soon as the process resumes, whatever
+        // the client has yet to hear from the server.
+        let lease = std::sync::Arc::clone(g.lease());
+        std::thread::spawn(move || {
+            loop {
+                std::thread::sleep(Duration::from_millis(1));
+                let line = if lease.lost_now().is_some() {
+                    "lost\n"
+                } else {
+                    "held\n"
+                };
+                std::io::Write::write_all(&mut out, line.as_bytes()).expect("write belief");
+            }
+        });
+        tokio::time::sleep(Duration::from_secs(60)).await;
+        drop(g);
+        return;
+    }
+    let _serial = SERIAL.lock().await;
+    let name = unique("paused-holder");
+    let file = belief_file(&name);
+    let (mut child, first) = spawn_holder(
+        "a_holder_paused_past_its_session_knows_it_lost_the_lock",
+        BELIEF_ENV,
+        &name,
+    )
+    .await;
+    let pid = child.id().expect("child pid").to_string();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let signal = |sig: &str| {
+        let ok = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "kill {sig} {pid}");
+    };
+    signal("-STOP");
+    let stopped_at = Instant::now();
+    let other = ZkLock::connect(&url).await.expect("connect");
+    let taken = other
+        .acquire(
+            &name,
+            &LockOptions::new()
+                .ttl(ttl)
+                .wait(Wait::Up(Duration::from_secs(8))),
+        )
+        .await
+        .expect("the frozen holder's session expires and frees the lock");
+    assert!(taken.fencing_token().expect("token") > first);
+    let frozen = stopped_at.elapsed();
+    assert!(frozen < ttl, "taken over after {frozen:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let seen = std::fs::metadata(&file).map(|m| m.len()).unwrap_or(0);
+    signal("-CONT");
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let text = std::fs::read_to_string(&file).expect("belief file");
+    let after: Vec<&str> = text
+        .get(usize::try_from(seen).expect("offset")..)
+        .unwrap_or_default()
+        .lines()
+        .collect();
+    let _ = child.start_kill();
+    let _ = child.wait().await;
+    let _ = std::fs::remove_file(&file);
+    eprintln!(
+        "zk faults: frozen {:?}; first beliefs after the resume: {:?}",
+        stopped_at.elapsed(),
+        &after[..after.len().min(3)]
+    );
+    assert_eq!(
+        after.first().copied(),
+        Some("lost"),
+        "the resumed holder believed it held a lock another client holds"
+    );
+    assert!(taken.release().await.expect("release"));
+}
+
+/// A guard's validity never outlasts the session that carries its node:
+/// with a 9 s TTL on a 3 s session the deadline lies within 3 s, and
+/// stays there as renewals confirm the node; without auto-renewal such a
+/// TTL is refused with a reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deadline_is_bounded_by_the_session() {
+    let _serial = SERIAL.lock().await;
+    let session = Duration::from_secs(3);
+    let locks = ZkLock::connect(&format!(
+        "{}?session_timeout_ms={}",
+        env("DISTLOCK_TEST_ZK_URL"),
+        session.as_millis()
+    ))
+    .await
+    .expect("connect");
+    let name = unique("session-bound");
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(9))
+        .wait(Wait::No);
+    let g = locks.acquire(&name, &opts).await.expect("acquire");
+    for _ in 0..3 {
+        let left = g
+            .validity_deadline()
+            .expect("a deadline")
+            .saturating_duration_since(Instant::now());
+        assert!(
+            left <= session,
+            "deadline {left:?} ahead on a {session:?} session"
+        );
+        assert!(g.is_lost().is_none(), "renewals keep it within the session");
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+    }
+    assert!(g.release().await.expect("release"));
+    match locks.acquire(&name, &opts.clone().auto_renew(false)).await {
+        Err(lock_core::LockError::InvalidOptions { reason }) => {
+            assert!(reason.contains("session"), "{reason}")
+        }
+        other => panic!("expected InvalidOptions, got {other:?}"),
+    }
 }
