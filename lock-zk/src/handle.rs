@@ -16,7 +16,36 @@ pub(crate) struct ZkHandle {
     pub path: String,
 }
 
+/// How long the background delete waits between attempts, at most.
+const BACKGROUND_RETRY_MAX: Duration = Duration::from_secs(2);
+
 impl ZkHandle {
+    /// Keep deleting until the node is gone or the session has ended.
+    async fn delete_in_background(self) {
+        let mut pause = Duration::from_millis(100);
+        loop {
+            if self.session.is_terminated() {
+                tracing::debug!(path = %self.path, "session ended; the node went with it");
+                return;
+            }
+            tokio::time::sleep(pause).await;
+            match self.delete().await {
+                Ok(_) => {
+                    tracing::info!(path = %self.path, "a release cut by a connection failure completed");
+                    return;
+                }
+                Err(e) if e.is_transient() => {
+                    tracing::debug!(path = %self.path, error = %e, "release still cut; trying again");
+                    pause = (pause * 2).min(BACKGROUND_RETRY_MAX);
+                }
+                Err(e) => {
+                    tracing::warn!(path = %self.path, error = %e, "release failed; the node goes with its session");
+                    return;
+                }
+            }
+        }
+    }
+
     /// Delete our node. A delete whose reply was lost with the connection
     /// is sent again once the client has reconnected; finding the node gone
     /// then means the first one landed. Without this, a node whose delete
@@ -45,8 +74,31 @@ impl ZkHandle {
 
 #[async_trait]
 impl GuardHandle for ZkHandle {
+    /// Delete our node. If the delete cannot be confirmed (the connection
+    /// failed past the retries, say under a server crash), the caller gets
+    /// a transient error and the delete goes on in the background until
+    /// the node is gone or its session has ended: a released lock is never
+    /// left held by a live client.
     async fn release(&self) -> Result<bool, LockError> {
-        self.delete().await
+        match self.delete().await {
+            Err(e) if e.is_transient() => {
+                let again = ZkHandle {
+                    session: Arc::clone(&self.session),
+                    path: self.path.clone(),
+                };
+                match tokio::runtime::Handle::try_current() {
+                    Ok(rt) => {
+                        rt.spawn(async move { again.delete_in_background().await });
+                    }
+                    Err(_) => tracing::warn!(
+                        path = %self.path,
+                        "release failed outside a runtime; the node goes with its session"
+                    ),
+                }
+                Err(e)
+            }
+            done => done,
+        }
     }
 
     async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {

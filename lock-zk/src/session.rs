@@ -170,23 +170,51 @@ where
     let mut attempt = 0;
     loop {
         match send().await {
-            Err(zookeeper_client::Error::ConnectionLoss) if attempt < CONNECTION_LOSS_RETRIES => {
+            Err(e) if connection_failed(&e) && attempt < CONNECTION_LOSS_RETRIES => {
                 attempt += 1;
-                tracing::debug!(attempt, "zookeeper connection lost; sending again");
+                tracing::debug!(attempt, error = %e, "zookeeper connection lost; sending again");
             }
             done => return done,
         }
     }
 }
 
-/// A client error as a `LockError`: connection and session trouble is
-/// `Unavailable` (transient), anything else (`NoAuth`, …) a backend error.
+/// The request's connection failed, whatever became of the request: a
+/// connection loss as the client reports it, or an I/O error (a reset by
+/// a crashed server) that the client passes through as a custom error.
+pub(crate) fn connection_failed(e: &zookeeper_client::Error) -> bool {
+    if matches!(e, zookeeper_client::Error::ConnectionLoss) {
+        return true;
+    }
+    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
+    let mut cause = std::error::Error::source(e);
+    while let Some(c) = cause {
+        // The client keeps a custom error's cause behind an `Arc`.
+        let inner = c.downcast_ref::<Shared>().map_or(c, |shared| &**shared);
+        if inner.is::<std::io::Error>() {
+            return true;
+        }
+        cause = inner.source();
+    }
+    false
+}
+
+/// A client error as a `LockError`: connection and session trouble, a
+/// throttling or read-only server, is `Unavailable` (transient); anything
+/// else (`NoAuth`, …) a backend error.
 pub(crate) fn zk_error(doing: &str, e: zookeeper_client::Error) -> LockError {
     use zookeeper_client::Error as E;
+    if connection_failed(&e) {
+        return LockError::unavailable(BACKEND, doing.to_string(), e);
+    }
     match e {
-        E::ConnectionLoss | E::SessionExpired | E::NoHosts | E::Timeout | E::ClientClosed => {
-            LockError::unavailable(BACKEND, doing.to_string(), e)
-        }
+        E::SessionExpired
+        | E::NoHosts
+        | E::Timeout
+        | E::ClientClosed
+        | E::SessionMoved
+        | E::Throttled
+        | E::NotReadOnly => LockError::unavailable(BACKEND, doing.to_string(), e),
         E::NoAuth | E::AuthFailed => LockError::backend(
             BACKEND,
             format!("{doing}: not authorised (check the URL's digest credentials)"),

@@ -552,3 +552,54 @@ async fn the_deadline_is_bounded_by_the_session() {
         other => panic!("expected InvalidOptions, got {other:?}"),
     }
 }
+
+/// A release whose delete is cut by a server crash (the server frozen
+/// under the request, then killed, down for 2 s, and started again while
+/// the session survives) never leaves the lock held by a live client: `release()`
+/// reports a transient error at worst, and keeps deleting the node in the
+/// background until it is gone, so another client gets the lock well
+/// within the session's life.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
+    use lock_core::faultkit::{Restore, services};
+    let _serial = SERIAL.lock().await;
+    let session = Duration::from_secs(6);
+    let url = format!(
+        "{}?session_timeout_ms={}",
+        env("DISTLOCK_TEST_ZK_URL"),
+        session.as_millis()
+    );
+    let holder = ZkLock::connect(&url).await.expect("connect");
+    let name = unique("cut-release");
+    let opts = LockOptions::new().wait(Wait::No);
+    let g = holder.acquire(&name, &opts).await.expect("acquire");
+    let restore = Restore::servers(["zk"]);
+    services(&["pause", "zk"]);
+    let release = tokio::spawn(async move { g.release().await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    services(&["kill", "zk"]);
+    // Down for a while: the client's own resends run out meanwhile.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    services(&["start", "zk"]);
+    drop(restore);
+    let released = tokio::time::timeout(session * 3, release)
+        .await
+        .expect("release() returns")
+        .expect("task");
+    eprintln!("zk faults: release cut by a crash gave {released:?}");
+    if let Err(e) = &released {
+        assert!(e.is_transient(), "a cut release is transient: {e:?}");
+    }
+    let started = Instant::now();
+    let other = ZkLock::connect(&url).await.expect("connect");
+    let g2 = other
+        .acquire(&name, &opts.clone().wait(Wait::Up(session * 2)))
+        .await
+        .expect("the lock is freed while the holder's client lives on");
+    eprintln!(
+        "zk faults: another client got the lock {:?} after the restart",
+        started.elapsed()
+    );
+    assert!(g2.release().await.expect("release"));
+    drop(holder);
+}
