@@ -92,3 +92,72 @@ pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::proc
         }
     }
 }
+
+/// The error kinds an acquisition sees when its server fails under it.
+/// With `servers` killed (SIGKILL), a waiting `acquire` (queued behind a
+/// holder) and a `try_acquire` both end in an error that
+/// [`is_transient`](crate::LockError::is_transient) (`Unavailable`,
+/// `Timeout`, `QuorumNotReached`), never `Lost` (which belongs to a held
+/// guard), `Backend` or a hang; once the servers are started again the
+/// client acquires again without being rebuilt.
+pub async fn server_failure_gives_transient_errors(
+    locks: std::sync::Arc<dyn crate::DistributedLock>,
+    other: std::sync::Arc<dyn crate::DistributedLock>,
+    servers: &[&str],
+    opts: crate::LockOptions,
+) {
+    use crate::{LockError, Wait};
+    let transient = |what: &str, r: &Result<(), LockError>| match r {
+        Err(e @ (LockError::Lost { .. } | LockError::Backend { .. })) => {
+            panic!("{what}: a server failure gave {e:?}")
+        }
+        Err(e) => assert!(e.is_transient(), "{what}: not transient: {e:?}"),
+        Ok(()) => panic!("{what}: granted while {servers:?} were down"),
+    };
+    let name = unique("server-down");
+    let holder = locks
+        .acquire(&name, &opts.clone().wait(Wait::No))
+        .await
+        .expect("holder");
+    let waiter = tokio::spawn({
+        let (other, name) = (other.clone(), name.clone());
+        let o = opts.clone().wait(Wait::Up(Duration::from_secs(6)));
+        async move { other.acquire(&name, &o).await.map(drop) }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
+    for server in servers {
+        services(&["kill", server]);
+    }
+    let attempt = tokio::time::timeout(
+        Duration::from_secs(30),
+        locks.try_acquire(&unique("while-down"), &opts.clone().wait(Wait::No)),
+    )
+    .await
+    .expect("try_acquire returns while the server is down");
+    transient("try_acquire", &attempt.map(drop));
+    let waited = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter returns while the server is down")
+        .expect("waiter task");
+    transient("a waiting acquire", &waited);
+    drop(restore);
+    let started = tokio::time::Instant::now();
+    loop {
+        match locks
+            .try_acquire(&unique("after-restart"), &opts.clone().wait(Wait::No))
+            .await
+        {
+            Ok(Some(g)) => {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            other => assert!(
+                started.elapsed() < Duration::from_secs(60),
+                "no recovery after the restart: {other:?}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    drop(holder);
+}

@@ -8,6 +8,9 @@ pub(crate) const BACKEND: &str = "etcd";
 /// DEADLINE_EXCEEDED (4), UNAVAILABLE (14).
 const TRANSIENT_CODES: [i32; 3] = [1, 4, 14];
 
+/// gRPC NOT_FOUND (5).
+const NOT_FOUND: i32 = 5;
+
 /// Transport failures, timeouts and "no leader" are `Unavailable` (retry
 /// later); anything else is `Backend`. etcd-client errors do not carry the
 /// password (it travels in an auth request, not in the endpoint).
@@ -33,6 +36,24 @@ pub(crate) fn map_etcd(doing: &str, e: etcd_client::Error) -> LockError {
     } else {
         LockError::backend(BACKEND, doing.to_string(), e)
     }
+}
+
+/// Whether `e` is etcd refusing a key for a lease that no longer exists
+/// (revoked, or expired while the client could not renew it).
+pub(crate) fn lease_not_found(e: &LockError) -> bool {
+    let source = match e {
+        LockError::Backend { source, .. } | LockError::Unavailable { source, .. } => source,
+        _ => return false,
+    };
+    source
+        .as_deref()
+        .and_then(|s| s.downcast_ref::<etcd_client::Error>())
+        .is_some_and(|e| match e {
+            etcd_client::Error::GRpcStatus(status) => {
+                status.code() as i32 == NOT_FOUND && status.message().contains("lease not found")
+            }
+            _ => false,
+        })
 }
 
 /// Whether `e` means the request never reached a server (the connection to

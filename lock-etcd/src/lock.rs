@@ -13,13 +13,13 @@ use etcd_client::{
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Watchdog,
-    check_request, wait_deadline,
+    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
+    Watchdog, check_request, wait_deadline,
 };
 use tokio::time::Instant;
 
 use crate::config::{EtcdConfig, parse_url};
-use crate::error::{BACKEND, map_etcd};
+use crate::error::{self, BACKEND, map_etcd};
 use crate::keys;
 use crate::queue::{self, Place, Turn};
 use crate::requests;
@@ -317,14 +317,27 @@ impl EtcdLock {
         // cancellation) deletes it and gives back a lease of its own.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let client = &self.inner.client;
-        let (rev, first_place) = queue::enqueue(
+        let (rev, first_place) = match queue::enqueue(
             client,
             &handle.dir,
             &handle.key,
             &handle.owner,
             handle.lease_id(),
         )
-        .await?;
+        .await
+        {
+            Ok(queued) => queued,
+            // The lease went before the client noticed (revoked, or
+            // expired in a partition): no key was put. A session lease is
+            // ended here, so that the next place is taken on a new one.
+            Err(e) if error::lease_not_found(&e) => {
+                if let Lease::Session(session) = handle.current_lease() {
+                    session.end(LossReason::TakenOver);
+                }
+                return Err(queue::place_lost(name));
+            }
+            Err(e) => return Err(e),
+        };
         *handle.rev.lock().unwrap_or_else(|e| e.into_inner()) = rev;
         if first_place.predecessor.is_none() {
             pending.disarm();
@@ -444,6 +457,22 @@ enum Step {
     Reread,
 }
 
+/// How many places in the queue one waiting acquisition may go through.
+const PLACES_PER_ACQUIRE: usize = 3;
+
+/// An acquisition whose key went with its lease or session before the
+/// grant: the server was unreachable for too long. Transient; `Lost`
+/// belongs to a held guard.
+fn place_gone(name: &str) -> LockError {
+    LockError::Unavailable {
+        backend: "etcd",
+        reason: format!(
+            "lock {name:?}: the waiter's lease or session ended before the grant (etcd unreachable?); try again"
+        ),
+        source: None,
+    }
+}
+
 /// Get options for the first key (lowest create revision) under `dir`.
 fn first_by_creation(dir: &str) -> GetOptions {
     GetOptions::new()
@@ -461,9 +490,15 @@ impl DistributedLock for EtcdLock {
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &self.inner.caps)?;
-        self.acquire_inner(name, opts, None, false).await
+        match self.acquire_inner(name, opts, None, false).await {
+            Err(LockError::Lost { .. }) => Err(place_gone(name)),
+            other => other,
+        }
     }
 
+    /// A waiter whose place in the queue goes (its lease or session ended,
+    /// say in a short partition) queues again, on a fresh lease or
+    /// session, while its wait allows, as a ZooKeeper waiter does.
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &self.inner.caps)?;
         let start = Instant::now();
@@ -472,13 +507,23 @@ impl DistributedLock for EtcdLock {
             waited: start.elapsed(),
         };
         let wait = opts.wait != Wait::No;
-        match self
-            .acquire_inner(name, opts, wait_deadline(start, opts.wait), wait)
-            .await
-        {
-            Ok(Some(guard)) => Ok(guard),
-            Ok(None) | Err(LockError::Timeout { .. }) => Err(timeout()),
-            Err(e) => Err(e),
+        let deadline = wait_deadline(start, opts.wait);
+        let mut places = 0;
+        loop {
+            places += 1;
+            match self.acquire_inner(name, opts, deadline, wait).await {
+                Ok(Some(guard)) => return Ok(guard),
+                Ok(None) | Err(LockError::Timeout { .. }) => return Err(timeout()),
+                Err(LockError::Lost { .. })
+                    if wait
+                        && places < PLACES_PER_ACQUIRE
+                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                {
+                    tracing::info!(lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
+                }
+                Err(LockError::Lost { .. }) => return Err(place_gone(name)),
+                Err(e) => return Err(e),
+            }
         }
     }
 

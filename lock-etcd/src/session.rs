@@ -91,7 +91,9 @@ impl Session {
         });
     }
 
-    fn end(&self, reason: LossReason) {
+    /// End the session: its lease is gone. Its guards are lost, and the
+    /// next acquisition starts a new session.
+    pub(crate) fn end(&self, reason: LossReason) {
         let mut s = self.state();
         if s.ended.is_none() {
             s.ended = Some(reason.clone());

@@ -342,3 +342,16 @@ async fn acquisitions_cost_few_commands() {
         "{per:.2} commands per acquisition: waiters are polling"
     );
 }
+
+/// See `faultkit::server_failure_gives_transient_errors`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_failure_gives_transient_errors() {
+    let _serial = SERIAL.lock().await;
+    lock_core::faultkit::server_failure_gives_transient_errors(
+        Arc::new(client().await),
+        Arc::new(client().await),
+        &["redis"],
+        LockOptions::new().ttl(Duration::from_secs(5)),
+    )
+    .await;
+}

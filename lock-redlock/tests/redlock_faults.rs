@@ -314,3 +314,17 @@ async fn fencing_tokens_increase_across_node_restarts() {
         services(&["start", &victim]);
     }
 }
+
+/// See `faultkit::server_failure_gives_transient_errors`: a majority of
+/// the masters killed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_failure_gives_transient_errors() {
+    let _serial = SERIAL.lock().await;
+    lock_core::faultkit::server_failure_gives_transient_errors(
+        std::sync::Arc::new(client().await),
+        std::sync::Arc::new(client().await),
+        &["redlock1", "redlock2", "redlock3"],
+        LockOptions::new().ttl(Duration::from_secs(5)),
+    )
+    .await;
+}

@@ -192,3 +192,18 @@ async fn tokens_survive_a_server_crash() {
         .await;
     }
 }
+
+/// See `faultkit::server_failure_gives_transient_errors`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_failure_gives_transient_errors() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_core::faultkit::server_failure_gives_transient_errors(
+            std::sync::Arc::new(client(mode).await),
+            std::sync::Arc::new(client(mode).await),
+            &["mysql"],
+            LockOptions::new().ttl(Duration::from_secs(5)),
+        )
+        .await;
+    }
+}

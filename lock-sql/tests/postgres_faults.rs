@@ -296,3 +296,28 @@ async fn tokens_survive_a_server_crash() {
         .await;
     }
 }
+
+/// See `faultkit::server_failure_gives_transient_errors`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn server_failure_gives_transient_errors() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        let connect = async || {
+            std::sync::Arc::new(
+                PgLock::connect(&format!(
+                    "{}?connect_timeout_ms=2000&mode={mode}",
+                    env("DISTLOCK_TEST_POSTGRES_URL")
+                ))
+                .await
+                .expect("connect"),
+            )
+        };
+        lock_core::faultkit::server_failure_gives_transient_errors(
+            connect().await,
+            connect().await,
+            &["postgres"],
+            LockOptions::new().ttl(Duration::from_secs(5)),
+        )
+        .await;
+    }
+}
