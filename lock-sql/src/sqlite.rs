@@ -14,6 +14,15 @@
 //! release made in this process wakes this process's waiters on the same
 //! file at once.
 //!
+//! **Fair order across processes.** A waiter that finds the lock held takes
+//! a ticket: a row in `TABLE_waiters` with an increasing number and a
+//! heartbeat it refreshes while it polls. A grant goes only to an attempt
+//! with no live ticket ahead of it (a `try_acquire` has none, so it never
+//! overtakes a waiter), so waiters are served in ticket order, whichever
+//! process polls first. A waiter that leaves (granted, timed out, dropped)
+//! deletes its ticket; a crashed one's ticket is ignored once its heartbeat
+//! is older than [`TICKET_STALE`].
+//!
 //! Commits keep SQLite's `synchronous = FULL` (an fsync of the WAL per
 //! commit, about 0.5 ms here): with `NORMAL`, a power loss could roll back
 //! the latest grants, and with them the fencing counter, so a token could be
@@ -29,8 +38,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
-    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Waiting, Wakeups,
-    Watchdog, acquire_by_polling, check_request,
+    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting,
+    Wakeups, Watchdog, acquire_by_polling, check_request,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -47,7 +56,8 @@ const CAPABILITIES: Capabilities = Capabilities {
     backend: BACKEND,
     grade: Grade::Correctness,
     fencing: Fencing::Safe,
-    fair_queue: false,
+    // Waiters are granted in ticket order.
+    fair_queue: true,
     crash_release: CrashRelease::Ttl,
     survives_server_failure: false,
     depends_on_clocks: true,
@@ -55,6 +65,17 @@ const CAPABILITIES: Capabilities = Capabilities {
     max_ttl: Duration::from_secs(30 * 86_400),
     min_lease: lock_core::MIN_TTL,
 };
+
+/// A waiter's ticket whose heartbeat is older than this is a dead waiter's
+/// (a crashed or frozen process) and no longer holds its place.
+const TICKET_STALE: Duration = Duration::from_secs(3);
+
+/// How often the first waiter in line looks whether the lock is free; the
+/// n-th looks n times as seldom.
+const LINE_POLL: Duration = Duration::from_millis(4);
+
+/// How often a waiter refreshes its ticket's heartbeat.
+const TICKET_REFRESH: Duration = Duration::from_secs(1);
 
 /// Settings for [`SqliteLock`].
 #[derive(Debug, Clone)]
@@ -122,6 +143,11 @@ fn wakeups_for(path: &Path, table: &Identifier) -> Wakeups {
 /// The statements, with the validated table name filled in once.
 struct Statements {
     acquire: String,
+    ahead: String,
+    count_ahead: String,
+    take_ticket: String,
+    refresh_ticket: String,
+    drop_ticket: String,
     holder_expiry: String,
     release: String,
     extend: String,
@@ -132,6 +158,21 @@ impl Statements {
     fn new(table: &Identifier) -> Self {
         let t = table.as_str();
         Statements {
+            ahead: format!(
+                "SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND alive_until_ms > ?2 AND ticket < ?3 LIMIT 1"
+            ),
+            count_ahead: format!(
+                "SELECT COUNT(*) FROM \"{t}_waiters\" WHERE name = ?1 AND alive_until_ms > ?2 AND ticket < ?3"
+            ),
+            take_ticket: format!(
+                "INSERT INTO \"{t}_waiters\" (name, alive_until_ms) VALUES (?1, ?2) RETURNING ticket"
+            ),
+            refresh_ticket: format!(
+                "UPDATE \"{t}_waiters\" SET alive_until_ms = ?2 WHERE ticket = ?1"
+            ),
+            drop_ticket: format!(
+                "DELETE FROM \"{t}_waiters\" WHERE ticket = ?1 OR alive_until_ms < ?2"
+            ),
             acquire: format!(
                 "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms) VALUES (?1, ?2, 1, ?3) \
                  ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, fence = fence + 1, \
@@ -226,6 +267,20 @@ impl SqliteLock {
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "creating the lease table", e))?;
+        let waiters = format!(
+            "CREATE TABLE IF NOT EXISTS \"{t}_waiters\" (\
+             ticket INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, \
+             alive_until_ms INTEGER NOT NULL)"
+        );
+        let by_name = format!(
+            "CREATE INDEX IF NOT EXISTS \"{t}_waiters_name\" ON \"{t}_waiters\" (name, ticket)"
+        );
+        for ddl in [waiters, by_name] {
+            sqlx::query(AssertSqlSafe(ddl))
+                .execute(&pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
+        }
         tracing::debug!(path = %path.display(), table = t, "sqlite lock store open");
         Ok(SqliteLock {
             inner: Arc::new(Inner {
@@ -271,11 +326,30 @@ impl SqliteLock {
         name: &str,
         opts: &LockOptions,
         look_first: bool,
+        ticket: Option<&Ticket>,
     ) -> Result<Attempt, LockError> {
-        if look_first && let Some(expires_in) = self.holder_expires_in(name).await? {
-            return Ok(Attempt::Held {
-                expires_in: Some(expires_in),
-            });
+        if look_first {
+            // Reads only, unless this attempt can win: the lock looks free
+            // and no live waiter is ahead. A waiter looks again after a
+            // pause that grows with its place in line, so that the first
+            // takes up a release in another process (which cannot notify
+            // it) within a few milliseconds, the next notices soon after
+            // that it is first, and those behind never compete for SQLite's
+            // write lock with the one whose turn it is.
+            let holder = self.holder_expires_in(name).await?;
+            let mut ahead = 0;
+            if let Some(ticket) = ticket {
+                ticket.keep(name).await?;
+                if let Some(n) = ticket.number() {
+                    ahead = self.waiters_ahead(name, n).await?;
+                }
+            }
+            let pause = LINE_POLL.saturating_mul(ahead.saturating_add(1));
+            if holder.is_some() || ahead > 0 {
+                return Ok(Attempt::Held {
+                    expires_in: Some(holder.map_or(pause, |left| left.min(pause))),
+                });
+            }
         }
         let owner = OwnerToken::random();
         let handle = Arc::new(self.handle(name, owner));
@@ -290,6 +364,24 @@ impl SqliteLock {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(failed)?;
+        // A live waiter ahead of us (any, for an attempt without a ticket)
+        // is served first.
+        let mine = ticket.and_then(Ticket::number).unwrap_or(i64::MAX);
+        let queued = sqlx::query(AssertSqlSafe(self.inner.sql.ahead.as_str()))
+            .bind(name)
+            .bind(now)
+            .bind(mine)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+        if queued.is_some() {
+            drop(pending.disarm());
+            tx.rollback().await.map_err(failed)?;
+            if let Some(ticket) = ticket {
+                ticket.keep(name).await?;
+            }
+            return Ok(Attempt::Held { expires_in: None });
+        }
         let granted = sqlx::query(AssertSqlSafe(self.inner.sql.acquire.as_str()))
             .bind(name)
             .bind(&owner)
@@ -303,11 +395,26 @@ impl SqliteLock {
             None => {
                 drop(pending.disarm());
                 tx.rollback().await.map_err(failed)?;
+                if let Some(ticket) = ticket {
+                    ticket.keep(name).await?;
+                }
                 let expires_in = self.holder_expires_in(name).await?;
                 return Ok(Attempt::Held { expires_in });
             }
         };
+        // Granted: our ticket, if any, goes in the same transaction.
+        if mine != i64::MAX {
+            sqlx::query(AssertSqlSafe(self.inner.sql.drop_ticket.as_str()))
+                .bind(mine)
+                .bind(now - ms(TICKET_STALE) * 10)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+        }
         tx.commit().await.map_err(failed)?;
+        if let Some(ticket) = ticket {
+            ticket.served();
+        }
         let handle = pending.disarm();
         if sent_at.elapsed() >= opts.ttl {
             // Granted too late to be of use: give it back rather than hold a
@@ -333,6 +440,19 @@ impl SqliteLock {
         } else {
             guard
         }))
+    }
+
+    /// How many live waiters hold a ticket below `ticket` for `name`. A
+    /// plain read.
+    async fn waiters_ahead(&self, name: &str, ticket: i64) -> Result<u32, LockError> {
+        let ahead: i64 = sqlx::query_scalar(AssertSqlSafe(self.inner.sql.count_ahead.as_str()))
+            .bind(name)
+            .bind(now_ms())
+            .bind(ticket)
+            .fetch_one(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "reading the waiters", e))?;
+        Ok(u32::try_from(ahead).unwrap_or(u32::MAX))
     }
 
     /// How long the current holder's lease has left; `None` if nobody holds
@@ -366,16 +486,24 @@ impl DistributedLock for SqliteLock {
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts, false).await?.into_guard())
+        Ok(self.attempt(name, opts, false, None).await?.into_guard())
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let wake = self.inner.wakeups.subscribe(name);
-        acquire_by_polling(name, opts, Some(wake), |tries| {
-            self.attempt(name, opts, tries > 0)
+        // A single attempt does not queue.
+        let ticket = (opts.wait != Wait::No).then(|| Ticket::new(&self.inner));
+        let outcome = acquire_by_polling(name, opts, Some(wake), |tries| {
+            self.attempt(name, opts, tries > 0, ticket.as_ref())
         })
-        .await
+        .await;
+        // Leaving without the lock: out of the line at once, so that the
+        // next attempt (ours or anyone's) is not held up by our ticket.
+        if let Some(ticket) = ticket {
+            ticket.leave().await;
+        }
+        outcome
     }
 
     fn capabilities(&self) -> Capabilities {
@@ -388,6 +516,108 @@ impl fmt::Debug for SqliteLock {
         f.debug_struct("SqliteLock")
             .field("path", &self.inner.path)
             .finish_non_exhaustive()
+    }
+}
+
+/// A waiting `acquire`'s place in the file's queue of waiters: taken when
+/// it first finds the lock held, kept alive while it polls, and deleted
+/// when it is served (in the granting transaction) or leaves (on drop, in
+/// the background).
+struct Ticket {
+    inner: Arc<Inner>,
+    /// The ticket number and when its heartbeat was last written.
+    place: Mutex<Option<(i64, Instant)>>,
+}
+
+impl Ticket {
+    fn new(inner: &Arc<Inner>) -> Self {
+        Ticket {
+            inner: Arc::clone(inner),
+            place: Mutex::new(None),
+        }
+    }
+
+    fn place(&self) -> std::sync::MutexGuard<'_, Option<(i64, Instant)>> {
+        self.place.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn number(&self) -> Option<i64> {
+        self.place().map(|(n, _)| n)
+    }
+
+    /// Take a ticket if we have none; refresh its heartbeat if due.
+    async fn keep(&self, name: &str) -> Result<(), LockError> {
+        let failed = |e| map_sqlx(BACKEND, "queueing for a lock", e);
+        let alive_until = now_ms().saturating_add(ms(TICKET_STALE));
+        let current = *self.place();
+        match current {
+            None => {
+                let n: i64 = sqlx::query_scalar(AssertSqlSafe(self.inner.sql.take_ticket.as_str()))
+                    .bind(name)
+                    .bind(alive_until)
+                    .fetch_one(&self.inner.pool)
+                    .await
+                    .map_err(failed)?;
+                *self.place() = Some((n, Instant::now()));
+            }
+            Some((n, at)) if at.elapsed() >= TICKET_REFRESH => {
+                let done = sqlx::query(AssertSqlSafe(self.inner.sql.refresh_ticket.as_str()))
+                    .bind(n)
+                    .bind(alive_until)
+                    .execute(&self.inner.pool)
+                    .await
+                    .map_err(failed)?;
+                // A ticket swept as stale (we were frozen): take a new one.
+                *self.place() = (done.rows_affected() == 1).then(|| (n, Instant::now()));
+                if done.rows_affected() == 0 {
+                    Box::pin(self.keep(name)).await?;
+                }
+            }
+            Some(_) => {}
+        }
+        Ok(())
+    }
+
+    /// The grant deleted the ticket.
+    fn served(&self) {
+        self.place().take();
+    }
+
+    /// Delete the ticket, if it is still ours (not served); a failure
+    /// leaves it to go stale.
+    async fn leave(self) {
+        let Some((n, _)) = self.place().take() else {
+            return;
+        };
+        let gone = sqlx::query(AssertSqlSafe(self.inner.sql.drop_ticket.as_str()))
+            .bind(n)
+            .bind(now_ms() - ms(TICKET_STALE) * 10)
+            .execute(&self.inner.pool)
+            .await;
+        if let Err(e) = gone {
+            tracing::debug!(error = %e, "leaving the waiters' line failed; the ticket goes stale by itself");
+        }
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let Some((n, _)) = self.place().take() else {
+            return;
+        };
+        let inner = Arc::clone(&self.inner);
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move {
+                let gone = sqlx::query(AssertSqlSafe(inner.sql.drop_ticket.as_str()))
+                    .bind(n)
+                    .bind(now_ms() - ms(TICKET_STALE) * 10)
+                    .execute(&inner.pool)
+                    .await;
+                if let Err(e) = gone {
+                    tracing::debug!(error = %e, "dropping a waiter's ticket failed; it goes stale by itself");
+                }
+            });
+        }
     }
 }
 
