@@ -123,6 +123,7 @@ macro_rules! conformance_suite {
                 very_long_waits_work,
                 lost_fires_ahead_of_expiry,
                 racing_on_a_new_name,
+                validity_never_outlasts_the_lease,
             );
         }
     };
@@ -648,6 +649,12 @@ pub async fn names_are_independent_and_distinct(h: Harness) {
         "/",
         "\\",
         "a\nb",
+        "\n",
+        "\u{1}",
+        "\t",
+        "\r\n",
+        "\u{7f}",
+        "\u{1b}[0m",
         "{tag}",
         "semi;colon",
         "--",
@@ -979,4 +986,36 @@ pub async fn racing_on_a_new_name(h: Harness) {
             assert!(g.release().await.expect("release"));
         }
     }
+}
+
+/// A guard's validity deadline never lies further ahead than the lease that
+/// carries the lock: at most a TTL (less the safety margin) after the
+/// request that granted or last renewed it, on the grant, after `extend`
+/// and across the watchdog's renewals.
+pub async fn validity_never_outlasts_the_lease(h: Harness) {
+    let name = unique_name("deadline-bound");
+    let ttl = short_ttl(&h, 1_500);
+    let g = h
+        .lock
+        .acquire(&name, &ttl_opts(ttl, Wait::No, true))
+        .await
+        .expect("acquire");
+    let within = |what: &str| {
+        if let Some(d) = g.validity_deadline() {
+            let ahead = d.saturating_duration_since(Instant::now());
+            assert!(
+                ahead <= ttl,
+                "{what}: deadline {ahead:?} ahead of a {ttl:?} lease"
+            );
+        }
+    };
+    within("granted");
+    g.extend(ttl).await.expect("extend");
+    within("extended");
+    for _ in 0..3 {
+        tokio::time::sleep(ttl / 2).await;
+        assert!(g.is_lost().is_none(), "renewed lock lost");
+        within("renewed");
+    }
+    assert!(g.release().await.expect("release"));
 }

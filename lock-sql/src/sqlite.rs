@@ -752,6 +752,29 @@ mod tests {
         }
     }
 
+    /// A busy timeout beyond SQLite's 32-bit millisecond count is refused
+    /// with the option and its maximum named, from a URL and from a config
+    /// (it used to panic in the driver's worker thread).
+    #[tokio::test]
+    async fn an_oversized_busy_timeout_is_refused() {
+        match parse_url("sqlite:///tmp/x.db?busy_timeout_ms=4294967296") {
+            Err(LockError::InvalidUrl { reason, .. }) => {
+                assert!(reason.contains("busy_timeout_ms"), "{reason}");
+                assert!(reason.contains("2147483647"), "{reason}");
+            }
+            other => panic!("expected InvalidUrl, got {other:?}"),
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let config = SqliteConfig {
+            busy_timeout: Duration::from_millis(1 << 32),
+            ..SqliteConfig::default()
+        };
+        assert!(matches!(
+            SqliteLock::open(dir.path().join("l.db"), config).await,
+            Err(LockError::InvalidOptions { .. })
+        ));
+    }
+
     /// With a 5 s polling delay, only the in-process wake-up can hand the
     /// lock over quickly, across two separately opened clients of one file.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
