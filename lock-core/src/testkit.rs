@@ -932,9 +932,11 @@ pub async fn lost_fires_ahead_of_expiry(h: Harness) {
     drop(g);
 }
 
-/// Many tasks racing on a name that was never used: exactly one wins,
-/// the others see `Ok(None)` (one attempt) or `Timeout` (a short wait),
-/// never an error from creating the name's state on the server.
+/// Many tasks racing on a name that was never used: never more than one
+/// wins, the others see `Ok(None)` (one attempt) or `Timeout` (a wait),
+/// never an error from creating the name's state on the server. With a
+/// wait, exactly one wins; single attempts may all lose at once on a
+/// backend that needs a quorum (Redlock's split votes).
 pub async fn racing_on_a_new_name(h: Harness) {
     const TASKS: usize = 10;
     for round in 0..5 {
@@ -951,12 +953,12 @@ pub async fn racing_on_a_new_name(h: Harness) {
                 let (name, start) = (name.clone(), Arc::clone(&start));
                 tokio::spawn(async move {
                     let o = if wait {
-                        opts(10_000, Wait::Up(Duration::from_millis(300)), false)
+                        opts(10_000, Wait::Up(Duration::from_millis(1500)), false)
                     } else {
                         opts(10_000, Wait::No, false)
                     };
                     start.wait().await;
-                    let got = if wait {
+                    if wait {
                         match lock.acquire(&name, &o).await {
                             Ok(g) => Ok(Some(g)),
                             Err(LockError::Timeout { .. }) => Ok(None),
@@ -964,12 +966,7 @@ pub async fn racing_on_a_new_name(h: Harness) {
                         }
                     } else {
                         lock.try_acquire(&name, &o).await
-                    };
-                    // Hold past the losers' wait.
-                    if let Ok(Some(_)) = &got {
-                        tokio::time::sleep(Duration::from_millis(600)).await;
                     }
-                    got
                 })
             })
             .collect();
@@ -981,7 +978,16 @@ pub async fn racing_on_a_new_name(h: Harness) {
                 Err(e) => panic!("round {round}: a loser got {e:?} instead of Ok(None)/Timeout"),
             }
         }
-        assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        // The winner's guard is held until every task has returned.
+        if wait {
+            assert_eq!(winners.len(), 1, "round {round}: exactly one winner");
+        } else {
+            assert!(
+                winners.len() <= 1,
+                "round {round}: {} winners",
+                winners.len()
+            );
+        }
         for g in winners {
             assert!(g.release().await.expect("release"));
         }

@@ -1,4 +1,5 @@
-//! Two OS processes contend on one SQLite database file.
+//! OS processes contend on one SQLite database file; a killed one leaves
+//! no token to be handed out again.
 //!
 //! The test runs twice over: as the parent it starts two copies of this test
 //! binary (selecting this same test) with `DISTLOCK_SQLITE_WORKER` set; each
@@ -121,4 +122,76 @@ fn tokens_of(path: &PathBuf) -> Vec<u64> {
         .lines()
         .map(|l| l.parse().expect("token"))
         .collect()
+}
+
+const CRASH_ENV: &str = "DISTLOCK_SQLITE_CRASH_WORKER";
+
+/// Fencing tokens never go backwards across a crash: a process granting
+/// and releasing in a loop is killed with SIGKILL mid-loop, and the next
+/// grant, in another process, exceeds every token the dead one was given
+/// (the counter is committed, `synchronous = FULL`, before a grant is
+/// reported).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_survive_a_killed_process() {
+    if let Ok(dir) = std::env::var(CRASH_ENV) {
+        let dir = PathBuf::from(dir);
+        let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
+            .await
+            .expect("open sqlite");
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(2))
+            .wait(Wait::Up(Duration::from_secs(10)));
+        let mut log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(dir.join("granted"))
+            .expect("token log");
+        loop {
+            let g = locks.acquire("crash", &opts).await.expect("acquire");
+            let token = g.fencing_token().expect("token");
+            std::io::Write::write_all(&mut log, format!("{token}\n").as_bytes()).expect("log");
+            assert!(g.release().await.expect("release"));
+        }
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", "tokens_survive_a_killed_process", "--nocapture"])
+        .env(CRASH_ENV, dir.path())
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn worker");
+    let log = dir.path().join("granted");
+    let started = tokio::time::Instant::now();
+    while std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) < 200 {
+        assert!(
+            started.elapsed() < Duration::from_secs(30),
+            "the worker granted nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    child.start_kill().expect("SIGKILL");
+    child.wait().await.expect("reap");
+    let before = tokens_of(&log)
+        .into_iter()
+        .max()
+        .expect("tokens before the kill");
+    let locks = SqliteLock::open(dir.path().join("locks.db"), SqliteConfig::default())
+        .await
+        .expect("open sqlite");
+    // The dead worker may have died holding the lock: its lease runs out.
+    let g = locks
+        .acquire(
+            "crash",
+            &LockOptions::new().wait(Wait::Up(Duration::from_secs(60))),
+        )
+        .await
+        .expect("acquire after the kill");
+    let after = g.fencing_token().expect("token");
+    eprintln!("sqlite: last token logged before the kill {before}, next grant {after}");
+    assert!(
+        after > before,
+        "token went backwards: {after} after {before}"
+    );
+    assert!(g.release().await.expect("release"));
 }
