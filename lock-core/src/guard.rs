@@ -88,19 +88,30 @@ impl Drop for PendingGrant {
 /// A grant that came back within a tenth of the TTL starts at `sent_at`
 /// (the guard loses at most that tenth). After a longer wait, one renewal
 /// (`handle.extend(ttl)`) confirms the lock, and the lease starts when that
-/// request was sent. `Ok(None)` if the confirmation found the lock gone.
-/// On `Err` or `Ok(None)` the caller drops `pending`, which releases the
-/// grant in the background.
+/// request was sent. If the confirmation finds the lock gone (its
+/// connection died right after the grant), the acquisition failed:
+/// `Unavailable`, transient. On `Err` the caller drops `pending`, which
+/// releases the grant in the background.
 pub async fn confirmed_lease_start(
     pending: &PendingGrant,
     sent_at: Instant,
     ttl: Duration,
-) -> Result<Option<Instant>, LockError> {
+    backend: &'static str,
+    name: &str,
+) -> Result<Instant, LockError> {
     if sent_at.elapsed() <= ttl / 10 {
-        return Ok(Some(sent_at));
+        return Ok(sent_at);
     }
     let again = Instant::now();
-    Ok(pending.handle.extend(ttl).await?.then_some(again))
+    if pending.handle.extend(ttl).await? {
+        Ok(again)
+    } else {
+        Err(LockError::Unavailable {
+            backend,
+            reason: format!("lock {name:?} was lost right after it was granted; try again"),
+            source: None,
+        })
+    }
 }
 
 /// A held lock. Dropping it releases the lock in the background on the

@@ -45,13 +45,3 @@ pub(crate) fn map_sqlx(backend: &'static str, doing: &str, e: sqlx::Error) -> Lo
         LockError::backend(backend, doing, e)
     }
 }
-
-/// A grant whose confirmation found the lock gone before it could be
-/// handed over (the connection died right after the grant): transient.
-pub(crate) fn lost_on_arrival(backend: &'static str, name: &str) -> LockError {
-    LockError::Unavailable {
-        backend,
-        reason: format!("lock {name:?} was lost right after it was granted; try again"),
-        source: None,
-    }
-}

@@ -46,7 +46,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
-use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
+use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
@@ -482,9 +482,7 @@ impl MySqlLock {
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
         }));
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
-            .await?
-            .ok_or_else(|| lost_on_arrival(BACKEND, name))?;
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
         Ok(Some(if opts.auto_renew {

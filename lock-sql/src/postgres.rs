@@ -58,7 +58,7 @@ use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
-use crate::error::{connection_lost, lost_on_arrival, map_sqlx};
+use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
@@ -481,9 +481,7 @@ impl PgLock {
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
         }));
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
-            .await?
-            .ok_or_else(|| lost_on_arrival(BACKEND, name))?;
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
         let guard = LockGuard::new(
             name,

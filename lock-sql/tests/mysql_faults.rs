@@ -8,7 +8,7 @@ mod common;
 use std::time::Duration;
 
 use lock_core::faultkit::{
-    Restore, announce_token, env, holder_role, services, spawn_holder, unique,
+    Restore, acquires_again, announce_token, env, holder_role, services, spawn_holder, unique,
 };
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::MySqlLock;
@@ -142,24 +142,8 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
         "expected Unavailable while the server is down, got {during:?}"
     );
     drop(restart);
-    let start = Instant::now();
-    loop {
-        match locks.try_acquire(&unique("after"), &quick(5000)).await {
-            Ok(Some(g)) => {
-                assert!(g.release().await.expect("release"));
-                break;
-            }
-            other => assert!(
-                start.elapsed() < Duration::from_secs(30),
-                "no recovery after the restart: {other:?}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    eprintln!(
-        "mysql faults: recovered {:?} after the restart",
-        start.elapsed()
-    );
+    let recovered = acquires_again(&locks, &quick(5000), Duration::from_secs(30)).await;
+    eprintln!("mysql faults: recovered {:?} after the restart", recovered);
 }
 
 /// See `common::warm_connections_do_not_starve_the_pool`.

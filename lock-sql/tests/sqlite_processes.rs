@@ -1,12 +1,16 @@
-//! OS processes contend on one SQLite database file; a killed one leaves
-//! no token to be handed out again.
+//! OS processes contend on one SQLite database file: they exclude each
+//! other, each gets a share, and a killed one leaves no token to be handed
+//! out again.
 //!
-//! The test runs twice over: as the parent it starts two copies of this test
-//! binary (selecting this same test) with `DISTLOCK_SQLITE_WORKER` set; each
-//! copy then acts as a worker. Workers update a counter kept in a plain file
-//! non-atomically (read, sleep, write) while holding the lock, and log every
-//! fencing token they were granted. The parent checks the exact total and
-//! that all tokens are distinct across both processes and increase within each.
+//! Each test runs twice over: as the parent it starts copies of this test
+//! binary (selecting this same test, [`spawn_worker`]) with the test's
+//! worker variable set; each copy then acts as a worker.
+//!
+//! In `two_processes_exclude_each_other`, workers update a counter kept in a
+//! plain file non-atomically (read, sleep, write) while holding the lock,
+//! and log every fencing token they were granted. The parent checks the
+//! exact total and that all tokens are distinct across both processes and
+//! increase within each.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -29,27 +33,18 @@ async fn two_processes_exclude_each_other() {
 async fn parent() {
     let dir = tempfile::tempdir().expect("tempdir");
     std::fs::write(dir.path().join("counter"), "0").expect("counter file");
-    let exe = std::env::current_exe().expect("test binary");
     let children: Vec<_> = ["a", "b"]
         .iter()
         .map(|id| {
-            tokio::process::Command::new(&exe)
-                .args(["--exact", "two_processes_exclude_each_other", "--nocapture"])
-                .env(WORKER_ENV, id)
-                .env(DIR_ENV, dir.path())
-                .stdout(std::process::Stdio::null())
-                .kill_on_drop(true)
-                .spawn()
-                .expect("spawn worker process")
+            spawn_worker(
+                "two_processes_exclude_each_other",
+                WORKER_ENV,
+                id,
+                dir.path(),
+            )
         })
         .collect();
-    for mut child in children {
-        let status = tokio::time::timeout(Duration::from_secs(120), child.wait())
-            .await
-            .expect("worker finished in time")
-            .expect("worker status");
-        assert!(status.success(), "worker process failed: {status}");
-    }
+    wait_for(children).await;
     let total: u64 = read_number(&dir.path().join("counter"));
     assert_eq!(
         total,
@@ -133,8 +128,8 @@ const CRASH_ENV: &str = "DISTLOCK_SQLITE_CRASH_WORKER";
 /// reported).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_survive_a_killed_process() {
-    if let Ok(dir) = std::env::var(CRASH_ENV) {
-        let dir = PathBuf::from(dir);
+    if std::env::var(CRASH_ENV).is_ok() {
+        let dir = PathBuf::from(std::env::var(DIR_ENV).expect("worker dir"));
         let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
             .await
             .expect("open sqlite");
@@ -154,13 +149,7 @@ async fn tokens_survive_a_killed_process() {
         }
     }
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args(["--exact", "tokens_survive_a_killed_process", "--nocapture"])
-        .env(CRASH_ENV, dir.path())
-        .stdout(std::process::Stdio::null())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn worker");
+    let mut child = spawn_worker("tokens_survive_a_killed_process", CRASH_ENV, "", dir.path());
     let log = dir.path().join("granted");
     let started = tokio::time::Instant::now();
     while std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0) < 200 {
@@ -194,4 +183,96 @@ async fn tokens_survive_a_killed_process() {
         "token went backwards: {after} after {before}"
     );
     assert!(g.release().await.expect("release"));
+}
+
+/// Run this test binary again as a worker of `test`: `env` set to `id`, and
+/// the shared directory in `DISTLOCK_SQLITE_DIR`.
+fn spawn_worker(test: &str, env: &str, id: &str, dir: &Path) -> tokio::process::Child {
+    tokio::process::Command::new(std::env::current_exe().expect("test binary"))
+        .args(["--exact", test, "--nocapture"])
+        .env(env, id)
+        .env(DIR_ENV, dir)
+        .stdout(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("spawn worker process")
+}
+
+/// Wait for every worker, which must succeed.
+async fn wait_for(children: Vec<tokio::process::Child>) {
+    for mut child in children {
+        let status = tokio::time::timeout(Duration::from_secs(120), child.wait())
+            .await
+            .expect("worker finished in time")
+            .expect("worker status");
+        assert!(status.success(), "worker process failed: {status}");
+    }
+}
+
+const FAIR_ENV: &str = "DISTLOCK_SQLITE_FAIR_WORKER";
+const FAIR_WORKERS: usize = 5;
+const FAIR_RUN: Duration = Duration::from_secs(5);
+
+/// Five processes loop on one lock for 5 s, each gets a share of the
+/// grants. SQLite cannot notify waiters across processes, so this holds
+/// only if waiters are served in order (their tickets in the file), not by
+/// whoever polls at the right moment.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_processes_each_get_a_share() {
+    if let Ok(id) = std::env::var(FAIR_ENV) {
+        let dir = PathBuf::from(std::env::var(DIR_ENV).expect("worker dir"));
+        let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
+            .await
+            .expect("open sqlite");
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .wait(Wait::Up(Duration::from_secs(60)));
+        let end = tokio::time::Instant::now() + FAIR_RUN;
+        let mut grants = 0u64;
+        while tokio::time::Instant::now() < end {
+            let guard = locks.acquire("contended", &opts).await.expect("acquire");
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            assert!(
+                guard.release().await.expect("release"),
+                "not ours at release"
+            );
+            grants += 1;
+        }
+        std::fs::write(dir.join(format!("count-{id}")), grants.to_string()).expect("write count");
+        return;
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Create the file first, so the workers do not race to set it up.
+    drop(
+        SqliteLock::open(dir.path().join("locks.db"), SqliteConfig::default())
+            .await
+            .expect("open sqlite"),
+    );
+    let children = (0..FAIR_WORKERS)
+        .map(|id| {
+            spawn_worker(
+                "five_processes_each_get_a_share",
+                FAIR_ENV,
+                &id.to_string(),
+                dir.path(),
+            )
+        })
+        .collect();
+    wait_for(children).await;
+    let counts: Vec<u64> = (0..FAIR_WORKERS)
+        .map(|id| read_number(&dir.path().join(format!("count-{id}"))))
+        .collect();
+    let (min, max) = (
+        counts.iter().copied().min().unwrap_or(0),
+        counts.iter().copied().max().unwrap_or(0),
+    );
+    eprintln!(
+        "sqlite fairness: grants per process {counts:?}, min/max {:.2}",
+        min as f64 / max.max(1) as f64
+    );
+    assert!(min > 0, "a process got no grant at all: {counts:?}");
+    assert!(
+        min * 2 >= max,
+        "grants spread unevenly across processes: {counts:?}"
+    );
 }

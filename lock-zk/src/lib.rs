@@ -293,13 +293,7 @@ impl ZkLock {
         sent_at: Instant,
         opts: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl)
-            .await?
-            .ok_or_else(|| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("lock {name:?} was lost right after it was granted; try again"),
-                source: None,
-            })?;
+        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(
             LeaseState::lease(start, opts.ttl)
                 .with_margin(opts.safety_margin)
