@@ -1,6 +1,6 @@
 //! `distlock::connect`: URL dispatch, typed errors, no credentials in errors.
 
-use distlock::{LockError, LockOptions, Wait};
+use distlock::{LockError, LockOptions};
 
 #[tokio::test]
 async fn memory_url_gives_a_working_lock() {
@@ -29,7 +29,7 @@ async fn sqlite_url_gives_a_lock_shared_through_the_file() {
     let a = distlock::connect(&url).await.expect("sqlite");
     let b = distlock::connect(&url).await.expect("sqlite");
     assert_eq!(a.capabilities().backend, "sqlite");
-    let opts = LockOptions::new().wait(Wait::No);
+    let opts = LockOptions::new().wait(distlock::Wait::No);
     let g = a.acquire("job", &opts).await.expect("acquire");
     assert!(b.try_acquire("job", &opts).await.expect("try").is_none());
     assert!(g.release().await.expect("release"));

@@ -154,6 +154,7 @@ pub async fn exclusion_under_contention(h: Harness) {
     let name = unique_name("exclusion");
     let counter = Arc::new(AtomicU64::new(0));
     let inside = Arc::new(AtomicBool::new(false));
+    let tokens = Arc::new(std::sync::Mutex::new(Vec::new()));
     let started = Instant::now();
     let mut tasks = Vec::new();
     for t in 0..TASKS {
@@ -162,7 +163,12 @@ pub async fn exclusion_under_contention(h: Harness) {
         } else {
             h.other.clone()
         };
-        let (name, counter, inside) = (name.clone(), counter.clone(), inside.clone());
+        let (name, counter, inside, tokens) = (
+            name.clone(),
+            counter.clone(),
+            inside.clone(),
+            tokens.clone(),
+        );
         tasks.push(tokio::spawn(async move {
             let o = opts(10_000, Wait::Up(Duration::from_secs(120)), false);
             for _ in 0..ROUNDS {
@@ -174,6 +180,11 @@ pub async fn exclusion_under_contention(h: Harness) {
                     !inside.swap(true, Ordering::SeqCst),
                     "two holders inside the lock at once"
                 );
+                // Recorded inside the lock: in grant order.
+                tokens
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(guard.fencing_token());
                 let seen = counter.load(Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(1)).await;
                 counter.store(seen + 1, Ordering::SeqCst);
@@ -189,6 +200,17 @@ pub async fn exclusion_under_contention(h: Harness) {
         t.await.expect("contending task panicked");
     }
     assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS);
+    if h.lock.capabilities().fencing != Fencing::None {
+        let tokens = tokens.lock().unwrap_or_else(|e| e.into_inner());
+        let t: Vec<u64> = tokens
+            .iter()
+            .map(|t| t.expect("fencing backend returned no token"))
+            .collect();
+        assert!(
+            t.windows(2).all(|w| w[0] < w[1]),
+            "tokens not strictly increasing in grant order"
+        );
+    }
     eprintln!(
         "exclusion: {} acquisitions in {:?}",
         TASKS * ROUNDS,
@@ -514,7 +536,8 @@ pub async fn lost_fires_when_taken_away(h: Harness) {
     assert!(g2.release().await.expect("release"));
 }
 
-/// Successive holders (across clients, and across an expiry) get strictly
+/// Successive holders (across clients, across an expiry, and across an idle
+/// gap in which the server may clean up the lock's state) get strictly
 /// increasing fencing tokens, when the backend offers them.
 pub async fn fencing_tokens_increase(h: Harness) {
     let name = unique_name("fencing");
@@ -546,6 +569,17 @@ pub async fn fencing_tokens_increase(h: Harness) {
         .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK), false))
         .await
         .expect("acquire after expiry");
+    tokens.push(g.fencing_token());
+    assert!(g.release().await.expect("release"));
+    // An idle gap longer than the servers' clean-up of empty lock state
+    // (ZooKeeper removes empty container nodes every second here): a
+    // counter kept in that state would start again from the beginning.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let g = h
+        .lock
+        .acquire(&name, &opts(10_000, Wait::No, false))
+        .await
+        .expect("acquire after an idle gap");
     tokens.push(g.fencing_token());
     assert!(g.release().await.expect("release"));
     if fencing == Fencing::None {
