@@ -18,7 +18,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::capabilities::Fencing;
+use crate::capabilities::{Fencing, Waiting};
 use crate::error::LockError;
 use crate::lock::DistributedLock;
 use crate::loss::LossReason;
@@ -126,6 +126,8 @@ macro_rules! conformance_suite {
                 racing_on_a_new_name,
                 validity_never_outlasts_the_lease,
                 waiters_are_served_in_arrival_order,
+                notified_waiters_do_not_poll,
+                cancellation_at_any_point_leaves_the_lock_free,
             );
         }
     };
@@ -1134,4 +1136,68 @@ pub async fn waiters_are_served_in_arrival_order(h: Harness) {
             "each waiter is served once: {order:?}"
         );
     }
+}
+
+/// Where capabilities say waiters are notified, a release wakes the waiter
+/// even when its polling fallback would not look again for 30 s: the
+/// hand-off is bounded by the notification, not by the backoff.
+pub async fn notified_waiters_do_not_poll(h: Harness) {
+    if h.lock.capabilities().waiting != Waiting::Notified {
+        return;
+    }
+    let name = unique_name("notified");
+    let slow = Backoff {
+        initial: Duration::from_secs(30),
+        max: Duration::from_secs(30),
+        ..Backoff::default()
+    };
+    let o = opts(10_000, Wait::Up(Duration::from_secs(60)), false).backoff(slow);
+    let holder = h.lock.acquire(&name, &o).await.expect("holder");
+    let waiter = {
+        let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { other.acquire(&name, &o).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "waiter got a held lock");
+    assert!(holder.release().await.expect("release"));
+    let released = Instant::now();
+    let g = tokio::time::timeout(SLACK * 2, waiter)
+        .await
+        .expect("a notified waiter is woken by the release, not by its 30 s backoff")
+        .expect("task")
+        .expect("acquire");
+    eprintln!(
+        "notified hand-off {:?} after the release",
+        released.elapsed()
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+/// Acquisitions cancelled at random points (before, during and after the
+/// request reaches the server) leave nothing behind: afterwards another
+/// client is granted the lock within moments, and a cancelled grant never
+/// keeps it.
+pub async fn cancellation_at_any_point_leaves_the_lock_free(h: Harness) {
+    let name = unique_name("cancel-anywhere");
+    let o = opts(10_000, Wait::Up(Duration::from_secs(5)), false);
+    let mut completed = 0;
+    for _ in 0..40 {
+        let after = Duration::from_micros(rand::random::<u64>() % 3_000);
+        if let Ok(granted) = tokio::time::timeout(after, h.lock.acquire(&name, &o)).await {
+            let g = granted.expect("acquire");
+            completed += 1;
+            assert!(g.release().await.expect("release"));
+        }
+    }
+    let started = Instant::now();
+    let g = h
+        .other
+        .acquire(&name, &opts(10_000, Wait::Up(SLACK * 2), false))
+        .await
+        .expect("the lock is free after the cancelled acquisitions");
+    eprintln!(
+        "cancellation: {completed} of 40 acquisitions completed; another client granted after {:?}",
+        started.elapsed()
+    );
+    assert!(g.release().await.expect("release"));
 }

@@ -157,21 +157,24 @@ impl<DB: Database> Side<DB> {
     }
 
     /// Run `statement` on the side connection (opening it if needed); a
-    /// failure closes it, and the next call opens another.
+    /// failure, or this future dropped before the answer, closes it, and
+    /// the next call opens another.
     pub(crate) async fn run<T>(
         &self,
         statement: impl AsyncFnOnce(&mut DB::Connection) -> Result<T, sqlx::Error>,
     ) -> Result<T, sqlx::Error> {
         use sqlx::ConnectOptions;
         let mut slot = self.conn.lock().await;
-        let conn = match slot.take() {
+        // Out of the slot while the statement runs: if this future is
+        // dropped mid-statement, the connection (with half an exchange on
+        // it) is dropped too, never reused.
+        let mut conn = match slot.take() {
             Some(conn) => conn,
             None => self.options.connect().await?,
         };
-        let conn = slot.insert(conn);
-        let outcome = statement(conn).await;
-        if outcome.is_err() {
-            slot.take();
+        let outcome = statement(&mut conn).await;
+        if outcome.is_ok() {
+            *slot = Some(conn);
         }
         outcome
     }
