@@ -170,3 +170,85 @@ pub async fn acquires_again(
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// The environment variable that makes a test binary the holder of
+/// [`killed_holder_frees_the_lock`] (set in the child only).
+pub const KILLED_HOLDER_ENV: &str = "DISTLOCK_KILLED_HOLDER";
+
+/// A holder in a child process is killed with SIGKILL; its lock is freed as
+/// the backend's `crash_release` capability says: at once when the server
+/// sees the connection close (`Connection`), after the lease's TTL
+/// (`Ttl`), or when the session expires (`Session`, within `session`). The
+/// next grant carries a larger fencing token.
+///
+/// Call it from a test named `test` (the child runs that same test) with
+/// the client `connect` builds and the holder's `opts` (its TTL).
+pub async fn killed_holder_frees_the_lock<L, F>(
+    test: &str,
+    connect: F,
+    opts: crate::LockOptions,
+    session: Duration,
+) where
+    L: crate::DistributedLock,
+    F: AsyncFn() -> L,
+{
+    use crate::{CrashRelease, Wait};
+    if let Some(name) = holder_role(KILLED_HOLDER_ENV) {
+        let locks = connect().await;
+        let g = locks
+            .acquire(&name, &opts.clone().wait(Wait::No))
+            .await
+            .expect("child acquire");
+        announce_token(g.fencing_token().unwrap_or(0));
+        tokio::time::sleep(Duration::from_secs(120)).await;
+        return;
+    }
+    let name = unique("killed-holder");
+    let locks = connect().await;
+    let (mut child, first) = spawn_holder(test, KILLED_HOLDER_ENV, &name).await;
+    let announced = tokio::time::Instant::now();
+    let probe = opts.clone().wait(Wait::No);
+    assert!(
+        locks
+            .try_acquire(&name, &probe)
+            .await
+            .expect("try")
+            .is_none(),
+        "the child's lock is held"
+    );
+    child.start_kill().expect("SIGKILL");
+    let killed_at = tokio::time::Instant::now();
+    child.wait().await.expect("reap child");
+    let caps = locks.capabilities();
+    let bound = match caps.crash_release {
+        CrashRelease::Connection => Duration::from_secs(3),
+        CrashRelease::Ttl => opts.ttl + Duration::from_secs(3),
+        CrashRelease::Session => session + Duration::from_secs(5),
+        CrashRelease::ProcessExit => Duration::from_secs(3),
+    };
+    let g = locks
+        .acquire(&name, &opts.clone().wait(Wait::Up(bound)))
+        .await
+        .unwrap_or_else(|e| {
+            panic!(
+                "{:?}: the dead holder's lock was not freed within {bound:?}: {e:?}",
+                caps.crash_release
+            )
+        });
+    let after = killed_at.elapsed();
+    if caps.crash_release == CrashRelease::Ttl {
+        // The lease ran out; it was granted before the child announced.
+        assert!(
+            announced.elapsed() + Duration::from_millis(100) >= opts.ttl,
+            "freed before the TTL: {after:?} after the kill"
+        );
+    }
+    if let (Some(next), true) = (g.fencing_token(), first > 0) {
+        assert!(next > first, "token {next} after {first}");
+    }
+    eprintln!(
+        "{}: a killed holder's lock ({:?}) was granted again {after:?} after SIGKILL",
+        caps.backend, caps.crash_release
+    );
+    assert!(g.release().await.expect("release"));
+}

@@ -315,3 +315,16 @@ async fn server_failure_gives_transient_errors() {
     )
     .await;
 }
+
+/// See `faultkit::killed_holder_frees_the_lock` (the TTL frees it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_frees_the_lock() {
+    let _serial = SERIAL.lock().await;
+    lock_core::faultkit::killed_holder_frees_the_lock(
+        "a_killed_holder_frees_the_lock",
+        client,
+        LockOptions::new().ttl(Duration::from_secs(2)),
+        Duration::ZERO,
+    )
+    .await;
+}

@@ -276,3 +276,32 @@ async fn five_processes_each_get_a_share() {
         "grants spread unevenly across processes: {counts:?}"
     );
 }
+
+/// See `faultkit::killed_holder_frees_the_lock` (the TTL frees it).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_frees_the_lock() {
+    // Child and parent agree on the file: named after the parent's pid.
+    let parent = if std::env::var(lock_core::faultkit::KILLED_HOLDER_ENV).is_ok() {
+        std::os::unix::process::parent_id()
+    } else {
+        std::process::id()
+    };
+    let path = std::env::temp_dir().join(format!("distlock-killed-holder-{parent}.db"));
+    let connect = async || {
+        SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open sqlite")
+    };
+    lock_core::faultkit::killed_holder_frees_the_lock(
+        "a_killed_holder_frees_the_lock",
+        connect,
+        LockOptions::new().ttl(Duration::from_secs(2)),
+        Duration::ZERO,
+    )
+    .await;
+    if std::env::var(lock_core::faultkit::KILLED_HOLDER_ENV).is_err() {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+}
