@@ -178,8 +178,9 @@ pub const KILLED_HOLDER_ENV: &str = "DISTLOCK_KILLED_HOLDER";
 /// A holder in a child process is killed with SIGKILL; its lock is freed as
 /// the backend's `crash_release` capability says: at once when the server
 /// sees the connection close (`Connection`), after the lease's TTL
-/// (`Ttl`), or when the session expires (`Session`, within `session`). The
-/// next grant carries a larger fencing token.
+/// (`Ttl`), or when the session expires (`Session`: within twice the
+/// `session` timeout and a second). The next grant carries a larger
+/// fencing token.
 ///
 /// Call it from a test named `test` (the child runs that same test) with
 /// the client `connect` builds and the holder's `opts` (its TTL).
@@ -223,7 +224,7 @@ pub async fn killed_holder_frees_the_lock<L, F>(
     let bound = match caps.crash_release {
         CrashRelease::Connection => Duration::from_secs(3),
         CrashRelease::Ttl => opts.ttl + Duration::from_secs(3),
-        CrashRelease::Session => session + Duration::from_secs(5),
+        CrashRelease::Session => session * 2 + Duration::from_secs(1),
         CrashRelease::ProcessExit => Duration::from_secs(3),
     };
     let g = locks

@@ -8,9 +8,7 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::{
-    Restore, acquires_again, announce_token, env, holder_role, services, spawn_holder, unique,
-};
+use lock_core::faultkit::{Restore, acquires_again, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_etcd::EtcdLock;
 use tokio::sync::Mutex;
@@ -78,50 +76,18 @@ async fn leader() -> usize {
     panic!("no etcd member says it leads");
 }
 
-const CHILD_ENV: &str = "DISTLOCK_ETCD_KILLED_HOLDER";
-
-/// As the parent: run a copy of this test binary that takes the lock, kill
-/// it with SIGKILL, and time how long until another client gets the lock.
-/// As the child (env set): hold the lock on a 3 s session and wait.
+/// See `faultkit::killed_holder_frees_the_lock`: the session lease (3 s)
+/// frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
-    if let Some(name) = holder_role(CHILD_ENV) {
-        let locks = client(&env("DISTLOCK_TEST_ETCD_URL")).await;
-        let g = locks
-            .acquire(&name, &session_opts())
-            .await
-            .expect("child acquire");
-        announce_token(g.fencing_token().expect("token"));
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        return;
-    }
     let _serial = SERIAL.lock().await;
-    let name = unique("killed");
-    let (mut child, first) = spawn_holder(
+    lock_core::faultkit::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock_within_its_session_ttl",
-        CHILD_ENV,
-        &name,
+        async || client(&env("DISTLOCK_TEST_ETCD_URL")).await,
+        session_opts(),
+        SESSION,
     )
     .await;
-    child.start_kill().expect("SIGKILL");
-    let killed_at = Instant::now();
-    child.wait().await.expect("reap child");
-    let other = client(&env("DISTLOCK_TEST_ETCD_URL")).await;
-    let g = other
-        .acquire(
-            &name,
-            &LockOptions::new().wait_timeout(Duration::from_secs(10)),
-        )
-        .await
-        .expect("the dead holder's lock is freed");
-    let after = killed_at.elapsed();
-    assert!(g.fencing_token().expect("token") > first);
-    // The session TTL is 3 s; etcd checks lease expiry twice a second.
-    assert!(after < Duration::from_secs(5), "freed only after {after:?}");
-    eprintln!(
-        "etcd faults: a killed holder's lock was acquired {after:?} after SIGKILL (session TTL 3 s)"
-    );
-    assert!(g.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

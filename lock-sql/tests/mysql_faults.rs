@@ -7,9 +7,7 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::faultkit::{
-    Restore, acquires_again, announce_token, env, holder_role, services, spawn_holder, unique,
-};
+use lock_core::faultkit::{Restore, acquires_again, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::MySqlLock;
 use tokio::sync::Mutex;
@@ -69,48 +67,18 @@ async fn a_killed_connection_fires_lost_and_the_next_token_is_larger() {
     }
 }
 
-const CHILD_ENV: &str = "DISTLOCK_MYSQL_KILLED_HOLDER";
-
+/// See `faultkit::killed_holder_frees_the_lock`: the server ends the dead
+/// holder's connection, and its lock, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_at_once() {
-    if let Some(name) = holder_role(CHILD_ENV) {
-        let locks = client("row").await;
-        let g = locks
-            .acquire(&name, &LockOptions::new().wait(Wait::No))
-            .await
-            .expect("child acquire");
-        announce_token(g.fencing_token().expect("token"));
-        tokio::time::sleep(Duration::from_secs(60)).await;
-        return;
-    }
     let _serial = SERIAL.lock().await;
-    let name = unique("killed");
-    let (mut child, first) = spawn_holder(
+    lock_core::faultkit::killed_holder_frees_the_lock(
         "a_killed_holder_process_frees_the_lock_at_once",
-        CHILD_ENV,
-        &name,
+        async || client("row").await,
+        LockOptions::new(),
+        Duration::ZERO,
     )
     .await;
-    let locks = client("row").await;
-    assert!(
-        locks
-            .try_acquire(&name, &quick(5000))
-            .await
-            .expect("try")
-            .is_none()
-    );
-    child.start_kill().expect("SIGKILL");
-    let killed_at = Instant::now();
-    child.wait().await.expect("reap child");
-    let g = locks
-        .acquire(&name, &quick(5000).wait_timeout(Duration::from_secs(10)))
-        .await
-        .expect("the dead holder's lock is freed");
-    let after = killed_at.elapsed();
-    assert!(g.fencing_token().expect("token") > first);
-    assert!(after < Duration::from_secs(3), "freed only after {after:?}");
-    eprintln!("mysql faults: a killed holder's lock was acquired {after:?} after SIGKILL");
-    assert!(g.release().await.expect("release"));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
