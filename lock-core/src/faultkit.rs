@@ -99,14 +99,18 @@ pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::proc
 /// [`is_transient`](crate::LockError::is_transient) (`Unavailable`,
 /// `Timeout`, `QuorumNotReached`), never `Lost` (which belongs to a held
 /// guard), `Backend` or a hang; once the servers are started again the
-/// client acquires again without being rebuilt.
-pub async fn server_failure_gives_transient_errors(
-    locks: std::sync::Arc<dyn crate::DistributedLock>,
-    other: std::sync::Arc<dyn crate::DistributedLock>,
+/// client acquires again without being rebuilt. `connect` builds the two
+/// clients (holder and waiter).
+pub async fn server_failure_gives_transient_errors<L, F>(
+    connect: F,
     servers: &[&str],
     opts: crate::LockOptions,
-) {
+) where
+    L: crate::DistributedLock + 'static,
+    F: AsyncFn() -> L,
+{
     use crate::{LockError, Wait};
+    let (locks, other) = (connect().await, std::sync::Arc::new(connect().await));
     let transient = |what: &str, r: &Result<(), LockError>| match r {
         Err(e @ (LockError::Lost { .. } | LockError::Backend { .. })) => {
             panic!("{what}: a server failure gave {e:?}")
@@ -142,7 +146,7 @@ pub async fn server_failure_gives_transient_errors(
         .expect("waiter task");
     transient("a waiting acquire", &waited);
     drop(restore);
-    acquires_again(&*locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
+    acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
     drop(holder);
 }
 

@@ -146,9 +146,18 @@ impl Terms {
         self.bound.map_or(self.ttl, |b| self.ttl.min(b))
     }
 
-    fn deadline(&self, sent_at: Instant) -> Instant {
+    /// How long after the confirmation is sent the deadline falls.
+    fn validity(&self) -> Duration {
         let ttl = self.effective_ttl();
-        sent_at + ttl.saturating_sub(safety_margin(ttl, self.drift_factor, self.margin))
+        ttl.saturating_sub(self.margin())
+    }
+
+    fn margin(&self) -> Duration {
+        safety_margin(self.effective_ttl(), self.drift_factor, self.margin)
+    }
+
+    fn deadline(&self, sent_at: Instant) -> Instant {
+        sent_at + self.validity()
     }
 }
 
@@ -160,8 +169,6 @@ impl Terms {
 pub struct LeaseState {
     tx: watch::Sender<LeaseSnapshot>,
     terms: Mutex<Terms>,
-    /// When the confirmation the current deadline counts from was sent.
-    confirmed_at: Mutex<Option<Instant>>,
 }
 
 impl LeaseState {
@@ -185,6 +192,12 @@ impl LeaseState {
         )
     }
 
+    /// State for a lease granted by a request sent at `sent_at` with the
+    /// TTL and safety margin of `opts`.
+    pub fn granted(sent_at: Instant, opts: &crate::LockOptions) -> Self {
+        Self::lease(sent_at, opts.ttl).with_margin(opts.safety_margin)
+    }
+
     /// Set the timer-lateness floor of the safety margin (see
     /// [`safety_margin`]) for this lease and its renewals.
     pub fn with_margin(self, margin: Duration) -> Self {
@@ -198,11 +211,15 @@ impl LeaseState {
         self.retermed(|t| t.bound = Some(bound))
     }
 
+    /// The same lease under changed terms: the deadline is derived again
+    /// from when its confirmation was sent (the old deadline less the old
+    /// validity).
     fn retermed(self, change: impl FnOnce(&mut Terms)) -> Self {
-        let mut terms = *self.terms.lock().unwrap_or_else(|e| e.into_inner());
+        let old = self.terms();
+        let mut terms = old;
         change(&mut terms);
-        let confirmed = *self.confirmed_at.lock().unwrap_or_else(|e| e.into_inner());
-        Self::with_terms(confirmed, terms)
+        let sent_at = self.deadline().and_then(|d| d.checked_sub(old.validity()));
+        Self::with_terms(sent_at, terms)
     }
 
     /// State for a lock without a deadline (held by a connection or session);
@@ -227,7 +244,6 @@ impl LeaseState {
         LeaseState {
             tx,
             terms: Mutex::new(terms),
-            confirmed_at: Mutex::new(sent_at),
         }
     }
 
@@ -238,6 +254,12 @@ impl LeaseState {
     /// The TTL the lease was last granted or renewed with.
     pub fn ttl(&self) -> Duration {
         self.terms().ttl
+    }
+
+    /// How far ahead of the server's earliest possible expiry the deadline
+    /// falls: the [`safety_margin`] of this lease's terms.
+    pub fn safety_margin(&self) -> Duration {
+        self.terms().margin()
     }
 
     /// How often the watchdog renews this lease: a third of its TTL, or of
@@ -272,7 +294,6 @@ impl LeaseState {
                 return true;
             }
             s.deadline = Some(deadline);
-            *self.confirmed_at.lock().unwrap_or_else(|e| e.into_inner()) = Some(sent_at);
             true
         });
     }

@@ -134,7 +134,7 @@ impl MemoryLock {
         }
         slot.fence += 1;
         let owner = OwnerToken::random();
-        let lease = Arc::new(LeaseState::lease(now, opts.ttl).with_margin(opts.safety_margin));
+        let lease = Arc::new(LeaseState::granted(now, opts));
         slot.holder = Some(Holder {
             owner,
             expires: now + opts.ttl,

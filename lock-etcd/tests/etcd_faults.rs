@@ -298,8 +298,7 @@ async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     lock_core::faultkit::server_failure_gives_transient_errors(
-        std::sync::Arc::new(client(&base).await),
-        std::sync::Arc::new(client(&base).await),
+        async || client(&base).await,
         &["etcd"],
         session_opts(),
     )

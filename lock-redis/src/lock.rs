@@ -199,7 +199,7 @@ impl RedisLock {
             reason: format!("fencing counter of {name:?} is not positive ({value})"),
             source: None,
         })?;
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl).with_margin(opts.safety_margin));
+        let lease = Arc::new(LeaseState::granted(sent_at, opts));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)

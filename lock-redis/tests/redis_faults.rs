@@ -348,8 +348,7 @@ async fn acquisitions_cost_few_commands() {
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     lock_core::faultkit::server_failure_gives_transient_errors(
-        Arc::new(client().await),
-        Arc::new(client().await),
+        client,
         &["redis"],
         LockOptions::new().ttl(Duration::from_secs(5)),
     )

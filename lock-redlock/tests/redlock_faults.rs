@@ -308,8 +308,7 @@ async fn fencing_tokens_increase_across_node_restarts() {
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     lock_core::faultkit::server_failure_gives_transient_errors(
-        std::sync::Arc::new(client().await),
-        std::sync::Arc::new(client().await),
+        client,
         &["redlock1", "redlock2", "redlock3"],
         LockOptions::new().ttl(Duration::from_secs(5)),
     )

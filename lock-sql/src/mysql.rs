@@ -483,7 +483,7 @@ impl MySqlLock {
             conn: tokio::sync::Mutex::new(pinned),
         }));
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
+        let lease = Arc::new(LeaseState::granted(start, opts));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
         Ok(Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)

@@ -392,9 +392,8 @@ impl PgLock {
                             .map_err(failed)?;
                     }
                     // A wait longer than one `lock_timeout` goes on in
-                    // the next slice.
-                    let waiting = wait_ms.is_some() && opts.wait != Wait::No;
-                    if waiting && deadline.is_none_or(|d| Instant::now() < d) {
+                    // the next slice (`None`: a single attempt).
+                    if wait_ms.is_some() && deadline.is_none_or(|d| Instant::now() < d) {
                         continue;
                     }
                     pinned.put_back();
@@ -482,7 +481,7 @@ impl PgLock {
             conn: tokio::sync::Mutex::new(pinned),
         }));
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease = Arc::new(LeaseState::lease(start, opts.ttl).with_margin(opts.safety_margin));
+        let lease = Arc::new(LeaseState::granted(start, opts));
         let guard = LockGuard::new(
             name,
             u64::try_from(token).ok(),

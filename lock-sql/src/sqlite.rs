@@ -404,10 +404,7 @@ impl SqliteLock {
         };
         // Granted: our ticket, if any, goes in the same transaction.
         if mine != i64::MAX {
-            sqlx::query(AssertSqlSafe(self.inner.sql.drop_ticket.as_str()))
-                .bind(mine)
-                .bind(now - ms(TICKET_STALE) * 10)
-                .execute(&mut *tx)
+            drop_ticket(&self.inner, &mut *tx, mine)
                 .await
                 .map_err(failed)?;
         }
@@ -433,7 +430,7 @@ impl SqliteLock {
                 });
             }
         };
-        let lease = Arc::new(LeaseState::lease(sent_at, opts.ttl).with_margin(opts.safety_margin));
+        let lease = Arc::new(LeaseState::granted(sent_at, opts));
         let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
@@ -583,41 +580,46 @@ impl Ticket {
         self.place().take();
     }
 
-    /// Delete the ticket, if it is still ours (not served); a failure
-    /// leaves it to go stale.
+    /// Delete the ticket, if it is still ours (not served).
     async fn leave(self) {
-        let Some((n, _)) = self.place().take() else {
-            return;
-        };
-        let gone = sqlx::query(AssertSqlSafe(self.inner.sql.drop_ticket.as_str()))
-            .bind(n)
-            .bind(now_ms() - ms(TICKET_STALE) * 10)
-            .execute(&self.inner.pool)
-            .await;
-        if let Err(e) = gone {
-            tracing::debug!(error = %e, "leaving the waiters' line failed; the ticket goes stale by itself");
+        let place = self.place().take();
+        if let Some((n, _)) = place {
+            forget_ticket(&self.inner, n).await;
         }
     }
 }
 
 impl Drop for Ticket {
+    /// A waiter dropped mid-wait leaves the line in the background.
     fn drop(&mut self) {
         let Some((n, _)) = self.place().take() else {
             return;
         };
         let inner = Arc::clone(&self.inner);
         if let Ok(rt) = tokio::runtime::Handle::try_current() {
-            rt.spawn(async move {
-                let gone = sqlx::query(AssertSqlSafe(inner.sql.drop_ticket.as_str()))
-                    .bind(n)
-                    .bind(now_ms() - ms(TICKET_STALE) * 10)
-                    .execute(&inner.pool)
-                    .await;
-                if let Err(e) = gone {
-                    tracing::debug!(error = %e, "dropping a waiter's ticket failed; it goes stale by itself");
-                }
-            });
+            rt.spawn(async move { forget_ticket(&inner, n).await });
         }
+    }
+}
+
+/// Delete ticket `n`, and any ticket long stale, through `conn`.
+async fn drop_ticket<'c, E>(inner: &Inner, conn: E, n: i64) -> Result<(), sqlx::Error>
+where
+    E: sqlx::Executor<'c, Database = sqlx::Sqlite>,
+{
+    sqlx::query(AssertSqlSafe(inner.sql.drop_ticket.as_str()))
+        .bind(n)
+        .bind(now_ms() - ms(TICKET_STALE) * 10)
+        .execute(conn)
+        .await
+        .map(drop)
+}
+
+/// [`drop_ticket`] outside any transaction; a failure leaves the ticket to
+/// go stale by itself.
+async fn forget_ticket(inner: &Inner, n: i64) {
+    if let Err(e) = drop_ticket(inner, &inner.pool, n).await {
+        tracing::debug!(error = %e, "leaving the waiters' line failed; the ticket goes stale by itself");
     }
 }
 

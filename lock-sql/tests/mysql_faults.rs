@@ -151,8 +151,7 @@ async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     for mode in ["row", "advisory"] {
         lock_core::faultkit::server_failure_gives_transient_errors(
-            std::sync::Arc::new(client(mode).await),
-            std::sync::Arc::new(client(mode).await),
+            async || client(mode).await,
             &["mysql"],
             LockOptions::new().ttl(Duration::from_secs(5)),
         )

@@ -19,8 +19,12 @@ use tokio::time::Instant;
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 async fn client() -> PgLock {
+    client_in("row").await
+}
+
+async fn client_in(mode: &str) -> PgLock {
     PgLock::connect(&format!(
-        "{}?connect_timeout_ms=2000",
+        "{}?connect_timeout_ms=2000&mode={mode}",
         env("DISTLOCK_TEST_POSTGRES_URL")
     ))
     .await
@@ -256,19 +260,8 @@ async fn tokens_survive_a_server_crash() {
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     for mode in ["row", "advisory"] {
-        let connect = async || {
-            std::sync::Arc::new(
-                PgLock::connect(&format!(
-                    "{}?connect_timeout_ms=2000&mode={mode}",
-                    env("DISTLOCK_TEST_POSTGRES_URL")
-                ))
-                .await
-                .expect("connect"),
-            )
-        };
         lock_core::faultkit::server_failure_gives_transient_errors(
-            connect().await,
-            connect().await,
+            async || client_in(mode).await,
             &["postgres"],
             LockOptions::new().ttl(Duration::from_secs(5)),
         )

@@ -77,9 +77,7 @@ async fn parent() {
 }
 
 async fn worker(id: &str, dir: &Path) {
-    let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
-        .await
-        .expect("open sqlite");
+    let locks = open_in(dir).await;
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
         .wait(Wait::Up(Duration::from_secs(60)));
@@ -130,9 +128,7 @@ const CRASH_ENV: &str = "DISTLOCK_SQLITE_CRASH_WORKER";
 async fn tokens_survive_a_killed_process() {
     if std::env::var(CRASH_ENV).is_ok() {
         let dir = PathBuf::from(std::env::var(DIR_ENV).expect("worker dir"));
-        let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
-            .await
-            .expect("open sqlite");
+        let locks = open_in(&dir).await;
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(2))
             .wait(Wait::Up(Duration::from_secs(10)));
@@ -165,9 +161,7 @@ async fn tokens_survive_a_killed_process() {
         .into_iter()
         .max()
         .expect("tokens before the kill");
-    let locks = SqliteLock::open(dir.path().join("locks.db"), SqliteConfig::default())
-        .await
-        .expect("open sqlite");
+    let locks = open_in(dir.path()).await;
     // The dead worker may have died holding the lock: its lease runs out.
     let g = locks
         .acquire(
@@ -221,9 +215,7 @@ const FAIR_RUN: Duration = Duration::from_secs(5);
 async fn five_processes_each_get_a_share() {
     if let Ok(id) = std::env::var(FAIR_ENV) {
         let dir = PathBuf::from(std::env::var(DIR_ENV).expect("worker dir"));
-        let locks = SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
-            .await
-            .expect("open sqlite");
+        let locks = open_in(&dir).await;
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(10))
             .wait(Wait::Up(Duration::from_secs(60)));
@@ -243,11 +235,7 @@ async fn five_processes_each_get_a_share() {
     }
     let dir = tempfile::tempdir().expect("tempdir");
     // Create the file first, so the workers do not race to set it up.
-    drop(
-        SqliteLock::open(dir.path().join("locks.db"), SqliteConfig::default())
-            .await
-            .expect("open sqlite"),
-    );
+    drop(open_in(dir.path()).await);
     let children = (0..FAIR_WORKERS)
         .map(|id| {
             spawn_worker(
@@ -304,4 +292,11 @@ async fn a_killed_holder_frees_the_lock() {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
         }
     }
+}
+
+/// The lock file shared by a test's processes, in `dir`.
+async fn open_in(dir: &Path) -> SqliteLock {
+    SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
+        .await
+        .expect("open sqlite")
 }

@@ -21,8 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
-    Watchdog, check_request, confirmed_lease_start, wait_deadline,
+    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Waiting, Watchdog,
+    check_request, confirmed_lease_start, wait_deadline,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -294,12 +294,10 @@ impl ZkLock {
         opts: &LockOptions,
     ) -> Result<LockGuard, LockError> {
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease = Arc::new(
-            LeaseState::lease(start, opts.ttl)
-                .with_margin(opts.safety_margin)
-                .bounded_by(session.client.session_timeout()),
-        );
+        let lease =
+            Arc::new(LeaseState::granted(start, opts).bounded_by(session.client.session_timeout()));
         session.attach(&lease);
+        let margin = lease.safety_margin();
         let guard = LockGuard::new(
             name,
             u64::try_from(czxid).ok(),
@@ -314,11 +312,6 @@ impl ZkLock {
             // then. Never before the holder's own deadline; and, as a
             // server-side lease would, not before the TTL counted from the
             // grant.
-            let margin = lock_core::safety_margin(
-                opts.ttl,
-                lock_core::DEFAULT_DRIFT_FACTOR,
-                opts.safety_margin,
-            );
             guard.expires_by(&self.watchdog, margin + start.elapsed())
         })
     }
@@ -354,11 +347,7 @@ impl DistributedLock for ZkLock {
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
-        let deadline = match opts.wait {
-            Wait::No => Some(start),
-            w => wait_deadline(start, w),
-        };
-        self.acquire_inner(name, opts, deadline)
+        self.acquire_inner(name, opts, wait_deadline(start, opts.wait))
             .await?
             .ok_or_else(|| LockError::Timeout {
                 name: name.to_string(),

@@ -574,11 +574,6 @@ async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::server_failure_gives_transient_errors(
-        std::sync::Arc::new(client().await),
-        std::sync::Arc::new(client().await),
-        &["zk"],
-        LockOptions::new(),
-    )
-    .await;
+    lock_core::faultkit::server_failure_gives_transient_errors(client, &["zk"], LockOptions::new())
+        .await;
 }
