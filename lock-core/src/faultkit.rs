@@ -150,6 +150,66 @@ pub async fn server_failure_gives_transient_errors<L, F>(
     drop(holder);
 }
 
+/// A holder without auto-renewal whose lock ends with its connection learns
+/// of a server crash before anyone else is granted the lock: with the lock
+/// held (TTL 6 s, unrenewed), `servers` are killed and, after 2.5 s, started
+/// again; another client then acquires the lock, and by then the holder's
+/// `lost()` must have fired by the backend's own signal, well before the
+/// validity deadline. `connect` builds the two clients.
+pub async fn unrenewed_holder_learns_of_a_server_crash<L, F>(connect: F, servers: &[&str])
+where
+    L: crate::DistributedLock + 'static,
+    F: AsyncFn() -> L,
+{
+    use crate::{LockOptions, LossReason, Wait};
+    let (locks, other) = (connect().await, connect().await);
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(6))
+        .auto_renew(false)
+        .wait(Wait::No);
+    let name = unique("server-crash");
+    let holder = locks.acquire(&name, &opts).await.expect("holder");
+    let deadline = holder.validity_deadline().expect("a lease with a deadline");
+    let lease = std::sync::Arc::clone(holder.lease());
+    let lost = tokio::spawn(async move {
+        let reason = lease.lost().await;
+        (reason, tokio::time::Instant::now())
+    });
+    let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
+    for server in servers {
+        services(&["kill", server]);
+    }
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    drop(restore);
+    let started = tokio::time::Instant::now();
+    let next = loop {
+        match other
+            .acquire(&name, &opts.clone().wait(Wait::Up(Duration::from_secs(2))))
+            .await
+        {
+            Ok(g) => break g,
+            Err(e) => assert!(
+                started.elapsed() < Duration::from_secs(30),
+                "no grant after the restart: {e:?}"
+            ),
+        }
+    };
+    let granted_at = tokio::time::Instant::now();
+    assert!(
+        lost.is_finished(),
+        "another client was granted the lock while the holder still believed in it"
+    );
+    let (reason, lost_at) = lost.await.expect("lost task");
+    assert_ne!(
+        reason,
+        LossReason::DeadlinePassed,
+        "only the deadline noticed"
+    );
+    assert!(lost_at < granted_at && lost_at < deadline);
+    assert!(next.release().await.expect("release"));
+    drop(holder);
+}
+
 /// After servers come back: poll `try_acquire` (every 100 ms, on fresh
 /// names, with `opts`) until a lock is granted and released again, and
 /// return how long that took; fails the test if it takes longer than

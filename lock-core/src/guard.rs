@@ -170,6 +170,17 @@ impl LockGuard {
         self
     }
 
+    /// Have `watchdog` check this lock about every third of its TTL without
+    /// prolonging it ([`Watchdog::watch`]), for a backend whose lock ends
+    /// with its connection: a server crash then fires `lost()` within a
+    /// third of the TTL, not at the validity deadline.
+    pub fn watched_by(mut self, watchdog: &Watchdog) -> Self {
+        if let Some(handle) = &self.handle {
+            self.renewal = Some(watchdog.watch(handle, &self.lease));
+        }
+        self
+    }
+
     /// Have `watchdog` release this lock `grace` after its validity deadline
     /// (as `extend` moves it), for a backend whose server would keep a lock
     /// without auto-renewal past its TTL (a ZooKeeper node lives as long as
@@ -179,6 +190,22 @@ impl LockGuard {
             self.renewal = Some(watchdog.expire(handle, &self.lease, grace));
         }
         self
+    }
+
+    /// The same grant carrying another fencing token: for a layer that maps
+    /// a backend's tokens into its own space (an epoch in the high bits, a
+    /// migration that keeps the old backend's tokens).
+    pub fn with_fencing_token(mut self, token: Option<u64>) -> Self {
+        self.fencing_token = token;
+        self
+    }
+
+    /// Stop the watchdog's renewal of this lock: the server then keeps it
+    /// until its lease runs out, and `lost()` fires at the validity
+    /// deadline. For a layer that holds a lock made of several and gives up
+    /// the healthy parts once one is lost.
+    pub fn stop_renewal(&mut self) {
+        self.renewal.take();
     }
 
     /// The lock name.

@@ -2,7 +2,7 @@
 //! guard, its backend and the watchdog use to say so.
 
 use std::fmt;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -169,6 +169,9 @@ impl Terms {
 pub struct LeaseState {
     tx: watch::Sender<LeaseSnapshot>,
     terms: Mutex<Terms>,
+    /// For a lease [following](LeaseState::following) others: dropped with
+    /// the lease, which ends the task that follows the parts.
+    _follower: Option<tokio::sync::oneshot::Sender<()>>,
 }
 
 impl LeaseState {
@@ -244,6 +247,7 @@ impl LeaseState {
         LeaseState {
             tx,
             terms: Mutex::new(terms),
+            _follower: None,
         }
     }
 
@@ -329,6 +333,70 @@ impl LeaseState {
         }
     }
 
+    /// A lease held only while every one of `parts` is: its deadline is the
+    /// earliest of theirs (a part without a deadline does not bound it), it
+    /// follows their renewals, and it is lost with the first part's loss,
+    /// for the same reason. A lock made of locks on several services (a
+    /// migration holding the old and the new backend's lock) builds its
+    /// guard on it. A task follows the parts until the lease is lost or
+    /// dropped.
+    pub fn following(parts: Vec<Arc<LeaseState>>) -> Arc<LeaseState> {
+        let ttl = parts.iter().map(|p| p.ttl()).min().unwrap_or_default();
+        let (stop, mut dropped) = tokio::sync::oneshot::channel();
+        let combined = Arc::new(LeaseState {
+            _follower: Some(stop),
+            ..LeaseState::unbounded(ttl)
+        });
+        // Subscribe before reading the parts, so no change falls between.
+        let mut receivers: Vec<_> = parts.iter().map(|p| p.tx.subscribe()).collect();
+        if !combined.follow_once(&parts) {
+            return combined;
+        }
+        let weak = Arc::downgrade(&combined);
+        tokio::spawn(async move {
+            loop {
+                let changed = futures_util::future::select_all(
+                    receivers.iter_mut().map(|rx| Box::pin(rx.changed())),
+                );
+                let result = tokio::select! {
+                    (result, _, _) = changed => result,
+                    _ = &mut dropped => return,
+                };
+                let Some(combined) = weak.upgrade() else {
+                    return;
+                };
+                if result.is_err() || !combined.follow_once(&parts) {
+                    return;
+                }
+            }
+        });
+        combined
+    }
+
+    /// Take the parts' earliest deadline and first loss; `false` once lost.
+    fn follow_once(&self, parts: &[Arc<LeaseState>]) -> bool {
+        if let Some(reason) = parts.iter().find_map(|p| p.tx.borrow().lost.clone()) {
+            self.mark_lost(reason);
+            return false;
+        }
+        let deadline = parts.iter().filter_map(|p| p.deadline()).min();
+        self.tx.send_if_modified(|s| {
+            if s.lost.is_some() || s.deadline == deadline {
+                return false;
+            }
+            s.deadline = deadline;
+            true
+        });
+        let terms = parts
+            .iter()
+            .map(|p| p.terms())
+            .min_by_key(|t| t.effective_ttl());
+        if let Some(terms) = terms {
+            *self.terms.lock().unwrap_or_else(|e| e.into_inner()) = terms;
+        }
+        true
+    }
+
     /// Wait until the lock is known or suspected lost. Fires at the validity
     /// deadline unless a renewal moved it first. Cancel-safe; needs no task.
     pub async fn lost(&self) -> LossReason {
@@ -364,5 +432,34 @@ impl LeaseState {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_following_lease_takes_the_earliest_deadline_and_the_first_loss() {
+        let now = Instant::now();
+        let a = Arc::new(LeaseState::lease(now, Duration::from_secs(10)));
+        let b = Arc::new(LeaseState::lease(now, Duration::from_secs(20)));
+        let both = LeaseState::following(vec![Arc::clone(&a), Arc::clone(&b)]);
+        assert_eq!(both.deadline(), a.deadline());
+        // A renewal of the earlier part moves the combined deadline.
+        a.renewed(now + Duration::from_secs(15), Duration::from_secs(10));
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        assert_eq!(both.deadline(), b.deadline());
+        assert!(both.lost_now().is_none());
+        b.mark_lost(LossReason::TakenOver);
+        let reason = tokio::time::timeout(Duration::from_secs(1), both.lost())
+            .await
+            .expect("the combined lease is lost with a part");
+        assert_eq!(reason, LossReason::TakenOver);
+        // A part without a deadline does not bound the combined one.
+        let c = Arc::new(LeaseState::unbounded(Duration::from_secs(5)));
+        let d = Arc::new(LeaseState::lease(now, Duration::from_secs(5)));
+        let mixed = LeaseState::following(vec![c, Arc::clone(&d)]);
+        assert_eq!(mixed.deadline(), d.deadline());
     }
 }

@@ -111,6 +111,14 @@ impl MemoryLock {
         true
     }
 
+    /// Observation for tests: how many acquisitions of `name` are queued.
+    pub fn queued(&self, name: &str) -> usize {
+        self.shared
+            .slots()
+            .get(name)
+            .map_or(0, |slot| slot.queue.len())
+    }
+
     /// Grant `name` if it is free and `waiter` may take it: a newcomer
     /// (`None`) only when nobody queues, a queued waiter only at the head.
     fn try_grant(

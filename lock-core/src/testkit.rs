@@ -33,6 +33,74 @@ pub trait FaultHook: Send + Sync {
     /// its lease had expired or an operator had deleted it, without telling
     /// the holder's client.
     async fn take_away(&self, name: &str) -> Result<(), LockError>;
+
+    /// How many acquisitions of `name` wait on the server right now (queue
+    /// entries, waiting sessions, waiter nodes or ticket rows), where the
+    /// backend can tell; `None` where it cannot.
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        let _ = name;
+        Ok(None)
+    }
+}
+
+/// Poll the fault hook until the number of queued acquisitions of `name`
+/// satisfies `done`, failing with `what` (given the last count) after
+/// `limit`; `false` at once where the backend cannot tell.
+async fn poll_queued(
+    h: &Harness,
+    name: &str,
+    done: impl Fn(usize) -> bool,
+    limit: Duration,
+    what: impl Fn(usize) -> String,
+) -> bool {
+    let start = Instant::now();
+    loop {
+        match h.hook.queued(name).await.expect("fault hook") {
+            None => return false,
+            Some(q) if done(q) => return true,
+            Some(q) => assert!(start.elapsed() < limit, "{}", what(q)),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A handshake instead of a sleep: where the backend can tell, wait until
+/// at least `n` acquisitions of `name` are queued (failing after 10 s);
+/// elsewhere give the waiters 300 ms to take their places.
+async fn await_queued(h: &Harness, name: &str, n: usize) {
+    let seen = poll_queued(
+        h,
+        name,
+        |q| q >= n,
+        Duration::from_secs(10),
+        |q| format!("only {q} of {n} waiters ever queued"),
+    )
+    .await;
+    if !seen {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+}
+
+/// Where the backend can tell, wait (up to 2 s: a withdrawal may finish in
+/// the background) until no acquisition of `name` is queued any more.
+async fn assert_queue_drains(h: &Harness, name: &str, after: &str) {
+    poll_queued(
+        h,
+        name,
+        |q| q == 0,
+        Duration::from_secs(2),
+        |q| format!("{q} acquisitions still queued {after}"),
+    )
+    .await;
+}
+
+/// The tokens of successive grants, all present and strictly increasing.
+fn assert_strictly_increasing(tokens: &[Option<u64>], what: &str) {
+    let t: Vec<u64> = tokens
+        .iter()
+        .map(|t| t.expect("fencing backend returned no token"))
+        .collect();
+    assert!(t.windows(2).all(|w| w[0] < w[1]), "{what}: {t:?}");
 }
 
 /// For a [`FaultHook::take_away`] built on a backend call that reports
@@ -204,14 +272,7 @@ pub async fn exclusion_under_contention(h: Harness) {
     assert_eq!(counter.load(Ordering::SeqCst), TASKS * ROUNDS);
     if h.lock.capabilities().fencing != Fencing::None {
         let tokens = tokens.lock().unwrap_or_else(|e| e.into_inner());
-        let t: Vec<u64> = tokens
-            .iter()
-            .map(|t| t.expect("fencing backend returned no token"))
-            .collect();
-        assert!(
-            t.windows(2).all(|w| w[0] < w[1]),
-            "tokens not strictly increasing in grant order"
-        );
+        assert_strictly_increasing(&tokens, "tokens not strictly increasing in grant order");
     }
     eprintln!(
         "exclusion: {} acquisitions in {:?}",
@@ -265,7 +326,7 @@ pub async fn waiter_gets_lock_after_release(h: Harness) {
             (Instant::now(), g)
         })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    await_queued(&h, &name, 1).await;
     assert!(
         !waiter.is_finished(),
         "waiter got the lock while it was held"
@@ -296,7 +357,7 @@ pub async fn releaser_does_not_overtake_a_waiter(h: Harness) {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
         tokio::spawn(async move { other.acquire(&name, &o).await.expect("waiter acquires") })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    await_queued(&h, &name, 1).await;
     assert!(!waiter.is_finished(), "waiter got a held lock");
     assert!(holder.release().await.expect("release"));
     let again = {
@@ -355,6 +416,7 @@ pub async fn wait_timeout(h: Harness) {
     }
     assert!(took >= wait, "gave up early: {took:?}");
     assert!(took < wait + SLACK, "gave up late: {took:?}");
+    assert_queue_drains(&h, &name, "after the wait timed out").await;
     assert!(holder.release().await.expect("release"));
 }
 
@@ -384,8 +446,12 @@ pub async fn cancelled_waiter_leaves_nothing_behind(h: Harness) {
         })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
+    if let Some(n) = h.hook.queued(&name).await.expect("fault hook") {
+        assert!(n >= 1, "the spawned waiter is not seen queued");
+    }
     spawned.abort();
     assert!(spawned.await.is_err_and(|e| e.is_cancelled()));
+    assert_queue_drains(&h, &name, "after every waiter was cancelled").await;
     assert!(holder.release().await.expect("release"));
     let g = h
         .other
@@ -590,14 +656,7 @@ pub async fn fencing_tokens_increase(h: Harness) {
             "backend without fencing returned tokens: {tokens:?}"
         );
     } else {
-        let t: Vec<u64> = tokens
-            .iter()
-            .map(|t| t.expect("fencing backend returned no token"))
-            .collect();
-        assert!(
-            t.windows(2).all(|w| w[0] < w[1]),
-            "tokens not strictly increasing: {t:?}"
-        );
+        assert_strictly_increasing(&tokens, "tokens not strictly increasing");
     }
 }
 
@@ -1103,15 +1162,18 @@ pub async fn waiters_are_served_in_arrival_order(h: Harness) {
         } else {
             h.lock.clone()
         };
-        let (name, o, order) = (name.clone(), o.clone(), Arc::clone(&order));
+        let (queued_name, o, order) = (name.clone(), o.clone(), Arc::clone(&order));
         waiters.push(tokio::spawn(async move {
-            let g = lock.acquire(&name, &o).await.expect("waiter acquires");
+            let g = lock
+                .acquire(&queued_name, &o)
+                .await
+                .expect("waiter acquires");
             order.lock().unwrap_or_else(|e| e.into_inner()).push(i);
             tokio::time::sleep(Duration::from_millis(50)).await;
             assert!(g.release().await.expect("release"));
         }));
         // Let this waiter take its place before the next one arrives.
-        tokio::time::sleep(Duration::from_millis(300)).await;
+        await_queued(&h, &name, i + 1).await;
     }
     assert!(
         order.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
@@ -1157,7 +1219,7 @@ pub async fn notified_waiters_do_not_poll(h: Harness) {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
         tokio::spawn(async move { other.acquire(&name, &o).await })
     };
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    await_queued(&h, &name, 1).await;
     assert!(!waiter.is_finished(), "waiter got a held lock");
     assert!(holder.release().await.expect("release"));
     let released = Instant::now();

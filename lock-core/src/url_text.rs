@@ -15,6 +15,9 @@ pub fn redact_url(url: &str) -> String {
     // `/`, `?` or `#` that the parser took for the path's start: only a URL
     // with one `@` is trusted to its parser.
     let one_at = url.matches('@').count() <= 1;
+    if let Some(redacted) = redact_nested(url) {
+        return redacted;
+    }
     if let Some(mut parsed) = url::Url::parse(url).ok().filter(|_| one_at) {
         if parsed.password().is_some() && parsed.set_password(Some("***")).is_ok() {
             return parsed.to_string();
@@ -39,6 +42,36 @@ pub fn redact_url(url: &str) -> String {
         Some((_, host)) => format!("{scheme}://***@{host}"),
         None => url.to_string(),
     }
+}
+
+/// A URL whose options hold URLs (`migrate://?from=…&to=…`), each of those
+/// redacted in turn; `None` if no option value is a URL. The outer URL must
+/// parse and have no user-info of its own.
+fn redact_nested(url: &str) -> Option<String> {
+    let mut parsed = url::Url::parse(url).ok()?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
+        return None;
+    }
+    let pairs: Vec<(String, String)> = parsed.query_pairs().into_owned().collect();
+    // A key holding `@` or `:` is the tail of a nested password cut at an
+    // unencoded `&`: leave such a URL to the cautious path.
+    if !pairs.iter().any(|(_, v)| v.contains("://"))
+        || pairs.iter().any(|(k, _)| k.contains(['@', ':']))
+    {
+        return None;
+    }
+    parsed
+        .query_pairs_mut()
+        .clear()
+        .extend_pairs(pairs.iter().map(|(k, v)| {
+            let value = if v.contains("://") {
+                redact_url(v)
+            } else {
+                v.clone()
+            };
+            (k.clone(), value)
+        }));
+    Some(parsed.to_string())
 }
 
 /// `raw` with its user-info percent-encoded, so that a password holding
@@ -119,6 +152,25 @@ pub fn percent_decode(s: &str) -> Result<String, String> {
 #[cfg(test)]
 mod tests {
     use super::{percent_decode, redact_url};
+
+    #[test]
+    fn urls_inside_options_are_redacted_too() {
+        let shown = redact_url(
+            "migrate://?from=redis%3A%2F%2F%3As3cret%40h%3A1&to=postgres%3A%2F%2Fu%3Apw2%40db%2Fx",
+        );
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pw2"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("h%3A1") && shown.contains("db%2Fx"),
+            "{shown}"
+        );
+        let shown = redact_url("migrate://?from=redis://:s3cret@h:1&to=etcd://h:2");
+        assert!(!shown.contains("s3cret"), "{shown}");
+        let shown = redact_url("migrate://?from=redis://:s3c&ret@h:1&to=etcd://h:2");
+        assert!(!shown.contains("s3c") && !shown.contains("ret@"), "{shown}");
+    }
 
     #[test]
     fn escapes_decode_and_bad_ones_are_errors() {

@@ -71,6 +71,9 @@ enum Kind {
     /// Release the lock `grace` after its validity deadline, unless an
     /// extension moved the deadline.
     Expire { grace: Duration },
+    /// Check the lock a third of its TTL after the last check, asking the
+    /// server to keep it only until its lease would have ended anyway.
+    Watch,
 }
 
 struct Entry {
@@ -114,6 +117,18 @@ impl Watchdog {
     pub fn register(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
         let due = Instant::now() + lease.renewal_period();
         self.insert(handle, lease, due, Kind::Renew)
+    }
+
+    /// Check `handle` about every third of the lease's TTL without
+    /// prolonging it (each check asks the server to keep the lock only until
+    /// the lease would end anyway: its deadline plus the safety margin), and
+    /// mark `lease` lost when a check finds the lock gone; checks stop at the
+    /// validity deadline. For locks held by a connection that a server crash
+    /// can end early: without auto-renewal, the holder still learns of it
+    /// within a third of the TTL instead of at its deadline.
+    pub fn watch(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
+        let due = Instant::now() + lease.renewal_period();
+        self.insert(handle, lease, due, Kind::Watch)
     }
 
     /// Release `handle` once `lease`'s validity deadline (as extensions move
@@ -241,6 +256,22 @@ impl Schedule {
                         }
                     }));
                 }
+                Kind::Watch => {
+                    let Some(deadline) = lease.deadline().filter(|&d| d > now) else {
+                        // Past its deadline the lease reports itself lost.
+                        self.entries.remove(&id);
+                        continue;
+                    };
+                    if lease.lost_now().is_some() {
+                        self.entries.remove(&id);
+                        continue;
+                    }
+                    let left = (deadline + lease.safety_margin()).saturating_duration_since(now);
+                    inflight.push(Box::pin(async move {
+                        let result = handle.extend(left).await;
+                        Outcome::Checked { id, result }
+                    }));
+                }
                 // A lease past its deadline reports itself lost: that is
                 // when an expiry runs.
                 Kind::Expire { grace } => {
@@ -256,6 +287,41 @@ impl Schedule {
                         Outcome::Expired { result }
                     }));
                 }
+            }
+        }
+    }
+
+    /// Record a check's outcome and schedule the next one.
+    fn checked(&mut self, id: u64, result: Result<bool, LockError>) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        let Some(lease) = entry.lease.upgrade() else {
+            self.entries.remove(&id);
+            return;
+        };
+        let now = Instant::now();
+        let next = match result {
+            Ok(true) => now + lease.renewal_period(),
+            Ok(false) => {
+                tracing::warn!("a check found the lock gone (its connection ended)");
+                lease.mark_lost(LossReason::TakenOver);
+                self.entries.remove(&id);
+                return;
+            }
+            Err(e) => {
+                tracing::debug!(error = %e, "checking a lock failed; trying again");
+                now + (lease.renewal_period() / 10).max(MIN_RETRY)
+            }
+        };
+        match lease.deadline().filter(|&d| d > now) {
+            Some(deadline) => {
+                let due = next.min(deadline);
+                entry.due = due;
+                self.heap.push(Reverse((due, id)));
+            }
+            None => {
+                self.entries.remove(&id);
             }
         }
     }
@@ -312,6 +378,10 @@ enum Outcome {
     Expired {
         result: Result<bool, LockError>,
     },
+    Checked {
+        id: u64,
+        result: Result<bool, LockError>,
+    },
 }
 
 /// The shortest pause between retries of a renewal that could not reach the server.
@@ -339,6 +409,12 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
                         break;
                     };
                     shared.schedule().renewed(id, sent_at, ttl, result);
+                }
+                Outcome::Checked { id, result } => {
+                    let Some(shared) = shared.upgrade() else {
+                        break;
+                    };
+                    shared.schedule().checked(id, result);
                 }
                 Outcome::Expired { result } => match result {
                     Ok(true) => tracing::debug!("a lock without auto-renewal reached its TTL and was released"),

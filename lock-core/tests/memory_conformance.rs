@@ -12,6 +12,10 @@ impl FaultHook for MemoryHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
         taken_away(name, self.0.take_away(name))
     }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        Ok(Some(self.0.queued(name)))
+    }
 }
 
 async fn harness() -> Harness {

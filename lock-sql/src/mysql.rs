@@ -485,10 +485,12 @@ impl MySqlLock {
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
+        // Unrenewed, the lock is still checked: it ends with its connection
+        // (a server crash), which the holder must learn of before its deadline.
         Ok(Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
-            guard
+            guard.watched_by(&self.watchdog)
         }))
     }
 }

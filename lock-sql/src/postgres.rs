@@ -489,10 +489,12 @@ impl PgLock {
             lease,
             pending.disarm(),
         );
+        // Unrenewed, the lock is still checked: it ends with its connection
+        // (a server crash), which the holder must learn of before its deadline.
         Ok(Some(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
-            guard
+            guard.watched_by(&self.watchdog)
         }))
     }
 }

@@ -317,6 +317,12 @@ impl SqliteLock {
         Ok(done.rows_affected() == 1)
     }
 
+    /// Observation for tests and operators: how many live waiters hold a
+    /// ticket for `name`.
+    pub async fn queued(&self, name: &str) -> Result<u32, LockError> {
+        self.waiters_ahead(name, i64::MAX).await
+    }
+
     /// One attempt. With `look_first`, read the row before taking the write
     /// lock. Cancel-safe: a transaction dropped before its commit rolls back,
     /// and a [`PendingGrant`] releases by owner token if the future is

@@ -158,3 +158,16 @@ async fn server_failure_gives_transient_errors() {
         .await;
     }
 }
+
+/// See `faultkit::unrenewed_holder_learns_of_a_server_crash`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_holder_learns_of_a_server_crash() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_core::faultkit::unrenewed_holder_learns_of_a_server_crash(
+            async || client(mode).await,
+            &["mysql"],
+        )
+        .await;
+    }
+}

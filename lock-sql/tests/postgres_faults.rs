@@ -268,3 +268,19 @@ async fn server_failure_gives_transient_errors() {
         .await;
     }
 }
+
+/// See `faultkit::unrenewed_holder_learns_of_a_server_crash`: the server's
+/// crash ends the holder's session and its lock; the holder's guard, though
+/// not renewed, is checked, and its `lost()` fires before the restarted
+/// server grants the lock to another client.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unrenewed_holder_learns_of_a_server_crash() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_core::faultkit::unrenewed_holder_learns_of_a_server_crash(
+            async || client_in(mode).await,
+            &["postgres"],
+        )
+        .await;
+    }
+}

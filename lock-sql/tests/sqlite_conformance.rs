@@ -14,6 +14,10 @@ impl FaultHook for SqliteHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
         taken_away(name, self.0.take_away(name).await?)
     }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        Ok(Some(self.0.queued(name).await? as usize))
+    }
 }
 
 /// One database file for the whole test binary, so cases run concurrently
