@@ -6,6 +6,9 @@ use lock_core::{DistributedLock, LockError, MemoryLock};
 
 use lock_core::redact_url;
 
+use crate::epoch::{EpochLock, split_epoch};
+use crate::migrate::MigratingLock;
+
 /// The URL schemes `connect` knows, with the cargo feature each needs.
 pub const SCHEMES: &[(&str, &str)] = &[
     ("memory", "memory"),
@@ -21,6 +24,7 @@ pub const SCHEMES: &[(&str, &str)] = &[
     ("etcd+https", "etcd"),
     ("zk", "zookeeper"),
     ("zk+tls", "zookeeper"),
+    ("migrate", "migrate"),
 ];
 
 fn invalid(url: &str, reason: impl Into<String>) -> LockError {
@@ -42,6 +46,12 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
 /// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout_ms=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
+/// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`]) | those of the nested URLs |
+///
+/// Every URL but `migrate://` also takes `fencing_epoch=N` (0–65535): the
+/// backend's tokens are handed out as `(N << 48) | token` ([`EpochLock`]),
+/// which the last step of a migration uses to stay above the old backend's
+/// tokens.
 ///
 /// A scheme whose feature is off gives [`LockError::InvalidUrl`] naming the
 /// feature to enable; credentials never appear in errors.
@@ -56,6 +66,25 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
+    let is_migrate = url
+        .get(..10)
+        .is_some_and(|s| s.eq_ignore_ascii_case("migrate://"));
+    if is_migrate {
+        return Ok(Arc::new(MigratingLock::connect(url).await?));
+    }
+    let (stripped, epoch) = split_epoch(url).map_err(|reason| invalid(url, reason))?;
+    let lock = connect_backend(&stripped).await.map_err(|e| match e {
+        // Name the URL as the caller wrote it.
+        LockError::InvalidUrl { reason, .. } => invalid(url, reason),
+        other => other,
+    })?;
+    Ok(match epoch {
+        Some(epoch) => Arc::new(EpochLock::new(lock, epoch)),
+        None => lock,
+    })
+}
+
+async fn connect_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
     let Some((scheme, rest)) = url.split_once("://") else {
         return Err(invalid(
             url,

@@ -28,8 +28,11 @@
 //! [`LockOwner`] for opt-in reentrancy.
 
 mod connect;
+mod epoch;
+mod migrate;
 
 pub use connect::{SCHEMES, connect};
+pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
 pub use lock_core::redact_url;
 pub use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
@@ -52,6 +55,7 @@ pub use lock_sql::{PgLock, PgLockedTransaction};
 pub use lock_sql::{SqliteConfig, SqliteLock};
 #[cfg(feature = "zookeeper")]
 pub use lock_zk::ZkLock;
+pub use migrate::MigratingLock;
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -118,3 +118,102 @@ async fn redlock_url_errors_never_show_the_password() {
         assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
     }
 }
+
+#[tokio::test]
+async fn malformed_migrate_urls_are_invalid_url() {
+    for (url, expect) in [
+        ("migrate://", "both `from` and `to`"),
+        ("migrate://?from=memory://", "both `from` and `to`"),
+        ("migrate://?to=memory://", "both `from` and `to`"),
+        (
+            "migrate://?from=memory://&to=memory://&x=1",
+            "unknown option `x`",
+        ),
+        (
+            "migrate://?from=memory://&from=memory://&to=memory://",
+            "given twice",
+        ),
+        (
+            "migrate://host?from=memory://&to=memory://",
+            "no host or path",
+        ),
+        (
+            "migrate://?from=migrate%3A%2F%2F%3Ffrom%3Dmemory%3A%2F%2F&to=memory://",
+            "migrate one step at a time",
+        ),
+        ("migrate://?from=nonsense&to=memory://", "`from`"),
+        (
+            "migrate://?from=memory://&to=ftp://x",
+            "`to`: unknown scheme `ftp`",
+        ),
+        (
+            "migrate://?from=memory://&to=memory://&fencing_epoch=1",
+            "unknown option",
+        ),
+    ] {
+        let (_, reason) = invalid_url_reason(url).await;
+        assert!(reason.contains(expect), "{url}: {reason}");
+    }
+}
+
+#[tokio::test]
+async fn migrate_url_gives_a_lock_held_on_both() {
+    let locks = distlock::connect("migrate://?from=memory://&to=memory://")
+        .await
+        .expect("migrate");
+    assert_eq!(locks.capabilities().backend, "migrate");
+    let opts = LockOptions::new().wait(distlock::Wait::No);
+    let g = locks.acquire("job", &opts).await.expect("acquire");
+    assert_eq!(g.fencing_token(), Some(1));
+    assert!(
+        locks
+            .try_acquire("job", &opts)
+            .await
+            .expect("try")
+            .is_none()
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+#[tokio::test]
+async fn fencing_epoch_moves_tokens_above_every_lower_epoch() {
+    let locks = distlock::connect("memory://?fencing_epoch=3")
+        .await
+        .expect("memory with an epoch");
+    let g = locks
+        .acquire("job", &LockOptions::new())
+        .await
+        .expect("acquire");
+    assert_eq!(g.fencing_token(), Some((3 << 48) | 1));
+    assert!(g.release().await.expect("release"));
+    let (_, reason) = invalid_url_reason("memory://?fencing_epoch=x").await;
+    assert!(reason.contains("fencing_epoch"), "{reason}");
+}
+
+#[cfg(not(feature = "redis"))]
+#[tokio::test]
+async fn a_migration_to_a_missing_backend_names_the_feature_and_hides_passwords() {
+    let url = "migrate://?from=memory://&to=redis%3A%2F%2F%3As3cret-pw%40127.0.0.1%3A6379";
+    let (shown, reason) = invalid_url_reason(url).await;
+    assert!(
+        reason.contains("`to`") && reason.contains("`redis`"),
+        "{reason}"
+    );
+    assert!(
+        !shown.contains("s3cret-pw") && !reason.contains("s3cret-pw"),
+        "{shown} {reason}"
+    );
+}
+
+#[cfg(feature = "redis")]
+#[tokio::test]
+async fn migrate_url_errors_and_debug_never_show_nested_passwords() {
+    let bad = "migrate://?from=redis%3A%2F%2F%3As3cret-pw%40127.0.0.1%3A1%2F0%3Fconnect_timeout_ms%3D200&to=memory://";
+    let err = distlock::connect(bad).await.err().expect("must fail");
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
+    let bad = "migrate://?from=memory://&to=redis://:s3cret-pw@127.0.0.1:1/x";
+    let err = distlock::connect(bad).await.err().expect("must fail");
+    let text = format!("{err} {err:?}");
+    assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
+}

@@ -1,0 +1,403 @@
+//! Live migration between backends: a lock held only while it is held on
+//! both the old (`from`) and the new (`to`) backend.
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{
+    Capabilities, CrashRelease, DistributedLock, Grade, GuardHandle, LeaseState, LockError,
+    LockGuard, LockOptions, Wait, Waiting, async_trait, check_request, redact_url,
+};
+use tokio::sync::{Mutex, Notify};
+use tokio::time::Instant;
+
+/// The backend name of the composite, as in `migrate://` URLs.
+pub const BACKEND: &str = "migrate";
+
+/// A lock over two backends during a rolling migration from `from` to `to`:
+/// acquiring takes `from` first, then `to`; the lock is held only while both
+/// are. Processes on the old URL, on the migration URL and on the new URL
+/// can then run side by side, neighbour with neighbour, without two
+/// holders at once (see the README's "Migrating between backends").
+///
+/// - **Order, no deadlock**: `from` is always taken first. If `to` cannot
+///   be had within the wait, `from` is released and the acquire fails with
+///   [`LockError::Timeout`]; nobody ever holds `to` while waiting for `from`.
+/// - **Loss**: the guard's `lost()` fires when either part is lost (the
+///   other part is then no longer renewed and ends with its lease); its
+///   validity deadline is the earlier of the two; each part renews itself; `extend` acts on both; `release`
+///   releases both (`to` first) and reports whether both were still ours.
+/// - **Fencing**: the guard carries `from`'s token, so a resource checking
+///   tokens sees the same sequence as before the migration. The new URL of
+///   the last step carries a higher `fencing_epoch`, so its tokens are
+///   larger than every token of the old backend.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use std::sync::Arc;
+/// use distlock::{DistributedLock, LockOptions, MemoryLock, MigratingLock};
+/// let (old, new) = (Arc::new(MemoryLock::new()), Arc::new(MemoryLock::new()));
+/// let locks = MigratingLock::new(old.clone(), new.clone());
+/// let guard = locks.acquire("report", &LockOptions::new()).await?;
+/// // Held on both: neither an old-style nor a new-style process can take it.
+/// assert!(old.try_acquire("report", &LockOptions::new()).await?.is_none());
+/// assert!(new.try_acquire("report", &LockOptions::new()).await?.is_none());
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct MigratingLock {
+    from: Arc<dyn DistributedLock>,
+    to: Arc<dyn DistributedLock>,
+    /// The URLs it was built from, redacted, for `Debug`.
+    urls: Option<(String, String)>,
+}
+
+impl MigratingLock {
+    /// Migrate from `from` to `to`.
+    pub fn new(from: Arc<dyn DistributedLock>, to: Arc<dyn DistributedLock>) -> Self {
+        MigratingLock {
+            from,
+            to,
+            urls: None,
+        }
+    }
+
+    /// Build from a `migrate://?from=URL&to=URL` URL: each nested URL is
+    /// connected with [`connect`](crate::connect). Nested URLs holding `&`,
+    /// `#` or `%` must be percent-encoded.
+    pub async fn connect(url: &str) -> Result<Self, LockError> {
+        let (from_url, to_url) = parse(url)?;
+        let nested = |which: &str, e: LockError| match e {
+            LockError::InvalidUrl { reason, .. } => invalid(url, format!("`{which}`: {reason}")),
+            other => other,
+        };
+        let from = Box::pin(crate::connect(&from_url))
+            .await
+            .map_err(|e| nested("from", e))?;
+        let to = Box::pin(crate::connect(&to_url))
+            .await
+            .map_err(|e| nested("to", e))?;
+        Ok(MigratingLock {
+            from,
+            to,
+            urls: Some((redact_url(&from_url), redact_url(&to_url))),
+        })
+    }
+
+    /// The old backend.
+    pub fn from_lock(&self) -> &Arc<dyn DistributedLock> {
+        &self.from
+    }
+
+    /// The new backend.
+    pub fn to_lock(&self) -> &Arc<dyn DistributedLock> {
+        &self.to
+    }
+
+    async fn acquire_both(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        one_attempt: bool,
+    ) -> Result<Option<LockGuard>, LockError> {
+        check_request(name, opts, &self.capabilities())?;
+        let deadline = lock_core::wait_deadline(Instant::now(), opts.wait);
+        loop {
+            let first = if one_attempt {
+                match self.from.try_acquire(name, opts).await? {
+                    Some(g) => g,
+                    None => return Ok(None),
+                }
+            } else {
+                self.from.acquire(name, &remaining(opts, deadline)).await?
+            };
+            // `from` is ours: `to` is contended only by processes already on
+            // the new URL, and by nobody holding `to` while waiting for
+            // `from`; so waiting for it here cannot deadlock.
+            let second = if one_attempt {
+                self.to.try_acquire(name, opts).await
+            } else {
+                self.to
+                    .acquire(name, &remaining(opts, deadline))
+                    .await
+                    .map(Some)
+            };
+            let second = match second {
+                Ok(Some(g)) => g,
+                Ok(None) => {
+                    release_quietly(first, name).await;
+                    return Ok(None);
+                }
+                Err(e) => {
+                    release_quietly(first, name).await;
+                    return Err(e);
+                }
+            };
+            // A long wait for `to` may have outlived an unrenewed `from`.
+            if first.is_lost().is_some() || second.is_lost().is_some() {
+                release_quietly(second, name).await;
+                release_quietly(first, name).await;
+                if one_attempt {
+                    return Ok(None);
+                }
+                continue;
+            }
+            return Ok(Some(compose(name, first, second, self.capabilities())));
+        }
+    }
+}
+
+/// `opts` with the wait cut to what is left before `deadline`.
+fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
+    match (opts.wait, deadline) {
+        (Wait::No, _) | (_, None) => opts.clone(),
+        (_, Some(d)) => opts
+            .clone()
+            .wait(Wait::Up(d.saturating_duration_since(Instant::now()))),
+    }
+}
+
+async fn release_quietly(guard: LockGuard, name: &str) {
+    if let Err(e) = guard.release().await {
+        tracing::warn!(lock = %name, error = %e, "releasing one part of a migrating lock failed; it ends with its lease");
+    }
+}
+
+/// The guard over both parts.
+fn compose(name: &str, from: LockGuard, to: LockGuard, caps: Capabilities) -> LockGuard {
+    let token = from.fencing_token();
+    let lease = LeaseState::following(vec![Arc::clone(from.lease()), Arc::clone(to.lease())]);
+    let released = Arc::new(Notify::new());
+    let parts = Arc::new(Parts {
+        from: Mutex::new(Some(from)),
+        to: Mutex::new(Some(to)),
+        released: Arc::clone(&released),
+    });
+    // Once either part is lost, the lock is: stop renewing the other part,
+    // so that a holder ignoring `lost()` does not keep blocking others with
+    // it. It is not released at once: it ends with its lease, which keeps
+    // the safety margin between `lost()` and anyone else's grant. The task
+    // ends with the release.
+    let (watched, weak) = (Arc::clone(&lease), Arc::downgrade(&parts));
+    let lock = name.to_string();
+    tokio::spawn(async move {
+        tokio::select! {
+            reason = watched.lost() => {
+                if let Some(parts) = weak.upgrade() {
+                    tracing::debug!(lock = %lock, %reason, "migrating lock lost; its parts are no longer renewed");
+                    parts.stop_renewal().await;
+                }
+            }
+            () = released.notified() => {}
+        }
+    });
+    LockGuard::new(name, token, caps, lease, parts)
+}
+
+/// Both parts' guards, taken out when released.
+struct Parts {
+    from: Mutex<Option<LockGuard>>,
+    to: Mutex<Option<LockGuard>>,
+    /// Told when both parts were given back.
+    released: Arc<Notify>,
+}
+
+impl Parts {
+    async fn stop_renewal(&self) {
+        for part in [&self.from, &self.to] {
+            if let Some(g) = part.lock().await.as_mut() {
+                g.stop_renewal();
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl GuardHandle for Parts {
+    async fn release(&self) -> Result<bool, LockError> {
+        // `to` first: whoever takes `from` next finds `to` free.
+        let to = match self.to.lock().await.take() {
+            Some(g) => g.release().await,
+            None => Ok(false),
+        };
+        let from = match self.from.lock().await.take() {
+            Some(g) => g.release().await,
+            None => Ok(false),
+        };
+        self.released.notify_one();
+        Ok(to? && from?)
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        for part in [&self.from, &self.to] {
+            let guard = part.lock().await;
+            let Some(g) = guard.as_ref() else {
+                return Ok(false);
+            };
+            match g.extend(ttl).await {
+                Ok(()) => {}
+                Err(LockError::NotHeld { .. } | LockError::Lost { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
+}
+
+#[async_trait]
+impl DistributedLock for MigratingLock {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_both(name, opts, true).await
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        let start = Instant::now();
+        // Only a single attempt answers `None`; a wait ends in a guard or an error.
+        self.acquire_both(name, opts, false)
+            .await?
+            .ok_or_else(|| LockError::Timeout {
+                name: name.to_string(),
+                waited: start.elapsed(),
+            })
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        combined(self.from.capabilities(), self.to.capabilities())
+    }
+}
+
+/// The weaker of the two for each property; fencing is `from`'s (its tokens
+/// are the ones handed out).
+pub fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
+    let grade_rank = |g: Grade| match g {
+        Grade::ProcessLocal => 0,
+        Grade::Efficiency => 1,
+        Grade::Correctness => 2,
+    };
+    let release_rank = |c: CrashRelease| match c {
+        CrashRelease::ProcessExit => 0,
+        CrashRelease::Connection => 1,
+        CrashRelease::Session => 2,
+        CrashRelease::Ttl => 3,
+    };
+    Capabilities {
+        backend: BACKEND,
+        grade: if grade_rank(from.grade) <= grade_rank(to.grade) {
+            from.grade
+        } else {
+            to.grade
+        },
+        fencing: from.fencing,
+        fair_queue: false,
+        crash_release: if release_rank(from.crash_release) >= release_rank(to.crash_release) {
+            from.crash_release
+        } else {
+            to.crash_release
+        },
+        survives_server_failure: from.survives_server_failure && to.survives_server_failure,
+        depends_on_clocks: from.depends_on_clocks || to.depends_on_clocks,
+        waiting: if from.waiting == Waiting::Notified && to.waiting == Waiting::Notified {
+            Waiting::Notified
+        } else {
+            Waiting::Polling
+        },
+        max_ttl: from.max_ttl.min(to.max_ttl),
+        min_lease: from.min_lease.max(to.min_lease),
+    }
+}
+
+impl fmt::Debug for MigratingLock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("MigratingLock");
+        match &self.urls {
+            Some((from, to)) => d.field("from", from).field("to", to),
+            None => d
+                .field("from", &self.from.capabilities().backend)
+                .field("to", &self.to.capabilities().backend),
+        }
+        .finish()
+    }
+}
+
+fn invalid(url: &str, reason: impl Into<String>) -> LockError {
+    LockError::InvalidUrl {
+        url: redact_url(url),
+        reason: reason.into(),
+    }
+}
+
+/// The nested URLs of `migrate://?from=…&to=…`.
+fn parse(url: &str) -> Result<(String, String), LockError> {
+    let parsed = url::Url::parse(url).map_err(|e| invalid(url, e.to_string()))?;
+    if parsed.host_str().is_some_and(|h| !h.is_empty())
+        || !matches!(parsed.path(), "" | "/")
+        || parsed.username() != ""
+    {
+        return Err(invalid(
+            url,
+            "expected migrate://?from=OLD_URL&to=NEW_URL (no host or path)",
+        ));
+    }
+    let (mut from, mut to) = (None, None);
+    for (key, value) in parsed.query_pairs() {
+        let slot = match &*key {
+            "from" => &mut from,
+            "to" => &mut to,
+            other => {
+                return Err(invalid(
+                    url,
+                    format!("unknown option `{other}` (known: from, to)"),
+                ));
+            }
+        };
+        if slot.replace(value.into_owned()).is_some() {
+            return Err(invalid(url, format!("`{key}` given twice")));
+        }
+    }
+    let (Some(from), Some(to)) = (from, to) else {
+        return Err(invalid(
+            url,
+            "both `from` and `to` are required: migrate://?from=OLD_URL&to=NEW_URL",
+        ));
+    };
+    for (which, nested) in [("from", &from), ("to", &to)] {
+        if nested.to_ascii_lowercase().starts_with("migrate:") {
+            return Err(invalid(
+                url,
+                format!("`{which}` is itself a migrate:// URL; migrate one step at a time"),
+            ));
+        }
+    }
+    Ok((from, to))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_shows_nested_urls_without_passwords() {
+        let (from, to) =
+            parse("migrate://?from=redis%3A%2F%2F%3As3cret%40h%3A1&to=postgres://u:pw2@db/x")
+                .expect("parses");
+        assert_eq!(from, "redis://:s3cret@h:1");
+        let lock = MigratingLock {
+            from: Arc::new(lock_core::MemoryLock::new()),
+            to: Arc::new(lock_core::MemoryLock::new()),
+            urls: Some((redact_url(&from), redact_url(&to))),
+        };
+        let shown = format!("{lock:?}");
+        assert!(
+            !shown.contains("s3cret") && !shown.contains("pw2"),
+            "{shown}"
+        );
+        assert!(shown.contains("h:1") && shown.contains("db/x"), "{shown}");
+    }
+}
