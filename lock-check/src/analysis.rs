@@ -1,0 +1,985 @@
+//! Reading a run's logs back and counting what went wrong, held to what the
+//! backend's capabilities allow.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::clock::ms;
+use crate::event::{Action, Event, HoldEnd, Stamped, read_log};
+use crate::worker::files;
+
+/// An acquire or release slower than its bound by this much is a hang.
+const HANG_SLACK_NS: u64 = 10_000_000_000;
+/// At most this many examples are kept per finding.
+const EXAMPLES: usize = 5;
+
+/// One grant and what its holder did with it.
+#[derive(Debug, Clone)]
+struct Hold {
+    worker: u32,
+    pid: u32,
+    started: u64,
+    granted: u64,
+    token: Option<u64>,
+    lost_on_arrival: bool,
+    /// (time, validity deadline as of then).
+    deadlines: Vec<(u64, Option<u64>)>,
+    /// When the holder stopped holding: began to release or drop, observed
+    /// the loss, or died.
+    end: Option<u64>,
+}
+
+impl Hold {
+    /// The deadline the holder believed in at `t` (`None`: no deadline, the
+    /// lock is kept by a connection or session).
+    fn deadline_at(&self, t: u64) -> Option<u64> {
+        self.deadlines
+            .iter()
+            .take_while(|(at, _)| *at <= t)
+            .last()
+            .and_then(|(_, d)| *d)
+    }
+
+    fn active_at(&self, t: u64) -> bool {
+        self.granted < t && self.end.is_none_or(|end| end > t)
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Write {
+    hold: usize,
+    seq: u64,
+    at: u64,
+    accepted: bool,
+}
+
+/// Counts with a few examples.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Finding {
+    /// How many.
+    pub count: u64,
+    /// The first few, described.
+    pub examples: Vec<String>,
+}
+
+impl Finding {
+    fn add(&mut self, example: impl FnOnce() -> String) {
+        self.count += 1;
+        if self.examples.len() < EXAMPLES {
+            self.examples.push(example());
+        }
+    }
+}
+
+/// Writes by a holder after a later holder had been granted the lock.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Exclusion {
+    /// Refused by the register (fencing worked).
+    pub rejected: Finding,
+    /// Accepted, but the newer holder had not written yet.
+    pub harmless: Finding,
+    /// Accepted after a newer holder's write: a fencing failure.
+    pub fencing_failures: Finding,
+}
+
+/// What happened to the workers of one URL group.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct GroupCounts {
+    /// Grants to its workers.
+    pub grants: u64,
+    /// Its workers killed while announced as the holder.
+    pub holder_kills: u64,
+}
+
+/// Earlier holders still believing in their lock when another was granted.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct InTime {
+    /// The earlier holder was running.
+    pub running: Finding,
+    /// The earlier holder was paused (SIGSTOP) at some point since its grant.
+    pub paused: Finding,
+}
+
+/// Progress.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Liveness {
+    /// Longest time without a grant, from the first worker's start to the
+    /// end of faults.
+    pub longest_gap_ms: f64,
+    /// Holders killed by the nemesis.
+    pub holder_kills: u64,
+    /// Longest time from a holder's SIGKILL to the next grant.
+    pub kill_to_grant_max_ms: f64,
+    /// Grants per worker process, fewest and most, among workers that lived
+    /// through the whole run.
+    pub grants_per_worker: (u64, u64),
+    /// Acquires or releases that overran their bound by 10 s, and workers
+    /// that did not finish when asked.
+    pub hangs: Finding,
+}
+
+/// The analysis of one run.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Report {
+    /// The backend, as the workers' `capabilities()` name it.
+    pub backend: String,
+    /// Its grade.
+    pub grade: String,
+    /// Its fencing.
+    pub fencing: String,
+    /// The sabotage the workers ran with, if any.
+    pub sabotage: Option<String>,
+    /// The nemesis.
+    pub nemesis: String,
+    /// The URL, redacted.
+    pub url: String,
+    /// Seconds of faults.
+    pub duration_s: f64,
+    /// Worker processes started (including respawns).
+    pub workers_started: u64,
+    /// Nemesis actions, by kind.
+    pub actions: BTreeMap<String, u64>,
+    /// Grants.
+    pub grants: u64,
+    /// Grants and holder kills by URL group (`"0: redis://…"`), for runs
+    /// over several URLs.
+    pub groups: BTreeMap<String, GroupCounts>,
+    /// Register writes, and how many were accepted.
+    pub writes: (u64, u64),
+    /// Writes after a later grant.
+    pub exclusion: Exclusion,
+    /// Consecutive grants (in time order) whose tokens did not increase;
+    /// grants whose own worker was paused while acquiring are left out.
+    pub token_order: Finding,
+    /// Writes of the newest holder refused by the register (tokens went
+    /// backwards).
+    pub newest_holder_rejected: Finding,
+    /// Loss not signalled in time.
+    pub in_time: InTime,
+    /// Grants whose guard was already lost when `acquire` returned, where the
+    /// worker itself was not paused meanwhile.
+    pub lost_on_arrival: Finding,
+    /// Progress.
+    pub liveness: Liveness,
+    /// Acquire errors, by `LockError` kind.
+    pub acquire_errors: BTreeMap<String, u64>,
+    /// Release errors (and unrenewed leases whose loss never fired).
+    pub release_errors: Finding,
+    /// Workers that exited on their own with a failure (a panic, an I/O error).
+    pub crashes: Finding,
+    /// What exceeded the capabilities: empty if the run passes.
+    pub failures: Vec<String>,
+}
+
+impl Report {
+    /// The run is within what the backend's capabilities allow.
+    pub fn passed(&self) -> bool {
+        self.failures.is_empty()
+    }
+}
+
+struct Worker {
+    id: u32,
+    pid: u32,
+    events: Vec<Stamped<Event>>,
+}
+
+/// Analyse the run in `dir`.
+pub fn analyse(dir: &Path) -> std::io::Result<Report> {
+    let actions: Vec<Stamped<Action>> = read_log(&dir.join(files::CONTROLLER_LOG))?;
+    let mut workers = Vec::new();
+    for a in &actions {
+        if let Action::Spawned { worker, pid } = a.event {
+            let path = dir.join(files::worker_log(worker));
+            let events = if path.exists() {
+                read_log(&path)?
+            } else {
+                Vec::new()
+            };
+            workers.push(Worker {
+                id: worker,
+                pid,
+                events,
+            });
+        }
+    }
+    Ok(Analysis::new(&actions, &workers).report(&actions, &workers))
+}
+
+/// Per-process facts from the controller's log.
+struct Analysis {
+    /// pid → when the controller killed it (nemesis or straggler).
+    killed_at: BTreeMap<u32, u64>,
+    /// pid → when it exited.
+    exited_at: BTreeMap<u32, u64>,
+    /// pid → [start, end) of each SIGSTOP.
+    paused: BTreeMap<u32, Vec<(u64, u64)>>,
+    run_start: u64,
+    stopping: u64,
+    holds: Vec<Hold>,
+    writes: Vec<Write>,
+}
+
+impl Analysis {
+    fn new(actions: &[Stamped<Action>], workers: &[Worker]) -> Self {
+        let mut killed_at = BTreeMap::new();
+        let mut exited_at = BTreeMap::new();
+        let mut paused: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+        let run_start = actions.first().map_or(0, |a| a.t);
+        let mut stopping = actions.last().map_or(0, |a| a.t);
+        for a in actions {
+            match &a.event {
+                Action::KilledHolder { pid } | Action::Straggler { pid } => {
+                    killed_at.entry(*pid).or_insert(a.t);
+                }
+                Action::Exited { pid, .. } => {
+                    exited_at.insert(*pid, a.t);
+                }
+                Action::Paused { pid } => paused.entry(*pid).or_default().push((a.t, u64::MAX)),
+                Action::Continued { pid } => {
+                    if let Some(last) = paused.entry(*pid).or_default().last_mut() {
+                        last.1 = a.t;
+                    }
+                }
+                Action::Stopping => stopping = a.t,
+                _ => {}
+            }
+        }
+        let mut this = Analysis {
+            killed_at,
+            exited_at,
+            paused,
+            run_start,
+            stopping,
+            holds: Vec::new(),
+            writes: Vec::new(),
+        };
+        for w in workers {
+            this.collect(w);
+        }
+        this
+    }
+
+    /// When `pid` stopped running for good (killed, or exited).
+    fn died_at(&self, pid: u32) -> Option<u64> {
+        self.killed_at
+            .get(&pid)
+            .or_else(|| self.exited_at.get(&pid))
+            .copied()
+    }
+
+    fn paused_within(&self, pid: u32, from: u64, to: u64) -> bool {
+        self.paused
+            .get(&pid)
+            .is_some_and(|spans| spans.iter().any(|(s, e)| *s < to && *e > from))
+    }
+
+    fn collect(&mut self, w: &Worker) {
+        let mut current: Option<usize> = None;
+        let died = self.died_at(w.pid);
+        for e in &w.events {
+            match &e.event {
+                Event::Granted {
+                    started,
+                    token,
+                    deadline,
+                    lost_on_arrival,
+                } => {
+                    self.holds.push(Hold {
+                        worker: w.id,
+                        pid: w.pid,
+                        started: *started,
+                        granted: e.t,
+                        token: *token,
+                        lost_on_arrival: lost_on_arrival.is_some(),
+                        deadlines: vec![(e.t, *deadline)],
+                        end: died,
+                    });
+                    current = Some(self.holds.len() - 1);
+                }
+                Event::Renewed { deadline } => {
+                    if let Some(h) = current {
+                        self.holds[h].deadlines.push((e.t, *deadline));
+                    }
+                }
+                Event::Wrote {
+                    seq, at, accepted, ..
+                } => {
+                    if let Some(h) = current {
+                        self.writes.push(Write {
+                            hold: h,
+                            seq: *seq,
+                            at: *at,
+                            accepted: *accepted,
+                        });
+                    }
+                }
+                Event::LossObserved { .. } | Event::Releasing { .. } => {
+                    if let Some(h) = current {
+                        let hold = &mut self.holds[h];
+                        hold.end = Some(hold.end.map_or(e.t, |end| end.min(e.t)));
+                    }
+                }
+                Event::Released { .. } => current = None,
+                _ => {}
+            }
+        }
+    }
+
+    fn report(mut self, actions: &[Stamped<Action>], workers: &[Worker]) -> Report {
+        // Holds in grant order; writes refer to holds by index, so renumber.
+        let mut order: Vec<usize> = (0..self.holds.len()).collect();
+        order.sort_by_key(|&i| self.holds[i].granted);
+        let mut new_index = vec![0; order.len()];
+        for (new, &old) in order.iter().enumerate() {
+            new_index[old] = new;
+        }
+        self.holds = order.iter().map(|&i| self.holds[i].clone()).collect();
+        for w in &mut self.writes {
+            w.hold = new_index[w.hold];
+        }
+        let mut r = Report::default();
+        self.header(&mut r, actions, workers);
+        r.grants = self.holds.len() as u64;
+        self.groups(&mut r, actions, workers);
+        r.writes = (
+            self.writes.len() as u64,
+            self.writes.iter().filter(|w| w.accepted).count() as u64,
+        );
+        self.exclusion(&mut r);
+        self.tokens(&mut r);
+        self.in_time(&mut r);
+        self.liveness(&mut r, actions, workers);
+        self.errors(&mut r, actions, workers);
+        verdict(&mut r);
+        r
+    }
+
+    fn header(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
+        for a in actions {
+            match &a.event {
+                Action::RunStarted { url, nemesis, .. } => {
+                    r.url.clone_from(url);
+                    r.nemesis.clone_from(nemesis);
+                }
+                other => {
+                    let name = serde_json::to_value(other)
+                        .ok()
+                        .and_then(|v| v.get("action").and_then(|a| a.as_str().map(String::from)))
+                        .unwrap_or_default();
+                    if !matches!(
+                        other,
+                        Action::Spawned { .. } | Action::Exited { .. } | Action::Stopping
+                    ) {
+                        *r.actions.entry(name).or_default() += 1;
+                    }
+                }
+            }
+        }
+        r.duration_s = ms(self.stopping.saturating_sub(self.run_start)) / 1e3;
+        r.workers_started = workers.len() as u64;
+        if let Some(Event::Started {
+            backend,
+            grade,
+            fencing,
+            sabotage,
+            ..
+        }) = workers
+            .iter()
+            .flat_map(|w| &w.events)
+            .map(|e| &e.event)
+            .find(|e| matches!(e, Event::Started { .. }))
+        {
+            r.backend.clone_from(backend);
+            r.grade.clone_from(grade);
+            r.fencing.clone_from(fencing);
+            r.sabotage.clone_from(sabotage);
+        }
+    }
+
+    fn groups(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
+        let mut group_of = BTreeMap::new();
+        for w in workers {
+            if let Some(Event::Started { group, url, .. }) = w
+                .events
+                .iter()
+                .map(|e| &e.event)
+                .find(|e| matches!(e, Event::Started { .. }))
+            {
+                group_of.insert(w.pid, format!("{group}: {url}"));
+            }
+        }
+        for key in group_of.values() {
+            r.groups.entry(key.clone()).or_default();
+        }
+        for h in &self.holds {
+            if let Some(key) = group_of.get(&h.pid) {
+                r.groups.entry(key.clone()).or_default().grants += 1;
+            }
+        }
+        for a in actions {
+            if let Action::KilledHolder { pid } = a.event
+                && let Some(key) = group_of.get(&pid)
+            {
+                r.groups.entry(key.clone()).or_default().holder_kills += 1;
+            }
+        }
+    }
+
+    fn describe(&self, h: &Hold) -> String {
+        format!(
+            "worker {} (pid {}) token {:?} granted at +{:.1} ms",
+            h.worker,
+            h.pid,
+            h.token,
+            ms(h.granted.saturating_sub(self.run_start))
+        )
+    }
+
+    fn exclusion(&self, r: &mut Report) {
+        let mut writes = self.writes.clone();
+        writes.sort_by_key(|w| w.seq);
+        for (i, w) in writes.iter().enumerate() {
+            let mine = &self.holds[w.hold];
+            // A later grant (to someone else) that happened before this write.
+            let Some(newer) = self
+                .holds
+                .iter()
+                .find(|h| h.granted > mine.granted && h.granted < w.at && h.pid != mine.pid)
+            else {
+                continue;
+            };
+            let at = ms(w.at.saturating_sub(self.run_start));
+            let example = || {
+                format!(
+                    "write #{} at +{at:.1} ms by {} after {}",
+                    w.seq,
+                    self.describe(mine),
+                    self.describe(newer)
+                )
+            };
+            if !w.accepted {
+                r.exclusion.rejected.add(example);
+            } else if writes[..i]
+                .iter()
+                .any(|earlier| earlier.accepted && self.holds[earlier.hold].granted > mine.granted)
+            {
+                r.exclusion.fencing_failures.add(example);
+            } else {
+                r.exclusion.harmless.add(example);
+            }
+        }
+        for w in &writes {
+            let mine = &self.holds[w.hold];
+            let newest = !self
+                .holds
+                .iter()
+                .any(|h| h.granted > mine.granted && h.granted < w.at);
+            if newest && !w.accepted {
+                r.newest_holder_rejected.add(|| {
+                    format!(
+                        "write #{} by the newest holder, {}",
+                        w.seq,
+                        self.describe(mine)
+                    )
+                });
+            }
+        }
+    }
+
+    fn tokens(&self, r: &mut Report) {
+        let mut previous: Option<&Hold> = None;
+        for h in &self.holds {
+            if h.token.is_none() || self.paused_within(h.pid, h.started, h.granted) {
+                continue;
+            }
+            if let Some(p) = previous
+                && h.token <= p.token
+            {
+                r.token_order
+                    .add(|| format!("{} after {}", self.describe(h), self.describe(p)));
+            }
+            previous = Some(h);
+        }
+        for h in &self.holds {
+            if h.lost_on_arrival && !self.paused_within(h.pid, h.started, h.granted) {
+                r.lost_on_arrival.add(|| {
+                    format!(
+                        "{} after waiting {:.1} ms",
+                        self.describe(h),
+                        ms(h.granted - h.started)
+                    )
+                });
+            }
+        }
+    }
+
+    fn in_time(&self, r: &mut Report) {
+        for (i, h) in self.holds.iter().enumerate() {
+            for e in &self.holds[..i] {
+                if e.pid == h.pid || !e.active_at(h.granted) {
+                    continue;
+                }
+                let believes = e.deadline_at(h.granted).is_none_or(|d| d > h.granted);
+                if !believes {
+                    continue;
+                }
+                let example = || {
+                    let left = e
+                        .deadline_at(h.granted)
+                        .map(|d| format!("{:.1} ms", ms(d - h.granted)))
+                        .unwrap_or_else(|| "no deadline".to_string());
+                    format!(
+                        "{} while {} still held it ({left} left)",
+                        self.describe(h),
+                        self.describe(e)
+                    )
+                };
+                if self.paused_within(e.pid, e.granted, h.granted) {
+                    r.in_time.paused.add(example);
+                } else {
+                    r.in_time.running.add(example);
+                }
+            }
+        }
+    }
+
+    fn liveness(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
+        let first_start = workers
+            .iter()
+            .filter_map(|w| w.events.first().map(|e| e.t))
+            .min()
+            .unwrap_or(self.run_start);
+        let mut last = first_start;
+        let mut gap = 0;
+        for h in self.holds.iter().filter(|h| h.granted <= self.stopping) {
+            gap = gap.max(h.granted.saturating_sub(last));
+            last = h.granted;
+        }
+        gap = gap.max(self.stopping.saturating_sub(last));
+        r.liveness.longest_gap_ms = ms(gap);
+        for a in actions {
+            if let Action::KilledHolder { .. } = a.event {
+                r.liveness.holder_kills += 1;
+                let next = self
+                    .holds
+                    .iter()
+                    .find(|h| h.granted > a.t)
+                    .map_or(self.stopping, |h| h.granted);
+                r.liveness.kill_to_grant_max_ms = r
+                    .liveness
+                    .kill_to_grant_max_ms
+                    .max(ms(next.saturating_sub(a.t)));
+            }
+        }
+        let whole_run: Vec<u64> = workers
+            .iter()
+            .filter(|w| {
+                !self.killed_at.contains_key(&w.pid)
+                    && w.events
+                        .first()
+                        .is_some_and(|e| e.t <= self.run_start + 5_000_000_000)
+            })
+            .map(|w| self.holds.iter().filter(|h| h.pid == w.pid).count() as u64)
+            .collect();
+        r.liveness.grants_per_worker = (
+            whole_run.iter().copied().min().unwrap_or(0),
+            whole_run.iter().copied().max().unwrap_or(0),
+        );
+        for w in workers {
+            self.hangs(r, w);
+        }
+        for a in actions {
+            if let Action::Straggler { pid } = a.event {
+                r.liveness
+                    .hangs
+                    .add(|| format!("pid {pid} had not finished when the run ended"));
+            }
+        }
+    }
+
+    fn hangs(&self, r: &mut Report, w: &Worker) {
+        let mut acquiring: Option<(u64, u64)> = None;
+        for e in &w.events {
+            match &e.event {
+                Event::Acquiring { wait_ms, .. } => acquiring = Some((e.t, *wait_ms)),
+                Event::Granted { started, .. } | Event::AcquireFailed { started, .. } => {
+                    if let Some((s, wait_ms)) = acquiring.take() {
+                        let took = e.t.saturating_sub(*started);
+                        if took > wait_ms * 1_000_000 + HANG_SLACK_NS
+                            && !self.paused_within(w.pid, s, e.t)
+                        {
+                            r.liveness.hangs.add(|| {
+                                format!(
+                                    "worker {} acquire took {:.0} ms with a {wait_ms} ms wait",
+                                    w.id,
+                                    ms(took)
+                                )
+                            });
+                        }
+                    }
+                }
+                Event::Released {
+                    how: HoldEnd::Release,
+                    started,
+                    ..
+                } => {
+                    let took = e.t.saturating_sub(*started);
+                    if took > HANG_SLACK_NS && !self.paused_within(w.pid, *started, e.t) {
+                        r.liveness
+                            .hangs
+                            .add(|| format!("worker {} release took {:.0} ms", w.id, ms(took)));
+                    }
+                }
+                _ => {}
+            }
+        }
+    }
+
+    fn errors(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
+        for e in workers.iter().flat_map(|w| &w.events) {
+            match &e.event {
+                Event::AcquireFailed { kind, .. } => {
+                    *r.acquire_errors.entry(kind.clone()).or_default() += 1;
+                }
+                Event::Released {
+                    error: Some(error), ..
+                } => r.release_errors.add(|| error.clone()),
+                _ => {}
+            }
+        }
+        for a in actions {
+            if let Action::Exited {
+                worker,
+                code,
+                signal,
+                by_controller: false,
+                ..
+            } = &a.event
+                && *code != Some(0)
+            {
+                r.crashes.add(|| {
+                    format!("worker {worker} exited with code {code:?}, signal {signal:?}")
+                });
+            }
+        }
+    }
+}
+
+/// Fill `failures`: what exceeds the capabilities the workers reported.
+fn verdict(r: &mut Report) {
+    let safe = r.fencing == "Safe";
+    let correctness = r.grade == "Correctness";
+    let mut fail = |cond: bool, what: String| {
+        if cond {
+            r.failures.push(what);
+        }
+    };
+    fail(
+        r.backend.is_empty(),
+        "no worker connected to the backend".into(),
+    );
+    fail(r.grants == 0, "no grant during the whole run".into());
+    fail(
+        safe && r.exclusion.fencing_failures.count > 0,
+        format!(
+            "{} writes accepted after a newer holder's write, with fencing Safe",
+            r.exclusion.fencing_failures.count
+        ),
+    );
+    fail(
+        safe && r.token_order.count > 0,
+        format!(
+            "{} grants whose token did not increase, with fencing Safe",
+            r.token_order.count
+        ),
+    );
+    fail(
+        safe && r.newest_holder_rejected.count > 0,
+        format!(
+            "{} writes of the newest holder refused (tokens went backwards), with fencing Safe",
+            r.newest_holder_rejected.count
+        ),
+    );
+    fail(
+        correctness && r.in_time.running.count > 0,
+        format!(
+            "{} grants while a running earlier holder still believed it held the lock, on a correctness-grade backend",
+            r.in_time.running.count
+        ),
+    );
+    fail(
+        correctness && r.lost_on_arrival.count > 0,
+        format!(
+            "{} grants already lost on arrival, on a correctness-grade backend",
+            r.lost_on_arrival.count
+        ),
+    );
+    fail(
+        r.liveness.hangs.count > 0,
+        format!("{} hangs", r.liveness.hangs.count),
+    );
+    fail(
+        r.crashes.count > 0,
+        format!("{} workers crashed", r.crashes.count),
+    );
+}
+
+fn finding(f: &mut fmt::Formatter<'_>, label: &str, finding: &Finding) -> fmt::Result {
+    writeln!(f, "  {label:<58} {}", finding.count)?;
+    for e in &finding.examples {
+        writeln!(f, "      e.g. {e}")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "lock-check: {} ({}, fencing {}) under {}{} for {:.1} s — {}",
+            self.backend,
+            self.grade,
+            self.fencing,
+            self.nemesis,
+            self.sabotage
+                .as_ref()
+                .map(|s| format!(", sabotage {s}"))
+                .unwrap_or_default(),
+            self.duration_s,
+            if self.passed() { "PASS" } else { "FAIL" }
+        )?;
+        writeln!(f, "  url {}", self.url)?;
+        writeln!(
+            f,
+            "  workers started {}, grants {}, writes {} ({} accepted), nemesis actions {:?}",
+            self.workers_started, self.grants, self.writes.0, self.writes.1, self.actions
+        )?;
+        if self.groups.len() > 1 {
+            for (group, counts) in &self.groups {
+                writeln!(
+                    f,
+                    "  group {group}: grants {}, holder kills {}",
+                    counts.grants, counts.holder_kills
+                )?;
+            }
+        }
+        writeln!(f, "exclusion (writes after a later grant)")?;
+        finding(f, "refused by the register", &self.exclusion.rejected)?;
+        finding(
+            f,
+            "accepted, newer holder had not written",
+            &self.exclusion.harmless,
+        )?;
+        finding(
+            f,
+            "accepted after a newer holder's write (fencing failure)",
+            &self.exclusion.fencing_failures,
+        )?;
+        writeln!(f, "fencing tokens")?;
+        finding(f, "grants whose token did not increase", &self.token_order)?;
+        finding(
+            f,
+            "newest holder's writes refused",
+            &self.newest_holder_rejected,
+        )?;
+        writeln!(f, "loss signalled in time")?;
+        finding(
+            f,
+            "earlier holder running, still believing",
+            &self.in_time.running,
+        )?;
+        finding(
+            f,
+            "earlier holder paused, still believing",
+            &self.in_time.paused,
+        )?;
+        finding(f, "grants already lost on arrival", &self.lost_on_arrival)?;
+        writeln!(f, "liveness")?;
+        writeln!(
+            f,
+            "  longest time without a grant {:.0} ms; holder kills {}, kill to next grant ≤ {:.0} ms; grants per worker {}–{}",
+            self.liveness.longest_gap_ms,
+            self.liveness.holder_kills,
+            self.liveness.kill_to_grant_max_ms,
+            self.liveness.grants_per_worker.0,
+            self.liveness.grants_per_worker.1
+        )?;
+        finding(f, "hangs", &self.liveness.hangs)?;
+        writeln!(f, "errors")?;
+        writeln!(f, "  acquire errors by kind {:?}", self.acquire_errors)?;
+        finding(f, "release errors", &self.release_errors)?;
+        finding(f, "worker crashes", &self.crashes)?;
+        if self.passed() {
+            writeln!(f, "verdict: PASS (within what the capabilities allow)")
+        } else {
+            writeln!(f, "verdict: FAIL")?;
+            for failure in &self.failures {
+                writeln!(f, "  - {failure}")?;
+            }
+            Ok(())
+        }
+    }
+}
+
+/// A Markdown table of several runs' reports, one row per run.
+pub fn table(runs: &[(String, Report)]) -> String {
+    let mut out = String::from(
+        "| run | backend | nemesis | s | grants | faults | refused | harmless | fencing failures | token order | newest refused | in time: running / paused | lost on arrival | longest gap (ms) | hangs | acquire errors | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+    );
+    for (label, r) in runs {
+        let faults: u64 = r.actions.values().sum();
+        let errors: Vec<String> = r
+            .acquire_errors
+            .iter()
+            .map(|(k, n)| format!("{k} {n}"))
+            .collect();
+        out.push_str(&format!(
+            "| {label} | {} ({}, {}) | {} | {:.0} | {} | {faults} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {} | {} | {} |\n",
+            r.backend,
+            r.grade,
+            r.fencing,
+            r.nemesis,
+            r.duration_s,
+            r.grants,
+            r.exclusion.rejected.count,
+            r.exclusion.harmless.count,
+            r.exclusion.fencing_failures.count,
+            r.token_order.count,
+            r.newest_holder_rejected.count,
+            r.in_time.running.count,
+            r.in_time.paused.count,
+            r.lost_on_arrival.count,
+            r.liveness.longest_gap_ms,
+            r.liveness.hangs.count,
+            if errors.is_empty() { "–".to_string() } else { errors.join(", ") },
+            if r.passed() { "pass" } else { "**FAIL**" },
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::event::EventLog;
+
+    const S: u64 = 1_000_000_000;
+
+    fn started(worker: u32, pid: u32) -> Event {
+        Event::Started {
+            worker,
+            pid,
+            group: 0,
+            url: "test://".into(),
+            backend: "test".into(),
+            grade: "Correctness".into(),
+            fencing: "Safe".into(),
+            crash_release: "Ttl".into(),
+            fair_queue: false,
+            sabotage: None,
+        }
+    }
+
+    fn granted(token: u64, deadline: u64) -> Event {
+        Event::Granted {
+            started: 0,
+            token: Some(token),
+            deadline: Some(deadline),
+            lost_on_arrival: None,
+        }
+    }
+
+    fn wrote(token: u64, seq: u64, at: u64, accepted: bool) -> Event {
+        Event::Wrote {
+            token: Some(token),
+            seq,
+            at,
+            accepted,
+            highest: None,
+        }
+    }
+
+    /// Worker 0 (pid 100) holds token 1 until 10 s, but worker 1 (pid 101)
+    /// is granted token 2 at 5 s and writes; worker 0 writes after it.
+    fn history(dir: &Path, accepted_late_write: bool, pause: bool) -> std::io::Result<Report> {
+        let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
+        c.log_at(
+            0,
+            &Action::RunStarted {
+                url: "test://".into(),
+                nemesis: "none".into(),
+                workers: 2,
+                ttl_ms: 10_000,
+                wait_ms: 5_000,
+                duration_ms: 20_000,
+            },
+        )?;
+        c.log_at(
+            1,
+            &Action::Spawned {
+                worker: 0,
+                pid: 100,
+            },
+        )?;
+        c.log_at(
+            2,
+            &Action::Spawned {
+                worker: 1,
+                pid: 101,
+            },
+        )?;
+        if pause {
+            c.log_at(3 * S, &Action::Paused { pid: 100 })?;
+            c.log_at(7 * S, &Action::Continued { pid: 100 })?;
+        }
+        c.log_at(20 * S, &Action::Stopping)?;
+        let w0 = EventLog::create(&dir.join(files::worker_log(0)))?;
+        w0.log_at(10, &started(0, 100))?;
+        w0.log_at(S, &granted(1, 10 * S))?;
+        w0.log_at(S + 1, &wrote(1, 1, S + 1, true))?;
+        w0.log_at(8 * S, &wrote(1, 3, 8 * S, accepted_late_write))?;
+        w0.log_at(
+            9 * S,
+            &Event::Releasing {
+                how: HoldEnd::Release,
+            },
+        )?;
+        let w1 = EventLog::create(&dir.join(files::worker_log(1)))?;
+        w1.log_at(10, &started(1, 101))?;
+        w1.log_at(5 * S, &granted(2, 15 * S))?;
+        w1.log_at(6 * S, &wrote(2, 2, 6 * S, true))?;
+        w1.log_at(
+            7 * S,
+            &Event::Releasing {
+                how: HoldEnd::Release,
+            },
+        )?;
+        analyse(dir)
+    }
+
+    #[test]
+    fn an_overlapping_holder_is_found_and_its_late_write_classified() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let r = history(dir.path(), false, false)?;
+        assert_eq!(r.grants, 2);
+        assert_eq!(r.in_time.running.count, 1);
+        assert_eq!(r.in_time.paused.count, 0);
+        assert_eq!(r.exclusion.rejected.count, 1);
+        assert_eq!(r.exclusion.fencing_failures.count, 0);
+        assert_eq!(r.token_order.count, 0);
+        assert!(!r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = history(dir.path(), true, true)?;
+        assert_eq!(r.in_time.running.count, 0);
+        assert_eq!(r.in_time.paused.count, 1);
+        assert_eq!(r.exclusion.fencing_failures.count, 1);
+        assert!(!r.passed(), "{r}");
+        Ok(())
+    }
+}

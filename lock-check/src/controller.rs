@@ -1,0 +1,391 @@
+//! The controller: starts the workers, applies the nemesis, stops the run,
+//! puts every fault back (also on Ctrl-C or an error), then analyses.
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use rustix::process::Signal;
+use tokio::process::{Child, Command};
+use tokio::time::Instant;
+
+use crate::analysis::{self, Report};
+use crate::event::{Action, EventLog};
+use crate::nemesis::{Broken, Nemesis, Services, pause_length, signal};
+use crate::register::FencedRegister;
+use crate::sabotage::Sabotage;
+use crate::worker::files;
+
+/// A run's settings.
+#[derive(Debug, Clone)]
+pub struct RunConfig {
+    /// The lock URLs: workers are split evenly between them (groups), as
+    /// processes of neighbouring configurations are during a rolling
+    /// migration.
+    pub urls: Vec<String>,
+    /// The lock name all workers contend for.
+    pub name: String,
+    /// The run directory (logs, register); created if missing.
+    pub dir: PathBuf,
+    /// Concurrent worker processes.
+    pub workers: u32,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// How long each acquire may wait.
+    pub wait: Duration,
+    /// How long faults are applied.
+    pub duration: Duration,
+    /// Time between nemesis actions.
+    pub interval: Duration,
+    /// The fault.
+    pub nemesis: Nemesis,
+    /// The servers (`scripts/services.sh` names) the nemesis acts on.
+    pub servers: Vec<String>,
+    /// `scripts/services.sh`.
+    pub services: PathBuf,
+    /// The fenced register, if not the run directory's own: an existing one
+    /// is kept, so consecutive runs (the phases of a migration) share it.
+    pub register: Option<PathBuf>,
+    /// A deliberate defect for the workers' backend.
+    pub sabotage: Option<Sabotage>,
+}
+
+/// The worker processes of a run.
+struct Fleet {
+    cfg: RunConfig,
+    exe: PathBuf,
+    /// pid → (worker number, URL group, process).
+    children: BTreeMap<u32, (u32, usize, Child)>,
+    killed: HashSet<u32>,
+    next_id: u32,
+    /// Holder kills so far (they go round the URL groups).
+    kills: usize,
+}
+
+impl Fleet {
+    fn spawn(&mut self, log: &EventLog, group: usize) -> std::io::Result<()> {
+        let id = self.next_id;
+        self.next_id += 1;
+        let stderr = std::fs::File::create(self.cfg.dir.join(format!("worker-{id:04}.stderr")))?;
+        let mut cmd = Command::new(&self.exe);
+        cmd.arg("worker")
+            .args(["--url", &self.cfg.urls[group], "--name", &self.cfg.name])
+            .args(["--group", &group.to_string()])
+            .arg("--dir")
+            .arg(&self.cfg.dir)
+            .arg("--register")
+            .arg(register_path(&self.cfg))
+            .args(["--id", &id.to_string()])
+            .args([
+                "--ttl",
+                &humantime::format_duration(self.cfg.ttl).to_string(),
+            ])
+            .args([
+                "--wait",
+                &humantime::format_duration(self.cfg.wait).to_string(),
+            ])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(stderr)
+            .kill_on_drop(true);
+        if let Some(s) = self.cfg.sabotage {
+            cmd.args(["--sabotage", s.name()]);
+        }
+        let child = cmd.spawn()?;
+        let pid = child.id().unwrap_or(0);
+        log.log(&Action::Spawned { worker: id, pid })?;
+        self.children.insert(pid, (id, group, child));
+        Ok(())
+    }
+
+    /// Log the workers that ended; replace them if `respawn`.
+    fn reap(&mut self, log: &EventLog, respawn: bool) -> std::io::Result<()> {
+        let mut ended = Vec::new();
+        for (pid, (id, group, child)) in &mut self.children {
+            if let Some(status) = child.try_wait()? {
+                ended.push((*pid, *id, *group, status));
+            }
+        }
+        for (pid, id, group, status) in ended {
+            self.children.remove(&pid);
+            use std::os::unix::process::ExitStatusExt;
+            log.log(&Action::Exited {
+                worker: id,
+                pid,
+                code: status.code(),
+                signal: status.signal(),
+                by_controller: self.killed.contains(&pid),
+            })?;
+            if respawn {
+                self.spawn(log, group)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The worker that announced the latest grant, if it is still ours.
+    fn holder(&self) -> Option<u32> {
+        let text = std::fs::read_to_string(self.cfg.dir.join(files::HOLDER)).ok()?;
+        let pid = text.trim().parse().ok()?;
+        self.children.contains_key(&pid).then_some(pid)
+    }
+
+    /// The holder to kill next: with several URL groups, one of the next
+    /// group in turn, waiting for one to hold the lock until `until` (the
+    /// run's end: a group whose grants are rare is still killed in turn).
+    async fn next_victim(&mut self, until: Instant) -> Option<u32> {
+        let groups = self.cfg.urls.len();
+        let wanted = self.kills % groups;
+        loop {
+            if let Some(pid) = self.holder()
+                && (groups == 1 || self.children.get(&pid).is_some_and(|c| c.1 == wanted))
+            {
+                self.kills += 1;
+                return Some(pid);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
+/// Run the checker as `cfg` says and analyse the history.
+pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
+    if cfg.nemesis.needs_servers() && cfg.servers.is_empty() {
+        return Err(std::io::Error::other(format!(
+            "nemesis {} needs --server NAME (a scripts/services.sh name)",
+            cfg.nemesis.name()
+        )));
+    }
+    if cfg.urls.is_empty() {
+        return Err(std::io::Error::other("no lock URL given"));
+    }
+    std::fs::create_dir_all(&cfg.dir)?;
+    for file in [files::STOP, files::HOLDER, files::CONTROLLER_LOG] {
+        let _ = std::fs::remove_file(cfg.dir.join(file));
+    }
+    let register = register_path(&cfg);
+    if cfg.register.is_none() || !register.exists() {
+        FencedRegister::create(&register)?;
+    }
+    let log = EventLog::create(&cfg.dir.join(files::CONTROLLER_LOG))?;
+    log.log(&Action::RunStarted {
+        url: cfg
+            .urls
+            .iter()
+            .map(|u| distlock::redact_url(u))
+            .collect::<Vec<_>>()
+            .join(" + "),
+        nemesis: cfg.nemesis.name().to_string(),
+        workers: cfg.workers,
+        ttl_ms: millis(cfg.ttl),
+        wait_ms: millis(cfg.wait),
+        duration_ms: millis(cfg.duration),
+    })?;
+    let services = Services::new(&cfg.services);
+    let mut broken = Broken::new(services.clone());
+    let mut fleet = Fleet {
+        cfg: cfg.clone(),
+        exe: std::env::current_exe()?,
+        children: BTreeMap::new(),
+        killed: HashSet::new(),
+        next_id: 0,
+        kills: 0,
+    };
+    let outcome = drive(&cfg, &log, &services, &mut broken, &mut fleet).await;
+    // Whatever happened: put faults back, let workers finish, kill the rest.
+    broken.restore();
+    let finished = finish(&cfg, &log, &mut fleet).await;
+    let interrupted = outcome?;
+    finished?;
+    if interrupted {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::Interrupted,
+            "interrupted; every worker stopped and every server restored",
+        ));
+    }
+    analysis::analyse(&cfg.dir)
+}
+
+/// Spawn the workers and apply the nemesis until the run's time is up;
+/// `Ok(true)` if interrupted by SIGINT or SIGTERM.
+async fn drive(
+    cfg: &RunConfig,
+    log: &EventLog,
+    services: &Services,
+    broken: &mut Broken,
+    fleet: &mut Fleet,
+) -> std::io::Result<bool> {
+    let mut interrupt = Box::pin(interrupted());
+    for i in 0..cfg.workers {
+        fleet.spawn(log, i as usize % cfg.urls.len())?;
+    }
+    let start = Instant::now();
+    let end = start + cfg.duration;
+    let mut next = start + cfg.interval;
+    let mut majority_done = false;
+    loop {
+        tokio::select! {
+            biased;
+            r = &mut interrupt => { r?; return Ok(true); }
+            () = tokio::time::sleep(Duration::from_millis(50)) => {}
+        }
+        fleet.reap(log, true)?;
+        let now = Instant::now();
+        if now >= end {
+            return Ok(false);
+        }
+        if now < next {
+            continue;
+        }
+        let majority = cfg.nemesis == Nemesis::KillMinority
+            && !majority_done
+            && now >= start + cfg.duration / 2;
+        majority_done |= majority;
+        tokio::select! {
+            biased;
+            r = &mut interrupt => { r?; return Ok(true); }
+            r = act(cfg, log, services, broken, fleet, majority, end) => {
+                if let Err(e) = r {
+                    log.log(&Action::NemesisFailed { error: e.to_string() })?;
+                }
+            }
+        }
+        next = Instant::now() + cfg.interval;
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+async fn interrupted() -> std::io::Result<()> {
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())?;
+    tokio::select! {
+        r = tokio::signal::ctrl_c() => r,
+        _ = term.recv() => Ok(()),
+    }
+}
+
+/// One nemesis action.
+async fn act(
+    cfg: &RunConfig,
+    log: &EventLog,
+    services: &Services,
+    broken: &mut Broken,
+    fleet: &mut Fleet,
+    majority: bool,
+    end: Instant,
+) -> std::io::Result<()> {
+    match cfg.nemesis {
+        Nemesis::None => {}
+        Nemesis::KillHolder => {
+            if let Some(pid) = fleet.next_victim(end).await {
+                fleet.killed.insert(pid);
+                signal(pid, Signal::KILL);
+                log.log(&Action::KilledHolder { pid })?;
+            }
+        }
+        Nemesis::PauseHolder => {
+            if let Some(pid) = fleet.holder() {
+                broken.paused_workers.push(pid);
+                signal(pid, Signal::STOP);
+                log.log(&Action::Paused { pid })?;
+                tokio::time::sleep(pause_length(cfg.ttl)).await;
+                signal(pid, Signal::CONT);
+                broken.paused_workers.retain(|p| *p != pid);
+                log.log(&Action::Continued { pid })?;
+            }
+        }
+        Nemesis::KillServer => {
+            kill_and_restart(cfg.servers.clone(), rest(), log, services, broken).await?;
+        }
+        Nemesis::PauseServer => {
+            let servers = cfg.servers.clone();
+            broken.paused_servers.extend(servers.iter().cloned());
+            services.each("pause", &servers).await?;
+            log.log(&Action::ServersPaused {
+                servers: servers.clone(),
+            })?;
+            tokio::time::sleep(pause_length(cfg.ttl)).await;
+            services.each("resume", &servers).await?;
+            broken.paused_servers.clear();
+            log.log(&Action::ServersResumed { servers })?;
+        }
+        Nemesis::KillMinority => {
+            let n = cfg.servers.len();
+            let count = if majority { n / 2 + 1 } else { (n - 1) / 2 };
+            let mut members = cfg.servers.clone();
+            while members.len() > count {
+                members.remove(rand::random_range(0..members.len()));
+            }
+            let down = if majority {
+                Duration::from_millis(rand::random_range(500..1_500))
+            } else {
+                rest()
+            };
+            kill_and_restart(members, down, log, services, broken).await?;
+        }
+    }
+    Ok(())
+}
+
+/// How long a killed server stays down: 1–3 s.
+fn rest() -> Duration {
+    Duration::from_millis(rand::random_range(1_000..3_000))
+}
+
+async fn kill_and_restart(
+    servers: Vec<String>,
+    down: Duration,
+    log: &EventLog,
+    services: &Services,
+    broken: &mut Broken,
+) -> std::io::Result<()> {
+    if servers.is_empty() {
+        return Ok(());
+    }
+    broken.killed_servers.extend(servers.iter().cloned());
+    services.each("kill", &servers).await?;
+    log.log(&Action::ServersKilled {
+        servers: servers.clone(),
+    })?;
+    tokio::time::sleep(down).await;
+    services.each("start", &servers).await?;
+    broken.killed_servers.clear();
+    log.log(&Action::ServersStarted { servers })
+}
+
+/// Ask the workers to stop, wait for them (an acquire may still be waiting),
+/// and kill any that do not finish in time.
+async fn finish(cfg: &RunConfig, log: &EventLog, fleet: &mut Fleet) -> std::io::Result<()> {
+    log.log(&Action::Stopping)?;
+    std::fs::write(cfg.dir.join(files::STOP), "")?;
+    let limit = Instant::now() + cfg.wait + cfg.ttl * 4 + Duration::from_secs(20);
+    while !fleet.children.is_empty() && Instant::now() < limit {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        fleet.reap(log, false)?;
+    }
+    let stragglers: Vec<u32> = fleet.children.keys().copied().collect();
+    for pid in stragglers {
+        fleet.killed.insert(pid);
+        signal(pid, Signal::KILL);
+        log.log(&Action::Straggler { pid })?;
+    }
+    while !fleet.children.is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        fleet.reap(log, false)?;
+    }
+    Ok(())
+}
+
+/// Where the run's fenced register is.
+fn register_path(cfg: &RunConfig) -> PathBuf {
+    cfg.register
+        .clone()
+        .unwrap_or_else(|| cfg.dir.join(files::REGISTER))
+}
+
+fn millis(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}

@@ -1,0 +1,306 @@
+//! What the processes of a run record: worker events and controller
+//! actions, each stamped with [`now_ns`](crate::clock::now_ns), one JSON
+//! object per line in a per-process append-only file.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, BufRead, Write};
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::clock::now_ns;
+
+/// How a worker ends a hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum HoldEnd {
+    /// `guard.release()`.
+    Release,
+    /// Dropping the guard (released in the background).
+    Drop,
+    /// Acquired without auto-renewal and kept until the lease runs out.
+    Expire,
+}
+
+/// One thing a worker did or saw.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case")]
+pub enum Event {
+    /// The worker connected; the backend's capabilities as it reports them.
+    Started {
+        /// The worker's number in the run (respawned workers get new ones).
+        worker: u32,
+        /// Its process id.
+        pid: u32,
+        /// Which of the run's URLs it uses.
+        #[serde(default)]
+        group: usize,
+        /// That URL, credentials redacted.
+        #[serde(default)]
+        url: String,
+        /// `Capabilities::backend`.
+        backend: String,
+        /// `Capabilities::grade`, as `Debug` text.
+        grade: String,
+        /// `Capabilities::fencing`, as `Debug` text.
+        fencing: String,
+        /// `Capabilities::crash_release`, as `Debug` text.
+        crash_release: String,
+        /// `Capabilities::fair_queue`.
+        fair_queue: bool,
+        /// A deliberate defect the worker's backend was wrapped in, if any.
+        sabotage: Option<String>,
+    },
+    /// `acquire` called.
+    Acquiring {
+        /// The wait passed to it.
+        wait_ms: u64,
+        /// How this hold will end if granted.
+        end: HoldEnd,
+    },
+    /// `acquire` returned a guard.
+    Granted {
+        /// When `acquire` was called.
+        started: u64,
+        /// The guard's fencing token.
+        token: Option<u64>,
+        /// The guard's validity deadline, on the shared clock.
+        deadline: Option<u64>,
+        /// The guard was already lost when handed over.
+        lost_on_arrival: Option<String>,
+    },
+    /// `acquire` failed.
+    AcquireFailed {
+        /// When `acquire` was called.
+        started: u64,
+        /// The `LockError` variant.
+        kind: String,
+        /// Its message.
+        error: String,
+    },
+    /// A write to the fenced register, and its answer.
+    Wrote {
+        /// The token written with.
+        token: Option<u64>,
+        /// The register's sequence number of this write.
+        seq: u64,
+        /// When the write happened, taken inside the register's flock.
+        at: u64,
+        /// The register accepted the write.
+        accepted: bool,
+        /// The highest token the register had accepted before.
+        highest: Option<u64>,
+    },
+    /// A write the worker did not make, because the lock was lost or its
+    /// validity deadline had passed.
+    WriteSkipped {
+        /// Why.
+        reason: String,
+    },
+    /// The guard's validity deadline moved (a renewal landed).
+    Renewed {
+        /// The new deadline, on the shared clock.
+        deadline: Option<u64>,
+    },
+    /// The guard's `lost()` fired.
+    LossObserved {
+        /// The `LossReason`.
+        reason: String,
+    },
+    /// The worker stops holding (before the release request).
+    Releasing {
+        /// How.
+        how: HoldEnd,
+    },
+    /// The hold ended.
+    Released {
+        /// How.
+        how: HoldEnd,
+        /// When the worker started ending it.
+        started: u64,
+        /// `release()`'s answer (still ours), for [`HoldEnd::Release`].
+        still_held: Option<bool>,
+        /// `release()`'s error, if it failed.
+        error: Option<String>,
+    },
+    /// The worker leaves after the controller asked it to stop.
+    Exiting,
+}
+
+/// What the controller did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "action", rename_all = "snake_case")]
+pub enum Action {
+    /// The run began.
+    RunStarted {
+        /// The lock URL, credentials redacted.
+        url: String,
+        /// The nemesis.
+        nemesis: String,
+        /// Concurrent workers.
+        workers: u32,
+        /// The lease TTL.
+        ttl_ms: u64,
+        /// The acquire wait.
+        wait_ms: u64,
+        /// How long faults were injected.
+        duration_ms: u64,
+    },
+    /// A worker process was started.
+    Spawned {
+        /// Its number.
+        worker: u32,
+        /// Its process id.
+        pid: u32,
+    },
+    /// A worker process ended.
+    Exited {
+        /// Its number.
+        worker: u32,
+        /// Its process id.
+        pid: u32,
+        /// Exit code, if it exited.
+        code: Option<i32>,
+        /// Signal, if one ended it.
+        signal: Option<i32>,
+        /// The controller ended it (a nemesis kill, or a straggler at the end).
+        by_controller: bool,
+    },
+    /// A worker believed to hold the lock was sent SIGKILL.
+    KilledHolder {
+        /// Its process id.
+        pid: u32,
+    },
+    /// A worker believed to hold the lock was sent SIGSTOP.
+    Paused {
+        /// Its process id.
+        pid: u32,
+    },
+    /// A paused worker was sent SIGCONT.
+    Continued {
+        /// Its process id.
+        pid: u32,
+    },
+    /// Servers were killed (SIGKILL).
+    ServersKilled {
+        /// Their names in `scripts/services.sh`.
+        servers: Vec<String>,
+    },
+    /// Servers were started again.
+    ServersStarted {
+        /// Their names.
+        servers: Vec<String>,
+    },
+    /// Servers were paused (SIGSTOP).
+    ServersPaused {
+        /// Their names.
+        servers: Vec<String>,
+    },
+    /// Paused servers were resumed.
+    ServersResumed {
+        /// Their names.
+        servers: Vec<String>,
+    },
+    /// A nemesis step failed (a server would not start, say).
+    NemesisFailed {
+        /// What went wrong.
+        error: String,
+    },
+    /// Faults stop; workers were asked to finish.
+    Stopping,
+    /// A worker had not finished in time and was killed.
+    Straggler {
+        /// Its process id.
+        pid: u32,
+    },
+}
+
+/// A record as stored: a timestamp and the event's fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Stamped<E> {
+    /// When, on the shared clock.
+    pub t: u64,
+    /// What.
+    #[serde(flatten)]
+    pub event: E,
+}
+
+/// An append-only JSON-lines file. Each record is one `write(2)` to a file
+/// opened with `O_APPEND`, unbuffered, so a process killed at any point
+/// leaves every record it logged, and nothing half-written before them.
+#[derive(Debug, Clone)]
+pub struct EventLog {
+    file: Arc<File>,
+}
+
+impl EventLog {
+    /// Open (creating) `path` for appending.
+    pub fn create(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(EventLog {
+            file: Arc::new(file),
+        })
+    }
+
+    /// Append `event`, stamped now.
+    pub fn log<E: Serialize>(&self, event: &E) -> io::Result<()> {
+        self.log_at(now_ns(), event)
+    }
+
+    /// Append `event` with the timestamp `t`.
+    pub fn log_at<E: Serialize>(&self, t: u64, event: &E) -> io::Result<()> {
+        let mut line = serde_json::to_string(&Stamped { t, event })?;
+        line.push('\n');
+        (&*self.file).write_all(line.as_bytes())
+    }
+}
+
+/// Read a JSON-lines log. A last line cut short (the process was killed
+/// inside its write) is ignored; any other unreadable line is an error.
+pub fn read_log<E: DeserializeOwned>(path: &Path) -> io::Result<Vec<Stamped<E>>> {
+    let lines: Vec<String> = io::BufReader::new(File::open(path)?)
+        .lines()
+        .collect::<Result<_, _>>()?;
+    let mut records = Vec::with_capacity(lines.len());
+    for (i, line) in lines.iter().enumerate() {
+        match serde_json::from_str(line) {
+            Ok(record) => records.push(record),
+            Err(_) if i + 1 == lines.len() => {}
+            Err(e) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("{}:{}: {e}", path.display(), i + 1),
+                ));
+            }
+        }
+    }
+    Ok(records)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_and_a_torn_last_line_is_ignored() -> io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let path = dir.path().join("w.jsonl");
+        let log = EventLog::create(&path)?;
+        let event = Event::Granted {
+            started: 1,
+            token: Some(7),
+            deadline: None,
+            lost_on_arrival: None,
+        };
+        log.log_at(5, &event)?;
+        OpenOptions::new()
+            .append(true)
+            .open(&path)?
+            .write_all(b"{\"t\":9,\"ev")?;
+        let back: Vec<Stamped<Event>> = read_log(&path)?;
+        assert_eq!(back, vec![Stamped { t: 5, event }]);
+        Ok(())
+    }
+}

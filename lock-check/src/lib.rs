@@ -1,0 +1,30 @@
+//! `lock-check`: a history checker for distlock backends.
+//!
+//! A run starts N worker processes (this same binary) on one lock name. Each
+//! acquires with a wait, writes 1–5 times to a [fenced
+//! register](register::FencedRegister) while it holds the lock, and ends the
+//! hold by `release()`, by dropping the guard, or by letting an unrenewed
+//! lease run out. Every event goes to a per-process append-only log stamped
+//! with `CLOCK_MONOTONIC` ([`clock`]). Meanwhile the controller applies a
+//! [`Nemesis`](nemesis::Nemesis): SIGKILL or SIGSTOP the holder, kill or
+//! pause the servers through `scripts/services.sh`, kill a minority (and
+//! once a majority) of a cluster. Afterwards [`analysis`] reads the logs and
+//! counts exclusion violations (split by what the register did), token
+//! order, losses not signalled in time, grants lost on arrival, liveness and
+//! errors, and fails the run where a count exceeds what the backend's
+//! `capabilities()` allow.
+//!
+//! The binary's `--help` and this crate's `README.md` show how to run one
+//! case and the whole matrix.
+
+pub mod analysis;
+pub mod clock;
+pub mod controller;
+pub mod event;
+pub mod nemesis;
+pub mod register;
+pub mod sabotage;
+pub mod worker;
+
+pub use analysis::Report;
+pub use controller::{RunConfig, run};

@@ -1,0 +1,240 @@
+//! The `lock-check` command: `run` a checked history (the controller),
+//! `analyse` a run directory again, or be a `worker` (started by `run`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+use lock_check::nemesis::Nemesis;
+use lock_check::sabotage::Sabotage;
+use lock_check::worker::{self, WorkerConfig};
+use lock_check::{Report, RunConfig, analysis, controller};
+
+/// Exit code of a run whose history exceeds what the backend allows.
+const EXIT_VIOLATION: u8 = 1;
+/// Exit code of a run that could not be carried out (bad arguments, I/O).
+const EXIT_ERROR: u8 = 2;
+/// Exit code of a run stopped by SIGINT or SIGTERM.
+const EXIT_INTERRUPTED: u8 = 130;
+
+/// History checker for distlock backends: worker processes on one lock, a
+/// fenced register, faults, and an analysis held to the backend's
+/// capabilities.
+#[derive(Parser)]
+#[command(version)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run workers under a nemesis, then analyse; exit 1 on a violation.
+    Run(RunArgs),
+    /// Analyse an existing run directory again.
+    Analyse {
+        /// The run directory.
+        dir: PathBuf,
+        /// Also write the report as JSON here.
+        #[arg(long)]
+        json: Option<PathBuf>,
+    },
+    /// A Markdown table of the `report.json` in each run directory.
+    Table {
+        /// Run directories.
+        dirs: Vec<PathBuf>,
+    },
+    /// One worker process (started by `run`).
+    #[command(hide = true)]
+    Worker(WorkerArgs),
+}
+
+#[derive(Args)]
+struct RunArgs {
+    /// The lock URL (any scheme `distlock::connect` knows). Repeat it to
+    /// split the workers between several URLs (the neighbouring steps of a
+    /// migration); holder kills then go round them.
+    #[arg(
+        long = "url",
+        env = "DISTLOCK_URL",
+        hide_env_values = true,
+        required = true
+    )]
+    urls: Vec<String>,
+    /// The run directory: logs, register, report.json.
+    #[arg(long)]
+    dir: PathBuf,
+    /// The lock name.
+    #[arg(long, default_value = "lock-check")]
+    name: String,
+    /// Concurrent worker processes.
+    #[arg(long, default_value_t = 4)]
+    workers: u32,
+    /// Lease TTL.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// How long each acquire may wait.
+    #[arg(long, default_value = "5s", value_parser = humantime::parse_duration)]
+    wait: Duration,
+    /// How long to apply faults.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    duration: Duration,
+    /// Time between nemesis actions.
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    interval: Duration,
+    /// The fault to inject.
+    #[arg(long, value_enum, default_value_t = Nemesis::None)]
+    nemesis: Nemesis,
+    /// A server the nemesis acts on (a `scripts/services.sh` name); repeat
+    /// for a cluster's members.
+    #[arg(long = "server")]
+    servers: Vec<String>,
+    /// `scripts/services.sh`.
+    #[arg(long, env = "DISTLOCK_SERVICES_SCRIPT", default_value = concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/services.sh"))]
+    services: PathBuf,
+    /// Break the workers' backend on purpose (the checker must then fail).
+    #[arg(long, value_enum)]
+    sabotage: Option<Sabotage>,
+    /// Use this fenced register (kept if it exists) instead of the run
+    /// directory's, so consecutive runs share it.
+    #[arg(long)]
+    register: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct WorkerArgs {
+    #[arg(long)]
+    url: String,
+    #[arg(long, default_value_t = 0)]
+    group: usize,
+    #[arg(long)]
+    register: PathBuf,
+    #[arg(long)]
+    name: String,
+    #[arg(long)]
+    dir: PathBuf,
+    #[arg(long)]
+    id: u32,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    #[arg(long, value_parser = humantime::parse_duration)]
+    wait: Duration,
+    #[arg(long, value_enum)]
+    sabotage: Option<Sabotage>,
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("lock-check: cannot start the runtime: {e}");
+            return ExitCode::from(EXIT_ERROR);
+        }
+    };
+    match cli.command {
+        Command::Worker(a) => {
+            let cfg = WorkerConfig {
+                url: a.url,
+                group: a.group,
+                register: a.register,
+                name: a.name,
+                dir: a.dir,
+                id: a.id,
+                ttl: a.ttl,
+                wait: a.wait,
+                sabotage: a.sabotage,
+            };
+            match runtime.block_on(worker::run(cfg)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("lock-check worker: {e}");
+                    ExitCode::from(EXIT_ERROR)
+                }
+            }
+        }
+        Command::Run(a) => {
+            let cfg = RunConfig {
+                urls: a.urls,
+                register: a.register,
+                name: a.name,
+                dir: a.dir.clone(),
+                workers: a.workers,
+                ttl: a.ttl,
+                wait: a.wait,
+                duration: a.duration,
+                interval: a.interval,
+                nemesis: a.nemesis,
+                servers: a.servers,
+                services: a.services,
+                sabotage: a.sabotage,
+            };
+            match runtime.block_on(controller::run(cfg)) {
+                Ok(report) => publish(&report, Some(&a.dir.join("report.json"))),
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {
+                    eprintln!("lock-check: {e}");
+                    ExitCode::from(EXIT_INTERRUPTED)
+                }
+                Err(e) => {
+                    eprintln!("lock-check: {e}");
+                    ExitCode::from(EXIT_ERROR)
+                }
+            }
+        }
+        Command::Table { dirs } => {
+            let mut runs = Vec::new();
+            for dir in dirs {
+                let report = std::fs::read_to_string(dir.join("report.json"))
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| serde_json::from_str::<Report>(&t).map_err(|e| e.to_string()));
+                match report {
+                    Ok(r) => runs.push((label(&dir), r)),
+                    Err(e) => {
+                        eprintln!("lock-check: {}: {e}", dir.display());
+                        return ExitCode::from(EXIT_ERROR);
+                    }
+                }
+            }
+            print!("{}", analysis::table(&runs));
+            ExitCode::SUCCESS
+        }
+        Command::Analyse { dir, json } => match analysis::analyse(&dir) {
+            Ok(report) => publish(&report, json.as_deref()),
+            Err(e) => {
+                eprintln!("lock-check: {e}");
+                ExitCode::from(EXIT_ERROR)
+            }
+        },
+    }
+}
+
+/// Print the report, write its JSON, and turn the verdict into the exit code.
+fn publish(report: &Report, json: Option<&std::path::Path>) -> ExitCode {
+    print!("{report}");
+    if let Some(path) = json {
+        let written = serde_json::to_string_pretty(report)
+            .map_err(std::io::Error::from)
+            .and_then(|text| std::fs::write(path, text));
+        if let Err(e) = written {
+            eprintln!("lock-check: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_ERROR);
+        }
+    }
+    if report.passed() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_VIOLATION)
+    }
+}
+
+/// A run directory's last path component.
+fn label(dir: &std::path::Path) -> String {
+    dir.file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| dir.display().to_string())
+}

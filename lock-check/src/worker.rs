@@ -1,0 +1,314 @@
+//! A worker process: acquires the run's lock again and again, writes to the
+//! fenced register while it holds it, and logs everything it does and sees.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use distlock::{DistributedLock, LockError, LockGuard, LockOptions, Wait};
+use lock_core::LeaseState;
+
+use crate::clock::{instant_ns, now_ns};
+use crate::event::{Event, EventLog, HoldEnd};
+use crate::register::FencedRegister;
+use crate::sabotage::{Sabotage, SabotagedLock};
+
+/// The run directory's file names, shared by the controller and workers.
+pub mod files {
+    /// The fenced register.
+    pub const REGISTER: &str = "register";
+    /// The pid of the worker granted most recently.
+    pub const HOLDER: &str = "holder";
+    /// Created by the controller when workers should finish.
+    pub const STOP: &str = "stop";
+    /// The controller's actions.
+    pub const CONTROLLER_LOG: &str = "controller.jsonl";
+
+    /// Worker `id`'s log.
+    pub fn worker_log(id: u32) -> String {
+        format!("worker-{id:04}.jsonl")
+    }
+}
+
+/// What a worker needs to know.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    /// The lock URL.
+    pub url: String,
+    /// Which of the run's URLs it is.
+    pub group: usize,
+    /// The fenced register.
+    pub register: PathBuf,
+    /// The one lock name of the run.
+    pub name: String,
+    /// The run directory.
+    pub dir: PathBuf,
+    /// This worker's number.
+    pub id: u32,
+    /// Lease TTL.
+    pub ttl: Duration,
+    /// How long one `acquire` may wait.
+    pub wait: Duration,
+    /// A deliberate defect to inject.
+    pub sabotage: Option<Sabotage>,
+}
+
+/// Run until the controller creates the stop file.
+pub async fn run(cfg: WorkerConfig) -> std::io::Result<()> {
+    // Die with the controller, whatever happens to it.
+    rustix::process::set_parent_process_death_signal(Some(rustix::process::Signal::KILL))?;
+    let log = EventLog::create(&cfg.dir.join(files::worker_log(cfg.id)))?;
+    let register = FencedRegister::open(&cfg.register);
+    let stop = cfg.dir.join(files::STOP);
+    let Some(locks) = connect(&cfg, &log, &stop).await? else {
+        return log.log(&Event::Exiting);
+    };
+    let caps = locks.capabilities();
+    log.log(&Event::Started {
+        worker: cfg.id,
+        pid: std::process::id(),
+        group: cfg.group,
+        url: distlock::redact_url(&cfg.url),
+        backend: caps.backend.to_string(),
+        grade: format!("{:?}", caps.grade),
+        fencing: format!("{:?}", caps.fencing),
+        crash_release: format!("{:?}", caps.crash_release),
+        fair_queue: caps.fair_queue,
+        sabotage: cfg.sabotage.map(|s| s.name().to_string()),
+    })?;
+    while !stop.exists() {
+        hold_once(&*locks, &cfg, &log, &register).await?;
+        tokio::time::sleep(Duration::from_micros(rand::random_range(0..5_000))).await;
+    }
+    log.log(&Event::Exiting)
+}
+
+/// Connect, retrying while the server is down (a worker respawned during a
+/// server fault); `None` if asked to stop first.
+async fn connect(
+    cfg: &WorkerConfig,
+    log: &EventLog,
+    stop: &Path,
+) -> std::io::Result<Option<Arc<dyn DistributedLock>>> {
+    loop {
+        let started = now_ns();
+        match distlock::connect(&cfg.url).await {
+            Ok(locks) => {
+                return Ok(Some(match cfg.sabotage {
+                    Some(mode) => Arc::new(SabotagedLock::new(locks, mode)),
+                    None => locks,
+                }));
+            }
+            Err(e) if e.is_transient() && !stop.exists() => {
+                log.log(&failed(started, &e))?;
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(e) => {
+                log.log(&failed(started, &e))?;
+                return if e.is_transient() {
+                    Ok(None)
+                } else {
+                    Err(std::io::Error::other(e.to_string()))
+                };
+            }
+        }
+    }
+}
+
+fn failed(started: u64, e: &LockError) -> Event {
+    Event::AcquireFailed {
+        started,
+        kind: error_kind(e).to_string(),
+        error: e.to_string(),
+    }
+}
+
+/// The `LockError` variant's name.
+pub fn error_kind(e: &LockError) -> &'static str {
+    match e {
+        LockError::Timeout { .. } => "Timeout",
+        LockError::Unavailable { .. } => "Unavailable",
+        LockError::QuorumNotReached { .. } => "QuorumNotReached",
+        LockError::NotHeld { .. } => "NotHeld",
+        LockError::Lost { .. } => "Lost",
+        LockError::InvalidName { .. } => "InvalidName",
+        LockError::InvalidOptions { .. } => "InvalidOptions",
+        LockError::InvalidUrl { .. } => "InvalidUrl",
+        LockError::Backend { .. } => "Backend",
+        _ => "Other",
+    }
+}
+
+fn pick_end() -> HoldEnd {
+    match rand::random_range(0..20) {
+        0..15 => HoldEnd::Release,
+        15..19 => HoldEnd::Drop,
+        _ => HoldEnd::Expire,
+    }
+}
+
+/// One acquire, hold and end.
+async fn hold_once(
+    locks: &dyn DistributedLock,
+    cfg: &WorkerConfig,
+    log: &EventLog,
+    register: &FencedRegister,
+) -> std::io::Result<()> {
+    let end = pick_end();
+    let opts = LockOptions::new()
+        .ttl(cfg.ttl)
+        .wait(Wait::Up(cfg.wait))
+        .auto_renew(end != HoldEnd::Expire);
+    let started = now_ns();
+    log.log(&Event::Acquiring {
+        wait_ms: u64::try_from(cfg.wait.as_millis()).unwrap_or(u64::MAX),
+        end,
+    })?;
+    let guard = match locks.acquire(&cfg.name, &opts).await {
+        Ok(guard) => guard,
+        Err(e) => {
+            log.log(&failed(started, &e))?;
+            if !matches!(e, LockError::Timeout { .. }) {
+                tokio::time::sleep(Duration::from_millis(rand::random_range(50..150))).await;
+            }
+            return Ok(());
+        }
+    };
+    log.log(&Event::Granted {
+        started,
+        token: guard.fencing_token(),
+        deadline: guard.validity_deadline().map(|d| instant_ns(d.into_std())),
+        lost_on_arrival: guard.is_lost().map(|r| r.to_string()),
+    })?;
+    announce_holder(&cfg.dir)?;
+    let watcher = tokio::spawn(watch(Arc::clone(guard.lease()), log.clone()));
+    // One hold in ten lasts 1.2–2 × TTL, so renewals run under the faults
+    // and waiters wait longer than a lease.
+    let length =
+        (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
+    let result = hold(&guard, length, log, register).await;
+    let ended = end_hold(guard, end, cfg.ttl, log).await;
+    watcher.abort();
+    result.and(ended)
+}
+
+/// Tell the controller who holds the lock now (for its holder nemeses).
+fn announce_holder(dir: &Path) -> std::io::Result<()> {
+    let tmp = dir.join(format!(
+        "{}.{}",
+        crate::worker::files::HOLDER,
+        std::process::id()
+    ));
+    std::fs::write(&tmp, format!("{}\n", std::process::id()))?;
+    std::fs::rename(&tmp, dir.join(files::HOLDER))
+}
+
+/// Log renewals and the loss as they happen.
+async fn watch(lease: Arc<LeaseState>, log: EventLog) {
+    let mut deadline = lease.deadline();
+    let lost = lease.lost();
+    tokio::pin!(lost);
+    loop {
+        tokio::select! {
+            reason = &mut lost => {
+                let _ = log.log(&Event::LossObserved { reason: reason.to_string() });
+                return;
+            }
+            () = tokio::time::sleep(Duration::from_millis(5)) => {
+                let now = lease.deadline();
+                if now != deadline {
+                    deadline = now;
+                    let _ = log.log(&Event::Renewed {
+                        deadline: now.map(|d| instant_ns(d.into_std())),
+                    });
+                }
+            }
+        }
+    }
+}
+
+/// 1–5 writes to the register, each checked against the guard first, with
+/// `lost()` watched in between; spread over `length` if given, else a few
+/// milliseconds apart.
+async fn hold(
+    guard: &LockGuard,
+    length: Option<Duration>,
+    log: &EventLog,
+    register: &FencedRegister,
+) -> std::io::Result<()> {
+    let writes = rand::random_range(1..=5);
+    let pause = |n: u32| match length {
+        Some(length) => length / n,
+        None => Duration::from_micros(rand::random_range(500..3_000)),
+    };
+    for _ in 0..writes {
+        if let Some(reason) = guard.is_lost() {
+            return log.log(&Event::WriteSkipped {
+                reason: reason.to_string(),
+            });
+        }
+        if guard
+            .validity_deadline()
+            .is_some_and(|d| d <= tokio::time::Instant::now())
+        {
+            return log.log(&Event::WriteSkipped {
+                reason: "validity deadline passed".to_string(),
+            });
+        }
+        let out = register.write(guard.fencing_token())?;
+        log.log(&Event::Wrote {
+            token: guard.fencing_token(),
+            seq: out.seq,
+            at: out.at,
+            accepted: out.accepted,
+            highest: out.highest,
+        })?;
+        tokio::select! {
+            () = tokio::time::sleep(pause(writes)) => {}
+            _ = guard.lost() => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+async fn end_hold(
+    guard: LockGuard,
+    how: HoldEnd,
+    ttl: Duration,
+    log: &EventLog,
+) -> std::io::Result<()> {
+    let started = now_ns();
+    let (still_held, error) = match how {
+        HoldEnd::Release => {
+            log.log(&Event::Releasing { how })?;
+            match guard.release().await {
+                Ok(held) => (Some(held), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        }
+        HoldEnd::Drop => {
+            log.log(&Event::Releasing { how })?;
+            drop(guard);
+            (None, None)
+        }
+        HoldEnd::Expire => {
+            // Keep the guard, unrenewed, until it says the lease is over;
+            // dropping it then frees what the server still keeps (a
+            // connection-held lock) at once.
+            let limit = ttl * 3 + Duration::from_secs(10);
+            let error = tokio::time::timeout(limit, guard.lost())
+                .await
+                .err()
+                .map(|_| format!("lost() did not fire within {limit:?} of an unrenewed lease"));
+            log.log(&Event::Releasing { how })?;
+            drop(guard);
+            (None, error)
+        }
+    };
+    log.log(&Event::Released {
+        how,
+        started,
+        still_held,
+        error,
+    })
+}

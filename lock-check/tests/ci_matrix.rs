@@ -1,0 +1,162 @@
+//! The short history-check matrix CI runs: every backend with a server ×
+//! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
+//! kill/restart for the correctness-grade backends. Runs one at a time (the
+//! nemeses act on shared servers). The full 60 s matrix is
+//! `scripts/check-matrix.sh`.
+
+use std::process::Command;
+use std::sync::Mutex;
+
+use lock_core::faultkit::env;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lock-check");
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
+/// Run `lock-check` on `url` under each nemesis (with its servers); all must pass.
+fn check(case: &str, url: &str, nemeses: &[(&str, &[&str])]) {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let root = tempfile::tempdir().expect("tempdir");
+    let mut failed = Vec::new();
+    for (nemesis, servers) in nemeses {
+        let dir = root.path().join(format!("{case}-{nemesis}"));
+        let mut cmd = Command::new(BIN);
+        cmd.args([
+            "run",
+            "--url",
+            url,
+            "--duration",
+            "15s",
+            "--nemesis",
+            nemesis,
+        ])
+        .arg("--dir")
+        .arg(&dir)
+        .args(["--name", &format!("ci/{case}/{nemesis}")]);
+        for s in *servers {
+            cmd.args(["--server", s]);
+        }
+        let out = cmd.output().expect("lock-check runs");
+        let report = String::from_utf8_lossy(&out.stdout);
+        println!("{report}");
+        if !out.status.success() {
+            eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+            failed.push(format!("{nemesis}: {:?}", out.status.code()));
+        }
+    }
+    assert!(failed.is_empty(), "{case}: failed runs {failed:?}");
+}
+
+const HOLDER_FAULTS: [(&str, &[&str]); 3] =
+    [("none", &[]), ("kill-holder", &[]), ("pause-holder", &[])];
+
+#[test]
+fn sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    check("sqlite", &url, &HOLDER_FAULTS);
+}
+
+#[test]
+fn redis() {
+    check("redis", &env("DISTLOCK_TEST_REDIS_URL"), &HOLDER_FAULTS);
+}
+
+#[test]
+fn redlock() {
+    check("redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &HOLDER_FAULTS);
+}
+
+fn with_server_kill(
+    server: &'static [&'static str],
+) -> Vec<(&'static str, &'static [&'static str])> {
+    let mut all = HOLDER_FAULTS.to_vec();
+    all.push(("kill-server", server));
+    all
+}
+
+#[test]
+fn postgres_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check("postgres-row", &url, &with_server_kill(&["postgres"]));
+}
+
+#[test]
+fn postgres_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check("postgres-advisory", &url, &with_server_kill(&["postgres"]));
+}
+
+#[test]
+fn mysql_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_MYSQL_URL"));
+    check("mysql-row", &url, &with_server_kill(&["mysql"]));
+}
+
+#[test]
+fn mysql_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
+    check("mysql-advisory", &url, &with_server_kill(&["mysql"]));
+}
+
+#[test]
+fn etcd() {
+    check(
+        "etcd",
+        &env("DISTLOCK_TEST_ETCD_URL"),
+        &with_server_kill(&["etcd"]),
+    );
+}
+
+#[test]
+fn zookeeper() {
+    check(
+        "zookeeper",
+        &env("DISTLOCK_TEST_ZK_URL"),
+        &with_server_kill(&["zk"]),
+    );
+}
+
+/// An interrupted run puts a paused server back.
+#[test]
+fn an_interrupted_run_resumes_a_paused_server() {
+    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let run_dir = dir.path().join("run");
+    let mut controller = Command::new(BIN)
+        .args(["run", "--url", &env("DISTLOCK_TEST_REDIS_URL")])
+        .arg("--dir")
+        .arg(&run_dir)
+        .args(["--duration", "60s", "--interval", "500ms", "--ttl", "2s"])
+        .args(["--nemesis", "pause-server", "--server", "redis"])
+        .spawn()
+        .expect("lock-check starts");
+    let start = std::time::Instant::now();
+    while !std::fs::read_to_string(run_dir.join("controller.jsonl"))
+        .unwrap_or_default()
+        .contains("\"servers_paused\"")
+    {
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "no pause"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let pid =
+        rustix::process::Pid::from_raw(i32::try_from(controller.id()).expect("pid")).expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("SIGTERM");
+    assert_eq!(controller.wait().expect("exits").code(), Some(130));
+    let out = Command::new("bash")
+        .arg(env("DISTLOCK_SERVICES_SCRIPT"))
+        .args(["pid", "redis"])
+        .output()
+        .expect("services.sh runs");
+    let pid = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).expect("redis runs");
+    let state = state
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .split_whitespace()
+        .next();
+    assert_ne!(state, Some("T"), "redis left stopped");
+}
