@@ -310,6 +310,10 @@ pub fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         },
         max_ttl: from.max_ttl.min(to.max_ttl),
         min_lease: from.min_lease.max(to.min_lease),
+        max_held: match (from.max_held, to.max_held) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        },
     }
 }
 

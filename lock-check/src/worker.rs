@@ -134,6 +134,7 @@ pub fn error_kind(e: &LockError) -> &'static str {
         LockError::InvalidName { .. } => "InvalidName",
         LockError::InvalidOptions { .. } => "InvalidOptions",
         LockError::InvalidUrl { .. } => "InvalidUrl",
+        LockError::LimitReached { .. } => "LimitReached",
         LockError::Backend { .. } => "Backend",
         _ => "Other",
     }

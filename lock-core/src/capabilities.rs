@@ -81,4 +81,9 @@ pub struct Capabilities {
     /// to it (etcd leases are whole seconds, and the server may impose a
     /// larger minimum, which the guard's validity deadline then reflects).
     pub min_lease: Duration,
+    /// The most locks one client can hold (or wait for) at once, if the
+    /// backend bounds it: a lock that keeps a pooled connection of its own
+    /// (Postgres and MySQL) is bounded by the pool. Beyond it, acquiring
+    /// fails at once with [`LockError::LimitReached`](crate::LockError::LimitReached).
+    pub max_held: Option<usize>,
 }

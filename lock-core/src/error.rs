@@ -95,6 +95,22 @@ pub enum LockError {
         reason: String,
     },
 
+    /// This client already holds, or waits for, as many locks as the
+    /// backend lets one client have at once
+    /// ([`Capabilities::max_held`](crate::Capabilities::max_held)): a
+    /// release makes room. Returned at once, not after the wait.
+    #[error(
+        "{backend}: this client already holds or waits for {limit} locks, the most it can at once ({advice})"
+    )]
+    LimitReached {
+        /// The backend.
+        backend: &'static str,
+        /// The limit.
+        limit: usize,
+        /// What raises it, or what to use instead.
+        advice: String,
+    },
+
     /// The server answered with something the backend did not expect.
     #[error("{backend} error: {reason}")]
     Backend {

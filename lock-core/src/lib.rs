@@ -3,13 +3,15 @@
 //! - [`DistributedLock`]: `try_acquire`, `acquire` (cancel-safe, bounded by
 //!   [`LockOptions::wait`]) and [`Capabilities`].
 //! - [`LockGuard`]: RAII; `fencing_token()`, `lost()`, `extend()`, `release()`.
-//! - [`Watchdog`]: one renewal task per client for all auto-renewed leases.
+//! - [`Watchdog`]: one renewal task per client for all auto-renewed leases;
+//!   [`Batcher`] lets a backend serve many renewals with one request.
 //! - [`LockOwner`]: explicit, opt-in reentrancy over any backend.
 //! - [`MemoryLock`]: the in-process backend.
 //! - `testkit` (feature): the conformance suite every backend must pass,
 //!   with `benchkit`, `faultkit` and `tcp_proxy` for benchmarks and fault
 //!   tests.
 
+mod batch;
 mod capabilities;
 mod error;
 mod guard;
@@ -29,11 +31,14 @@ pub mod benchkit;
 #[cfg(feature = "testkit")]
 pub mod faultkit;
 #[cfg(feature = "testkit")]
+pub mod scalekit;
+#[cfg(feature = "testkit")]
 pub mod tcp_proxy;
 #[cfg(feature = "testkit")]
 pub mod testkit;
 
 pub use async_trait::async_trait;
+pub use batch::{BatchFn, Batcher};
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
 pub use guard::{GuardHandle, LockGuard, PendingGrant, confirmed_lease_start};

@@ -33,6 +33,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
     min_lease: crate::options::MIN_TTL,
+    max_held: None,
 };
 
 /// Locks shared by the tasks of one process.

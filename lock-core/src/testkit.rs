@@ -196,6 +196,7 @@ macro_rules! conformance_suite {
                 waiters_are_served_in_arrival_order,
                 notified_waiters_do_not_poll,
                 cancellation_at_any_point_leaves_the_lock_free,
+                many_locks_held_at_once,
             );
         }
     };
@@ -279,6 +280,69 @@ pub async fn exclusion_under_contention(h: Harness) {
         TASKS * ROUNDS,
         started.elapsed()
     );
+}
+
+/// One client holds many auto-renewed locks at once: `max_held` where the
+/// backend bounds it, else 64. Beyond the bound an acquire with a long wait is refused at
+/// once with `LimitReached` naming the bound (not left to time out on a
+/// pool), and a release makes room again.
+pub async fn many_locks_held_at_once(h: Harness) {
+    let caps = h.lock.capabilities();
+    let count = caps.max_held.unwrap_or(64);
+    let prefix = unique_name("many");
+    // Renewed, so that the watchdog carries them all meanwhile.
+    let o = opts(5_000, Wait::Up(Duration::from_secs(10)), true);
+    let mut guards = Vec::with_capacity(count);
+    for i in 0..count {
+        let name = format!("{prefix}/{i}");
+        let guard = h
+            .lock
+            .acquire(&name, &o)
+            .await
+            .unwrap_or_else(|e| panic!("lock {i} of {count}: {e}"));
+        guards.push(guard);
+    }
+    assert!(guards.iter().all(|g| g.is_lost().is_none()), "all held");
+    if caps.fencing != Fencing::None {
+        assert!(
+            guards.iter().all(|g| g.fencing_token().is_some()),
+            "every grant has a token"
+        );
+    }
+    if let Some(limit) = caps.max_held {
+        let beyond = format!("{prefix}/beyond");
+        let long = opts(5_000, Wait::Up(Duration::from_secs(300)), true);
+        let refused = tokio::time::timeout(Duration::from_secs(60), h.lock.acquire(&beyond, &long))
+            .await
+            .expect("refused before a minute of its five-minute wait");
+        match refused {
+            Err(LockError::LimitReached {
+                limit: l, advice, ..
+            }) => {
+                assert_eq!(l, limit);
+                assert!(advice.contains("max_connections"), "{advice}");
+            }
+            other => panic!(
+                "lock {} of a client limited to {limit}: {other:?}",
+                limit + 1
+            ),
+        }
+        let freed = guards.pop().expect("at least one held");
+        assert!(freed.release().await.expect("release"), "still ours");
+        guards.push(
+            h.lock
+                .acquire(&beyond, &o)
+                .await
+                .expect("a release makes room"),
+        );
+    }
+    for guard in guards {
+        let name = guard.name().to_string();
+        assert!(
+            guard.release().await.expect("release"),
+            "{name} was still ours"
+        );
+    }
 }
 
 /// try_acquire on a held lock gives `None`; after release it succeeds.

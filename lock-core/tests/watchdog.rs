@@ -22,6 +22,7 @@ const CAPS: Capabilities = Capabilities {
     waiting: Waiting::Polling,
     max_ttl: Duration::from_secs(3600),
     min_lease: lock_core::MIN_TTL,
+    max_held: None,
 };
 
 /// A handle whose renewals succeed, fail with `Unavailable`, or report the

@@ -42,6 +42,7 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         waiting: Waiting::Notified,
         max_ttl: Duration::from_secs(30 * 86_400),
         min_lease,
+        max_held: None,
     }
 }
 

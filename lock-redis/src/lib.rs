@@ -11,6 +11,7 @@
 
 mod config;
 mod error;
+mod extends;
 mod keys;
 mod lock;
 mod scripts;
@@ -23,6 +24,7 @@ pub mod parts {
 
     pub use crate::config::{ParsedUrl, ensure_tls_provider, parse_url};
     pub use crate::error::map_error;
+    pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
     pub use crate::subscriber::{Subscriber, Subscription};

@@ -6,9 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::{
-    Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups, Watchdog,
-    check_request, wait_deadline,
+    Attempt, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
+    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting,
+    Wakeups, Watchdog, check_request, wait_deadline,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -16,8 +16,9 @@ use tokio::time::Instant;
 
 use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
+use crate::extends::{Extension, extend_batcher};
 use crate::keys::{Keys, LockKeys};
-use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
+use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
 use crate::subscriber::Subscriber;
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -36,6 +37,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
     min_lease: lock_core::MIN_TTL,
+    max_held: None,
 };
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
@@ -82,6 +84,8 @@ struct Inner {
     display: String,
     subscriber: OnceCell<Arc<Subscriber>>,
     wakeups: Wakeups,
+    /// Extends (renewals) waiting together go out as one script run.
+    extends: Batcher<Extension, bool>,
 }
 
 impl RedisLock {
@@ -123,8 +127,17 @@ impl RedisLock {
         .await?
         .map_err(|e| map_redis(&format!("connecting to {server}"), e))?;
         tracing::debug!(server = %server, "redis lock client connected");
+        // The connection's own response timeout bounds each batch too, with
+        // a connect attempt's time on top for a reconnect.
+        let extends = extend_batcher(
+            BACKEND,
+            &server,
+            conn.clone(),
+            config.response_timeout + config.connect_timeout,
+        );
         Ok(RedisLock {
             inner: Arc::new(Inner {
+                extends,
                 client,
                 conn,
                 keys: Keys::new(&config.prefix),
@@ -389,15 +402,11 @@ impl GuardHandle for RedisHandle {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let mut conn = self.inner.conn.clone();
-        let mut call = EXTEND.prepare_invoke();
-        call.key(&self.keys.lock)
-            .arg(&self.owner)
-            .arg(ttl.as_millis() as u64);
-        let extended: i64 = call
-            .invoke_async(&mut conn)
-            .await
-            .map_err(|e| map_redis("extending a lock", e))?;
-        Ok(extended == 1)
+        let extension = Extension {
+            key: self.keys.lock.clone(),
+            owner: self.owner.clone(),
+            ttl,
+        };
+        self.inner.extends.call(extension).await
     }
 }

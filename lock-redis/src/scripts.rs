@@ -36,6 +36,7 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// Leaves the queue; a reservation held by this waiter passes to the next.
 pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
 
-/// KEYS: lock. ARGV: owner, ttl ms. Resets the lease only if `owner` holds
-/// the lock. Returns 1 if it was ours, else 0.
+/// KEYS: locks. ARGV: each key's owner and ttl ms, in turn. Resets each
+/// lease only if its owner holds the lock (one run serves a batch of
+/// renewals). Returns one 1 (it was ours) or 0 per key, in order.
 pub static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));

@@ -5,9 +5,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{LockError, Wakeups};
+use lock_core::{Batcher, LockError, Wakeups};
 use lock_redis::parts::{
-    ACQUIRE, EXTEND, LockKeys, RELEASE, Subscriber, Subscription, WITHDRAW, map_error,
+    ACQUIRE, Extension, LockKeys, RELEASE, Subscriber, Subscription, WITHDRAW, extend_batcher,
+    map_error,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -58,6 +59,9 @@ pub(crate) struct Node {
     /// The node timeout, but at least the connect timeout.
     release_timeout: Duration,
     handoff_window: Duration,
+    /// Extends (renewals) waiting for this node go out as one script run,
+    /// bounded by the node timeout.
+    extends: Batcher<Extension, bool>,
 }
 
 impl Node {
@@ -89,6 +93,7 @@ impl Node {
             .get_connection_manager_lazy(manager)
             .map_err(|e| map_error(BACKEND, &format!("setting up {}", url.display), e))?;
         Ok(Node {
+            extends: extend_batcher(BACKEND, &url.display, conn.clone(), config.node_timeout),
             display: url.display.clone(),
             client,
             conn,
@@ -262,15 +267,12 @@ impl Node {
         lock: Arc<LockRef>,
         ttl: Duration,
     ) -> Result<bool, LockError> {
-        let mut call = EXTEND.prepare_invoke();
-        call.key(&lock.keys.lock)
-            .arg(&lock.owner)
-            .arg(ttl.as_millis() as u64);
-        let mut conn = self.conn.clone();
-        let extended: i64 = self
-            .bounded("extending", call.invoke_async(&mut conn))
-            .await?;
-        Ok(extended == 1)
+        let extension = Extension {
+            key: lock.keys.lock.clone(),
+            owner: lock.owner.clone(),
+            ttl,
+        };
+        self.extends.call(extension).await
     }
 
     /// A PING bounded by the connect timeout (the first use connects).

@@ -7,6 +7,7 @@
 //! ([`Warm`]) rather than to sqlx's pool, whose return path pings every
 //! connection in a task of its own: a round trip and a wake-up per release.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 
 use sqlx::pool::PoolConnection;
@@ -21,29 +22,78 @@ type Idle<DB> = std::sync::Mutex<Vec<PoolConnection<DB>>>;
 /// sqlx's pool with a cache of clean connections in front of it. Cached
 /// connections are not pinged: one that died while idle fails its first
 /// statement, and the backend takes another.
+///
+/// Every held lock and every waiting acquisition keeps a connection, so at
+/// most `limit` (the pool's size) can be out at once; one more is refused
+/// at once with [`LockError::LimitReached`] rather than left to wait for
+/// the pool until it times out.
 pub(crate) struct Warm<DB: Database> {
     pool: Pool<DB>,
     idle: Arc<Idle<DB>>,
+    limit: usize,
+    out: Arc<AtomicUsize>,
+}
+
+/// Why a connection for a lock could not be had.
+pub(crate) enum NoConnection {
+    /// Every connection already carries a lock or a waiter.
+    Limit(usize),
+    /// The pool failed.
+    Pool(sqlx::Error),
+}
+
+impl NoConnection {
+    /// The error for a caller that was `doing` something.
+    pub(crate) fn into_error(self, backend: &'static str, doing: &str) -> LockError {
+        match self {
+            NoConnection::Limit(limit) => LockError::LimitReached {
+                backend,
+                limit,
+                advice: "each held lock and each waiting acquisition keeps one pooled \
+                         connection: raise `max_connections` in the URL (up to 1000)"
+                    .to_string(),
+            },
+            NoConnection::Pool(e) => crate::error::map_sqlx(backend, doing, e),
+        }
+    }
 }
 
 impl<DB: Database> Warm<DB> {
-    pub(crate) fn new(pool: Pool<DB>) -> Self {
+    pub(crate) fn new(pool: Pool<DB>, limit: usize) -> Self {
         Warm {
             pool,
             idle: Arc::new(std::sync::Mutex::new(Vec::new())),
+            limit,
+            out: Arc::new(AtomicUsize::new(0)),
         }
     }
 
+    /// The most connections out for locks at once.
+    pub(crate) fn limit(&self) -> usize {
+        self.limit
+    }
+
     /// A connection for a lock: a cached one, or one from the pool.
-    pub(crate) async fn pinned(&self) -> Result<Pinned<DB>, sqlx::Error> {
+    pub(crate) async fn pinned(&self) -> Result<Pinned<DB>, NoConnection> {
+        let taken = self
+            .out
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.limit).then_some(n + 1)
+            })
+            .is_ok();
+        if !taken {
+            return Err(NoConnection::Limit(self.limit));
+        }
+        let slot = Slot(Arc::clone(&self.out));
         let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
         let conn = match cached {
             Some(conn) => conn,
-            None => self.pool.acquire().await?,
+            None => self.pool.acquire().await.map_err(NoConnection::Pool)?,
         };
         Ok(Pinned {
             conn: Some(conn),
             home: Arc::downgrade(&self.idle),
+            slot: Some(slot),
         })
     }
 
@@ -57,11 +107,22 @@ impl<DB: Database> Warm<DB> {
     }
 }
 
+/// One of the `limit` connections out for locks, counted until dropped.
+struct Slot(Arc<AtomicUsize>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 /// A pooled connection closed on drop unless [`put_back`](Self::put_back).
 pub(crate) struct Pinned<DB: Database> {
     conn: Option<PoolConnection<DB>>,
     /// The cache a clean connection goes back to.
     home: Weak<Idle<DB>>,
+    /// Counted as out until the lock's connection is given up.
+    slot: Option<Slot>,
 }
 
 impl<DB: Database> Pinned<DB> {
@@ -84,6 +145,16 @@ impl<DB: Database> Pinned<DB> {
         {
             home.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
         }
+        self.slot = None;
+    }
+
+    /// Close the connection now (it may hold a lock or half a statement)
+    /// and give up its place among the connections out.
+    pub(crate) fn close(&mut self) {
+        if let Some(mut conn) = self.conn.take() {
+            conn.close_on_drop();
+        }
+        self.slot = None;
     }
 }
 

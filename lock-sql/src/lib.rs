@@ -22,6 +22,10 @@ mod mysql;
 mod postgres;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(feature = "sqlite")]
+mod sqlite_batch;
+#[cfg(feature = "sqlite")]
+mod sqlite_gate;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_opts;
 

@@ -72,6 +72,8 @@ const CAPABILITIES: Capabilities = Capabilities {
     max_ttl: Duration::from_secs(24 * 3600),
     // Server-side timeouts are whole seconds.
     min_lease: Duration::from_secs(1),
+    // Set by the client from its pool size.
+    max_held: None,
 };
 
 /// Locks on MySQL 8 or MariaDB ≥ 10.6: row locks (default) or `GET_LOCK`.
@@ -182,7 +184,7 @@ impl MySqlLock {
         };
         Ok(MySqlLock {
             inner: Arc::new(Inner {
-                pool: Warm::new(pool),
+                pool: Warm::new(pool, parsed.max_connections as usize),
                 side: Side::new(options),
                 mode: parsed.mode,
                 table: parsed.table,
@@ -227,7 +229,12 @@ impl MySqlLock {
     /// it for a moment and asking InnoDB who blocks us.
     async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
-        let mut probe = self.inner.pool.pinned().await.map_err(failed)?;
+        let mut probe = self
+            .inner
+            .pool
+            .pinned()
+            .await
+            .map_err(|e| e.into_error(BACKEND, "finding a lock's holder"))?;
         let conn = probe.conn(BACKEND)?;
         let me: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
             .fetch_one(&mut **conn)
@@ -276,7 +283,7 @@ impl MySqlLock {
             .pool
             .pinned()
             .await
-            .map_err(|e| map_sqlx(BACKEND, "acquiring a lock", e))
+            .map_err(|e| e.into_error(BACKEND, "acquiring a lock"))
     }
 
     /// Lock `name` on a connection of its own: the connection, the token
@@ -322,6 +329,7 @@ impl MySqlLock {
                 Err(e) if connection_lost(&e) && stale_left > 0 => {
                     // A pooled connection that died while idle: take another.
                     stale_left -= 1;
+                    pinned.close();
                     pinned = self.acquire_conn().await?;
                     continue;
                 }
@@ -519,7 +527,10 @@ impl DistributedLock for MySqlLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        Capabilities {
+            max_held: Some(self.inner.pool.limit()),
+            ..CAPABILITIES
+        }
     }
 }
 

@@ -59,7 +59,7 @@ use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, Pinned, Side, Warm};
+use crate::held::{self, NoConnection, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::url_opts::{SqlMode, SqlUrl};
 
@@ -83,6 +83,8 @@ const CAPABILITIES: Capabilities = Capabilities {
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(24 * 3600),
     min_lease: lock_core::MIN_TTL,
+    // Set by the client from its pool size.
+    max_held: None,
 };
 
 /// Locks on Postgres: row locks (default) or advisory locks.
@@ -199,7 +201,7 @@ impl PgLock {
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
         Ok(PgLock {
             inner: Arc::new(Inner {
-                pool: Warm::new(pool),
+                pool: Warm::new(pool, parsed.max_connections as usize),
                 side: Side::new(options),
                 mode: parsed.mode,
                 sql: Statements::new(&table),
@@ -299,7 +301,8 @@ impl PgLock {
     ) -> Result<Option<(Pinned<Postgres>, i64, Instant)>, LockError> {
         let inner = &self.inner;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = inner.pool.pinned().await.map_err(failed)?;
+        let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
+        let mut pinned = inner.pool.pinned().await.map_err(taken)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
         let sent_at = Instant::now();
         let deadline = wait_deadline(sent_at, opts.wait);
@@ -325,7 +328,8 @@ impl PgLock {
                         // server restarted): take another.
                         if connection_lost(&e) && stale_left > 0 {
                             stale_left -= 1;
-                            pinned = inner.pool.pinned().await.map_err(failed)?;
+                            pinned.close();
+                            pinned = inner.pool.pinned().await.map_err(taken)?;
                             continue;
                         }
                         return Err(failed(e));
@@ -404,7 +408,8 @@ impl PgLock {
                 {
                     tracing::debug!(error = %e, "a pooled connection had died; taking another");
                     stale_left -= 1;
-                    pinned = inner.pool.pinned().await.map_err(failed)?;
+                    pinned.close();
+                    pinned = inner.pool.pinned().await.map_err(taken)?;
                 }
                 Err(e) => return Err(failed(e)),
             }
@@ -458,7 +463,10 @@ impl DistributedLock for PgLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        Capabilities {
+            max_held: Some(self.inner.pool.limit()),
+            ..CAPABILITIES
+        }
     }
 }
 

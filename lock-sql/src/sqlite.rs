@@ -37,9 +37,9 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::{
-    Attempt, Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
-    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting,
-    Wakeups, Watchdog, acquire_by_polling, check_request,
+    Attempt, Backoff, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade,
+    GuardHandle, LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait,
+    Waiting, Wakeups, Watchdog, acquire_by_polling, check_request,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -49,6 +49,8 @@ use tokio::time::Instant;
 
 use crate::error::{is_busy, map_sqlx};
 use crate::ident::Identifier;
+use crate::sqlite_batch::{self, Extension, Held, Writes};
+use crate::sqlite_gate::{WriteGate, gate_for};
 
 const BACKEND: &str = "sqlite";
 
@@ -64,6 +66,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     waiting: Waiting::Polling,
     max_ttl: Duration::from_secs(30 * 86_400),
     min_lease: lock_core::MIN_TTL,
+    max_held: None,
 };
 
 /// A waiter's ticket whose heartbeat is older than this is a dead waiter's
@@ -123,6 +126,12 @@ struct Inner {
     path: PathBuf,
     sql: Statements,
     wakeups: Wakeups,
+    /// Extends and releases of held leases, batched into shared
+    /// transactions.
+    extends: Batcher<Extension, bool>,
+    releases: Batcher<Held, bool>,
+    /// This process's turns to write to the file.
+    gate: Arc<WriteGate>,
 }
 
 /// The wake-up signals of every lease table this process has open, so that
@@ -149,8 +158,6 @@ struct Statements {
     refresh_ticket: String,
     drop_ticket: String,
     holder_expiry: String,
-    release: String,
-    extend: String,
     take_away: String,
 }
 
@@ -183,14 +190,6 @@ impl Statements {
                 "SELECT expires_at_ms FROM \"{t}\" \
                  WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
             ),
-            release: format!(
-                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
-                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?3"
-            ),
-            extend: format!(
-                "UPDATE \"{t}\" SET expires_at_ms = ?3 \
-                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?4"
-            ),
             take_away: format!(
                 "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 WHERE name = ?1 AND owner IS NOT NULL"
             ),
@@ -199,7 +198,7 @@ impl Statements {
 }
 
 /// Wall-clock Unix milliseconds (shared by all processes on the machine).
-fn now_ms() -> i64 {
+pub(crate) fn now_ms() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
@@ -209,7 +208,7 @@ fn now_ms() -> i64 {
 /// SQLite's busy timeout is a C `int` of milliseconds.
 const MAX_BUSY_TIMEOUT_MS: u64 = i32::MAX as u64;
 
-fn ms(d: Duration) -> i64 {
+pub(crate) fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }
 
@@ -282,10 +281,20 @@ impl SqliteLock {
                 .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
         }
         tracing::debug!(path = %path.display(), table = t, "sqlite lock store open");
+        let sql = Statements::new(&config.table);
+        let gate = gate_for(&path);
+        let batches = Writes {
+            backend: BACKEND,
+            pool: pool.clone(),
+            gate: Arc::clone(&gate),
+        };
         Ok(SqliteLock {
             inner: Arc::new(Inner {
+                extends: sqlite_batch::extends(batches.clone(), &config.table),
+                releases: sqlite_batch::releases(batches, &config.table),
+                gate,
                 pool,
-                sql: Statements::new(&config.table),
+                sql,
                 wakeups: wakeups_for(&path, &config.table),
                 path,
             }),
@@ -364,6 +373,9 @@ impl SqliteLock {
         let sent_at = Instant::now();
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        // This process's writers take turns before taking a connection
+        // (renewals first); the turn ends with the transaction.
+        let turn = self.inner.gate.acquisition().await;
         let mut tx = self
             .inner
             .pool
@@ -383,6 +395,7 @@ impl SqliteLock {
         if queued.is_some() {
             drop(pending.disarm());
             tx.rollback().await.map_err(failed)?;
+            drop(turn);
             if let Some(ticket) = ticket {
                 ticket.keep(name).await?;
             }
@@ -401,6 +414,7 @@ impl SqliteLock {
             None => {
                 drop(pending.disarm());
                 tx.rollback().await.map_err(failed)?;
+                drop(turn);
                 if let Some(ticket) = ticket {
                     ticket.keep(name).await?;
                 }
@@ -415,6 +429,7 @@ impl SqliteLock {
                 .map_err(failed)?;
         }
         tx.commit().await.map_err(failed)?;
+        drop(turn);
         if let Some(ticket) = ticket {
             ticket.served();
         }
@@ -639,14 +654,7 @@ struct SqliteHandle {
 #[async_trait]
 impl GuardHandle for SqliteHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let done = sqlx::query(AssertSqlSafe(self.inner.sql.release.as_str()))
-            .bind(&self.name)
-            .bind(&self.owner_hex)
-            .bind(now_ms())
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "releasing a lock", e))?;
-        let released = done.rows_affected() == 1;
+        let released = self.inner.releases.call(self.held()).await?;
         if released {
             self.inner.wakeups.wake(&self.name);
         }
@@ -654,16 +662,17 @@ impl GuardHandle for SqliteHandle {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let now = now_ms();
-        let done = sqlx::query(AssertSqlSafe(self.inner.sql.extend.as_str()))
-            .bind(&self.name)
-            .bind(&self.owner_hex)
-            .bind(now.saturating_add(ms(ttl)))
-            .bind(now)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "extending a lock", e))?;
-        Ok(done.rows_affected() == 1)
+        let held = self.held();
+        self.inner.extends.call(Extension { held, ttl }).await
+    }
+}
+
+impl SqliteHandle {
+    fn held(&self) -> Held {
+        Held {
+            name: self.name.clone(),
+            owner_hex: self.owner_hex.clone(),
+        }
     }
 }
 

@@ -54,6 +54,7 @@ const CAPABILITIES: Capabilities = Capabilities {
     waiting: Waiting::Notified,
     max_ttl: Duration::from_secs(30 * 86_400),
     min_lease: lock_core::MIN_TTL,
+    max_held: None,
 };
 
 /// Locks on ZooKeeper.

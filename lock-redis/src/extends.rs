@@ -1,0 +1,64 @@
+//! Batched extends: the extends waiting for one server (the watchdog's
+//! renewals of many locks) go out as one script run, so a client holding
+//! thousands of renewed locks sends a few requests per renewal round
+//! instead of one per lock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{BatchFn, Batcher, LockError};
+use redis::aio::ConnectionManager;
+
+use crate::error::map_error;
+use crate::scripts::EXTEND;
+
+/// The most leases one script run touches: a few hundred microseconds of
+/// the server's single thread.
+const MAX_BATCH: usize = 512;
+
+/// One extend: a lock key, its owner token and the new lease.
+pub struct Extension {
+    /// The lock's key (`LockKeys::lock`).
+    pub key: String,
+    /// The owner token the key must still hold.
+    pub owner: String,
+    /// The new lease.
+    pub ttl: Duration,
+}
+
+/// A batcher of extends on `conn`, each batch bounded by `limit` (then
+/// `Unavailable`); errors name `backend` and `server` (shown, so without
+/// credentials).
+pub fn extend_batcher(
+    backend: &'static str,
+    server: &str,
+    conn: ConnectionManager,
+    limit: Duration,
+) -> Batcher<Extension, bool> {
+    let doing: Arc<str> = format!("extending locks on {server}").into();
+    let run: BatchFn<Extension, bool> = Arc::new(move |items: Vec<Extension>| {
+        let mut conn = conn.clone();
+        let doing = Arc::clone(&doing);
+        Box::pin(async move {
+            let mut call = EXTEND.prepare_invoke();
+            for x in &items {
+                call.key(&x.key)
+                    .arg(&x.owner)
+                    .arg(u64::try_from(x.ttl.as_millis()).unwrap_or(u64::MAX));
+            }
+            let replies: Vec<i64> =
+                match tokio::time::timeout(limit, call.invoke_async(&mut conn)).await {
+                    Ok(reply) => reply.map_err(|e| map_error(backend, &doing, e))?,
+                    Err(_) => {
+                        return Err(LockError::Unavailable {
+                            backend,
+                            reason: format!("{doing}: no answer within {limit:?}"),
+                            source: None,
+                        });
+                    }
+                };
+            Ok(replies.into_iter().map(|r| r == 1).collect())
+        })
+    });
+    Batcher::new(backend, MAX_BATCH, run)
+}

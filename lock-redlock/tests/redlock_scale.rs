@@ -1,0 +1,26 @@
+//! One client holds 2 000 auto-renewed locks on the five masters through
+//! several renewal rounds, and loses none (renewals to each master go out
+//! in batches).
+
+use std::time::Duration;
+
+use lock_core::faultkit::env;
+use lock_core::scalekit::holds_many_renewed_locks;
+use lock_redlock::Redlock;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_thousand_renewed_locks_stay_held() {
+    let lock = Redlock::connect(&env("DISTLOCK_TEST_REDLOCK_URL"))
+        .await
+        .expect("connect to the redlock nodes");
+    let prefix = format!("scale/{}", std::process::id());
+    let run = holds_many_renewed_locks(
+        &lock,
+        &prefix,
+        2_000,
+        Duration::from_secs(1),
+        Duration::from_secs(5),
+    )
+    .await;
+    println!("redlock: {run:?}");
+}
