@@ -14,6 +14,10 @@
 //! errors, and fails the run where a count exceeds what the backend's
 //! `capabilities()` allow.
 //!
+//! `lock-check scale` is the scale benchmark ([`scale`]): one client holding
+//! thousands of auto-renewed locks, with its memory, CPU and the servers'
+//! own request counts ([`server_stats`]).
+//!
 //! The binary's `--help` and this crate's `README.md` show how to run one
 //! case and the whole matrix.
 
@@ -24,6 +28,8 @@ pub mod event;
 pub mod nemesis;
 pub mod register;
 pub mod sabotage;
+pub mod scale;
+pub mod server_stats;
 pub mod worker;
 
 pub use analysis::Report;

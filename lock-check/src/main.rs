@@ -8,6 +8,7 @@ use std::time::Duration;
 use clap::{Args, Parser, Subcommand};
 use lock_check::nemesis::Nemesis;
 use lock_check::sabotage::Sabotage;
+use lock_check::scale::ScaleConfig;
 use lock_check::worker::{self, WorkerConfig};
 use lock_check::{Report, RunConfig, analysis, controller};
 
@@ -48,6 +49,28 @@ enum Command {
     /// One worker process (started by `run`).
     #[command(hide = true)]
     Worker(WorkerArgs),
+    /// The scale benchmark: one client holds many auto-renewed locks; a
+    /// Markdown table of locks held, losses, memory, CPU and server load.
+    Scale(ScaleArgs),
+}
+
+#[derive(Args)]
+struct ScaleArgs {
+    /// Lock URLs, measured one after another.
+    #[arg(long = "url", required = true)]
+    urls: Vec<String>,
+    /// How many locks to hold (repeat for several sizes).
+    #[arg(long = "locks", default_values_t = [1_000, 10_000])]
+    locks: Vec<usize>,
+    /// The locks' TTL (auto-renewed about every third of it).
+    #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
+    ttl: Duration,
+    /// How long to hold them all.
+    #[arg(long, default_value = "60s", value_parser = humantime::parse_duration)]
+    hold: Duration,
+    /// Also write the reports as JSON here.
+    #[arg(long)]
+    json: Option<PathBuf>,
 }
 
 #[derive(Args)]
@@ -203,6 +226,7 @@ fn main() -> ExitCode {
             print!("{}", analysis::table(&runs));
             ExitCode::SUCCESS
         }
+        Command::Scale(a) => runtime.block_on(scale(a)),
         Command::Analyse { dir, json } => match analysis::analyse(&dir) {
             Ok(report) => publish(&report, json.as_deref()),
             Err(e) => {
@@ -210,6 +234,54 @@ fn main() -> ExitCode {
                 ExitCode::from(EXIT_ERROR)
             }
         },
+    }
+}
+
+/// Every URL × size in turn, each row printed as it is measured (to
+/// stderr), then the whole table; exit 1 if a lock was lost or a release
+/// failed.
+async fn scale(a: ScaleArgs) -> ExitCode {
+    let mut reports = Vec::new();
+    for url in &a.urls {
+        for &locks in &a.locks {
+            let cfg = ScaleConfig {
+                url: url.clone(),
+                locks,
+                ttl: a.ttl,
+                hold: a.hold,
+            };
+            match lock_check::scale::run(&cfg).await {
+                Ok(report) => {
+                    eprint!(
+                        "{}",
+                        lock_check::scale::table(std::slice::from_ref(&report))
+                    );
+                    reports.push(report);
+                }
+                Err(e) => {
+                    eprintln!("lock-check scale: {}: {e}", distlock::redact_url(url));
+                    return ExitCode::from(EXIT_ERROR);
+                }
+            }
+        }
+    }
+    print!("{}", lock_check::scale::table(&reports));
+    if let Some(path) = &a.json {
+        let written = serde_json::to_string_pretty(&reports)
+            .map_err(std::io::Error::from)
+            .and_then(|text| std::fs::write(path, text));
+        if let Err(e) = written {
+            eprintln!("lock-check: cannot write {}: {e}", path.display());
+            return ExitCode::from(EXIT_ERROR);
+        }
+    }
+    if reports
+        .iter()
+        .all(|r| r.lost == 0 && r.release_failures == 0)
+    {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(EXIT_VIOLATION)
     }
 }
 
