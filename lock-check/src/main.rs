@@ -266,14 +266,10 @@ async fn scale(a: ScaleArgs) -> ExitCode {
         }
     }
     print!("{}", lock_check::scale::table(&reports));
-    if let Some(path) = &a.json {
-        let written = serde_json::to_string_pretty(&reports)
-            .map_err(std::io::Error::from)
-            .and_then(|text| std::fs::write(path, text));
-        if let Err(e) = written {
-            eprintln!("lock-check: cannot write {}: {e}", path.display());
-            return ExitCode::from(EXIT_ERROR);
-        }
+    if let Some(path) = &a.json
+        && !write_json(path, &reports)
+    {
+        return ExitCode::from(EXIT_ERROR);
     }
     if reports
         .iter()
@@ -285,17 +281,24 @@ async fn scale(a: ScaleArgs) -> ExitCode {
     }
 }
 
+/// Write `value` as JSON to `path`; `false` (said on stderr) if that fails.
+fn write_json(path: &std::path::Path, value: &impl serde::Serialize) -> bool {
+    let written = serde_json::to_string_pretty(value)
+        .map_err(std::io::Error::from)
+        .and_then(|text| std::fs::write(path, text));
+    if let Err(e) = &written {
+        eprintln!("lock-check: cannot write {}: {e}", path.display());
+    }
+    written.is_ok()
+}
+
 /// Print the report, write its JSON, and turn the verdict into the exit code.
 fn publish(report: &Report, json: Option<&std::path::Path>) -> ExitCode {
     print!("{report}");
-    if let Some(path) = json {
-        let written = serde_json::to_string_pretty(report)
-            .map_err(std::io::Error::from)
-            .and_then(|text| std::fs::write(path, text));
-        if let Err(e) = written {
-            eprintln!("lock-check: cannot write {}: {e}", path.display());
-            return ExitCode::from(EXIT_ERROR);
-        }
+    if let Some(path) = json
+        && !write_json(path, report)
+    {
+        return ExitCode::from(EXIT_ERROR);
     }
     if report.passed() {
         ExitCode::SUCCESS
