@@ -82,8 +82,8 @@ pub struct Capabilities {
     /// larger minimum, which the guard's validity deadline then reflects).
     pub min_lease: Duration,
     /// The most locks one client can hold (or wait for) at once, if the
-    /// backend bounds it: a lock that keeps a pooled connection of its own
-    /// (Postgres and MySQL) is bounded by the pool. Beyond it, acquiring
-    /// fails at once with [`LockError::LimitReached`](crate::LockError::LimitReached).
+    /// backend bounds it: locks that keep a pooled connection each
+    /// (Postgres and MySQL row mode) are bounded by the pool. Beyond it,
+    /// acquiring fails at once with [`LockError::LimitReached`](crate::LockError::LimitReached).
     pub max_held: Option<usize>,
 }

@@ -15,12 +15,14 @@ pub(crate) fn is_busy(e: &sqlx::Error) -> bool {
 }
 
 /// The connection is unusable: an I/O failure, or the server ending the
-/// session (SQLSTATE class 08, or 57P01–57P03: shutdown, crash, starting up).
+/// session (SQLSTATE class 08; 57P01–57P03: shutdown, crash, starting up;
+/// 57P05 and 25P03: an idle session or an idle transaction timed out).
 pub(crate) fn connection_lost(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Io(_) => true,
         sqlx::Error::Database(db) => db.code().is_some_and(|c| {
-            c.starts_with("08") || matches!(c.as_ref(), "57P01" | "57P02" | "57P03")
+            c.starts_with("08")
+                || matches!(c.as_ref(), "57P01" | "57P02" | "57P03" | "57P05" | "25P03")
         }),
         _ => false,
     }
@@ -36,7 +38,11 @@ pub(crate) fn map_sqlx(backend: &'static str, doing: &str, e: sqlx::Error) -> Lo
         | sqlx::Error::PoolTimedOut
         | sqlx::Error::PoolClosed
         | sqlx::Error::WorkerCrashed => true,
-        sqlx::Error::Database(_) => is_busy(&e) || connection_lost(&e),
+        // Class 53: the server is out of a resource (connections, memory,
+        // room in its lock table), for now.
+        sqlx::Error::Database(db) => {
+            is_busy(&e) || connection_lost(&e) || db.code().is_some_and(|c| c.starts_with("53"))
+        }
         _ => false,
     };
     if transient {

@@ -23,10 +23,10 @@ type Idle<DB> = std::sync::Mutex<Vec<PoolConnection<DB>>>;
 /// connections are not pinged: one that died while idle fails its first
 /// statement, and the backend takes another.
 ///
-/// Every held lock and every waiting acquisition keeps a connection, so at
-/// most `limit` (the pool's size) can be out at once; one more is refused
-/// at once with [`LockError::LimitReached`] rather than left to wait for
-/// the pool until it times out.
+/// Every waiting acquisition and every lock held on a connection of its own
+/// keeps one, so at most `limit` (the pool's size) can be out at once; one
+/// more is refused at once with [`LockError::LimitReached`] rather than
+/// left to wait for the pool until it times out.
 pub(crate) struct Warm<DB: Database> {
     pool: Pool<DB>,
     idle: Arc<Idle<DB>>,
@@ -49,8 +49,11 @@ impl NoConnection {
             NoConnection::Limit(limit) => LockError::LimitReached {
                 backend,
                 limit,
-                advice: "each held lock and each waiting acquisition keeps one pooled \
-                         connection: raise `max_connections` in the URL (up to 1000)"
+                advice: "each waiting acquisition, and each lock held on a connection of \
+                         its own (row mode, or an advisory lock granted after a wait), keeps \
+                         one pooled connection: raise `max_connections` in the URL (up to \
+                         1000), or, in row mode, use `mode=advisory`, whose locks granted \
+                         without waiting share a few sessions"
                     .to_string(),
             },
             NoConnection::Pool(e) => crate::error::map_sqlx(backend, doing, e),

@@ -20,6 +20,8 @@ mod ident;
 mod mysql;
 #[cfg(feature = "postgres")]
 mod postgres;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
 #[cfg(feature = "sqlite")]

@@ -15,7 +15,10 @@
 //! the lock name (`dl:` and 61 hex digits of its SHA-256, computed by the
 //! server from the bind parameter: the 64-character limit never truncates
 //! two names into one). A hung holder is bounded by the session's
-//! `wait_timeout`.
+//! `wait_timeout`. A lock granted without waiting is taken on one of a few
+//! long-lived sessions shared by the client's locks (`sessions`, default
+//! 2), so a client can hold thousands; an acquisition that has to wait
+//! does so on a pooled connection of its own (see the `shared` module).
 //!
 //! **Fencing tokens**: a per-name counter in `TABLE_tokens`, advanced
 //! after the grant by one committed statement (`INSERT … ON DUPLICATE KEY
@@ -49,6 +52,7 @@ use tokio::time::Instant;
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
+use crate::shared::{SessionSql, SharedSessions};
 use crate::url_opts::{SqlMode, SqlUrl};
 
 const BACKEND: &str = "mysql";
@@ -96,17 +100,43 @@ struct Inner {
     pool: Warm<MySql>,
     /// Advances row-mode tokens while the lock's transaction stays open.
     side: Side<MySql>,
+    /// Advisory mode: the sessions carrying locks granted without waiting.
+    shared: SharedSessions<MySqlSession>,
     mode: SqlMode,
     table: Identifier,
     display: String,
     /// The session variable that ends a hung holder's transaction:
     /// MariaDB's `idle_transaction_timeout`, or MySQL's `wait_timeout`.
     idle_var: &'static str,
-    /// Advances a name's token counter (the name, then the first token).
-    draw_token: String,
+    /// Advances a name's token counter.
+    tokens: Arc<TokenCounter>,
+}
+
+/// The per-name fencing-token counters, shared by the client's own
+/// connections and its shared sessions.
+struct TokenCounter {
+    /// Advances a name's counter (the name, then the first token).
+    sql: String,
     /// A name's first token: above every token handed out before the
     /// per-name counters existed.
-    first_token: u64,
+    first: u64,
+}
+
+impl TokenCounter {
+    /// Advance `name`'s counter in a statement of its own, committed
+    /// (durably) before it returns; only a holder of `name` calls this.
+    async fn advance(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+    ) -> Result<u64, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.sql.as_str()))
+            .bind(name.as_bytes())
+            .bind(self.first)
+            .execute(conn)
+            .await?;
+        Ok(done.last_insert_id())
+    }
 }
 
 fn secs_ceil(d: Duration) -> u64 {
@@ -125,8 +155,10 @@ fn not_granted(e: &sqlx::Error) -> bool {
 impl MySqlLock {
     /// Connect to `mysql://user:pass@host[:port]/db` (or `mariadb://`) with
     /// options `table` (default `distlock_locks`), `mode=row|advisory`,
-    /// `max_connections` (default 32; each held lock and each waiter uses
-    /// one) and `connect_timeout_ms`, plus sqlx's own (`ssl-mode`, …).
+    /// `max_connections` (default 32; each waiter, and each held lock but
+    /// those on shared sessions, uses one), `sessions` (advisory mode: the
+    /// shared sessions, default 2; 0 puts every lock on a connection of its
+    /// own) and `connect_timeout_ms`, plus sqlx's own (`ssl-mode`, …).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let mut parsed = SqlUrl::parse(url, &["mysql", "mariadb"])?;
         if let Some(rest) = parsed.client_url.strip_prefix("mariadb://") {
@@ -182,17 +214,33 @@ impl MySqlLock {
         } else {
             "wait_timeout"
         };
+        let tokens = Arc::new(TokenCounter {
+            sql: format!(
+                "INSERT INTO {t}_tokens (name, token) VALUES (?, LAST_INSERT_ID(?)) \
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+            ),
+            first: floor + 1,
+        });
+        let sessions = match parsed.mode {
+            SqlMode::Advisory => parsed.sessions,
+            SqlMode::Row => 0,
+        };
+        let shared = SharedSessions::new(
+            BACKEND,
+            MySqlSession {
+                options: options.clone(),
+                tokens: Arc::clone(&tokens),
+            },
+            sessions,
+        );
         Ok(MySqlLock {
             inner: Arc::new(Inner {
                 pool: Warm::new(pool, parsed.max_connections as usize),
                 side: Side::new(options),
+                shared,
                 mode: parsed.mode,
                 table: parsed.table,
-                draw_token: format!(
-                    "INSERT INTO {t}_tokens (name, token) VALUES (?, LAST_INSERT_ID(?)) \
-                     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
-                ),
-                first_token: floor + 1,
+                tokens,
                 display: parsed.display,
                 idle_var,
             }),
@@ -202,7 +250,9 @@ impl MySqlLock {
 
     /// Fault injection (and the operator's force-unlock): kill the server
     /// connection holding `name`. Its lock is freed and the holder's
-    /// `lost()` fires. Returns whether a holder was found.
+    /// `lost()` fires; so do those of the other locks that connection
+    /// carried (advisory mode shares sessions between a client's locks).
+    /// Returns whether a holder was found.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
         let holder: Option<u64> = match self.inner.mode {
             SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
@@ -421,31 +471,18 @@ impl MySqlLock {
         let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
         match self.inner.mode {
             SqlMode::Advisory => self
-                .draw_token(&mut **pinned.conn(BACKEND)?, name)
+                .inner
+                .tokens
+                .advance(&mut **pinned.conn(BACKEND)?, name)
                 .await
                 .map_err(failed),
             SqlMode::Row => self
                 .inner
                 .side
-                .run(async |conn| self.draw_token(conn, name).await)
+                .run(async |conn| self.inner.tokens.advance(conn, name).await)
                 .await
                 .map_err(failed),
         }
-    }
-
-    /// Advance `name`'s token counter in a statement of its own, committed
-    /// (durably) before it returns; only a holder of `name` calls this.
-    async fn draw_token(
-        &self,
-        conn: &mut sqlx::MySqlConnection,
-        name: &str,
-    ) -> Result<u64, sqlx::Error> {
-        let done = sqlx::query(AssertSqlSafe(self.inner.draw_token.as_str()))
-            .bind(name.as_bytes())
-            .bind(self.inner.first_token)
-            .execute(conn)
-            .await?;
-        Ok(done.last_insert_id())
     }
 
     /// One `GET_LOCK` attempt waiting `wait_secs`; on success the token.
@@ -476,7 +513,7 @@ impl MySqlLock {
     /// Wrap a grant in a guard. The server's idle timeout counts from the
     /// end of the granting statement, so a grant that waited is confirmed
     /// by one more statement before its lease is counted.
-    async fn guard(
+    async fn guard_pinned(
         &self,
         name: &str,
         opts: &LockOptions,
@@ -485,21 +522,51 @@ impl MySqlLock {
         let Some((pinned, token, sent_at)) = locked else {
             return Ok(None);
         };
-        let pending = PendingGrant::new(Arc::new(MySqlHandle {
+        let handle = Arc::new(MySqlHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
-        }));
+        });
+        self.guard(name, opts, handle, token, sent_at)
+            .await
+            .map(Some)
+    }
+
+    /// One attempt on a shared session (advisory mode).
+    async fn try_shared(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let sent_at = Instant::now();
+        match self.inner.shared.try_lock(name, opts.ttl).await? {
+            Some((handle, token)) => self
+                .guard(name, opts, handle, token, sent_at)
+                .await
+                .map(Some),
+            None => Ok(None),
+        }
+    }
+
+    async fn guard(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        handle: Arc<dyn GuardHandle>,
+        token: u64,
+        sent_at: Instant,
+    ) -> Result<LockGuard, LockError> {
+        let pending = PendingGrant::new(handle);
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
-        Ok(Some(if opts.auto_renew {
+        Ok(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
             guard.watched_by(&self.watchdog)
-        }))
+        })
     }
 }
 
@@ -512,13 +579,31 @@ impl DistributedLock for MySqlLock {
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let opts = opts.clone().wait(Wait::No);
-        self.guard(name, &opts, self.lock(name, &opts).await?).await
+        if self.inner.shared.enabled() {
+            return self.try_shared(name, &opts).await;
+        }
+        let locked = self.lock(name, &opts).await?;
+        self.guard_pinned(name, &opts, locked).await
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
-        self.guard(name, opts, self.lock(name, opts).await?)
+        // Free now: taken on a shared session; held: waited for on a
+        // connection of its own.
+        if self.inner.shared.enabled() {
+            if let Some(guard) = self.try_shared(name, opts).await? {
+                return Ok(guard);
+            }
+            if opts.wait == Wait::No {
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited: start.elapsed(),
+                });
+            }
+        }
+        let locked = self.lock(name, opts).await?;
+        self.guard_pinned(name, opts, locked)
             .await?
             .ok_or_else(|| LockError::Timeout {
                 name: name.to_string(),
@@ -528,7 +613,8 @@ impl DistributedLock for MySqlLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            max_held: Some(self.inner.pool.limit()),
+            // Locks on shared sessions are bounded by the server only.
+            max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
             ..CAPABILITIES
         }
     }
@@ -583,5 +669,63 @@ impl GuardHandle for MySqlHandle {
                 .map(|_| ())
         })
         .await
+    }
+}
+
+/// `GET_LOCK` on a shared session.
+struct MySqlSession {
+    options: MySqlConnectOptions,
+    tokens: Arc<TokenCounter>,
+}
+
+#[async_trait]
+impl SessionSql for MySqlSession {
+    type Conn = sqlx::MySqlConnection;
+
+    async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
+        use sqlx::ConnectOptions;
+        self.options.connect().await
+    }
+
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        idle: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        self.keep(conn, idle).await?;
+        let granted: Option<i64> =
+            sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), 0)")
+                .bind(name.as_bytes())
+                .fetch_one(&mut *conn)
+                .await?;
+        Ok(granted == Some(1))
+    }
+
+    async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
+        self.tokens.advance(conn, name).await
+    }
+
+    async fn unlock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        _last: bool,
+    ) -> Result<bool, sqlx::Error> {
+        let released: Option<i64> =
+            sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
+                .bind(name.as_bytes())
+                .fetch_one(&mut *conn)
+                .await?;
+        Ok(released == Some(1))
+    }
+
+    async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let touch = format!("SET SESSION wait_timeout = {}", secs_ceil(idle));
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
     }
 }

@@ -13,9 +13,15 @@
 //! ended by the server's idle-in-transaction timeout, which the watchdog
 //! keeps from firing by touching the connection every TTL/3.
 //!
-//! **Advisory mode** (`mode=advisory`): `pg_advisory_lock` on a session
-//! connection held for the lock, on a 64-bit hash of the prefixed name
-//! (`hashtextextended`, computed by the server from the bind parameter).
+//! **Advisory mode** (`mode=advisory`): session advisory locks on a 64-bit
+//! hash of the prefixed name (`hashtextextended`, computed by the server
+//! from the bind parameter). A lock granted without waiting is taken on one
+//! of a few long-lived sessions shared by the client's locks (`sessions`,
+//! default 2), so a client can hold thousands; an acquisition that has to
+//! wait queues on a pooled connection of its own, where the server wakes
+//! waiters in arrival order (see the `shared` module). Holding N locks
+//! needs room in the server's lock table: `max_locks_per_transaction ×
+//! max_connections` above N (a full table answers `Unavailable`).
 //! Two names whose hashes collide share a lock (about one pair in 2^32
 //! among 2^32 names), and the key space is shared with every other
 //! advisory lock user of the database; row mode has neither caveat.
@@ -61,9 +67,18 @@ use tokio::time::Instant;
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, NoConnection, Pinned, Side, Warm};
 use crate::ident::Identifier;
+use crate::shared::{SessionSql, SharedSessions};
 use crate::url_opts::{SqlMode, SqlUrl};
 
 const BACKEND: &str = "postgres";
+
+/// While a statement waits for a lock, the server checks this often
+/// whether the client is still connected (`client_connection_check_interval`,
+/// Postgres ≥ 14, set on every connection of the client), so that a waiter
+/// whose acquisition was cancelled, or whose process exited, leaves the
+/// lock's queue at once instead of being granted the lock after the holder
+/// and only then noticing the closed socket.
+const CHECK_CLIENT: &str = "100ms";
 
 /// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
@@ -107,6 +122,8 @@ struct Inner {
     pool: Warm<Postgres>,
     /// Advances row-mode tokens while the lock's transaction stays open.
     side: Side<Postgres>,
+    /// Advisory mode: the sessions carrying locks granted without waiting.
+    shared: SharedSessions<PgSession>,
     mode: SqlMode,
     table: Identifier,
     display: String,
@@ -114,6 +131,7 @@ struct Inner {
 }
 
 /// The statements, with the (validated) table name in place.
+#[derive(Clone)]
 struct Statements {
     insert: String,
     lock_row: String,
@@ -121,6 +139,8 @@ struct Statements {
     advisory: String,
     advisory_try: String,
     advisory_unlock: String,
+    /// Unlock on a shared session that holds other locks (its timeouts stay).
+    advisory_unlock_one: String,
     draw_token: String,
 }
 
@@ -155,6 +175,7 @@ impl Statements {
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
             ),
+            advisory_unlock_one: format!("SELECT pg_advisory_unlock({key})"),
         }
     }
 }
@@ -162,8 +183,10 @@ impl Statements {
 impl PgLock {
     /// Connect to `postgres://user:pass@host[:port]/db` with options
     /// `table` (default `distlock_locks`), `mode=row|advisory`,
-    /// `max_connections` (default 32; each held lock and each waiter uses
-    /// one) and `connect_timeout_ms`, plus sqlx's own (`sslmode`, …).
+    /// `max_connections` (default 32; each waiter, and each held lock but
+    /// those on shared sessions, uses one), `sessions` (advisory mode: the
+    /// shared sessions, default 2; 0 puts every lock on a connection of its
+    /// own) and `connect_timeout_ms`, plus sqlx's own (`sslmode`, …).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = SqlUrl::parse(url, &["postgres", "postgresql"])?;
         let options =
@@ -171,6 +194,7 @@ impl PgLock {
                 url: parsed.display.clone(),
                 reason: format!("rejected by the postgres client: {e}"),
             })?;
+        let options = options.options([("client_connection_check_interval", CHECK_CLIENT)]);
         let pool = PgPoolOptions::new()
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)
@@ -199,12 +223,26 @@ impl PgLock {
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
+        let sql = Statements::new(&table);
+        let sessions = match parsed.mode {
+            SqlMode::Advisory => parsed.sessions,
+            SqlMode::Row => 0,
+        };
+        let shared = SharedSessions::new(
+            BACKEND,
+            PgSession {
+                options: options.clone(),
+                sql: sql.clone(),
+            },
+            sessions,
+        );
         Ok(PgLock {
             inner: Arc::new(Inner {
                 pool: Warm::new(pool, parsed.max_connections as usize),
+                shared,
                 side: Side::new(options),
                 mode: parsed.mode,
-                sql: Statements::new(&table),
+                sql,
                 table,
                 display: parsed.display,
             }),
@@ -214,7 +252,9 @@ impl PgLock {
 
     /// Fault injection (and the operator's force-unlock): end the server
     /// session holding `name` (`pg_terminate_backend`). Its lock is freed
-    /// and the holder's `lost()` fires. Returns whether a holder was found.
+    /// and the holder's `lost()` fires; so do those of the other locks that
+    /// session carried (advisory mode shares sessions between a client's
+    /// locks). Returns whether a holder was found.
     pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
         let holder: Option<i32> = match self.inner.mode {
             SqlMode::Row => self.row_holder(name).await?,
@@ -236,6 +276,35 @@ impl PgLock {
             .await
             .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
         Ok(done)
+    }
+
+    /// How many acquisitions of `name` wait on the server: sessions waiting
+    /// for its advisory lock, or for its row (behind the holder's
+    /// transaction or the row's tuple lock).
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let sql = match self.inner.mode {
+            SqlMode::Advisory => "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
+                 AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = \
+                 hashtextextended('distlock:' || $1, 0)"
+                .to_string(),
+            SqlMode::Row => {
+                let t = self.inner.table.as_str();
+                format!(
+                    "WITH r AS (SELECT (ctid::text::point)[0]::int AS page, \
+                     (ctid::text::point)[1]::int AS tup, xmax::text AS xid FROM {t} WHERE name = $1) \
+                     SELECT count(DISTINCT l.pid) FROM pg_locks l, r WHERE NOT l.granted AND \
+                     ((l.locktype = 'tuple' AND l.relation = '{t}'::regclass \
+                     AND l.page = r.page AND l.tuple = r.tup) \
+                     OR (l.locktype = 'transactionid' AND l.transactionid::text = r.xid))"
+                )
+            }
+        };
+        let waiting: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
+            .bind(name)
+            .fetch_one(self.inner.pool.pool())
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "counting a lock's waiters", e))?;
+        Ok(usize::try_from(waiting).unwrap_or(0))
     }
 
     /// The backend pid whose transaction holds `name`'s row lock.
@@ -269,25 +338,18 @@ impl PgLock {
         name: &str,
     ) -> Result<i64, LockError> {
         let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
-        let draw = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.draw_token.as_str()))
-            .bind(name);
-        let rows = match self.inner.mode {
-            SqlMode::Advisory => draw
-                .fetch_all(&mut **pinned.conn(BACKEND)?)
+        let sql = self.inner.sql.draw_token.as_str();
+        match self.inner.mode {
+            SqlMode::Advisory => advance_token(sql, &mut **pinned.conn(BACKEND)?, name)
                 .await
-                .map_err(failed)?,
+                .map_err(failed),
             SqlMode::Row => self
                 .inner
                 .side
-                .run(async |conn| draw.fetch_all(conn).await)
+                .run(async |conn| advance_token(sql, conn, name).await)
                 .await
-                .map_err(failed)?,
-        };
-        rows.first().copied().ok_or_else(|| LockError::Backend {
-            backend: BACKEND,
-            reason: "drawing a fencing token returned no row".into(),
-            source: None,
-        })
+                .map_err(failed),
+        }
     }
 
     /// Lock `name` on a connection of its own: the connection (inside the
@@ -444,17 +506,35 @@ impl DistributedLock for PgLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let caps = CAPABILITIES;
-        check_request(name, opts, &caps)?;
+        check_request(name, opts, &CAPABILITIES)?;
         let opts = opts.clone().wait(Wait::No);
-        self.guard(name, &opts, self.lock(name, &opts).await?).await
+        if self.inner.shared.enabled() {
+            return self.try_shared(name, &opts).await;
+        }
+        let locked = self.lock(name, &opts).await?;
+        self.guard_pinned(name, &opts, locked).await
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        let caps = CAPABILITIES;
-        check_request(name, opts, &caps)?;
+        check_request(name, opts, &CAPABILITIES)?;
         let start = Instant::now();
-        self.guard(name, opts, self.lock(name, opts).await?)
+        // Free now: taken on a shared session. Held: the wait is queued on
+        // a connection of its own, where the server keeps arrival order
+        // (a shared session's attempt never jumps that queue: the server
+        // refuses it while anyone waits).
+        if self.inner.shared.enabled() {
+            if let Some(guard) = self.try_shared(name, opts).await? {
+                return Ok(guard);
+            }
+            if opts.wait == Wait::No {
+                return Err(LockError::Timeout {
+                    name: name.to_string(),
+                    waited: start.elapsed(),
+                });
+            }
+        }
+        let locked = self.lock(name, opts).await?;
+        self.guard_pinned(name, opts, locked)
             .await?
             .ok_or_else(|| LockError::Timeout {
                 name: name.to_string(),
@@ -464,7 +544,9 @@ impl DistributedLock for PgLock {
 
     fn capabilities(&self) -> Capabilities {
         Capabilities {
-            max_held: Some(self.inner.pool.limit()),
+            // Locks on shared sessions are bounded by the server's lock
+            // table only.
+            max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
             ..CAPABILITIES
         }
     }
@@ -474,7 +556,7 @@ impl PgLock {
     /// Wrap a grant in a guard. The server's idle timeout counts from the
     /// end of the granting statement, so a grant that waited is confirmed
     /// by one more statement before its lease is counted.
-    async fn guard(
+    async fn guard_pinned(
         &self,
         name: &str,
         opts: &LockOptions,
@@ -483,11 +565,43 @@ impl PgLock {
         let Some((pinned, token, sent_at)) = locked else {
             return Ok(None);
         };
-        let pending = PendingGrant::new(Arc::new(PgHandle {
+        let handle = Arc::new(PgHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             conn: tokio::sync::Mutex::new(pinned),
-        }));
+        });
+        self.guard(name, opts, handle, token, sent_at)
+            .await
+            .map(Some)
+    }
+
+    /// One attempt on a shared session (advisory mode).
+    async fn try_shared(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let sent_at = Instant::now();
+        match self.inner.shared.try_lock(name, opts.ttl).await? {
+            Some((handle, token)) => {
+                let token = i64::try_from(token).unwrap_or(i64::MAX);
+                self.guard(name, opts, handle, token, sent_at)
+                    .await
+                    .map(Some)
+            }
+            None => Ok(None),
+        }
+    }
+
+    async fn guard(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        handle: Arc<dyn GuardHandle>,
+        token: i64,
+        sent_at: Instant,
+    ) -> Result<LockGuard, LockError> {
+        let pending = PendingGrant::new(handle);
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
         let guard = LockGuard::new(
@@ -499,11 +613,11 @@ impl PgLock {
         );
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
-        Ok(Some(if opts.auto_renew {
+        Ok(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
             guard.watched_by(&self.watchdog)
-        }))
+        })
     }
 }
 
@@ -662,4 +776,89 @@ impl GuardHandle for PgHandle {
         })
         .await
     }
+}
+
+/// Postgres advisory locks on a shared session.
+struct PgSession {
+    options: PgConnectOptions,
+    sql: Statements,
+}
+
+#[async_trait]
+impl SessionSql for PgSession {
+    type Conn = sqlx::PgConnection;
+
+    async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
+        use sqlx::ConnectOptions;
+        self.options.connect().await
+    }
+
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        idle: Duration,
+    ) -> Result<bool, sqlx::Error> {
+        // NULL unless granted.
+        let granted: Option<i64> =
+            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
+                .bind(name)
+                .bind(format!("{}ms", idle.as_millis().max(1)))
+                .fetch_one(&mut *conn)
+                .await?;
+        Ok(granted.is_some())
+    }
+
+    async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
+        let token = advance_token(&self.sql.draw_token, conn, name).await?;
+        u64::try_from(token)
+            .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}")))
+    }
+
+    async fn unlock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        last: bool,
+    ) -> Result<bool, sqlx::Error> {
+        if last {
+            let (ours, _, _): (bool, String, String) =
+                sqlx::query_as(AssertSqlSafe(self.sql.advisory_unlock.as_str()))
+                    .bind(name)
+                    .fetch_one(&mut *conn)
+                    .await?;
+            Ok(ours)
+        } else {
+            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_one.as_str()))
+                .bind(name)
+                .fetch_one(&mut *conn)
+                .await
+        }
+    }
+
+    async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut *conn)
+            .await
+            .map(|_| ())
+    }
+}
+
+/// Advance `name`'s token counter with the statement `sql` on `conn`: the
+/// new token. All rows are read, so the answer is taken only once the
+/// commit is done.
+async fn advance_token(
+    sql: &str,
+    conn: &mut sqlx::PgConnection,
+    name: &str,
+) -> Result<i64, sqlx::Error> {
+    let rows: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(name)
+        .fetch_all(conn)
+        .await?;
+    rows.first()
+        .copied()
+        .ok_or_else(|| sqlx::Error::Protocol("drawing a fencing token returned no row".into()))
 }

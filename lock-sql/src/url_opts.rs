@@ -26,9 +26,15 @@ pub(crate) struct SqlUrl {
     pub(crate) mode: SqlMode,
     pub(crate) max_connections: u32,
     pub(crate) connect_timeout: Duration,
+    /// Advisory mode: the sessions that carry locks granted without
+    /// waiting (0: every lock on a connection of its own).
+    pub(crate) sessions: usize,
 }
 
-const KNOWN: &str = "table, mode, max_connections, connect_timeout_ms";
+/// Shared sessions of a client in advisory mode, unless the URL says.
+const DEFAULT_SESSIONS: usize = 2;
+
+const KNOWN: &str = "table, mode, max_connections, sessions, connect_timeout_ms";
 
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
@@ -54,6 +60,7 @@ impl SqlUrl {
         let mut mode = SqlMode::Row;
         let mut max_connections = 32;
         let mut connect_timeout = Duration::from_secs(5);
+        let mut sessions = DEFAULT_SESSIONS;
         let mut rest = Vec::new();
         for (key, value) in url::Url::parse(raw)
             .map_err(|e| invalid(format!("not a URL: {e}")))?
@@ -88,6 +95,11 @@ impl SqlUrl {
                             invalid(format!("`max_connections` must be 1..=1000, got {value:?}"))
                         })?
                 }
+                "sessions" => {
+                    sessions = value.parse().ok().filter(|&n| n <= 64).ok_or_else(|| {
+                        invalid(format!("`sessions` must be 0..=64, got {value:?}"))
+                    })?
+                }
                 "connect_timeout_ms" => {
                     connect_timeout = value
                         .parse()
@@ -120,6 +132,7 @@ impl SqlUrl {
             mode,
             max_connections,
             connect_timeout,
+            sessions,
         })
     }
 }
@@ -150,6 +163,8 @@ mod tests {
             "postgres://u:s3cret@h/db?table=locks;%20DROP%20TABLE%20x",
             "postgres://u:s3cret@h/db?mode=sometimes",
             "postgres://u:s3cret@h/db?max_connections=0",
+            "postgres://u:s3cret@h/db?mode=advisory&sessions=65",
+            "postgres://u:s3cret@h/db?sessions=two",
             "mysql://u:s3cret@h/db",
         ] {
             match SqlUrl::parse(bad, &["postgres"]) {

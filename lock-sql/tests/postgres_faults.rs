@@ -284,3 +284,39 @@ async fn an_unrenewed_holder_learns_of_a_server_crash() {
         .await;
     }
 }
+
+/// An advisory-mode client with `sessions` shared sessions.
+async fn advisory(sessions: usize) -> PgLock {
+    PgLock::connect(&format!(
+        "{}?connect_timeout_ms=2000&mode=advisory&sessions={sessions}",
+        env("DISTLOCK_TEST_POSTGRES_URL")
+    ))
+    .await
+    .expect("connect")
+}
+
+/// See `common::a_lost_session_loses_exactly_its_locks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_session_loses_exactly_its_locks() {
+    let _serial = SERIAL.lock().await;
+    let (locks, other) = (advisory(2).await, advisory(2).await);
+    common::a_lost_session_loses_exactly_its_locks(&locks, &other, async |name| {
+        other.take_away(name).await
+    })
+    .await;
+}
+
+/// See `common::a_leaked_guard_expires_beside_renewed_locks`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaked_guard_expires_beside_renewed_locks() {
+    let _serial = SERIAL.lock().await;
+    common::a_leaked_guard_expires_beside_renewed_locks(&advisory(1).await, &advisory(1).await)
+        .await;
+}
+
+/// See `common::a_held_name_is_not_granted_twice_on_one_session`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_name_is_not_granted_twice_on_one_session() {
+    let _serial = SERIAL.lock().await;
+    common::a_held_name_is_not_granted_twice_on_one_session(&advisory(1).await).await;
+}
