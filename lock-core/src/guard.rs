@@ -56,6 +56,16 @@ impl PendingGrant {
         self.armed = false;
         Arc::clone(&self.handle)
     }
+
+    /// Nothing was granted and the caller leaves (a refused single attempt,
+    /// a wait that timed out): release now, in line, whatever the attempt
+    /// left on the server (a queue entry, a waiter's key or node), so that
+    /// it is gone before the caller reports the outcome. A process that
+    /// exits on a timeout never runs a background clean-up, and a waiter it
+    /// leaves behind can be handed the lock.
+    pub async fn give_back(self) -> Result<bool, LockError> {
+        self.disarm().release().await
+    }
 }
 
 impl Drop for PendingGrant {

@@ -224,6 +224,22 @@ impl EtcdLock {
         Ok(true)
     }
 
+    /// How many acquisitions of `name` wait behind its holder: the keys
+    /// under the lock's directory after the first.
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let all = requests::get(
+            &self.inner.client,
+            &dir,
+            GetOptions::new()
+                .with_range(keys::range_end(&dir))
+                .with_count_only(),
+            "counting a lock's waiters",
+        )
+        .await?;
+        Ok(usize::try_from(all.count()).unwrap_or(0).saturating_sub(1))
+    }
+
     /// Compact the key-value history up to the current revision (what the
     /// server's auto-compaction does); used before benchmarks.
     pub async fn compact(&self) -> Result<(), LockError> {
@@ -345,8 +361,7 @@ impl EtcdLock {
             return Ok(Some(self.guard(name, handle, rev, opts)));
         }
         if !wait {
-            // `pending` deletes the key on drop; do it now, in line.
-            let _ = pending.disarm().release().await;
+            let _ = pending.give_back().await;
             return Ok(None);
         }
         let mut step = Step::Wait(first_place);
@@ -388,6 +403,11 @@ impl EtcdLock {
                     }
                     tokio::time::sleep_until(pause).await;
                     Step::Reread
+                }
+                // The wait ran out: our key goes before the caller hears.
+                Err(e @ LockError::Timeout { .. }) => {
+                    let _ = pending.give_back().await;
+                    return Err(e);
                 }
                 Err(e) => return Err(e),
             };

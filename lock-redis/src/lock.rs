@@ -166,6 +166,20 @@ impl RedisLock {
         Ok(deleted == 1)
     }
 
+    /// How many acquisitions of `name` wait in its server-side queue.
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let mut conn = self.inner.conn.clone();
+        let key = self.inner.keys.all(name).queue;
+        let waiting: usize = within(
+            &self.inner.config,
+            "counting a lock's waiters",
+            redis::cmd("ZCARD").arg(&key).query_async(&mut conn),
+        )
+        .await?
+        .map_err(|e| map_redis("counting a lock's waiters", e))?;
+        Ok(waiting)
+    }
+
     /// One attempt. A `waiter` id joins the queue if the attempt fails.
     /// Cancel-safe: if the future is dropped while the script is in flight,
     /// a [`PendingGrant`] releases by owner token in the background.
@@ -309,6 +323,7 @@ impl DistributedLock for RedisLock {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                queued.withdraw().await;
                 return Err(timeout(now));
             }
             let mut until = now + expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2);
@@ -336,12 +351,28 @@ impl fmt::Debug for RedisLock {
     }
 }
 
-/// A waiter in the server-side queue; leaving without the lock (timeout,
-/// error, cancellation) withdraws it in the background.
+/// A waiter in the server-side queue. A wait that times out withdraws it
+/// before the caller hears of the timeout (the caller's process may exit
+/// right after, taking any background task with it); leaving otherwise
+/// (an error, cancellation) withdraws it in the background.
 struct QueuedWaiter {
     lock: RedisLock,
     name: String,
     waiter: Option<String>,
+}
+
+impl QueuedWaiter {
+    /// Withdraw now.
+    async fn withdraw(mut self) {
+        if let Some(waiter) = self.waiter.take() {
+            withdraw(
+                Arc::clone(&self.lock.inner),
+                std::mem::take(&mut self.name),
+                waiter,
+            )
+            .await;
+        }
+    }
 }
 
 impl Drop for QueuedWaiter {
@@ -353,26 +384,28 @@ impl Drop for QueuedWaiter {
             return;
         };
         let inner = Arc::clone(&self.lock.inner);
-        let name = std::mem::take(&mut self.name);
-        rt.spawn(async move {
-            let mut conn = inner.conn.clone();
-            let mut call = WITHDRAW.prepare_invoke();
-            let keys = inner.keys.all(&name);
-            call.key(&keys.queue)
-                .key(&keys.handoff)
-                .arg(&waiter)
-                .arg(&keys.channel)
-                .arg(inner.config.handoff_window.as_millis() as u64);
-            let done = within(
-                &inner.config,
-                "withdrawing a waiter",
-                call.invoke_async::<i64>(&mut conn),
-            )
-            .await;
-            if !matches!(done, Ok(Ok(_))) {
-                tracing::debug!("withdrawing a waiter failed; its queue entry expires by itself");
-            }
-        });
+        rt.spawn(withdraw(inner, std::mem::take(&mut self.name), waiter));
+    }
+}
+
+/// Take `waiter` out of `name`'s queue, passing on a hand-off made to it.
+async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
+    let mut conn = inner.conn.clone();
+    let mut call = WITHDRAW.prepare_invoke();
+    let keys = inner.keys.all(&name);
+    call.key(&keys.queue)
+        .key(&keys.handoff)
+        .arg(&waiter)
+        .arg(&keys.channel)
+        .arg(inner.config.handoff_window.as_millis() as u64);
+    let done = within(
+        &inner.config,
+        "withdrawing a waiter",
+        call.invoke_async::<i64>(&mut conn),
+    )
+    .await;
+    if !matches!(done, Ok(Ok(_))) {
+        tracing::debug!("withdrawing a waiter failed; its queue entry expires by itself");
     }
 }
 

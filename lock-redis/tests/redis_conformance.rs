@@ -14,6 +14,10 @@ impl FaultHook for RedisHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
         taken_away(name, self.0.take_away(name).await?)
     }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        self.0.queued(name).await.map(Some)
+    }
 }
 
 fn url() -> String {

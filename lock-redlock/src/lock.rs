@@ -186,6 +186,34 @@ impl Redlock {
         Ok(count(&replies, |&deleted| deleted) > 0)
     }
 
+    /// How many acquisitions of `name` wait in its queue: the most on any
+    /// node that answered (a waiter queues on every node that refuses it).
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let key: Arc<str> = self.inner.keys.all(name).queue.into();
+        let replies = gather(
+            self.inner
+                .nodes
+                .iter()
+                .map(|n| Arc::clone(n).queue_len(Arc::clone(&key))),
+            Stragglers::Finish,
+            |_| false,
+        )
+        .await;
+        let mut answered = replies
+            .iter()
+            .flatten()
+            .filter_map(|r| r.as_ref().ok())
+            .peekable();
+        if answered.peek().is_none() {
+            return Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: "counting a lock's waiters: no node answered".into(),
+                source: None,
+            });
+        }
+        Ok(answered.copied().max().unwrap_or(0))
+    }
+
     /// One attempt on every node. `Held { expires_in: Some(_) }` means the
     /// lock is held (wait for a release); `None` means a split vote or a
     /// grant that came too late (retry after a random delay). A `waiter`
@@ -473,6 +501,7 @@ impl DistributedLock for Redlock {
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
+                queued.withdraw().await;
                 return Err(timeout(now));
             }
             if subscriptions.is_none() {
@@ -515,36 +544,58 @@ impl fmt::Debug for Redlock {
     }
 }
 
-/// A waiter in the nodes' queues; leaving without the lock (timeout,
-/// error, cancellation) withdraws it from every node in the background.
+/// A waiter in the nodes' queues. A wait that times out withdraws it from
+/// every node before the caller hears of the timeout (the caller's process
+/// may exit right after, taking any background task with it); leaving
+/// otherwise (an error, cancellation) withdraws it in the background.
 struct QueuedWaiter {
     inner: Arc<Inner>,
     lock: Arc<LockRef>,
     waiter: Option<Arc<Waiter>>,
 }
 
+impl QueuedWaiter {
+    /// The withdrawals from every node, if queued.
+    fn withdrawals(
+        &mut self,
+    ) -> Option<Vec<impl Future<Output = Result<(), LockError>> + Send + 'static>> {
+        let waiter = self.waiter.take()?;
+        Some(
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).withdraw(Arc::clone(&self.lock), Arc::clone(&waiter)))
+                .collect(),
+        )
+    }
+
+    /// Withdraw now; each node is bounded by the node timeout.
+    async fn withdraw(mut self) {
+        if let Some(withdrawals) = self.withdrawals() {
+            report_withdrawals(gather(withdrawals, Stragglers::Finish, |_| false).await);
+        }
+    }
+}
+
 impl Drop for QueuedWaiter {
     fn drop(&mut self) {
-        let Some(waiter) = self.waiter.take() else {
-            return;
-        };
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let withdrawals: Vec<_> = self
-            .inner
-            .nodes
-            .iter()
-            .map(|node| Arc::clone(node).withdraw(Arc::clone(&self.lock), Arc::clone(&waiter)))
-            .collect();
+        let Some(withdrawals) = self.withdrawals() else {
+            return;
+        };
         rt.spawn(async move {
-            let replies = gather(withdrawals, Stragglers::Finish, |_| false).await;
-            if failed(&replies) > 0 {
-                tracing::debug!(
-                    "withdrawing a waiter failed on some nodes; its entries expire by themselves"
-                );
-            }
+            report_withdrawals(gather(withdrawals, Stragglers::Finish, |_| false).await);
         });
+    }
+}
+
+fn report_withdrawals<T>(replies: Replies<T>) {
+    if failed(&replies) > 0 {
+        tracing::debug!(
+            "withdrawing a waiter failed on some nodes; its entries expire by themselves"
+        );
     }
 }
 

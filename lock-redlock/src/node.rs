@@ -307,6 +307,16 @@ impl Node {
         Ok(deleted == 1)
     }
 
+    /// The number of entries in the queue `key`.
+    pub(crate) async fn queue_len(self: Arc<Self>, key: Arc<str>) -> Result<usize, LockError> {
+        let mut conn = self.conn.clone();
+        self.bounded(
+            "counting a lock's waiters",
+            redis::cmd("ZCARD").arg(&*key).query_async(&mut conn),
+        )
+        .await
+    }
+
     /// A claim on `channel` if this node's subscriber listens to it already
     /// (no round trip).
     pub(crate) fn join_subscribed(&self, channel: &str) -> Option<Subscription> {

@@ -15,6 +15,10 @@ impl FaultHook for RedlockHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
         taken_away(name, self.0.take_away(name).await?)
     }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        self.0.queued(name).await.map(Some)
+    }
 }
 
 /// The five masters, as `redlock://h1:p1,…,h5:p5`.

@@ -178,6 +178,14 @@ impl ZkLock {
         }
     }
 
+    /// How many acquisitions of `name` wait behind its holder: the nodes
+    /// in its queue after the first.
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let dir = lock_node(&self.inner.url.root, name);
+        let session = self.session().await?;
+        Ok(queue(&session.client, &dir).await?.len().saturating_sub(1))
+    }
+
     async fn acquire_inner(
         &self,
         name: &str,
@@ -241,7 +249,7 @@ impl ZkLock {
                     .map(Some);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                let _ = pending.disarm().release().await;
+                let _ = pending.give_back().await;
                 return Ok(None);
             }
             let pred = format!("{dir}/{}", queue[at - 1]);

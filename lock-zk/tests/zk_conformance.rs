@@ -16,6 +16,10 @@ impl FaultHook for ZkHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
         taken_away(name, self.0.take_away(name).await?)
     }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        self.0.queued(name).await.map(Some)
+    }
 }
 
 async fn harness_for(var: &str) -> Harness {
