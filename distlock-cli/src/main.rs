@@ -1,0 +1,63 @@
+//! The `distlock` command: run a program under a distributed lock on any
+//! backend distlock supports, with the lock's fencing token in the
+//! program's environment.
+//!
+//! ```text
+//! distlock run --url redis://cache:6379 --ttl 30s --wait 10s nightly-report -- ./report.sh
+//! ```
+//!
+//! Exit codes are listed in [`exit`] and in `distlock run --help`.
+
+mod exit;
+mod run;
+mod wait_arg;
+
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+/// Run programs under distributed locks (Redis, Redlock, Postgres,
+/// MySQL/MariaDB, SQLite, etcd, ZooKeeper), with the lock's fencing token
+/// in the program's environment.
+#[derive(Parser)]
+#[command(name = "distlock", version, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Acquire a lock, run a command while holding it (auto-renewed), and
+    /// release it when the command exits.
+    #[command(after_long_help = exit::RUN_HELP)]
+    Run(run::RunArgs),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("DISTLOCK_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),
+        )
+        .init();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("distlock: cannot start the runtime: {e}");
+            return ExitCode::from(exit::UNAVAILABLE);
+        }
+    };
+    let code = runtime.block_on(async {
+        match cli.command {
+            Command::Run(args) => run::run(args).await,
+        }
+    });
+    ExitCode::from(code)
+}
