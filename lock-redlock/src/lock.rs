@@ -39,9 +39,14 @@ const CAPABILITIES: Capabilities = Capabilities {
     max_held: None,
 };
 
-/// A waiting acquire gives up with `QuorumNotReached` after this many
-/// attempts in a row that could not reach a majority.
+/// A waiting acquire gives up with `QuorumNotReached` once a majority has
+/// been unreachable for at least this many attempts in a row …
 const UNREACHABLE_ATTEMPTS: u32 = 3;
+
+/// … and for at least this long: a node that answers late for a moment (a
+/// stalled host, a slow fsync, a client whose own threads were busy past
+/// the node timeout) must not fail a wait that could ride it out.
+const UNREACHABLE_GRACE: Duration = Duration::from_secs(2);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -61,6 +66,10 @@ const UNREACHABLE_ATTEMPTS: u32 = 3;
 /// - **Release** runs on all nodes at once and reports whether a majority
 ///   still held the lock; **extend** (and the watchdog) needs a majority
 ///   within the current validity, else `lost()` fires by the deadline.
+/// - **No majority reachable**: a single attempt (`try_acquire`, `Wait::No`)
+///   fails with `QuorumNotReached` at once; a waiting acquire tries again
+///   and fails with it only once a majority has stayed unreachable for
+///   three attempts and at least two seconds (or its wait runs out first).
 /// - **Waiting without polling**: a waiter subscribes to the lock's release
 ///   channel on every node and queues on every node that refuses it, in a
 ///   queue ordered by its arrival ticket (the client's clock when the wait
@@ -468,7 +477,7 @@ impl DistributedLock for Redlock {
             waiter: None,
         };
         let mut tries: u32 = 0;
-        let mut unreachable_in_a_row = 0;
+        let mut unreachable = Unreachable::default();
         loop {
             let woken = wake.notified();
             tokio::pin!(woken);
@@ -484,16 +493,13 @@ impl DistributedLock for Redlock {
                     return Ok(guard);
                 }
                 Ok(Attempt::Held { expires_in }) => {
-                    unreachable_in_a_row = 0;
+                    unreachable = Unreachable::default();
                     expires_in
                 }
-                // A node that answers late once (a slow disk, a busy host)
-                // must not fail a waiting acquire, but a majority that stays
-                // unreachable fails it in bounded time.
-                Err(e @ LockError::QuorumNotReached { .. })
-                    if unreachable_in_a_row + 1 < UNREACHABLE_ATTEMPTS =>
-                {
-                    unreachable_in_a_row += 1;
+                // A node that answers late for a moment (a slow disk, a busy
+                // host) must not fail a waiting acquire, but a majority that
+                // stays unreachable fails it in bounded time.
+                Err(e @ LockError::QuorumNotReached { .. }) if unreachable.tolerate() => {
                     tracing::debug!(lock = %name, error = %e, "no majority reachable; trying again");
                     None
                 }
@@ -541,6 +547,24 @@ impl fmt::Debug for Redlock {
             .field("quorum", &self.inner.quorum)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// How long a waiting acquire has found no reachable majority.
+#[derive(Default)]
+struct Unreachable {
+    attempts: u32,
+    since: Option<Instant>,
+}
+
+impl Unreachable {
+    /// Count one more attempt without a majority; `true` while the wait
+    /// should still try again ([`UNREACHABLE_ATTEMPTS`] attempts and
+    /// [`UNREACHABLE_GRACE`] have not both passed).
+    fn tolerate(&mut self) -> bool {
+        let since = *self.since.get_or_insert_with(Instant::now);
+        self.attempts += 1;
+        self.attempts < UNREACHABLE_ATTEMPTS || since.elapsed() < UNREACHABLE_GRACE
     }
 }
 

@@ -1,6 +1,7 @@
 //! Faults against the five Redis masters of `scripts/services.sh`: nodes
 //! killed while a lock is held and while one is awaited, a majority lost
-//! and restored, a node frozen with SIGSTOP, failed acquisitions inspected
+//! and restored, a node frozen with SIGSTOP, a majority frozen briefly and
+//! for good under a waiting acquire, failed acquisitions inspected
 //! on every node, and fencing tokens across node restarts.
 //!
 //! These tests stop nodes, so they run one at a time (a shared mutex) in
@@ -181,6 +182,63 @@ async fn a_frozen_node_costs_at_most_the_node_timeout() {
         "acquire took {worst:?} with one node frozen"
     );
     eprintln!("redlock faults: slowest acquire with a node frozen {worst:?}");
+}
+
+/// A majority frozen for about a second (a stalled host, a slow fsync) is waited out by a waiting acquire, which then gets the lock; a
+/// majority that stays frozen fails it with `QuorumNotReached` in bounded
+/// time, not at the end of a long wait.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_briefly_unreachable_majority_is_waited_out() {
+    let _serial = SERIAL.lock().await;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
+    let locks = client().await;
+    let waiting = LockOptions::new()
+        .ttl(Duration::from_millis(3000))
+        .wait_timeout(Duration::from_secs(10));
+    let frozen = ["redlock3", "redlock4", "redlock5"];
+    let stall = Duration::from_millis(1200);
+
+    for node in frozen {
+        services(&["pause", node]);
+    }
+    let start = Instant::now();
+    let thaw = tokio::task::spawn_blocking(move || {
+        std::thread::sleep(stall);
+        for node in frozen {
+            services(&["resume", node]);
+        }
+    });
+    let got = locks.acquire(&unique("stall"), &waiting).await;
+    let took = start.elapsed();
+    thaw.await.expect("thaw");
+    let guard =
+        got.unwrap_or_else(|e| panic!("a {stall:?} stall failed the wait after {took:?}: {e:?}"));
+    assert!(
+        took >= stall,
+        "granted after {took:?}, before the majority was back"
+    );
+    assert!(guard.release().await.expect("release"));
+
+    for node in frozen {
+        services(&["pause", node]);
+    }
+    let start = Instant::now();
+    let refused = locks.acquire(&unique("frozen-majority"), &waiting).await;
+    let took = start.elapsed();
+    for node in frozen {
+        services(&["resume", node]);
+    }
+    assert!(
+        matches!(refused, Err(LockError::QuorumNotReached { .. })),
+        "{refused:?}"
+    );
+    assert!(
+        (Duration::from_secs(2)..Duration::from_secs(4)).contains(&took),
+        "QuorumNotReached after {took:?} of a 10 s wait"
+    );
+    eprintln!(
+        "redlock faults: a {stall:?} stall of a majority waited out; a frozen majority refused after {took:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
