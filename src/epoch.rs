@@ -3,7 +3,9 @@
 
 use std::sync::Arc;
 
-use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockOptions, async_trait};
+use lock_core::{
+    Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, async_trait,
+};
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";
@@ -47,18 +49,22 @@ impl EpochLock {
         let Some(token) = guard.fencing_token() else {
             return Ok(guard);
         };
+        let lifted = self.lift(guard.name(), token)?;
+        Ok(guard.with_fencing_token(Some(lifted)))
+    }
+
+    /// The backend's `token` of lock `name` with the epoch above it.
+    fn lift(&self, name: &str, token: u64) -> Result<u64, LockError> {
         if token >> EPOCH_SHIFT != 0 {
             return Err(LockError::Backend {
                 backend: self.inner.capabilities().backend,
                 reason: format!(
-                    "fencing token {token} of lock `{}` does not fit below the epoch bits (2^{EPOCH_SHIFT}); drop `{EPOCH_OPTION}` from the URL",
-                    guard.name()
+                    "fencing token {token} of lock `{name}` does not fit below the epoch bits (2^{EPOCH_SHIFT}); drop `{EPOCH_OPTION}` from the URL"
                 ),
                 source: None,
             });
         }
-        let epoch = u64::from(self.epoch) << EPOCH_SHIFT;
-        Ok(guard.with_fencing_token(Some(epoch | token)))
+        Ok(u64::from(self.epoch) << EPOCH_SHIFT | token)
     }
 }
 
@@ -83,6 +89,17 @@ impl DistributedLock for EpochLock {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    /// The backend's answer, its token with the epoch above it.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let info = self.inner.inspect(name).await?;
+        let token = info.fencing_token.map(|t| self.lift(name, t)).transpose()?;
+        Ok(info.with_fencing_token(token))
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        self.inner.force_release(name).await
     }
 }
 

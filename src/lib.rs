@@ -36,8 +36,8 @@ pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
 pub use lock_core::redact_url;
 pub use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
-    LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock, ReentrantGuard, Wait,
-    Waiting,
+    LockInfo, LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock,
+    ReentrantGuard, Wait, Waiting,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock};

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Grade, GuardHandle, LeaseState, LockError,
-    LockGuard, LockOptions, Wait, Waiting, async_trait, check_request, redact_url,
+    LockGuard, LockInfo, LockOptions, Wait, Waiting, async_trait, check_request, redact_url,
 };
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
@@ -270,6 +270,47 @@ impl DistributedLock for MigratingLock {
 
     fn capabilities(&self) -> Capabilities {
         combined(self.from.capabilities(), self.to.capabilities())
+    }
+
+    /// Held where either part is held (a process on the old URL holds only
+    /// `from`, one on the new URL only `to`); the token is `from`'s when it
+    /// is held there (the one a migrating guard carries), else `to`'s; the
+    /// lease is the earlier of the held parts'; the waiters are those of
+    /// both.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let from = self.from.inspect(name).await?;
+        let to = self.to.inspect(name).await?;
+        let mut info = if from.held || to.held {
+            LockInfo::held()
+        } else {
+            LockInfo::free()
+        };
+        if info.held {
+            let token = if from.held {
+                from.fencing_token
+            } else {
+                to.fencing_token
+            };
+            let expires_in = [from, to]
+                .iter()
+                .filter(|part| part.held)
+                .filter_map(|part| part.expires_in)
+                .min();
+            info = info.with_fencing_token(token).with_expires_in(expires_in);
+        }
+        let waiters = match (from.waiters, to.waiters) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        Ok(info.with_waiters(waiters))
+    }
+
+    /// Force-release on both backends, `to` first (as a release does);
+    /// `true` if either part was held.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        let to = self.to.force_release(name).await?;
+        let from = self.from.force_release(name).await?;
+        Ok(from || to)
     }
 }
 

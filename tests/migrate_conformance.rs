@@ -53,7 +53,7 @@ async fn sqlite() -> distlock::SqliteLock {
 fn memory_take(lock: MemoryLock) -> TakeAway {
     Box::new(move |name| {
         let lock = lock.clone();
-        Box::pin(async move { Ok(lock.take_away(&name)) })
+        Box::pin(async move { lock.force_release(&name).await })
     })
 }
 
@@ -62,7 +62,7 @@ macro_rules! take {
         let lock = $lock.clone();
         Box::new(move |name: String| {
             let lock = lock.clone();
-            Box::pin(async move { lock.take_away(&name).await })
+            Box::pin(async move { lock.force_release(&name).await })
                 as std::pin::Pin<Box<dyn Future<Output = Result<bool, LockError>> + Send>>
         }) as TakeAway
     }};
@@ -163,9 +163,9 @@ async fn one_lost_part_loses_the_lock() {
         let opts = LockOptions::new().ttl(ttl);
         let g = lock.acquire(&name, &opts).await.expect("acquire");
         if take_from {
-            assert!(memory.take_away(&name));
+            assert!(memory.force_release(&name).await.expect("take away"));
         } else {
-            assert!(a.take_away(&name).await.expect("take away"));
+            assert!(a.force_release(&name).await.expect("take away"));
         }
         let reason = tokio::time::timeout(ttl, g.lost())
             .await

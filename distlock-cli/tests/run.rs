@@ -7,38 +7,12 @@ use std::path::Path;
 use std::process::{Output, Stdio};
 use std::time::Duration;
 
-use distlock::{LockOptions, Wait};
-use tokio::process::{Child, Command};
+use distlock::{DistributedLock, LockOptions, Wait};
+use tokio::process::Child;
 use tokio::time::Instant;
 
-/// A server URL from the environment; a missing one is a failure.
-fn env(key: &str) -> String {
-    std::env::var(key).unwrap_or_else(|_| {
-        panic!("{key} is not set: start the servers with scripts/services.sh up")
-    })
-}
-
-fn unique(case: &str) -> String {
-    format!("cli/{case}/{:016x}", rand_u64())
-}
-
-fn rand_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos())
-            .unwrap_or_default(),
-    );
-    h.finish()
-}
-
-fn distlock() -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
-    command.env_remove("DISTLOCK_URL").kill_on_drop(true);
-    command
-}
+mod common;
+use common::{distlock, env, text, unique};
 
 /// `distlock run --url URL [extra…] NAME -- sh -c SCRIPT`, to completion.
 async fn run_sh(url: &str, extra: &[&str], name: &str, script: &str) -> Output {
@@ -61,10 +35,6 @@ fn spawn_sh(url: &str, extra: &[&str], name: &str, script: &str) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("start distlock")
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
 }
 
 /// Wait until `path` exists (the command has started).
@@ -228,7 +198,7 @@ async fn a_lost_lock_stops_the_command() {
         wait_for(&pidfile).await;
         let pid = std::fs::read_to_string(&pidfile).expect("pid");
         assert!(
-            operator.take_away(&name).await.expect("take away"),
+            operator.force_release(&name).await.expect("take away"),
             "{case}: held"
         );
         let taken = Instant::now();

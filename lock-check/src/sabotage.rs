@@ -6,8 +6,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::{
-    Capabilities, DistributedLock, GuardHandle, LeaseState, LockError, LockGuard, LockOptions,
-    async_trait,
+    Capabilities, DistributedLock, GuardHandle, LeaseState, LockError, LockGuard, LockInfo,
+    LockOptions, async_trait,
 };
 
 /// A defect to inject.
@@ -115,5 +115,13 @@ impl DistributedLock for SabotagedLock {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.capabilities()
+    }
+
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        self.inner.inspect(name).await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        self.inner.force_release(name).await
     }
 }

@@ -202,6 +202,9 @@ fn copy_of(e: &LockError) -> LockError {
             limit: *limit,
             advice: advice.clone(),
         },
+        LockError::Unsupported { backend, operation } => {
+            LockError::Unsupported { backend, operation }
+        }
         LockError::Backend {
             backend,
             reason,

@@ -111,6 +111,15 @@ pub enum LockError {
         advice: String,
     },
 
+    /// The backend cannot do this operation.
+    #[error("{backend} does not support {operation}")]
+    Unsupported {
+        /// The backend.
+        backend: &'static str,
+        /// The operation asked for.
+        operation: &'static str,
+    },
+
     /// The server answered with something the backend did not expect.
     #[error("{backend} error: {reason}")]
     Backend {

@@ -1,7 +1,8 @@
 //! The distlock contract: one [`DistributedLock`] trait for every backend.
 //!
 //! - [`DistributedLock`]: `try_acquire`, `acquire` (cancel-safe, bounded by
-//!   [`LockOptions::wait`]) and [`Capabilities`].
+//!   [`LockOptions::wait`]), [`Capabilities`], and for operators `inspect`
+//!   ([`LockInfo`]) and `force_release`.
 //! - [`LockGuard`]: RAII; `fencing_token()`, `lost()`, `extend()`, `release()`.
 //! - [`Watchdog`]: one renewal task per client for all auto-renewed leases;
 //!   [`Batcher`] lets a backend serve many renewals with one request.
@@ -15,6 +16,7 @@ mod batch;
 mod capabilities;
 mod error;
 mod guard;
+mod info;
 mod lock;
 mod loss;
 mod memory;
@@ -42,6 +44,7 @@ pub use batch::{BatchFn, Batcher};
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
 pub use guard::{GuardHandle, LockGuard, PendingGrant, confirmed_lease_start};
+pub use info::LockInfo;
 pub use lock::{Attempt, DistributedLock, acquire_by_polling, check_request, wait_deadline};
 pub use loss::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, LossKind, LossReason, drift_allowance,

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::info::LockInfo;
 use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
 
@@ -43,6 +44,38 @@ pub trait DistributedLock: Send + Sync {
 
     /// What this backend guarantees.
     fn capabilities(&self) -> Capabilities;
+
+    /// What the server says about `name` now, without taking it: whether it
+    /// is held and, where the backend can read them, the holder's fencing
+    /// token, its lease's time left and the number of waiters. A snapshot
+    /// for operators (`distlock status`); it may change at once. Every
+    /// backend of this project implements it; the default answers
+    /// [`LockError::Unsupported`].
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "inspect",
+        })
+    }
+
+    /// The operator's way out for a lock whose holder is gone but whose
+    /// lease is long: free `name` on the server whoever holds it, without
+    /// the holder's consent. The holder's `lost()` fires when its client
+    /// next hears from the server. Returns whether there was a holder.
+    ///
+    /// Where a lock lives as long as a session or connection (Postgres and
+    /// MySQL, etcd's shared session lease), that session is ended, and the
+    /// other locks it carried are lost with it; each backend's
+    /// documentation says what it removes. Never part of normal locking:
+    /// a holder that is alive loses its lock while it may still be working.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "force_release",
+        })
+    }
 }
 
 /// The outcome of one attempt by a polling backend.

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 use crate::error::LockError;
 use crate::guard::{GuardHandle, LockGuard};
+use crate::info::LockInfo;
 use crate::lock::{DistributedLock, check_request, wait_deadline};
 use crate::loss::{LeaseState, LossReason};
 use crate::options::{LockOptions, Wait};
@@ -92,24 +93,6 @@ impl MemoryLock {
     /// An empty set of locks.
     pub fn new() -> Self {
         Self::default()
-    }
-
-    /// Fault injection: make the current holder of `name` lose the lock, as
-    /// if a server had expired it. The holder's `lost()` fires and the next
-    /// waiter is woken. Returns whether there was a holder.
-    pub fn take_away(&self, name: &str) -> bool {
-        let mut slots = self.shared.slots();
-        let Some(slot) = slots.get_mut(name) else {
-            return false;
-        };
-        let Some(holder) = slot.holder.take() else {
-            return false;
-        };
-        if let Some(lease) = holder.lease.upgrade() {
-            lease.mark_lost(LossReason::TakenOver);
-        }
-        slot.wake_head();
-        true
     }
 
     /// Observation for tests: how many acquisitions of `name` are queued.
@@ -256,6 +239,43 @@ impl DistributedLock for MemoryLock {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        crate::name::validate_name(name)?;
+        let now = Instant::now();
+        let mut slots = self.shared.slots();
+        let Some(slot) = slots.get_mut(name) else {
+            return Ok(LockInfo::free().with_waiters(Some(0)));
+        };
+        let waiters = Some(slot.queue.len());
+        let fence = slot.fence;
+        Ok(match slot.live_holder(now) {
+            Some(holder) => LockInfo::held()
+                .with_fencing_token(Some(fence))
+                .with_expires_in(Some(holder.expires - now)),
+            None => LockInfo::free(),
+        }
+        .with_waiters(waiters))
+    }
+
+    /// Make the current holder of `name` lose the lock at once, as if a
+    /// server had expired it: its `lost()` fires (taken over) and the next
+    /// waiter is woken.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        crate::name::validate_name(name)?;
+        let mut slots = self.shared.slots();
+        let Some(slot) = slots.get_mut(name) else {
+            return Ok(false);
+        };
+        let Some(holder) = slot.holder.take() else {
+            return Ok(false);
+        };
+        if let Some(lease) = holder.lease.upgrade() {
+            lease.mark_lost(LossReason::TakenOver);
+        }
+        slot.wake_head();
+        Ok(true)
     }
 }
 

@@ -197,6 +197,7 @@ macro_rules! conformance_suite {
                 notified_waiters_do_not_poll,
                 cancellation_at_any_point_leaves_the_lock_free,
                 many_locks_held_at_once,
+                inspect_and_force_release,
             );
         }
     };
@@ -1338,4 +1339,113 @@ pub async fn cancellation_at_any_point_leaves_the_lock_free(h: Harness) {
         started.elapsed()
     );
     assert!(g.release().await.expect("release"));
+}
+
+/// `inspect` (asked by a second client) tells a free lock from a held one
+/// (auto-renewed),
+/// reports the holder's fencing token on every backend that has tokens and
+/// a lease no longer than the TTL where it reports one, and counts a
+/// waiter where it counts waiters. `force_release` frees a held lock for
+/// the next acquisition at once, long before its lease would end, and the
+/// old holder cannot release it afterwards; on a free lock it answers
+/// `false`. A waiter queued behind a force-released holder gets the lock
+/// at once, not when the lease would have run out.
+pub async fn inspect_and_force_release(h: Harness) {
+    const TTL_MS: u64 = 30_000;
+    let name = unique_name("inspect");
+    let caps = h.lock.capabilities();
+    let free = h.other.inspect(&name).await.expect("inspect a new name");
+    assert!(!free.held, "a new name: {free:?}");
+    assert!(free.waiters.unwrap_or(0) == 0, "a new name: {free:?}");
+    assert!(
+        !h.other.force_release(&name).await.expect("force_release"),
+        "force_release of a free lock found a holder"
+    );
+
+    let held = h
+        .lock
+        .acquire(&name, &opts(TTL_MS, Wait::No, true))
+        .await
+        .expect("acquire");
+    let info = h.other.inspect(&name).await.expect("inspect");
+    assert!(info.held, "held: {info:?}");
+    if caps.fencing != Fencing::None {
+        assert_eq!(
+            info.fencing_token,
+            held.fencing_token(),
+            "the holder's token"
+        );
+    }
+    if let Some(left) = info.expires_in {
+        assert!(
+            left <= Duration::from_millis(TTL_MS) && left > Duration::from_millis(TTL_MS / 2),
+            "lease left {left:?} of {TTL_MS} ms"
+        );
+    }
+
+    // Freed for a newcomer at once, whatever the lease says.
+    assert!(h.other.force_release(&name).await.expect("force_release"));
+    let after = h.other.inspect(&name).await.expect("inspect");
+    assert!(!after.held, "after force_release: {after:?}");
+    let next = h
+        .other
+        .acquire(&name, &opts(TTL_MS, Wait::Up(SLACK), true))
+        .await
+        .expect("acquire after force_release");
+    if let (Some(old), Some(new)) = (held.fencing_token(), next.fencing_token()) {
+        assert!(new > old, "token {new} after force-released {old}");
+    }
+    assert!(
+        !matches!(held.release().await, Ok(true)),
+        "the force-released holder released the new holder's lock"
+    );
+    let info = h.lock.inspect(&name).await.expect("inspect");
+    assert!(info.held, "the new holder: {info:?}");
+
+    // A queued waiter is served at once when the holder is force-released.
+    let waiter = tokio::spawn({
+        let (lock, name) = (h.lock.clone(), name.clone());
+        async move {
+            lock.acquire(
+                &name,
+                &opts(TTL_MS, Wait::Up(Duration::from_secs(60)), true),
+            )
+            .await
+        }
+    });
+    if info.waiters.is_some() {
+        let start = Instant::now();
+        loop {
+            let now = h.other.inspect(&name).await.expect("inspect");
+            if now.waiters == Some(1) {
+                break;
+            }
+            assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the waiter was not counted: {now:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    } else {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(h.lock.force_release(&name).await.expect("force_release"));
+    let served = tokio::time::timeout(SLACK * 4, waiter)
+        .await
+        .expect("the waiter was not served after force_release")
+        .expect("waiter task")
+        .expect("waiter");
+    let info = h.other.inspect(&name).await.expect("inspect");
+    assert!(info.held, "the waiter holds it: {info:?}");
+    if caps.fencing != Fencing::None {
+        assert_eq!(
+            info.fencing_token,
+            served.fencing_token(),
+            "the waiter's token"
+        );
+    }
+    assert!(served.release().await.expect("release"));
+    drop(next);
+    let end = h.other.inspect(&name).await.expect("inspect");
+    assert!(!end.held, "after the last release: {end:?}");
 }

@@ -3,14 +3,14 @@
 use std::sync::Arc;
 
 use lock_core::testkit::{FaultHook, Harness, taken_away};
-use lock_core::{LockError, MemoryLock, async_trait};
+use lock_core::{DistributedLock, LockError, MemoryLock, async_trait};
 
 struct MemoryHook(MemoryLock);
 
 #[async_trait]
 impl FaultHook for MemoryHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        taken_away(name, self.0.take_away(name))
+        taken_away(name, self.0.force_release(name).await?)
     }
 
     async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {

@@ -13,8 +13,8 @@ use etcd_client::{
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Wait, Waiting,
-    Watchdog, check_request, wait_deadline,
+    LockError, LockGuard, LockInfo, LockOptions, LossReason, OwnerToken, PendingGrant, Wait,
+    Waiting, Watchdog, check_request, validate_name, wait_deadline,
 };
 use tokio::time::Instant;
 
@@ -202,26 +202,6 @@ impl EtcdLock {
             CompareOp::Equal,
             token,
         ))
-    }
-
-    /// Fault injection (and the operator's force-unlock): revoke the lease
-    /// of `name`'s current holder. Every lock on that lease is freed at once
-    /// and their holders' `lost()` fires. Returns whether there was a holder.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let dir = keys::dir(&self.inner.config.prefix, name);
-        let client = &self.inner.client;
-        let first = requests::get(
-            client,
-            &dir,
-            first_by_creation(&dir),
-            "reading a lock's holder",
-        )
-        .await?;
-        let Some(holder) = first.kvs().first() else {
-            return Ok(false);
-        };
-        requests::revoke(client, holder.lease(), "revoking the holder's lease").await?;
-        Ok(true)
     }
 
     /// How many acquisitions of `name` wait behind its holder: the keys
@@ -550,6 +530,61 @@ impl DistributedLock for EtcdLock {
 
     fn capabilities(&self) -> Capabilities {
         self.inner.caps
+    }
+
+    /// The first key under the lock's directory (by creation) is the
+    /// holder: its create revision is the token and its lease's time to
+    /// live the time left (whole seconds); the keys after it wait.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let client = &self.inner.client;
+        let first = requests::get(
+            client,
+            &dir,
+            first_by_creation(&dir),
+            "reading a lock's holder",
+        )
+        .await?;
+        let waiters = usize::try_from(first.count())
+            .unwrap_or(0)
+            .saturating_sub(1);
+        let Some(holder) = first.kvs().first() else {
+            return Ok(LockInfo::free().with_waiters(Some(0)));
+        };
+        let left = if holder.lease() == 0 {
+            None
+        } else {
+            requests::time_left(client, holder.lease(), "reading the holder's lease")
+                .await?
+                .map(Duration::from_secs)
+        };
+        Ok(LockInfo::held()
+            .with_fencing_token(u64::try_from(holder.create_revision()).ok())
+            .with_expires_in(left)
+            .with_waiters(Some(waiters)))
+    }
+
+    /// Revoke the lease of `name`'s holder: its key goes, the next waiter
+    /// is notified at once, and the holder's `lost()` fires. The holder's
+    /// other locks on the same lease (a client's locks share its session
+    /// lease) are freed with it.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let client = &self.inner.client;
+        let first = requests::get(
+            client,
+            &dir,
+            first_by_creation(&dir),
+            "reading a lock's holder",
+        )
+        .await?;
+        let Some(holder) = first.kvs().first() else {
+            return Ok(false);
+        };
+        requests::revoke(client, holder.lease(), "revoking the holder's lease").await?;
+        Ok(true)
     }
 }
 

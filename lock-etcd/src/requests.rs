@@ -82,6 +82,20 @@ pub(crate) async fn revoke(client: &Client, id: i64, doing: &str) -> Result<(), 
     .map(|_| ())
 }
 
+/// The seconds lease `id` has left (`None` if it is gone).
+pub(crate) async fn time_left(
+    client: &Client,
+    id: i64,
+    doing: &str,
+) -> Result<Option<u64>, LockError> {
+    let answer = retry(doing, || {
+        let mut lease = client.lease_client();
+        async move { lease.time_to_live(id, None).await }
+    })
+    .await?;
+    Ok(u64::try_from(answer.ttl()).ok())
+}
+
 /// One keep-alive of lease `id`: `false` if the lease is gone.
 pub(crate) async fn keep_alive_once(client: &Client, id: i64) -> Result<bool, LockError> {
     let sent = retry("keeping a lease alive", || {

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 
 use lock_core::testkit::{FaultHook, Harness, taken_away};
-use lock_core::{LockError, async_trait};
+use lock_core::{DistributedLock, LockError, async_trait};
 use lock_etcd::EtcdLock;
 
 struct EtcdHook(EtcdLock);
@@ -13,7 +13,7 @@ struct EtcdHook(EtcdLock);
 #[async_trait]
 impl FaultHook for EtcdHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        taken_away(name, self.0.take_away(name).await?)
+        taken_away(name, self.0.force_release(name).await?)
     }
 
     async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {

@@ -187,7 +187,7 @@ async fn a_revoked_session_fires_lost_and_the_next_token_is_larger() {
         .acquire(&unique("same-session"), &session_opts())
         .await
         .expect("acquire");
-    assert!(locks.take_away(&name).await.expect("revoke"));
+    assert!(locks.force_release(&name).await.expect("revoke"));
     let start = Instant::now();
     let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
         .await

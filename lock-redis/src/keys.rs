@@ -58,6 +58,7 @@ impl Keys {
 }
 
 /// The keys and channel of one lock (see [`Keys`]).
+#[derive(Clone)]
 pub struct LockKeys {
     /// Holds the owner token, with the lease as its TTL.
     pub lock: String,

@@ -7,8 +7,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
-    LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting,
-    Wakeups, Watchdog, check_request, wait_deadline,
+    LeaseState, LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant, Wait,
+    Waiting, Wakeups, Watchdog, check_request, validate_name, wait_deadline,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -148,22 +148,6 @@ impl RedisLock {
             }),
             watchdog: Watchdog::new(),
         })
-    }
-
-    /// Fault injection (and the operator's force-unlock): delete `name`'s
-    /// lock key without telling its holder or its waiters. The holder's next
-    /// renewal fails and its `lost()` fires. Returns whether a key existed.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let mut conn = self.inner.conn.clone();
-        let key = self.inner.keys.lock(name);
-        let deleted: i64 = within(
-            &self.inner.config,
-            "deleting a lock key",
-            redis::cmd("DEL").arg(&key).query_async(&mut conn),
-        )
-        .await?
-        .map_err(|e| map_redis("deleting a lock key", e))?;
-        Ok(deleted == 1)
     }
 
     /// How many acquisitions of `name` wait in its server-side queue.
@@ -339,6 +323,73 @@ impl DistributedLock for RedisLock {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// One atomic read of the lock key, its remaining TTL, the name's
+    /// fencing counter (the holder's token: only a grant advances it) and
+    /// the queue's length.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        let keys = self.inner.keys.all(name);
+        let mut conn = self.inner.conn.clone();
+        let (owner, pttl, fence, waiters): (Option<String>, i64, Option<u64>, usize) = within(
+            &self.inner.config,
+            "reading a lock's state",
+            redis::pipe()
+                .atomic()
+                .get(&keys.lock)
+                .pttl(&keys.lock)
+                .get(&keys.fence)
+                .zcard(&keys.queue)
+                .query_async(&mut conn),
+        )
+        .await?
+        .map_err(|e| map_redis("reading a lock's state", e))?;
+        let waiters = Some(waiters);
+        Ok(match owner {
+            None => LockInfo::free().with_waiters(waiters),
+            Some(_) => LockInfo::held()
+                .with_fencing_token(fence)
+                .with_expires_in(u64::try_from(pttl).ok().map(Duration::from_millis))
+                .with_waiters(waiters),
+        })
+    }
+
+    /// Release `name` on behalf of whoever holds it: the release script
+    /// run with the holder's owner token as read from the key, so the lock
+    /// is handed to the first waiter in the queue as on a normal release.
+    /// The holder's next renewal fails and its `lost()` fires.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let keys = self.inner.keys.all(name);
+        // A holder that changes between the read and the script (it
+        // released, another took over) is read again.
+        for _ in 0..3 {
+            let mut conn = self.inner.conn.clone();
+            let owner: Option<String> = within(
+                &self.inner.config,
+                "reading a lock's holder",
+                redis::cmd("GET").arg(&keys.lock).query_async(&mut conn),
+            )
+            .await?
+            .map_err(|e| map_redis("reading a lock's holder", e))?;
+            let Some(owner) = owner else {
+                return Ok(false);
+            };
+            let holder = RedisHandle {
+                inner: Arc::clone(&self.inner),
+                keys: keys.clone(),
+                owner,
+            };
+            if holder.release().await? {
+                return Ok(true);
+            }
+        }
+        Err(LockError::Backend {
+            backend: BACKEND,
+            reason: format!("lock `{name}` changed hands three times while being force-released"),
+            source: None,
+        })
     }
 }
 

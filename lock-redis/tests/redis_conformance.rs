@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lock_core::testkit::{FaultHook, Harness, taken_away};
-use lock_core::{LockError, async_trait};
+use lock_core::{DistributedLock, LockError, async_trait};
 use lock_redis::RedisLock;
 
 struct RedisHook(RedisLock);
@@ -12,7 +12,7 @@ struct RedisHook(RedisLock);
 #[async_trait]
 impl FaultHook for RedisHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        taken_away(name, self.0.take_away(name).await?)
+        taken_away(name, self.0.force_release(name).await?)
     }
 
     async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {

@@ -8,14 +8,14 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups, Watchdog,
-    check_request, wait_deadline,
+    LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups,
+    Watchdog, check_request, validate_name, wait_deadline,
 };
 use lock_redis::parts::{Keys, Subscription};
 use tokio::time::Instant;
 
 use crate::config::{NodeUrl, RedlockConfig, parse_url};
-use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
+use crate::node::{BACKEND, LockRef, Node, NodeGrant, NodeState, QUEUE_TTL, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -178,21 +178,35 @@ impl Redlock {
         (self.inner.nodes.len(), self.inner.quorum)
     }
 
-    /// Fault injection (and the operator's force-unlock): delete `name`'s
-    /// lock key on every node without telling its holder. The holder's next
-    /// renewal fails and its `lost()` fires. Returns whether any key existed.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let key: Arc<str> = self.inner.keys.lock(name).into();
+    /// Every node's view of `name`, failing if fewer than a majority
+    /// answer.
+    async fn states(&self, name: &str, doing: &str) -> Result<Vec<NodeState>, LockError> {
+        let keys = Arc::new(self.inner.keys.all(name));
         let replies = gather(
             self.inner
                 .nodes
                 .iter()
-                .map(|n| Arc::clone(n).delete(Arc::clone(&key))),
+                .map(|n| Arc::clone(n).state(Arc::clone(&keys))),
             Stragglers::Finish,
             |_| false,
         )
         .await;
-        Ok(count(&replies, |&deleted| deleted) > 0)
+        let answered = count(&replies, |_| true);
+        if answered < self.inner.quorum {
+            return Err(LockError::QuorumNotReached {
+                acquired: answered,
+                needed: self.inner.quorum,
+                causes: causes(&replies, &self.inner.names)
+                    .into_iter()
+                    .map(|c| format!("{doing}: {c}"))
+                    .collect(),
+            });
+        }
+        Ok(replies
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .collect())
     }
 
     /// How many acquisitions of `name` wait in its queue: the most on any
@@ -538,6 +552,74 @@ impl DistributedLock for Redlock {
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
+
+    /// Held when one owner holds the key on a majority of nodes; its token
+    /// is the largest counter among those nodes (the grant wrote it back to
+    /// a majority), its lease the time until fewer than a majority still
+    /// hold it, and the waiters the longest queue on any node.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        let states = self.states(name, "reading a lock's state").await?;
+        let waiters = states.iter().map(|s| s.queued).max();
+        let Some(owner) = majority_owner(&states, self.inner.quorum) else {
+            return Ok(LockInfo::free().with_waiters(waiters));
+        };
+        let holding: Vec<&NodeState> = states
+            .iter()
+            .filter(|s| s.owner.as_deref() == Some(owner))
+            .collect();
+        let token = holding.iter().filter_map(|s| s.fence).max();
+        let mut left: Vec<Duration> = holding.iter().filter_map(|s| s.left).collect();
+        left.sort_unstable_by(|a, b| b.cmp(a));
+        Ok(LockInfo::held()
+            .with_fencing_token(token)
+            .with_expires_in(left.get(self.inner.quorum - 1).copied())
+            .with_waiters(waiters))
+    }
+
+    /// Release `name` on every node on behalf of each owner found there,
+    /// with the release script, so each node hands itself to the first
+    /// waiter in its queue as on a normal release. `true` if an owner held
+    /// it on a majority. The holder's next renewal fails and its `lost()`
+    /// fires.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let states = self.states(name, "reading a lock's holder").await?;
+        let held = majority_owner(&states, self.inner.quorum).is_some();
+        let mut owners: Vec<String> = states.into_iter().filter_map(|s| s.owner).collect();
+        owners.sort_unstable();
+        owners.dedup();
+        for owner in owners {
+            let lock = Arc::new(LockRef {
+                keys: self.inner.keys.all(name),
+                owner,
+            });
+            gather(
+                self.inner
+                    .nodes
+                    .iter()
+                    .map(|node| Arc::clone(node).release(Arc::clone(&lock), None)),
+                Stragglers::Finish,
+                |_| false,
+            )
+            .await;
+        }
+        Ok(held)
+    }
+}
+
+/// The owner token that holds the key on at least `quorum` nodes, if any.
+fn majority_owner(states: &[NodeState], quorum: usize) -> Option<&str> {
+    states
+        .iter()
+        .filter_map(|s| s.owner.as_deref())
+        .find(|owner| {
+            states
+                .iter()
+                .filter(|s| s.owner.as_deref() == Some(*owner))
+                .count()
+                >= quorum
+        })
 }
 
 impl fmt::Debug for Redlock {

@@ -38,6 +38,15 @@ pub(crate) struct LockRef {
     pub(crate) owner: String,
 }
 
+/// One node's view of a lock: its holder's owner token, the key's time
+/// left, the fencing counter and the queue's length.
+pub(crate) struct NodeState {
+    pub(crate) owner: Option<String>,
+    pub(crate) left: Option<Duration>,
+    pub(crate) fence: Option<u64>,
+    pub(crate) queued: usize,
+}
+
 /// One node's answer to an acquire.
 #[derive(Debug)]
 pub(crate) enum NodeGrant {
@@ -295,16 +304,30 @@ impl Node {
         }
     }
 
-    /// Delete the lock key whoever holds it (fault injection, force-unlock).
-    pub(crate) async fn delete(self: Arc<Self>, key: Arc<str>) -> Result<bool, LockError> {
+    /// This node's view of one lock, read atomically.
+    pub(crate) async fn state(
+        self: Arc<Self>,
+        keys: Arc<LockKeys>,
+    ) -> Result<NodeState, LockError> {
         let mut conn = self.conn.clone();
-        let deleted: i64 = self
+        let (owner, pttl, fence, queued): (Option<String>, i64, Option<u64>, usize) = self
             .bounded(
-                "deleting a lock key",
-                redis::cmd("DEL").arg(&*key).query_async(&mut conn),
+                "reading a lock's state",
+                redis::pipe()
+                    .atomic()
+                    .get(&keys.lock)
+                    .pttl(&keys.lock)
+                    .get(&keys.fence)
+                    .zcard(&keys.queue)
+                    .query_async(&mut conn),
             )
             .await?;
-        Ok(deleted == 1)
+        Ok(NodeState {
+            owner,
+            left: u64::try_from(pttl).ok().map(Duration::from_millis),
+            fence,
+            queued,
+        })
     }
 
     /// The number of entries in the queue `key`.

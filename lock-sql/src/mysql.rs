@@ -41,8 +41,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, PendingGrant, Wait, Waiting, Watchdog, check_request,
-    confirmed_lease_start, wait_deadline,
+    LockError, LockGuard, LockInfo, LockOptions, PendingGrant, Wait, Waiting, Watchdog,
+    check_request, confirmed_lease_start, validate_name, wait_deadline,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
@@ -248,31 +248,57 @@ impl MySqlLock {
         })
     }
 
-    /// Fault injection (and the operator's force-unlock): kill the server
-    /// connection holding `name`. Its lock is freed and the holder's
-    /// `lost()` fires; so do those of the other locks that connection
-    /// carried (advisory mode shares sessions between a client's locks).
-    /// Returns whether a holder was found.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let holder: Option<u64> = match self.inner.mode {
-            SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
+    /// The server connection holding `name`.
+    async fn holder_id(&self, name: &str) -> Result<Option<u64>, LockError> {
+        match self.inner.mode {
+            SqlMode::Advisory => Ok(sqlx::query_scalar::<_, Option<i64>>(
                 "SELECT IS_USED_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
             )
             .bind(name.as_bytes())
             .fetch_one(self.inner.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
-            .and_then(|id| u64::try_from(id).ok()),
-            SqlMode::Row => self.row_holder(name).await?,
+            .and_then(|id| u64::try_from(id).ok())),
+            SqlMode::Row => self.row_holder(name).await,
+        }
+    }
+
+    /// Whether `name` is held, without queueing: `IS_USED_LOCK`, or a
+    /// `NOWAIT` row lock in a transaction that is rolled back at once (a
+    /// free row is locked for that moment).
+    async fn is_held(&self, name: &str) -> Result<bool, LockError> {
+        if self.inner.mode == SqlMode::Advisory {
+            return Ok(self.holder_id(name).await?.is_some());
+        }
+        let failed = |e| map_sqlx(BACKEND, "reading whether a lock is held", e);
+        let mut tx = self.inner.pool.pool().begin().await.map_err(failed)?;
+        let probe = sqlx::query(AssertSqlSafe(format!(
+            "SELECT name FROM {} WHERE name = ? FOR UPDATE NOWAIT",
+            self.inner.table.as_str()
+        )))
+        .bind(name.as_bytes())
+        .execute(&mut *tx)
+        .await;
+        let held = match probe {
+            Ok(_) => false,
+            Err(e) if not_granted(&e) => true,
+            Err(e) => return Err(failed(e)),
         };
-        let Some(id) = holder else {
-            return Ok(false);
-        };
-        sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
-            .execute(self.inner.pool.pool())
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "killing the holder's connection", e))?;
-        Ok(true)
+        tx.rollback().await.map_err(failed)?;
+        Ok(held)
+    }
+
+    /// The token of `name`'s latest grant: the holder's while it is held.
+    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT CAST(token AS SIGNED) FROM {}_tokens WHERE name = ?",
+            self.inner.table.as_str()
+        )))
+        .bind(name.as_bytes())
+        .fetch_optional(self.inner.pool.pool())
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token.and_then(|t| u64::try_from(t).ok()))
     }
 
     /// The connection holding `name`'s row lock, found by queueing behind
@@ -307,6 +333,7 @@ impl MySqlLock {
                 let holder: Option<i64> = sqlx::query_scalar(
                     "SELECT CAST(b.trx_mysql_thread_id AS SIGNED) FROM information_schema.innodb_lock_waits w \
                      JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id \
+                     AND b.trx_state <> 'LOCK WAIT' \
                      JOIN information_schema.innodb_trx r ON r.trx_id = w.requesting_trx_id \
                      WHERE r.trx_mysql_thread_id = ? LIMIT 1",
                 )
@@ -616,6 +643,60 @@ impl DistributedLock for MySqlLock {
             // Locks on shared sessions are bounded by the server only.
             max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
             ..CAPABILITIES
+        }
+    }
+
+    /// Held when a connection holds `name` (`IS_USED_LOCK`, or a `NOWAIT`
+    /// probe of the row that is refused); the token is `name`'s counter, which only a holder
+    /// advances. The server does not show who waits for a user lock, and
+    /// the lock lasts as long as the holder's connection, so neither the
+    /// waiters nor a lease time are reported.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        if !self.is_held(name).await? {
+            return Ok(LockInfo::free());
+        }
+        Ok(LockInfo::held().with_fencing_token(self.latest_token(name).await?))
+    }
+
+    /// Kill the server connection holding `name` and wait (up to 10 s)
+    /// until it is gone, so that the lock is free when this returns; the
+    /// next waiter is granted it by the server. The holder's `lost()`
+    /// fires, and so do those of the other locks that connection carried
+    /// (advisory locks granted without waiting share a few connections per
+    /// client).
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let Some(id) = self.holder_id(name).await? else {
+            return Ok(false);
+        };
+        let pool = self.inner.pool.pool();
+        sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "killing the holder's connection", e))?;
+        let start = Instant::now();
+        loop {
+            let alive: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "waiting for the holder's connection to end", e))?;
+            if alive == 0 {
+                return Ok(true);
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(LockError::Unavailable {
+                    backend: BACKEND,
+                    reason: format!(
+                        "the connection holding `{name}` was killed but had not ended after 10 s"
+                    ),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 }

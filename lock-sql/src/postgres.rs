@@ -57,8 +57,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, PendingGrant, Wait, Waiting, Watchdog, check_request,
-    confirmed_lease_start, wait_deadline,
+    LockError, LockGuard, LockInfo, LockOptions, PendingGrant, Wait, Waiting, Watchdog,
+    check_request, confirmed_lease_start, validate_name, wait_deadline,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, Postgres};
@@ -250,14 +250,23 @@ impl PgLock {
         })
     }
 
-    /// Fault injection (and the operator's force-unlock): end the server
-    /// session holding `name` (`pg_terminate_backend`). Its lock is freed
-    /// and the holder's `lost()` fires; so do those of the other locks that
-    /// session carried (advisory mode shares sessions between a client's
-    /// locks). Returns whether a holder was found.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let holder: Option<i32> = match self.inner.mode {
-            SqlMode::Row => self.row_holder(name).await?,
+    /// The token of `name`'s latest grant: the holder's while it is held.
+    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT token FROM {}_tokens WHERE name = $1",
+            self.inner.table.as_str()
+        )))
+        .bind(name)
+        .fetch_optional(self.inner.pool.pool())
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token.and_then(|t| u64::try_from(t).ok()))
+    }
+
+    /// The server process (pid) whose session holds `name`.
+    async fn holder_pid(&self, name: &str) -> Result<Option<i32>, LockError> {
+        match self.inner.mode {
+            SqlMode::Row => self.row_holder(name).await,
             SqlMode::Advisory => sqlx::query_scalar(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                  AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('distlock:' || $1, 0) LIMIT 1",
@@ -265,17 +274,8 @@ impl PgLock {
             .bind(name)
             .fetch_optional(self.inner.pool.pool())
             .await
-            .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?,
-        };
-        let Some(pid) = holder else {
-            return Ok(false);
-        };
-        let done: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1)")
-            .bind(pid)
-            .fetch_one(self.inner.pool.pool())
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
-        Ok(done)
+            .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e)),
+        }
     }
 
     /// How many acquisitions of `name` wait on the server: sessions waiting
@@ -549,6 +549,41 @@ impl DistributedLock for PgLock {
             max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
             ..CAPABILITIES
         }
+    }
+
+    /// Held when a session holds `name`'s advisory lock or row lock (the
+    /// server's lock table says so); the token is `name`'s counter, which
+    /// only a holder advances; the waiters are the sessions waiting in the
+    /// server's lock queue. The lock lasts as long as the holder's session,
+    /// so no lease time is reported.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        if self.holder_pid(name).await?.is_none() {
+            return Ok(LockInfo::free().with_waiters(Some(self.queued(name).await?)));
+        }
+        Ok(LockInfo::held()
+            .with_fencing_token(self.latest_token(name).await?)
+            .with_waiters(Some(self.queued(name).await?)))
+    }
+
+    /// End the server session holding `name` (`pg_terminate_backend`) and
+    /// wait (up to 10 s) until it is gone, so that the lock is free when
+    /// this returns; the next waiter is granted it by the server. The
+    /// holder's `lost()` fires, and so do those of the other locks that
+    /// session carried (advisory locks granted without waiting share a few
+    /// sessions per client).
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let Some(pid) = self.holder_pid(name).await? else {
+            return Ok(false);
+        };
+        let pool = self.inner.pool.pool();
+        let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
+            .bind(pid)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
+        Ok(ended)
     }
 }
 

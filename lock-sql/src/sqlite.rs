@@ -38,8 +38,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::{
     Attempt, Backoff, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade,
-    GuardHandle, LeaseState, LockError, LockGuard, LockOptions, OwnerToken, PendingGrant, Wait,
-    Waiting, Wakeups, Watchdog, acquire_by_polling, check_request,
+    GuardHandle, LeaseState, LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant,
+    Wait, Waiting, Wakeups, Watchdog, acquire_by_polling, check_request, validate_name,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -158,6 +158,7 @@ struct Statements {
     refresh_ticket: String,
     drop_ticket: String,
     holder_expiry: String,
+    holder: String,
     take_away: String,
 }
 
@@ -190,8 +191,13 @@ impl Statements {
                 "SELECT expires_at_ms FROM \"{t}\" \
                  WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
             ),
+            holder: format!(
+                "SELECT fence, expires_at_ms FROM \"{t}\" \
+                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
+            ),
             take_away: format!(
-                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 WHERE name = ?1 AND owner IS NOT NULL"
+                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
+                 WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
             ),
         }
     }
@@ -312,18 +318,6 @@ impl SqliteLock {
     /// The database file.
     pub fn path(&self) -> &Path {
         &self.inner.path
-    }
-
-    /// Fault injection: free `name` behind its holder's back (the holder's
-    /// next renewal fails and its `lost()` fires). Returns whether it was held.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let done = sqlx::query(AssertSqlSafe(self.inner.sql.take_away.as_str()))
-            .bind(name)
-            .execute(&self.inner.pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "taking a lock away", e))?;
-        self.inner.wakeups.wake(name);
-        Ok(done.rows_affected() == 1)
     }
 
     /// Observation for tests and operators: how many live waiters hold a
@@ -526,6 +520,47 @@ impl DistributedLock for SqliteLock {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// The lease row (holder's token and expiry) and the live waiters'
+    /// tickets.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        let now = now_ms();
+        let holder: Option<(i64, i64)> =
+            sqlx::query_as(AssertSqlSafe(self.inner.sql.holder.as_str()))
+                .bind(name)
+                .bind(now)
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "reading a lock's holder", e))?;
+        let waiters = Some(self.queued(name).await? as usize);
+        Ok(match holder {
+            None => LockInfo::free().with_waiters(waiters),
+            Some((fence, expires_at)) => LockInfo::held()
+                .with_fencing_token(u64::try_from(fence).ok())
+                .with_expires_in(
+                    u64::try_from(expires_at - now)
+                        .ok()
+                        .map(Duration::from_millis),
+                )
+                .with_waiters(waiters),
+        })
+    }
+
+    /// Clear the holder of `name`'s lease row. Waiters in this process are
+    /// woken at once, those in other processes at their next look; the
+    /// holder's next renewal fails and its `lost()` fires.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let done = sqlx::query(AssertSqlSafe(self.inner.sql.take_away.as_str()))
+            .bind(name)
+            .bind(now_ms())
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "force-releasing a lock", e))?;
+        self.inner.wakeups.wake(name);
+        Ok(done.rows_affected() == 1)
     }
 }
 

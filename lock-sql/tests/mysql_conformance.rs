@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lock_core::testkit::{FaultHook, Harness, taken_away};
-use lock_core::{LockError, async_trait};
+use lock_core::{DistributedLock, LockError, async_trait};
 use lock_sql::MySqlLock;
 
 struct MySqlHook(MySqlLock);
@@ -12,7 +12,7 @@ struct MySqlHook(MySqlLock);
 #[async_trait]
 impl FaultHook for MySqlHook {
     async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        taken_away(name, self.0.take_away(name).await?)
+        taken_away(name, self.0.force_release(name).await?)
     }
 }
 

@@ -143,7 +143,7 @@ async fn a_terminated_session_fires_lost_and_the_next_token_is_larger() {
             .wait(Wait::No);
         let g = locks.acquire(&name, &opts).await.expect("acquire");
         assert!(
-            other.take_away(&name).await.expect("terminate"),
+            other.force_release(&name).await.expect("terminate"),
             "{mode}: holder found"
         );
         let start = Instant::now();
@@ -231,7 +231,7 @@ async fn warm_connections_do_not_starve_the_pool() {
     .await
     .expect("connect");
     common::warm_connections_do_not_starve_the_pool(&locks, async |name| {
-        locks.take_away(name).await
+        locks.force_release(name).await
     })
     .await;
 }
@@ -301,7 +301,7 @@ async fn a_lost_session_loses_exactly_its_locks() {
     let _serial = SERIAL.lock().await;
     let (locks, other) = (advisory(2).await, advisory(2).await);
     common::a_lost_session_loses_exactly_its_locks(&locks, &other, async |name| {
-        other.take_away(name).await
+        other.force_release(name).await
     })
     .await;
 }

@@ -21,8 +21,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossReason, OwnerToken, PendingGrant, Waiting, Watchdog,
-    check_request, confirmed_lease_start, wait_deadline,
+    LockError, LockGuard, LockInfo, LockOptions, LossReason, OwnerToken, PendingGrant, Waiting,
+    Watchdog, check_request, confirmed_lease_start, validate_name, wait_deadline,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -159,23 +159,6 @@ impl ZkLock {
 
     fn current(&self) -> Arc<Session> {
         Arc::clone(&self.inner.session.lock().unwrap_or_else(|e| e.into_inner()))
-    }
-
-    /// Fault injection (and the operator's force-unlock): delete the holder's
-    /// node of `name`. The holder's next renewal fails and its `lost()`
-    /// fires. Returns whether there was a holder.
-    pub async fn take_away(&self, name: &str) -> Result<bool, LockError> {
-        let dir = lock_node(&self.inner.url.root, name);
-        let session = self.session().await?;
-        let Some(first) = queue(&session.client, &dir).await?.into_iter().next() else {
-            return Ok(false);
-        };
-        let path = format!("{dir}/{first}");
-        match retrying(|| session.client.delete(&path, None)).await {
-            Ok(()) => Ok(true),
-            Err(zookeeper_client::Error::NoNode) => Ok(false),
-            Err(e) => Err(zk_error("deleting the holder's node", e)),
-        }
     }
 
     /// How many acquisitions of `name` wait behind its holder: the nodes
@@ -366,6 +349,55 @@ impl DistributedLock for ZkLock {
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// The first node of the lock's queue (by sequence) is the holder: its
+    /// `czxid` is the token; the nodes after it wait. The lock lives as long
+    /// as the holder's session, so no lease time is reported.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        let dir = lock_node(&self.inner.url.root, name);
+        let session = self.session().await?;
+        // A holder that goes between the listing and the read is looked
+        // for again.
+        for _ in 0..3 {
+            let nodes = queue(&session.client, &dir).await?;
+            let Some(first) = nodes.first() else {
+                return Ok(LockInfo::free().with_waiters(Some(0)));
+            };
+            let path = format!("{dir}/{first}");
+            let stat = retrying(|| session.client.check_stat(&path))
+                .await
+                .map_err(|e| zk_error("reading the holder's node", e))?;
+            if let Some(stat) = stat {
+                return Ok(LockInfo::held()
+                    .with_fencing_token(u64::try_from(stat.czxid).ok())
+                    .with_waiters(Some(nodes.len() - 1)));
+            }
+        }
+        Err(LockError::Backend {
+            backend: BACKEND,
+            reason: format!("lock `{name}` changed hands three times while being read"),
+            source: None,
+        })
+    }
+
+    /// Delete the holder's node of `name`: the next waiter (watching it)
+    /// is notified at once, and the holder's `lost()` fires when its
+    /// client sees the node gone (its next renewal at the latest).
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        let dir = lock_node(&self.inner.url.root, name);
+        let session = self.session().await?;
+        let Some(first) = queue(&session.client, &dir).await?.into_iter().next() else {
+            return Ok(false);
+        };
+        let path = format!("{dir}/{first}");
+        match retrying(|| session.client.delete(&path, None)).await {
+            Ok(()) => Ok(true),
+            Err(zookeeper_client::Error::NoNode) => Ok(false),
+            Err(e) => Err(zk_error("deleting the holder's node", e)),
+        }
     }
 }
 
