@@ -46,7 +46,7 @@ use lock_core::{
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, MySql, Row};
+use sqlx::{AssertSqlSafe, ConnectOptions, MySql, Row};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
@@ -164,12 +164,15 @@ impl MySqlLock {
         if let Some(rest) = parsed.client_url.strip_prefix("mariadb://") {
             parsed.client_url = format!("mysql://{rest}");
         }
-        let options = MySqlConnectOptions::from_str(&parsed.client_url).map_err(|e| {
-            LockError::InvalidUrl {
+        let options = MySqlConnectOptions::from_str(&parsed.client_url)
+            .map_err(|e| LockError::InvalidUrl {
                 url: parsed.display.clone(),
                 reason: format!("rejected by the mysql client: {e}"),
-            }
-        })?;
+            })?
+            // A waiting acquisition is a slow statement by design: sqlx's
+            // statement log (a warning for every wait over a second) is
+            // off; distlock's own tracing reports lock events.
+            .disable_statement_logging();
         let pool = MySqlPoolOptions::new()
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)

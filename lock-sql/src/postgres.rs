@@ -61,7 +61,7 @@ use lock_core::{
     check_request, confirmed_lease_start, validate_name, wait_deadline,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{AssertSqlSafe, Postgres};
+use sqlx::{AssertSqlSafe, ConnectOptions, Postgres};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
@@ -194,7 +194,12 @@ impl PgLock {
                 url: parsed.display.clone(),
                 reason: format!("rejected by the postgres client: {e}"),
             })?;
-        let options = options.options([("client_connection_check_interval", CHECK_CLIENT)]);
+        // A waiting acquisition is a slow statement by design: sqlx's
+        // statement log (a warning for every wait over a second) is off;
+        // distlock's own tracing reports lock events.
+        let options = options
+            .options([("client_connection_check_interval", CHECK_CLIENT)])
+            .disable_statement_logging();
         let pool = PgPoolOptions::new()
             .max_connections(parsed.max_connections)
             .acquire_timeout(parsed.connect_timeout)
