@@ -42,6 +42,12 @@ Exit codes:
 SIGINT, SIGTERM and SIGHUP sent to distlock are passed on to the command;
 the lock is released once the command has exited.";
 
+/// Report `e` on stderr (one line) and return its exit code.
+pub fn failed(e: &LockError) -> u8 {
+    eprintln!("distlock: {e}");
+    for_error(e)
+}
+
 /// The exit code for a failed acquisition.
 pub fn for_error(e: &LockError) -> u8 {
     match e {

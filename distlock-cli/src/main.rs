@@ -4,12 +4,16 @@
 //!
 //! ```text
 //! distlock run --url redis://cache:6379 --ttl 30s --wait 10s nightly-report -- ./report.sh
+//! distlock status --url redis://cache:6379 nightly-report
+//! distlock release --force --url redis://cache:6379 nightly-report
 //! ```
 //!
 //! Exit codes are listed in [`exit`] and in `distlock run --help`.
 
 mod exit;
+mod release;
 mod run;
+mod status;
 mod wait_arg;
 
 use std::process::ExitCode;
@@ -32,6 +36,13 @@ enum Command {
     /// release it when the command exits.
     #[command(after_long_help = exit::RUN_HELP)]
     Run(run::RunArgs),
+    /// Show whether a lock is held and, where the backend can tell, the
+    /// holder's fencing token, its lease's time left and the waiters.
+    Status(status::StatusArgs),
+    /// Take a lock from its holder (--force): the operator's way out for a
+    /// lock whose holder is gone but whose lease is long.
+    #[command(after_long_help = release::WARNING)]
+    Release(release::ReleaseArgs),
 }
 
 fn main() -> ExitCode {
@@ -57,6 +68,8 @@ fn main() -> ExitCode {
     let code = runtime.block_on(async {
         match cli.command {
             Command::Run(args) => run::run(args).await,
+            Command::Status(args) => status::status(args).await,
+            Command::Release(args) => release::release(args).await,
         }
     });
     ExitCode::from(code)

@@ -28,6 +28,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio::time::Instant;
 
 use crate::exit;
+use crate::status::held_by;
 use crate::wait_arg::{parse_duration, parse_wait};
 
 /// Arguments of `distlock run`.
@@ -72,7 +73,7 @@ pub async fn run(args: RunArgs) -> u8 {
     };
     let locks = match distlock::connect(&args.url).await {
         Ok(locks) => locks,
-        Err(e) => return failed(&e),
+        Err(e) => return exit::failed(&e),
     };
     let opts = LockOptions::new()
         .ttl(args.ttl)
@@ -81,7 +82,7 @@ pub async fn run(args: RunArgs) -> u8 {
     let guard = tokio::select! {
         acquired = acquire(&*locks, &args.name, &opts) => match acquired {
             Ok(guard) => guard,
-            Err(e) => return failed(&e),
+            Err(e) => return exit::failed(&e),
         },
         received = signals.next() => {
             eprintln!("distlock: stopped by {received:?} while waiting for {:?}", args.name);
@@ -118,7 +119,7 @@ async fn acquire(
     );
     let acquired = tokio::select! {
         acquired = locks.acquire(name, opts) => acquired,
-        never = spinner.run() => match never {},
+        never = spinner.run(locks, name) => match never {},
     };
     spinner.clear();
     acquired
@@ -226,12 +227,6 @@ fn signal_number(signal: Signal) -> u8 {
     u8::try_from(signal.as_raw()).unwrap_or(0)
 }
 
-/// Report a failed connection or acquisition in one line.
-fn failed(e: &LockError) -> u8 {
-    eprintln!("distlock: {e}");
-    exit::for_error(e)
-}
-
 /// The signals passed on to the command.
 struct Signals {
     interrupt: tokio::signal::unix::Signal,
@@ -263,6 +258,7 @@ impl Signals {
 struct Spinner {
     bar: Option<ProgressBar>,
     delay: Duration,
+    waiting_for: String,
 }
 
 impl Spinner {
@@ -274,19 +270,33 @@ impl Spinner {
             if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
                 bar.set_style(style);
             }
-            bar.set_message(format!("waiting for lock {name:?} on {backend}"));
             bar
         });
-        Spinner { bar, delay }
+        let waiting_for = format!("waiting for lock {name:?} on {backend}");
+        if let Some(bar) = &bar {
+            bar.set_message(waiting_for.clone());
+        }
+        Spinner {
+            bar,
+            delay,
+            waiting_for,
+        }
     }
 
-    /// Show the spinner after the delay; never returns.
-    async fn run(&self) -> Infallible {
+    /// Show the spinner after the delay, with what the backend tells of
+    /// the holder (looked at every two seconds); never returns.
+    async fn run(&self, locks: &dyn DistributedLock, name: &str) -> Infallible {
         tokio::time::sleep(self.delay).await;
-        if let Some(bar) = &self.bar {
-            bar.enable_steady_tick(Duration::from_millis(120));
+        let Some(bar) = &self.bar else {
+            return std::future::pending().await;
+        };
+        bar.enable_steady_tick(Duration::from_millis(120));
+        loop {
+            if let Ok(info) = locks.inspect(name).await {
+                bar.set_message(format!("{}: {}", self.waiting_for, held_by(&info)));
+            }
+            tokio::time::sleep(Duration::from_secs(2)).await;
         }
-        std::future::pending().await
     }
 
     fn clear(&self) {

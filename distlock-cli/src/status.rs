@@ -1,0 +1,134 @@
+//! `distlock status`: whether a lock is held and, where the backend can
+//! tell, the holder's fencing token, its lease's time left and the number
+//! of waiters.
+
+use std::time::Duration;
+
+use clap::Args;
+use distlock::LockInfo;
+
+use crate::exit;
+
+/// Arguments of `distlock status`.
+#[derive(Args)]
+pub struct StatusArgs {
+    /// The lock service, as for `distlock run`.
+    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    url: String,
+    /// Print one JSON object (`name`, `backend`, `held`, `fencing_token`,
+    /// `expires_in_ms`, `waiters`; `null` where the backend cannot tell).
+    #[arg(long)]
+    json: bool,
+    /// The lock name.
+    name: String,
+}
+
+/// Print the state of `args.name`, returning the exit code: 0 when it was
+/// read (held or not), 69 when it could not be.
+pub async fn status(args: StatusArgs) -> u8 {
+    let locks = match distlock::connect(&args.url).await {
+        Ok(locks) => locks,
+        Err(e) => return exit::failed(&e),
+    };
+    let backend = locks.capabilities().backend;
+    match locks.inspect(&args.name).await {
+        Ok(info) if args.json => {
+            println!("{}", as_json(&args.name, backend, &info));
+            0
+        }
+        Ok(info) => {
+            print!("{}", as_text(&args.name, backend, &info));
+            0
+        }
+        Err(e) => exit::failed(&e),
+    }
+}
+
+/// The human-readable report.
+pub fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
+    let state = if info.held { "held" } else { "free" };
+    let mut out = format!("lock {name:?} on {backend}: {state}\n");
+    if info.held {
+        if let Some(token) = info.fencing_token {
+            out.push_str(&format!("  fencing token  {token}\n"));
+        }
+        if let Some(left) = info.expires_in {
+            let left = Duration::from_millis(left.as_millis() as u64);
+            out.push_str(&format!(
+                "  lease left     {}\n",
+                humantime::format_duration(left)
+            ));
+        }
+    }
+    if let Some(waiters) = info.waiters {
+        out.push_str(&format!("  waiters        {waiters}\n"));
+    }
+    out
+}
+
+/// One line on the holder, for the spinner of `distlock run`: `held
+/// (token 42, 12s left), 1 waiting`.
+pub fn held_by(info: &LockInfo) -> String {
+    let mut out = String::from(if info.held { "held" } else { "free" });
+    let mut details = Vec::new();
+    if info.held {
+        if let Some(token) = info.fencing_token {
+            details.push(format!("token {token}"));
+        }
+        if let Some(left) = info.expires_in {
+            let left = Duration::from_secs(left.as_secs());
+            details.push(format!("{} left", humantime::format_duration(left)));
+        }
+    }
+    if !details.is_empty() {
+        out.push_str(&format!(" ({})", details.join(", ")));
+    }
+    if let Some(waiters) = info.waiters {
+        out.push_str(&format!(", {waiters} waiting"));
+    }
+    out
+}
+
+/// The JSON report.
+pub fn as_json(name: &str, backend: &str, info: &LockInfo) -> serde_json::Value {
+    serde_json::json!({
+        "name": name,
+        "backend": backend,
+        "held": info.held,
+        "fencing_token": info.fencing_token,
+        "expires_in_ms": info.expires_in.map(|d| d.as_millis() as u64),
+        "waiters": info.waiters,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reports_what_the_backend_told() {
+        let info = LockInfo::held()
+            .with_fencing_token(Some(42))
+            .with_expires_in(Some(Duration::from_millis(12_345)))
+            .with_waiters(Some(2));
+        let text = as_text("jobs/a", "redis", &info);
+        assert_eq!(
+            text,
+            "lock \"jobs/a\" on redis: held\n  fencing token  42\n  lease left     12s 345ms\n  waiters        2\n"
+        );
+        let json = as_json("jobs/a", "redis", &info);
+        assert_eq!(json["held"], true);
+        assert_eq!(json["fencing_token"], 42);
+        assert_eq!(json["expires_in_ms"], 12_345);
+        assert_eq!(json["waiters"], 2);
+
+        assert_eq!(held_by(&info), "held (token 42, 12s left), 2 waiting");
+
+        let free = as_text("b", "mysql", &LockInfo::free());
+        assert_eq!(held_by(&LockInfo::free()), "free");
+        assert_eq!(free, "lock \"b\" on mysql: free\n");
+        let json = as_json("b", "mysql", &LockInfo::free());
+        assert_eq!(json["held"], false);
+        assert!(json["waiters"].is_null() && json["fencing_token"].is_null());
+    }
+}
