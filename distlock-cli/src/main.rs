@@ -6,10 +6,12 @@
 //! distlock run --url redis://cache:6379 --ttl 30s --wait 10s nightly-report -- ./report.sh
 //! distlock status --url redis://cache:6379 nightly-report
 //! distlock release --force --url redis://cache:6379 nightly-report
+//! distlock compare --url redis://cache:6379 --url etcd://etcd:2379 --out report/
 //! ```
 //!
 //! Exit codes are listed in [`exit`] and in `distlock run --help`.
 
+mod compare;
 mod exit;
 mod release;
 mod run;
@@ -43,6 +45,10 @@ enum Command {
     /// lock whose holder is gone but whose lease is long.
     #[command(after_long_help = release::WARNING)]
     Release(release::ReleaseArgs),
+    /// Run the same workloads on several lock services side by side
+    /// (uncontended latency, contended throughput, hand-offs, fairness):
+    /// a table, and with --out the numbers as JSON/CSV and SVG charts.
+    Compare(compare::CompareArgs),
 }
 
 fn main() -> ExitCode {
@@ -70,6 +76,7 @@ fn main() -> ExitCode {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
             Command::Release(args) => release::release(args).await,
+            Command::Compare(args) => compare::compare(args).await,
         }
     });
     ExitCode::from(code)

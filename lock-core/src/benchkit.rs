@@ -65,23 +65,36 @@ where
             std::panic::resume_unwind(e.into_panic());
         }
     }
-    let mut log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
-    log.sort_by_key(|(granted, _, _)| *granted);
+    let log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
+    analyse(vec![log], tasks)
+}
+
+/// The figures of the turns of `tasks` contenders, recorded in one or more
+/// separate runs (`slices`, for example alternated with other backends'):
+/// hand-offs and their latencies are counted within each slice only.
+pub fn analyse(slices: Vec<Vec<Turn>>, tasks: usize) -> Run {
     let mut counts = vec![0; tasks];
     let mut latencies = Vec::new();
     let mut handoffs = 0;
-    for w in log.windows(2) {
-        let ((_, released, a), (granted, _, b)) = (w[0], w[1]);
-        if a != b {
-            handoffs += 1;
-            latencies.push(granted.saturating_duration_since(released));
+    let mut acquisitions = 0;
+    for mut log in slices {
+        log.sort_by_key(|(granted, _, _)| *granted);
+        for w in log.windows(2) {
+            let ((_, released, a), (granted, _, b)) = (w[0], w[1]);
+            if a != b {
+                handoffs += 1;
+                latencies.push(granted.saturating_duration_since(released));
+            }
         }
-    }
-    for (_, _, t) in &log {
-        counts[*t] += 1;
+        for (_, _, t) in &log {
+            if let Some(c) = counts.get_mut(*t) {
+                *c += 1;
+            }
+        }
+        acquisitions += log.len();
     }
     Run {
-        acquisitions: log.len(),
+        acquisitions,
         handoffs,
         handoff_latency: percentiles(latencies),
         per_task: (

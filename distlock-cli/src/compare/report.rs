@@ -1,0 +1,181 @@
+//! The comparison as a table, JSON and CSV.
+
+use std::fmt::Write as _;
+use std::path::Path;
+use std::time::Duration;
+
+use super::{Outcome, Target, chart};
+
+fn us(d: Duration) -> f64 {
+    d.as_secs_f64() * 1e6
+}
+
+fn per_sec(n: usize, ran: Duration) -> f64 {
+    n as f64 / ran.as_secs_f64().max(f64::EPSILON)
+}
+
+/// The table printed to stdout.
+pub fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration) -> String {
+    let mut out = String::new();
+    let width = targets
+        .iter()
+        .map(|t| t.label.len())
+        .max()
+        .unwrap_or(0)
+        .max(8);
+    let _ = writeln!(
+        out,
+        "\nuncontended acquire + release ({} per service)",
+        humantime::format_duration(duration)
+    );
+    let _ = writeln!(
+        out,
+        "  {:<width$} {:>9} {:>12} {:>12}",
+        "", "cycles", "p50 µs", "p99 µs"
+    );
+    for (t, o) in targets.iter().zip(outcomes) {
+        match &o.uncontended {
+            Ok(u) => {
+                let _ = writeln!(
+                    out,
+                    "  {:<width$} {:>9} {:>12.1} {:>12.1}",
+                    t.label,
+                    u.samples.len(),
+                    us(u.percentiles.0),
+                    us(u.percentiles.1)
+                );
+            }
+            Err(e) => {
+                let _ = writeln!(out, "  {:<width$} failed: {e}", t.label);
+            }
+        }
+    }
+    let counts: Vec<usize> = outcomes
+        .first()
+        .map(|o| o.contended.iter().map(|(n, _)| *n).collect())
+        .unwrap_or_default();
+    for (k, tasks) in counts.iter().enumerate() {
+        let _ = writeln!(out, "\ncontended, {tasks} task(s) with a client each");
+        let _ = writeln!(
+            out,
+            "  {:<width$} {:>10} {:>12} {:>26} {:>18}",
+            "", "acq/s", "handoffs/s", "handoff gap p50 / p99 µs", "per task min/max"
+        );
+        for (t, o) in targets.iter().zip(outcomes) {
+            match &o.contended[k].1 {
+                Ok(c) => {
+                    let r = &c.run;
+                    let _ = writeln!(
+                        out,
+                        "  {:<width$} {:>10.1} {:>12.1} {:>12.1} / {:>11.1} {:>10} / {}",
+                        t.label,
+                        per_sec(r.acquisitions, c.ran),
+                        per_sec(r.handoffs, c.ran),
+                        us(r.handoff_latency.0),
+                        us(r.handoff_latency.1),
+                        r.per_task.0,
+                        r.per_task.1
+                    );
+                }
+                Err(e) => {
+                    let _ = writeln!(out, "  {:<width$} failed: {e}", t.label);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// One row per service and workload, for JSON and CSV.
+fn rows(targets: &[Target], outcomes: &[Outcome]) -> Vec<serde_json::Value> {
+    let mut rows = Vec::new();
+    for (t, o) in targets.iter().zip(outcomes) {
+        let mut row = serde_json::json!({
+            "service": t.label,
+            "url": t.url,
+            "workload": "uncontended",
+        });
+        match &o.uncontended {
+            Ok(u) => {
+                row["cycles"] = u.samples.len().into();
+                row["p50_us"] = us(u.percentiles.0).into();
+                row["p99_us"] = us(u.percentiles.1).into();
+            }
+            Err(e) => row["error"] = e.to_string().into(),
+        }
+        rows.push(row);
+        for (tasks, run) in &o.contended {
+            let mut row = serde_json::json!({
+                "service": t.label,
+                "url": t.url,
+                "workload": format!("contended, {tasks} tasks"),
+                "tasks": tasks,
+            });
+            match run {
+                Ok(c) => {
+                    let r = &c.run;
+                    row["acquisitions_per_s"] = per_sec(r.acquisitions, c.ran).into();
+                    row["handoffs_per_s"] = per_sec(r.handoffs, c.ran).into();
+                    row["handoff_p50_us"] = us(r.handoff_latency.0).into();
+                    row["handoff_p99_us"] = us(r.handoff_latency.1).into();
+                    row["per_task_min"] = r.per_task.0.into();
+                    row["per_task_max"] = r.per_task.1.into();
+                }
+                Err(e) => row["error"] = e.to_string().into(),
+            }
+            rows.push(row);
+        }
+    }
+    rows
+}
+
+/// The CSV columns, in order.
+const COLUMNS: [&str; 14] = [
+    "service",
+    "url",
+    "workload",
+    "tasks",
+    "cycles",
+    "p50_us",
+    "p99_us",
+    "acquisitions_per_s",
+    "handoffs_per_s",
+    "handoff_p50_us",
+    "handoff_p99_us",
+    "per_task_min",
+    "per_task_max",
+    "error",
+];
+
+/// Write `report.json`, `report.csv`, `latency.svg` and `handoffs.svg`
+/// into `dir` (created if missing).
+pub fn write(
+    dir: &Path,
+    targets: &[Target],
+    outcomes: &[Outcome],
+    duration: Duration,
+) -> Result<(), Box<dyn std::error::Error>> {
+    std::fs::create_dir_all(dir)?;
+    let rows = rows(targets, outcomes);
+    let json = serde_json::json!({
+        "duration_ms": duration.as_millis() as u64,
+        "rows": rows,
+    });
+    std::fs::write(
+        dir.join("report.json"),
+        serde_json::to_string_pretty(&json)?,
+    )?;
+    let mut csv = csv::Writer::from_path(dir.join("report.csv"))?;
+    csv.write_record(COLUMNS)?;
+    for row in &rows {
+        csv.write_record(COLUMNS.iter().map(|c| match &row[*c] {
+            serde_json::Value::Null => String::new(),
+            serde_json::Value::String(s) => s.clone(),
+            v => v.to_string(),
+        }))?;
+    }
+    csv.flush()?;
+    chart::latency(&dir.join("latency.svg"), targets, outcomes)?;
+    chart::handoffs(&dir.join("handoffs.svg"), targets, outcomes)?;
+    Ok(())
+}
