@@ -3,29 +3,13 @@
 //! control characters never appear in an error's `Display` or `Debug`, nor
 //! in anything the library logs while failing to connect.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-/// Everything the library logs, at every level.
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+mod common;
+use common::Captured;
 
 /// The characters a generated password mixes with its marker: reserved
 /// URL characters left unencoded, a space, control characters, non-ASCII.
@@ -71,13 +55,7 @@ fn templates() -> Vec<&'static str> {
 #[test]
 fn generated_passwords_never_appear_in_errors_or_logs() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::TRACE)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = tracing::subscriber::set_default(captured.subscriber(tracing::Level::TRACE));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -109,8 +87,7 @@ fn generated_passwords_never_appear_in_errors_or_logs() {
         leaks.len(),
         leaks.join("\n")
     );
-    let logs =
-        String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let logs = captured.text();
     assert!(
         !logs.contains("MARK"),
         "a password leaked into the logs:\n{}",

@@ -3,27 +3,12 @@
 //! warnings. A wait of 1.5 s on each, under a subscriber that records
 //! every warning.
 
-use std::io::Write;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{LockOptions, Wait};
 
-#[derive(Clone, Default)]
-struct Captured(Arc<Mutex<Vec<u8>>>);
-
-impl Write for Captured {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        self.0
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .extend_from_slice(buf);
-        Ok(buf.len())
-    }
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
+mod common;
+use common::Captured;
 
 fn env(var: &str) -> String {
     std::env::var(var)
@@ -33,13 +18,7 @@ fn env(var: &str) -> String {
 #[test]
 fn waits_log_no_slow_statement_warnings() {
     let captured = Captured::default();
-    let writer = captured.clone();
-    let subscriber = tracing_subscriber::fmt()
-        .with_max_level(tracing::Level::WARN)
-        .with_ansi(false)
-        .with_writer(move || writer.clone())
-        .finish();
-    let _default = tracing::subscriber::set_default(subscriber);
+    let _default = tracing::subscriber::set_default(captured.subscriber(tracing::Level::WARN));
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -71,8 +50,7 @@ fn waits_log_no_slow_statement_warnings() {
                 .expect("release");
         });
     }
-    let logs =
-        String::from_utf8_lossy(&captured.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned();
+    let logs = captured.text();
     assert!(
         !logs.contains("slow statement"),
         "a lock wait was logged as a slow statement:\n{logs}"

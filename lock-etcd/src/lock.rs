@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
-    TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
+    SortTarget, Txn, TxnOp,
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
@@ -202,6 +202,22 @@ impl EtcdLock {
             CompareOp::Equal,
             token,
         ))
+    }
+
+    /// The key of `name`'s holder (the first under its directory by
+    /// creation), if any, and how many keys the directory holds.
+    async fn holder(&self, name: &str) -> Result<(Option<KeyValue>, usize), LockError> {
+        validate_name(name)?;
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let mut first = requests::get(
+            &self.inner.client,
+            &dir,
+            first_by_creation(&dir),
+            "reading a lock's holder",
+        )
+        .await?;
+        let count = usize::try_from(first.count()).unwrap_or(0);
+        Ok((first.take_kvs().into_iter().next(), count))
     }
 
     /// How many acquisitions of `name` wait behind its holder: the keys
@@ -536,33 +552,25 @@ impl DistributedLock for EtcdLock {
     /// holder: its create revision is the token and its lease's time to
     /// live the time left (whole seconds); the keys after it wait.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        validate_name(name)?;
-        let dir = keys::dir(&self.inner.config.prefix, name);
-        let client = &self.inner.client;
-        let first = requests::get(
-            client,
-            &dir,
-            first_by_creation(&dir),
-            "reading a lock's holder",
-        )
-        .await?;
-        let waiters = usize::try_from(first.count())
-            .unwrap_or(0)
-            .saturating_sub(1);
-        let Some(holder) = first.kvs().first() else {
+        let (holder, keys) = self.holder(name).await?;
+        let Some(holder) = holder else {
             return Ok(LockInfo::free().with_waiters(Some(0)));
         };
         let left = if holder.lease() == 0 {
             None
         } else {
-            requests::time_left(client, holder.lease(), "reading the holder's lease")
-                .await?
-                .map(Duration::from_secs)
+            requests::time_left(
+                &self.inner.client,
+                holder.lease(),
+                "reading the holder's lease",
+            )
+            .await?
+            .map(Duration::from_secs)
         };
         Ok(LockInfo::held()
             .with_fencing_token(u64::try_from(holder.create_revision()).ok())
             .with_expires_in(left)
-            .with_waiters(Some(waiters)))
+            .with_waiters(Some(keys.saturating_sub(1))))
     }
 
     /// Revoke the lease of `name`'s holder: its key goes, the next waiter
@@ -570,20 +578,15 @@ impl DistributedLock for EtcdLock {
     /// other locks on the same lease (a client's locks share its session
     /// lease) are freed with it.
     async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        validate_name(name)?;
-        let dir = keys::dir(&self.inner.config.prefix, name);
-        let client = &self.inner.client;
-        let first = requests::get(
-            client,
-            &dir,
-            first_by_creation(&dir),
-            "reading a lock's holder",
-        )
-        .await?;
-        let Some(holder) = first.kvs().first() else {
+        let Some(holder) = self.holder(name).await?.0 else {
             return Ok(false);
         };
-        requests::revoke(client, holder.lease(), "revoking the holder's lease").await?;
+        requests::revoke(
+            &self.inner.client,
+            holder.lease(),
+            "revoking the holder's lease",
+        )
+        .await?;
         Ok(true)
     }
 }

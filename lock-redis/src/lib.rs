@@ -15,6 +15,7 @@ mod extends;
 mod keys;
 mod lock;
 mod scripts;
+mod state;
 mod subscriber;
 
 pub mod parts {
@@ -27,6 +28,7 @@ pub mod parts {
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
+    pub use crate::state::{LockState, read_state};
     pub use crate::subscriber::{Subscriber, Subscription};
 }
 

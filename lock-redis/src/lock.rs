@@ -19,6 +19,7 @@ use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
 use crate::keys::{Keys, LockKeys};
 use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
+use crate::state::read_state;
 use crate::subscriber::Subscriber;
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -332,25 +333,19 @@ impl DistributedLock for RedisLock {
         validate_name(name)?;
         let keys = self.inner.keys.all(name);
         let mut conn = self.inner.conn.clone();
-        let (owner, pttl, fence, waiters): (Option<String>, i64, Option<u64>, usize) = within(
+        let state = within(
             &self.inner.config,
             "reading a lock's state",
-            redis::pipe()
-                .atomic()
-                .get(&keys.lock)
-                .pttl(&keys.lock)
-                .get(&keys.fence)
-                .zcard(&keys.queue)
-                .query_async(&mut conn),
+            read_state(&mut conn, &keys),
         )
         .await?
         .map_err(|e| map_redis("reading a lock's state", e))?;
-        let waiters = Some(waiters);
-        Ok(match owner {
+        let waiters = Some(state.queued);
+        Ok(match state.owner {
             None => LockInfo::free().with_waiters(waiters),
             Some(_) => LockInfo::held()
-                .with_fencing_token(fence)
-                .with_expires_in(u64::try_from(pttl).ok().map(Duration::from_millis))
+                .with_fencing_token(state.fence)
+                .with_expires_in(state.left)
                 .with_waiters(waiters),
         })
     }

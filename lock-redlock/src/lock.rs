@@ -11,11 +11,11 @@ use lock_core::{
     LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups,
     Watchdog, check_request, validate_name, wait_deadline,
 };
-use lock_redis::parts::{Keys, Subscription};
+use lock_redis::parts::{Keys, LockState, Subscription};
 use tokio::time::Instant;
 
 use crate::config::{NodeUrl, RedlockConfig, parse_url};
-use crate::node::{BACKEND, LockRef, Node, NodeGrant, NodeState, QUEUE_TTL, Waiter};
+use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities = Capabilities {
@@ -180,7 +180,7 @@ impl Redlock {
 
     /// Every node's view of `name`, failing if fewer than a majority
     /// answer.
-    async fn states(&self, name: &str, doing: &str) -> Result<Vec<NodeState>, LockError> {
+    async fn states(&self, name: &str, doing: &str) -> Result<Vec<LockState>, LockError> {
         let keys = Arc::new(self.inner.keys.all(name));
         let replies = gather(
             self.inner
@@ -564,7 +564,7 @@ impl DistributedLock for Redlock {
         let Some(owner) = majority_owner(&states, self.inner.quorum) else {
             return Ok(LockInfo::free().with_waiters(waiters));
         };
-        let holding: Vec<&NodeState> = states
+        let holding: Vec<&LockState> = states
             .iter()
             .filter(|s| s.owner.as_deref() == Some(owner))
             .collect();
@@ -609,7 +609,7 @@ impl DistributedLock for Redlock {
 }
 
 /// The owner token that holds the key on at least `quorum` nodes, if any.
-fn majority_owner(states: &[NodeState], quorum: usize) -> Option<&str> {
+fn majority_owner(states: &[LockState], quorum: usize) -> Option<&str> {
     states
         .iter()
         .filter_map(|s| s.owner.as_deref())

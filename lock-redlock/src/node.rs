@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use lock_core::{Batcher, LockError, Wakeups};
 use lock_redis::parts::{
-    ACQUIRE, Extension, LockKeys, RELEASE, Subscriber, Subscription, WITHDRAW, extend_batcher,
-    map_error,
+    ACQUIRE, Extension, LockKeys, LockState, RELEASE, Subscriber, Subscription, WITHDRAW,
+    extend_batcher, map_error, read_state,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -36,15 +36,6 @@ pub(crate) struct Waiter {
 pub(crate) struct LockRef {
     pub(crate) keys: LockKeys,
     pub(crate) owner: String,
-}
-
-/// One node's view of a lock: its holder's owner token, the key's time
-/// left, the fencing counter and the queue's length.
-pub(crate) struct NodeState {
-    pub(crate) owner: Option<String>,
-    pub(crate) left: Option<Duration>,
-    pub(crate) fence: Option<u64>,
-    pub(crate) queued: usize,
 }
 
 /// One node's answer to an acquire.
@@ -308,26 +299,10 @@ impl Node {
     pub(crate) async fn state(
         self: Arc<Self>,
         keys: Arc<LockKeys>,
-    ) -> Result<NodeState, LockError> {
+    ) -> Result<LockState, LockError> {
         let mut conn = self.conn.clone();
-        let (owner, pttl, fence, queued): (Option<String>, i64, Option<u64>, usize) = self
-            .bounded(
-                "reading a lock's state",
-                redis::pipe()
-                    .atomic()
-                    .get(&keys.lock)
-                    .pttl(&keys.lock)
-                    .get(&keys.fence)
-                    .zcard(&keys.queue)
-                    .query_async(&mut conn),
-            )
-            .await?;
-        Ok(NodeState {
-            owner,
-            left: u64::try_from(pttl).ok().map(Duration::from_millis),
-            fence,
-            queued,
-        })
+        self.bounded("reading a lock's state", read_state(&mut conn, &keys))
+            .await
     }
 
     /// The number of entries in the queue `key`.

@@ -767,7 +767,6 @@ impl SessionSql for MySqlSession {
     type Conn = sqlx::MySqlConnection;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        use sqlx::ConnectOptions;
         self.options.connect().await
     }
 

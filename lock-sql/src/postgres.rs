@@ -829,7 +829,6 @@ impl SessionSql for PgSession {
     type Conn = sqlx::PgConnection;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        use sqlx::ConnectOptions;
         self.options.connect().await
     }
 

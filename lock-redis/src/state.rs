@@ -1,0 +1,42 @@
+//! A lock's state as one Redis node holds it, read in one atomic round
+//! trip (for `inspect`, here and in lock-redlock).
+
+use std::time::Duration;
+
+use redis::aio::ConnectionLike;
+
+use crate::keys::LockKeys;
+
+/// What a node holds for one lock.
+pub struct LockState {
+    /// The holder's owner token, if the lock key exists.
+    pub owner: Option<String>,
+    /// The lock key's time to live.
+    pub left: Option<Duration>,
+    /// The name's fencing counter: the holder's token while it is held,
+    /// since only a grant advances it.
+    pub fence: Option<u64>,
+    /// Entries in the waiters' queue.
+    pub queued: usize,
+}
+
+/// Read `keys`' state on `conn` in one `MULTI`/`EXEC`.
+pub async fn read_state<C: ConnectionLike>(
+    conn: &mut C,
+    keys: &LockKeys,
+) -> redis::RedisResult<LockState> {
+    let (owner, pttl, fence, queued): (Option<String>, i64, Option<u64>, usize) = redis::pipe()
+        .atomic()
+        .get(&keys.lock)
+        .pttl(&keys.lock)
+        .get(&keys.fence)
+        .zcard(&keys.queue)
+        .query_async(conn)
+        .await?;
+    Ok(LockState {
+        owner,
+        left: u64::try_from(pttl).ok().map(Duration::from_millis),
+        fence,
+        queued,
+    })
+}
