@@ -3,9 +3,8 @@
 
 use std::sync::Arc;
 
-use lock_core::{
-    Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, async_trait,
-};
+use lock_core::raw::{RawGuard, async_trait};
+use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";

@@ -5,9 +5,10 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use lock_core::raw::{GuardHandle, LeaseState, RawGuard, async_trait, check_request};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Grade, GuardHandle, LeaseState, LockError,
-    LockGuard, LockInfo, LockOptions, Wait, Waiting, async_trait, check_request, redact_url,
+    Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Wait, Waiting, redact_url,
 };
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
@@ -104,7 +105,7 @@ impl MigratingLock {
         one_attempt: bool,
     ) -> Result<Option<LockGuard>, LockError> {
         check_request(name, opts, &self.capabilities())?;
-        let deadline = lock_core::wait_deadline(Instant::now(), opts.wait);
+        let deadline = lock_core::raw::wait_deadline(Instant::now(), opts.wait);
         loop {
             let first = if one_attempt {
                 match self.from.try_acquire(name, opts).await? {
@@ -114,6 +115,7 @@ impl MigratingLock {
             } else {
                 self.from.acquire(name, &remaining(opts, deadline)).await?
             };
+            let first_granted = Instant::now();
             // `from` is ours: `to` is contended only by processes already on
             // the new URL, and by nobody holding `to` while waiting for
             // `from`; so waiting for it here cannot deadlock.
@@ -136,8 +138,16 @@ impl MigratingLock {
                     return Err(e);
                 }
             };
+            // The wait for `to` counts against `from`'s lease: start it
+            // again, so that the grant has a full TTL ahead (the rule
+            // `confirmed_lease_start` applies to a single backend).
+            let refreshed = if first_granted.elapsed() > opts.ttl / 10 {
+                first.extend(opts.ttl).await
+            } else {
+                Ok(())
+            };
             // A long wait for `to` may have outlived an unrenewed `from`.
-            if first.is_lost().is_some() || second.is_lost().is_some() {
+            if refreshed.is_err() || first.is_lost().is_some() || second.is_lost().is_some() {
                 release_quietly(second, name).await;
                 release_quietly(first, name).await;
                 if one_attempt {
@@ -444,5 +454,34 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("h:1") && shown.contains("db/x"), "{shown}");
+    }
+
+    /// Waiting for the new backend does not eat into the old backend's
+    /// lease: the composed grant has (almost) a full TTL ahead of it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_long_wait_for_the_new_backend_leaves_a_full_lease() {
+        use lock_core::{LockOptions, MemoryLock, Wait};
+        let (from, to) = (MemoryLock::new(), MemoryLock::new());
+        let ttl = Duration::from_millis(1500);
+        let opts = LockOptions::new().ttl(ttl).wait(Wait::Up(ttl * 4));
+        // Someone already on the new backend holds the lock for 1 s.
+        let blocker = to.acquire("job", &opts).await.expect("blocker");
+        let release_later = tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            assert!(blocker.release().await.expect("release"));
+        });
+        let lock = MigratingLock::new(Arc::new(from), Arc::new(to));
+        let g = lock.acquire("job", &opts).await.expect("acquire");
+        let returned = Instant::now();
+        release_later.await.expect("blocker task");
+        let left = g
+            .validity_deadline()
+            .expect("a lease")
+            .saturating_duration_since(returned);
+        assert!(
+            left >= ttl.mul_f64(0.8),
+            "granted with {left:?} of a {ttl:?} lease left"
+        );
+        assert!(g.release().await.expect("release"));
     }
 }

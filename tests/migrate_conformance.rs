@@ -8,8 +8,8 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use distlock::{DistributedLock, LockError, LockOptions, MemoryLock, MigratingLock, Wait};
-use lock_core::async_trait;
-use lock_core::testkit::{FaultHook, Harness, taken_away};
+use lock_core::raw::async_trait;
+use lock_testkit::conformance::{FaultHook, Harness, taken_away};
 
 type TakeAway = Box<
     dyn Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Result<bool, LockError>> + Send>>
@@ -96,7 +96,7 @@ mod memory_to_sqlite {
         )
     }
 
-    lock_core::conformance_suite!(harness());
+    lock_testkit::conformance_suite!(harness());
 }
 
 mod redis_to_etcd {
@@ -125,7 +125,7 @@ mod redis_to_etcd {
         )
     }
 
-    lock_core::conformance_suite!(harness());
+    lock_testkit::conformance_suite!(harness());
 }
 
 mod sqlite_to_postgres {
@@ -144,7 +144,7 @@ mod sqlite_to_postgres {
         )
     }
 
-    lock_core::conformance_suite!(harness());
+    lock_testkit::conformance_suite!(harness());
 }
 
 /// Taking the lock away on one backend only: the migrating guard's `lost()`

@@ -27,11 +27,8 @@ fn url_of(var: &str) -> String {
 
 /// The `host:port` list of a URL: `scheme://[user:pass@]h1:p1,h2:p2[/…][?…]`.
 fn hosts(url: &str) -> Vec<SocketAddr> {
-    let rest = url.split_once("://").expect("scheme").1;
-    let authority = rest.split(['/', '?']).next().expect("authority");
-    let authority = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
-    authority
-        .split(',')
+    lock_testkit::faults::upstreams_of(url)
+        .iter()
         .map(|h| {
             h.parse()
                 .unwrap_or_else(|e| panic!("{h} in {}: {e}", distlock::redact_url(url)))

@@ -1,5 +1,5 @@
 //! What the processes of a run record: worker events and controller
-//! actions, each stamped with [`now_ns`](crate::clock::now_ns), one JSON
+//! actions, each stamped with [`now_ns`], one JSON
 //! object per line in a per-process append-only file.
 
 use std::fs::{File, OpenOptions};

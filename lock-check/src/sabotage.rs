@@ -5,10 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::{
-    Capabilities, DistributedLock, GuardHandle, LeaseState, LockError, LockGuard, LockInfo,
-    LockOptions, async_trait,
-};
+use lock_core::raw::{GuardHandle, LeaseState, RawGuard, async_trait};
+use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
 
 /// A defect to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{DistributedLock, LockError, LockGuard, LockOptions, Wait};
-use lock_core::LeaseState;
+use lock_core::raw::{LeaseState, RawGuard};
 
 use crate::clock::{instant_ns, now_ns};
 use crate::event::{Event, EventLog, HoldEnd};

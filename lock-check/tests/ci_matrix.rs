@@ -7,7 +7,7 @@
 use std::process::Command;
 use std::sync::Mutex;
 
-use lock_core::faultkit::env;
+use lock_testkit::faults::env;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lock-check");
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());

@@ -15,7 +15,7 @@ use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
 
-use lock_core::faultkit::env;
+use lock_testkit::faults::env;
 use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lock-check");

@@ -33,9 +33,10 @@ pub trait GuardHandle: Send + Sync + 'static {
 ///
 /// Create it with the handle (owner token fixed) *before* sending the
 /// request; [`disarm`](PendingGrant::disarm) it once the outcome is known.
-/// If the attempt's future is dropped in between — the request may have been
-/// granted, and nobody would hold a guard — dropping this releases by owner
-/// token in the background, which is a no-op when nothing was granted.
+/// If the attempt's future is dropped in between, or the attempt fails — the
+/// request may have been granted, and nobody would hold a guard — dropping
+/// this releases by owner token in the background (retrying while the
+/// server is unreachable), which is a no-op when nothing was granted.
 pub struct PendingGrant {
     handle: Arc<dyn GuardHandle>,
     armed: bool,
@@ -76,14 +77,43 @@ impl Drop for PendingGrant {
         let handle = Arc::clone(&self.handle);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                rt.spawn(async move {
-                    if let Err(e) = handle.release().await {
-                        tracing::warn!(error = %e, "cleanup of a cancelled acquisition failed; its lease ends by itself");
-                    }
-                });
+                rt.spawn(clean_up(handle));
             }
             Err(_) => {
                 tracing::warn!("cancelled acquisition outside a runtime; its lease ends by itself")
+            }
+        }
+    }
+}
+
+/// How long the background clean-up of an abandoned acquisition keeps
+/// retrying while the server is unreachable.
+const CLEAN_UP_PATIENCE: Duration = Duration::from_secs(60);
+
+/// Release what an abandoned acquisition may have left on the server,
+/// retrying transient failures (with backoff, for up to
+/// [`CLEAN_UP_PATIENCE`]): the acquisition usually failed because the
+/// network did, and the first clean-up then fails the same way, while what
+/// it must remove (a key whose grant reply was lost) can outlive the fault
+/// indefinitely where a session keeps it (an etcd session lease kept
+/// alive, a ZooKeeper session that reconnects).
+async fn clean_up(handle: Arc<dyn GuardHandle>) {
+    let backoff = crate::options::Backoff {
+        initial: Duration::from_millis(100),
+        max: Duration::from_secs(2),
+        ..crate::options::Backoff::default()
+    };
+    let started = Instant::now();
+    for attempt in 0.. {
+        match handle.release().await {
+            Ok(_) => return,
+            Err(e) if e.is_transient() && started.elapsed() < CLEAN_UP_PATIENCE => {
+                tracing::debug!(error = %e, attempt, "clean-up of an abandoned acquisition failed; retrying");
+                tokio::time::sleep(backoff.delay(attempt)).await;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
+                return;
             }
         }
     }
@@ -150,11 +180,55 @@ pub struct LockGuard {
     renewal: Option<Registration>,
 }
 
-impl LockGuard {
+/// For backend authors and layers: building a [`LockGuard`] from a
+/// backend's handle, and the parts of a guard a layer works with. Import
+/// it (`use lock_core::raw::RawGuard`) to call these on a guard;
+/// applications never need them.
+pub trait RawGuard: Sized {
     /// Wrap a backend handle. Backends call this once the server granted the
     /// lock; `lease` carries the validity deadline measured from before the
     /// request was sent.
-    pub fn new(
+    fn new(
+        name: impl Into<String>,
+        fencing_token: Option<u64>,
+        caps: Capabilities,
+        lease: Arc<LeaseState>,
+        handle: Arc<dyn GuardHandle>,
+    ) -> Self;
+
+    /// Have `watchdog` renew this lock about every third of its TTL while the
+    /// guard lives.
+    fn renewed_by(self, watchdog: &Watchdog) -> Self;
+
+    /// Have `watchdog` check this lock about every third of its TTL without
+    /// prolonging it ([`Watchdog::watch`]), for a backend whose lock ends
+    /// with its connection: a server crash then fires `lost()` within a
+    /// third of the TTL, not at the validity deadline.
+    fn watched_by(self, watchdog: &Watchdog) -> Self;
+
+    /// Have `watchdog` release this lock `grace` after its validity deadline
+    /// (as `extend` moves it), for a backend whose server would keep a lock
+    /// without auto-renewal past its TTL (a ZooKeeper node lives as long as
+    /// its session). Also applies to a guard that is leaked.
+    fn expires_by(self, watchdog: &Watchdog, grace: Duration) -> Self;
+
+    /// The same grant carrying another fencing token: for a layer that maps
+    /// a backend's tokens into its own space (an epoch in the high bits, a
+    /// migration that keeps the old backend's tokens).
+    fn with_fencing_token(self, token: Option<u64>) -> Self;
+
+    /// Stop the watchdog's renewal of this lock: the server then keeps it
+    /// until its lease runs out, and `lost()` fires at the validity
+    /// deadline. For a layer that holds a lock made of several and gives up
+    /// the healthy parts once one is lost.
+    fn stop_renewal(&mut self);
+
+    /// The shared lease state (for layers built on top of a guard).
+    fn lease(&self) -> &Arc<LeaseState>;
+}
+
+impl RawGuard for LockGuard {
+    fn new(
         name: impl Into<String>,
         fencing_token: Option<u64>,
         caps: Capabilities,
@@ -171,53 +245,42 @@ impl LockGuard {
         }
     }
 
-    /// Have `watchdog` renew this lock about every third of its TTL while the
-    /// guard lives.
-    pub fn renewed_by(mut self, watchdog: &Watchdog) -> Self {
+    fn renewed_by(mut self, watchdog: &Watchdog) -> Self {
         if let Some(handle) = &self.handle {
             self.renewal = Some(watchdog.register(handle, &self.lease));
         }
         self
     }
 
-    /// Have `watchdog` check this lock about every third of its TTL without
-    /// prolonging it ([`Watchdog::watch`]), for a backend whose lock ends
-    /// with its connection: a server crash then fires `lost()` within a
-    /// third of the TTL, not at the validity deadline.
-    pub fn watched_by(mut self, watchdog: &Watchdog) -> Self {
+    fn watched_by(mut self, watchdog: &Watchdog) -> Self {
         if let Some(handle) = &self.handle {
             self.renewal = Some(watchdog.watch(handle, &self.lease));
         }
         self
     }
 
-    /// Have `watchdog` release this lock `grace` after its validity deadline
-    /// (as `extend` moves it), for a backend whose server would keep a lock
-    /// without auto-renewal past its TTL (a ZooKeeper node lives as long as
-    /// its session). Also applies to a guard that is leaked.
-    pub fn expires_by(mut self, watchdog: &Watchdog, grace: Duration) -> Self {
+    fn expires_by(mut self, watchdog: &Watchdog, grace: Duration) -> Self {
         if let Some(handle) = &self.handle {
             self.renewal = Some(watchdog.expire(handle, &self.lease, grace));
         }
         self
     }
 
-    /// The same grant carrying another fencing token: for a layer that maps
-    /// a backend's tokens into its own space (an epoch in the high bits, a
-    /// migration that keeps the old backend's tokens).
-    pub fn with_fencing_token(mut self, token: Option<u64>) -> Self {
+    fn with_fencing_token(mut self, token: Option<u64>) -> Self {
         self.fencing_token = token;
         self
     }
 
-    /// Stop the watchdog's renewal of this lock: the server then keeps it
-    /// until its lease runs out, and `lost()` fires at the validity
-    /// deadline. For a layer that holds a lock made of several and gives up
-    /// the healthy parts once one is lost.
-    pub fn stop_renewal(&mut self) {
+    fn stop_renewal(&mut self) {
         self.renewal.take();
     }
 
+    fn lease(&self) -> &Arc<LeaseState> {
+        &self.lease
+    }
+}
+
+impl LockGuard {
     /// The lock name.
     pub fn name(&self) -> &str {
         &self.name
@@ -247,11 +310,6 @@ impl LockGuard {
     /// monotonic clock; `None` for locks held by a connection or session.
     pub fn validity_deadline(&self) -> Option<Instant> {
         self.lease.deadline()
-    }
-
-    /// The shared lease state (for layers built on top of a guard).
-    pub fn lease(&self) -> &Arc<LeaseState> {
-        &self.lease
     }
 
     /// Prolong the lock: the server keeps it for `ttl` from now.

@@ -4,13 +4,13 @@
 //!   [`LockOptions::wait`]), [`Capabilities`], and for operators `inspect`
 //!   ([`LockInfo`]) and `force_release`.
 //! - [`LockGuard`]: RAII; `fencing_token()`, `lost()`, `extend()`, `release()`.
-//! - [`Watchdog`]: one renewal task per client for all auto-renewed leases;
-//!   [`Batcher`] lets a backend serve many renewals with one request.
+//! - [`raw`]: for backend authors (the guard's handle, lease state, the
+//!   watchdog that renews every lease of a client, batching, wake-ups).
 //! - [`LockOwner`]: explicit, opt-in reentrancy over any backend.
 //! - [`MemoryLock`]: the in-process backend.
-//! - `testkit` (feature): the conformance suite every backend must pass,
-//!   with `benchkit`, `faultkit` and `tcp_proxy` for benchmarks and fault
-//!   tests.
+//!
+//! The conformance suite every backend must pass, and the fault and
+//! benchmark helpers, are in the `lock-testkit` crate.
 
 mod batch;
 mod capabilities;
@@ -28,33 +28,53 @@ mod url_text;
 mod wakeup;
 mod watchdog;
 
-#[cfg(feature = "testkit")]
-pub mod benchkit;
-#[cfg(feature = "testkit")]
-pub mod faultkit;
-#[cfg(feature = "testkit")]
-pub mod scalekit;
-#[cfg(feature = "testkit")]
-pub mod tcp_proxy;
-#[cfg(feature = "testkit")]
-pub mod testkit;
-
-pub use async_trait::async_trait;
-pub use batch::{BatchFn, Batcher};
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
-pub use guard::{GuardHandle, LockGuard, PendingGrant, confirmed_lease_start};
+pub use guard::LockGuard;
 pub use info::LockInfo;
-pub use lock::{Attempt, DistributedLock, acquire_by_polling, check_request, wait_deadline};
-pub use loss::{
-    DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, LossKind, LossReason, drift_allowance,
-    drift_allowance_with, safety_margin, validity_deadline,
-};
+pub use lock::DistributedLock;
+pub use loss::{LossKind, LossReason};
 pub use memory::MemoryLock;
-pub use name::{MAX_NAME_BYTES, validate_name};
-pub use options::{Backoff, LockOptions, MIN_TTL, Wait, validate_ttl};
-pub use owner::OwnerToken;
+pub use name::MAX_NAME_BYTES;
+pub use options::{Backoff, LockOptions, MIN_TTL, Wait};
 pub use reentrant::{LockOwner, ReentrantGuard};
-pub use url_text::{encode_userinfo, percent_decode, redact_url};
-pub use wakeup::Wakeups;
-pub use watchdog::{Registration, Watchdog};
+pub use url_text::redact_url;
+
+pub mod raw {
+    //! For backend authors: the pieces a backend is built from, none of which
+    //! an application needs to take, hold or compare locks.
+    //!
+    //! - [`GuardHandle`] is what a backend implements behind a [`LockGuard`](crate::LockGuard)
+    //!   (release and extend by owner token); [`PendingGrant`] makes one
+    //!   acquisition attempt cancel-safe; [`OwnerToken`] is the random
+    //!   identity a grant is stored under.
+    //! - [`LeaseState`] tracks a lease's validity deadline and its loss;
+    //!   [`validity_deadline`], [`safety_margin`] and the drift helpers
+    //!   compute it; [`confirmed_lease_start`] is for servers that start a
+    //!   lease when they grant it.
+    //! - [`Watchdog`] renews every auto-renewed lease of a client from one
+    //!   task, telling each lease's [`RenewalObserver`]s; [`Batcher`] serves
+    //!   many renewals with one request.
+    //! - [`Wakeups`] wakes waiters by name; [`acquire_by_polling`],
+    //!   [`check_request`] and [`wait_deadline`] build an `acquire` from
+    //!   single attempts.
+    //! - [`validate_name`], [`validate_ttl`], [`percent_decode`] and
+    //!   [`encode_userinfo`] check and read what a URL or a caller hands in.
+    //! - [`async_trait`](macro@async_trait) is the attribute every implementation of
+    //!   [`DistributedLock`](crate::DistributedLock) and [`GuardHandle`] carries.
+
+    pub use crate::batch::{BatchFn, Batcher};
+    pub use crate::guard::{GuardHandle, PendingGrant, RawGuard, confirmed_lease_start};
+    pub use crate::lock::{Attempt, acquire_by_polling, check_request, wait_deadline};
+    pub use crate::loss::{
+        DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,
+        drift_allowance, drift_allowance_with, safety_margin, validity_deadline,
+    };
+    pub use crate::name::validate_name;
+    pub use crate::options::validate_ttl;
+    pub use crate::owner::OwnerToken;
+    pub use crate::url_text::{encode_userinfo, percent_decode};
+    pub use crate::wakeup::Wakeups;
+    pub use crate::watchdog::{Registration, Watchdog};
+    pub use async_trait::async_trait;
+}

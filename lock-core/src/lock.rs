@@ -123,7 +123,7 @@ pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
 /// remaining lease or the wait deadline) until it acquires or `opts.wait`
 /// ends. For backends whose server cannot notify waiters. If `wake` is
 /// given, a notification on it (a release elsewhere in this process, see
-/// [`Wakeups`](crate::Wakeups)) cuts the current sleep short; a wake-up that
+/// [`Wakeups`](crate::raw::Wakeups)) cuts the current sleep short; a wake-up that
 /// arrives while an attempt is in flight is not lost.
 ///
 /// `attempt` receives the number of earlier attempts, so a backend can make

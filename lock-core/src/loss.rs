@@ -97,7 +97,7 @@ pub fn drift_allowance_with(ttl: Duration, factor: f64) -> Duration {
 ///
 /// ```
 /// use std::time::Duration;
-/// use lock_core::{DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, safety_margin};
+/// use lock_core::raw::{DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, safety_margin};
 /// let ms = |n| Duration::from_millis(n);
 /// // 3 s: 1 % + 2 ms = 32 ms would leave no room for a late timer.
 /// assert_eq!(safety_margin(ms(3_000), DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN), ms(100));
@@ -161,17 +161,58 @@ impl Terms {
     }
 }
 
+/// How one renewal of a lease came back, as the watchdog saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum RenewalOutcome {
+    /// The server prolonged the lease.
+    Renewed,
+    /// The server no longer held the lock for us (the lock is lost).
+    NotHeld,
+    /// The request failed (the watchdog retries until the deadline).
+    Failed,
+}
+
+impl RenewalOutcome {
+    /// A short label for logs and metrics: `renewed`, `not_held`, `failed`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RenewalOutcome::Renewed => "renewed",
+            RenewalOutcome::NotHeld => "not_held",
+            RenewalOutcome::Failed => "failed",
+        }
+    }
+}
+
+/// Told of each renewal of a lease it observes ([`LeaseState::observe`]):
+/// how layers (tracing, metrics) see what the watchdog does for a held
+/// lock. Called on the watchdog's task: it must not block.
+pub trait RenewalObserver: Send + Sync + 'static {
+    /// One renewal came back with `outcome`.
+    fn renewal(&self, outcome: RenewalOutcome);
+}
+
 /// The state shared by a guard, its backend handle and the watchdog: the
 /// validity deadline (if the lock is a lease) and the loss, once known.
 ///
 /// Loss is sticky: once set, later renewals cannot clear it.
-#[derive(Debug)]
 pub struct LeaseState {
     tx: watch::Sender<LeaseSnapshot>,
     terms: Mutex<Terms>,
+    observers: Mutex<Vec<Arc<dyn RenewalObserver>>>,
     /// For a lease [following](LeaseState::following) others: dropped with
     /// the lease, which ends the task that follows the parts.
     _follower: Option<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl fmt::Debug for LeaseState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let snapshot = self.tx.borrow();
+        f.debug_struct("LeaseState")
+            .field("deadline", &snapshot.deadline)
+            .field("lost", &snapshot.lost)
+            .field("ttl", &self.terms().ttl)
+            .finish_non_exhaustive()
+    }
 }
 
 impl LeaseState {
@@ -247,6 +288,7 @@ impl LeaseState {
         LeaseState {
             tx,
             terms: Mutex::new(terms),
+            observers: Mutex::new(Vec::new()),
             _follower: None,
         }
     }
@@ -300,6 +342,23 @@ impl LeaseState {
             s.deadline = Some(deadline);
             true
         });
+    }
+
+    /// Tell `observer` of every later renewal of this lease.
+    pub fn observe(&self, observer: Arc<dyn RenewalObserver>) {
+        self.observers
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(observer);
+    }
+
+    /// Record a renewal's outcome with the lease's observers (the
+    /// watchdog calls this for every renewal it makes).
+    pub fn note_renewal(&self, outcome: RenewalOutcome) {
+        let observers = self.observers.lock().unwrap_or_else(|e| e.into_inner());
+        for o in observers.iter() {
+            o.renewal(outcome);
+        }
     }
 
     /// Mark the lock lost. The first reason wins, except that a confirmed

@@ -15,6 +15,7 @@ use tokio::time::Instant;
 
 use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 use crate::error::LockError;
+use crate::guard::RawGuard;
 use crate::guard::{GuardHandle, LockGuard};
 use crate::info::LockInfo;
 use crate::lock::{DistributedLock, check_request, wait_deadline};

@@ -14,7 +14,7 @@ pub const MAX_NAME_BYTES: usize = 256;
 /// truncate at). Backends map accepted names to keys safely themselves.
 ///
 /// ```
-/// use lock_core::validate_name;
+/// use lock_core::raw::validate_name;
 /// assert!(validate_name("orders/42: refund").is_ok());
 /// assert!(validate_name("").is_err());
 /// ```

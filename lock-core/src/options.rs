@@ -118,7 +118,7 @@ pub struct LockOptions {
     /// that fires late on a loaded host. The margin used is this or the
     /// clock-drift allowance (1 % of the TTL + 2 ms), whichever is larger,
     /// and never more than a quarter of the TTL (see
-    /// [`safety_margin`](crate::safety_margin)).
+    /// [`safety_margin`](crate::raw::safety_margin)).
     pub safety_margin: Duration,
 }
 

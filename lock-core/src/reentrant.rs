@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::error::LockError;
 use crate::guard::LockGuard;
+use crate::guard::RawGuard;
 use crate::lock::DistributedLock;
 use crate::loss::{LeaseState, LossReason};
 use crate::options::LockOptions;

@@ -84,10 +84,10 @@ fn redact_nested(url: &str) -> Option<String> {
 ///
 /// ```
 /// assert_eq!(
-///     lock_core::encode_userinfo("redis://:pa/ss?w@rd@host:6379/0"),
+///     lock_core::raw::encode_userinfo("redis://:pa/ss?w@rd@host:6379/0"),
 ///     "redis://:pa%2Fss%3Fw%40rd@host:6379/0"
 /// );
-/// assert_eq!(lock_core::encode_userinfo("redis://host:6379"), "redis://host:6379");
+/// assert_eq!(lock_core::raw::encode_userinfo("redis://host:6379"), "redis://host:6379");
 /// ```
 pub fn encode_userinfo(raw: &str) -> String {
     let Some((scheme, rest)) = raw.split_once("://") else {
@@ -126,8 +126,8 @@ pub fn encode_userinfo(raw: &str) -> String {
 /// that hold `:`, `@`, `/` or spaces); an error says what is wrong.
 ///
 /// ```
-/// assert_eq!(lock_core::percent_decode("p%40ss%2Fw").as_deref(), Ok("p@ss/w"));
-/// assert!(lock_core::percent_decode("50%").is_err());
+/// assert_eq!(lock_core::raw::percent_decode("p%40ss%2Fw").as_deref(), Ok("p@ss/w"));
+/// assert!(lock_core::raw::percent_decode("50%").is_err());
 /// ```
 pub fn percent_decode(s: &str) -> Result<String, String> {
     let bytes = s.as_bytes();

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::guard::GuardHandle;
-use crate::loss::{LeaseState, LossReason};
+use crate::loss::{LeaseState, LossReason, RenewalOutcome};
 
 /// Renews leases at about a third of their TTL, and ends the locks
 /// registered with [`Watchdog::expire`] when their TTL runs out. Cheap to
@@ -341,6 +341,11 @@ impl Schedule {
             self.entries.remove(&id);
             return;
         };
+        lease.note_renewal(match &result {
+            Ok(true) => RenewalOutcome::Renewed,
+            Ok(false) => RenewalOutcome::NotHeld,
+            Err(_) => RenewalOutcome::Failed,
+        });
         let due = match result {
             Ok(true) => {
                 lease.renewed(sent_at, ttl);

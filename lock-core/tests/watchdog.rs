@@ -4,10 +4,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
+use lock_core::raw::{GuardHandle, LeaseState, RawGuard, Watchdog, async_trait};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockOptions, LossKind, LossReason, MemoryLock, Wait, Waiting, Watchdog,
-    async_trait,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockOptions,
+    LossKind, LossReason, MemoryLock, Wait, Waiting,
 };
 use tokio::time::Instant;
 
@@ -103,10 +103,10 @@ async fn unreachable_server_fires_lost_at_the_validity_deadline_not_before() {
     let took = start.elapsed();
     assert_eq!(reason, LossReason::DeadlinePassed);
     let deadline = ttl
-        - lock_core::safety_margin(
+        - lock_core::raw::safety_margin(
             ttl,
-            lock_core::DEFAULT_DRIFT_FACTOR,
-            lock_core::DEFAULT_SAFETY_MARGIN,
+            lock_core::raw::DEFAULT_DRIFT_FACTOR,
+            lock_core::raw::DEFAULT_SAFETY_MARGIN,
         );
     assert!(
         took >= deadline && took <= deadline + Duration::from_millis(5),

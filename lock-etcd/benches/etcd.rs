@@ -18,9 +18,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
-use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
+use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
 
 const SAMPLES: usize = 1_000;
 const TASKS: usize = 8;

@@ -98,7 +98,7 @@ const KNOWN: &str = "session_ttl_s, connect_timeout_ms, request_timeout_ms";
 /// Parse `etcd://[user:pass@]host:port[,host:port…][/prefix][?options]`, or
 /// `etcd+https://…` for TLS.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
-    let raw = &lock_core::encode_userinfo(raw);
+    let raw = &lock_core::raw::encode_userinfo(raw);
     let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
     let shown = lock_core::redact_url(raw);
     let invalid = |reason: String| LockError::InvalidUrl {

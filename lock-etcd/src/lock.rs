@@ -11,10 +11,13 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
     SortTarget, Txn, TxnOp,
 };
+use lock_core::raw::{
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Watchdog, check_request,
+    validate_name, wait_deadline,
+};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockInfo, LockOptions, LossReason, OwnerToken, PendingGrant, Wait,
-    Waiting, Watchdog, check_request, validate_name, wait_deadline,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, LossReason, Wait, Waiting,
 };
 use tokio::time::Instant;
 

@@ -11,7 +11,8 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use etcd_client::{Client, LeaseKeepAliveStream, LeaseKeeper};
-use lock_core::{LeaseState, LockError, LossReason};
+use lock_core::raw::LeaseState;
+use lock_core::{LockError, LossReason};
 use tokio::time::Instant;
 
 use crate::requests;
@@ -64,7 +65,8 @@ impl Session {
     /// validity deadline not passed.
     pub(crate) fn usable(&self) -> bool {
         let s = self.state();
-        s.ended.is_none() && Instant::now() < lock_core::validity_deadline(s.renewed_at, self.ttl)
+        s.ended.is_none()
+            && Instant::now() < lock_core::raw::validity_deadline(s.renewed_at, self.ttl)
     }
 
     /// A lease state for a guard on this session, renewed with it.

@@ -8,9 +8,9 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::{Restore, acquires_again, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_etcd::EtcdLock;
+use lock_testkit::faults::{Restore, acquires_again, env, services, unique, upstreams_of};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -18,10 +18,7 @@ static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// `host:port` of each cluster member, in the order etcd1, etcd2, etcd3.
 fn members() -> Vec<String> {
-    let url = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
-    let rest = url.strip_prefix("etcd://").expect("etcd URL");
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    rest[..end].split(',').map(str::to_string).collect()
+    upstreams_of(&env("DISTLOCK_TEST_ETCD_CLUSTER_URL"))
 }
 
 /// A client with a short session and short request timeouts.
@@ -76,12 +73,12 @@ async fn leader() -> usize {
     panic!("no etcd member says it leads");
 }
 
-/// See `faultkit::killed_holder_frees_the_lock`: the session lease (3 s)
+/// See `lock_testkit::faults::killed_holder_frees_the_lock`: the session lease (3 s)
 /// frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock_within_its_session_ttl",
         async || client(&env("DISTLOCK_TEST_ETCD_URL")).await,
         session_opts(),
@@ -98,6 +95,10 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
     let (locks, other) = (
         client_with(&cluster, CLUSTER_SESSION).await,
         client_with(&cluster, CLUSTER_SESSION).await,
+    );
+    assert!(
+        locks.capabilities().survives_server_failure,
+        "this test proves the claim `survives_server_failure`; the backend must make it"
     );
     let name = unique("leader");
     let holder = locks
@@ -292,15 +293,29 @@ async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
     assert!(g.release().await.expect("release"));
 }
 
-/// See `faultkit::server_failure_gives_transient_errors`.
+/// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
-    lock_core::faultkit::server_failure_gives_transient_errors(
+    lock_testkit::faults::server_failure_gives_transient_errors(
         async || client(&base).await,
         &["etcd"],
         session_opts(),
+    )
+    .await;
+}
+
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// session's lease (3 s) runs out without keep-alives.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        "a_frozen_holder_loses_its_lock_to_a_later_token",
+        async || client(&env("DISTLOCK_TEST_ETCD_URL")).await,
+        session_opts(),
+        SESSION,
     )
     .await;
 }

@@ -17,9 +17,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
+use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
 
 const SAMPLES: usize = 2_000;
 

@@ -89,7 +89,7 @@ pub struct ParsedUrl {
 /// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…&handoff_window_ms=…]`
 /// (or `rediss://` for TLS).
 pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
-    let raw = &lock_core::encode_userinfo(raw);
+    let raw = &lock_core::raw::encode_userinfo(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
         url: lock_core::redact_url(raw),
         reason,

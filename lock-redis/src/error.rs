@@ -15,8 +15,9 @@ pub(crate) fn map_redis(doing: &str, e: redis::RedisError) -> LockError {
     map_error(BACKEND, doing, e)
 }
 
-/// [`map_redis`] for another backend built on Redis: `Unavailable` for
-/// connection-level failures, `Backend` for the rest, labelled `backend`.
+/// A Redis client error as a `LockError`, for this backend and for another
+/// built on Redis: `Unavailable` for connection-level failures, `Backend`
+/// for the rest, labelled `backend`.
 pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> LockError {
     if e.is_io_error()
         || e.is_timeout()

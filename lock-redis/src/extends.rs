@@ -6,7 +6,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{BatchFn, Batcher, LockError};
+use lock_core::LockError;
+use lock_core::raw::{BatchFn, Batcher};
 use redis::aio::ConnectionManager;
 
 use crate::error::map_error;

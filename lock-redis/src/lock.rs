@@ -5,10 +5,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups,
+    Watchdog, check_request, validate_name, wait_deadline,
+};
 use lock_core::{
-    Attempt, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle,
-    LeaseState, LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant, Wait,
-    Waiting, Wakeups, Watchdog, check_request, validate_name, wait_deadline,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Wait, Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;

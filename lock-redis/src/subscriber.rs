@@ -14,7 +14,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lock_core::{LockError, Wakeups};
+use lock_core::LockError;
+use lock_core::raw::Wakeups;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
 

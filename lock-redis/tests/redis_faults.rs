@@ -5,15 +5,13 @@
 //! These tests stop the server or reset its statistics, so they run one at a
 //! time (a shared mutex) in this binary, apart from the conformance suite.
 
-use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use lock_core::faultkit::{Restore, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redis::RedisLock;
-use tokio::io::{AsyncBufReadExt, BufReader};
+use lock_testkit::faults::{Restore, env, services, unique};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -113,103 +111,18 @@ async fn killed_server_fires_lost_fails_fast_and_recovers() {
     panic!("the client did not recover after the restart: {last:?}");
 }
 
-const CHILD_ENV: &str = "DISTLOCK_REDIS_FROZEN_HOLDER";
-
-/// As the parent: run a copy of this test binary as the holder, freeze it
-/// (SIGSTOP) past its TTL, take the lock with another client, thaw it. As
-/// the child (env set): hold the lock, then report what it observes.
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// lease's TTL (1 s) frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_holder_loses_its_lock_to_a_later_token() {
-    if let Ok(name) = std::env::var(CHILD_ENV) {
-        return frozen_child(&name).await;
-    }
     let _serial = SERIAL.lock().await;
-    let name = unique("frozen");
-    let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
-        .args([
-            "--exact",
-            "frozen_holder_loses_its_lock_to_a_later_token",
-            "--nocapture",
-        ])
-        .env(CHILD_ENV, &name)
-        .stdout(Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .expect("spawn holder");
-    let pid = child.id().expect("pid").to_string();
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    let mut next = async || -> String {
-        loop {
-            let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
-                .await
-                .expect("child answered in time")
-                .expect("read child")
-                .expect("child output ended early");
-            if let Some(rest) = line.strip_prefix("CHILD ") {
-                return rest.to_string();
-            }
-        }
-    };
-    let first: u64 = next()
-        .await
-        .strip_prefix("token ")
-        .expect("token line")
-        .parse()
-        .expect("token");
-    Command::new("kill")
-        .args(["-STOP", &pid])
-        .status()
-        .expect("SIGSTOP");
-    let other = client().await;
-    let taken = other
-        .acquire(
-            &name,
-            &LockOptions::new().wait_timeout(Duration::from_secs(10)),
-        )
-        .await
-        .expect("another client takes the frozen holder's lock after its TTL");
-    let second = taken.fencing_token().expect("token");
-    assert!(
-        second > first,
-        "tokens must increase: {first} then {second}"
-    );
-    Command::new("kill")
-        .args(["-CONT", &pid])
-        .status()
-        .expect("SIGCONT");
-    assert_eq!(next().await, "lost", "the thawed holder's lost() must fire");
-    assert_eq!(
-        next().await,
-        "released false",
-        "the thawed holder's release must report not-held"
-    );
-    assert!(child.wait().await.expect("child").success());
-    assert!(
-        taken.release().await.expect("release"),
-        "the new holder's lock was disturbed"
-    );
-}
-
-async fn frozen_child(name: &str) {
-    let locks = client().await;
-    let g = locks
-        .acquire(
-            name,
-            &LockOptions::new()
-                .ttl(Duration::from_millis(1000))
-                .wait(Wait::No),
-        )
-        .await
-        .expect("child acquires");
-    println!("CHILD token {}", g.fencing_token().expect("token"));
-    tokio::time::timeout(Duration::from_secs(30), g.lost())
-        .await
-        .expect("lost() fires in the child");
-    println!("CHILD lost");
-    println!(
-        "CHILD released {}",
-        g.release().await.expect("release call")
-    );
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        "frozen_holder_loses_its_lock_to_a_later_token",
+        client,
+        LockOptions::new().ttl(Duration::from_secs(1)),
+        Duration::from_secs(1),
+    )
+    .await;
 }
 
 /// Commands the scripts run inside the server (counted by commandstats, but
@@ -343,11 +256,11 @@ async fn acquisitions_cost_few_commands() {
     );
 }
 
-/// See `faultkit::server_failure_gives_transient_errors`.
+/// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::server_failure_gives_transient_errors(
+    lock_testkit::faults::server_failure_gives_transient_errors(
         client,
         &["redis"],
         LockOptions::new().ttl(Duration::from_secs(5)),
@@ -355,11 +268,11 @@ async fn server_failure_gives_transient_errors() {
     .await;
 }
 
-/// See `faultkit::killed_holder_frees_the_lock` (the TTL frees it).
+/// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock",
         client,
         LockOptions::new().ttl(Duration::from_secs(2)),

@@ -8,7 +8,7 @@ use lock_redis::RedisLock;
 
 #[tokio::test]
 async fn rediss_to_a_plain_server_is_a_typed_error() {
-    let plain = lock_core::faultkit::env("DISTLOCK_TEST_REDIS_URL");
+    let plain = lock_testkit::faults::env("DISTLOCK_TEST_REDIS_URL");
     let tls = plain.replacen("redis://", "rediss://", 1);
     let outcome = match RedisLock::connect(&format!("{tls}?connect_timeout_ms=500")).await {
         Err(e) => Err(e),

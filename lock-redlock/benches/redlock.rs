@@ -16,10 +16,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redlock::Redlock;
+use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
 
 const SAMPLES: usize = 1_000;
 const NAMES: [&str; 3] = ["bench:redlock-1", "bench:redlock-3", "bench:redlock-5"];
@@ -30,9 +30,7 @@ const WORK: Duration = Duration::from_millis(1);
 fn hosts() -> Vec<String> {
     let url = std::env::var("DISTLOCK_TEST_REDLOCK_URL")
         .expect("DISTLOCK_TEST_REDLOCK_URL (see scripts/services.sh env)");
-    let rest = url.strip_prefix("redlock://").expect("redlock URL");
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    rest[..end].split(',').map(str::to_string).collect()
+    lock_testkit::faults::upstreams_of(&url)
 }
 
 async fn redlock(hosts: &[String]) -> Redlock {

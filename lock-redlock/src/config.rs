@@ -3,7 +3,8 @@
 use std::fmt;
 use std::time::Duration;
 
-use lock_core::{DEFAULT_DRIFT_FACTOR, LockError};
+use lock_core::LockError;
+use lock_core::raw::DEFAULT_DRIFT_FACTOR;
 use lock_redis::parts::{ParsedUrl, parse_url as parse_node_url};
 
 /// Settings for a [`Redlock`](crate::Redlock).
@@ -113,7 +114,7 @@ const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, handoff_window
 /// Every node shares the credentials, database and options; `tls=true`
 /// connects to every node with TLS (as `rediss://`).
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
-    let raw = &lock_core::encode_userinfo(raw);
+    let raw = &lock_core::raw::encode_userinfo(raw);
     let shown = lock_core::redact_url(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
         url: shown.clone(),

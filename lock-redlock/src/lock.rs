@@ -6,10 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups, Watchdog,
+    check_request, validate_name, wait_deadline,
+};
 use lock_core::{
-    Attempt, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant, Wait, Waiting, Wakeups,
-    Watchdog, check_request, validate_name, wait_deadline,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Wait, Waiting,
 };
 use lock_redis::parts::{Keys, LockState, Subscription};
 use tokio::time::Instant;

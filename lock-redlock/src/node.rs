@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{Batcher, LockError, Wakeups};
+use lock_core::LockError;
+use lock_core::raw::{Batcher, Wakeups};
 use lock_redis::parts::{
     ACQUIRE, Extension, LockKeys, LockState, RELEASE, Subscriber, Subscription, WITHDRAW,
     extend_batcher, map_error, read_state,

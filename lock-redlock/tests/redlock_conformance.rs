@@ -2,29 +2,13 @@
 //! `scripts/services.sh` runs (`DISTLOCK_TEST_REDLOCK_URL`): once with all
 //! five, and once with three nodes of which one is down for the whole run.
 
-use std::sync::Arc;
-
-use lock_core::testkit::{FaultHook, Harness, taken_away};
-use lock_core::{DistributedLock, LockError, async_trait};
 use lock_redlock::Redlock;
-
-struct RedlockHook(Redlock);
-
-#[async_trait]
-impl FaultHook for RedlockHook {
-    async fn take_away(&self, name: &str) -> Result<(), LockError> {
-        taken_away(name, self.0.force_release(name).await?)
-    }
-
-    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
-        self.0.queued(name).await.map(Some)
-    }
-}
+use lock_testkit::conformance::Harness;
+use lock_testkit::faults::{env, upstreams_of, with_upstreams};
 
 /// The five masters, as `redlock://h1:p1,…,h5:p5`.
 fn five() -> String {
-    std::env::var("DISTLOCK_TEST_REDLOCK_URL")
-        .expect("DISTLOCK_TEST_REDLOCK_URL is not set: run the tests through scripts/test.sh")
+    env("DISTLOCK_TEST_REDLOCK_URL")
 }
 
 /// The first two masters plus an address where nothing listens (port 1 on
@@ -38,28 +22,21 @@ fn five() -> String {
 /// node timeout itself).
 fn three_with_one_down() -> String {
     let url = five();
-    let rest = url.strip_prefix("redlock://").expect("a redlock:// URL");
-    let (hosts, tail) = rest.split_at(rest.find(['/', '?']).unwrap_or(rest.len()));
-    let two: Vec<&str> = hosts.split(',').take(2).collect();
-    let sep = if tail.contains('?') { '&' } else { '?' };
-    format!(
-        "redlock://{},127.0.0.1:1{tail}{sep}node_timeout_ms=250",
-        two.join(",")
-    )
+    let mut hosts = upstreams_of(&url);
+    hosts.truncate(2);
+    hosts.push("127.0.0.1:1".to_string());
+    let url = with_upstreams(&url, &hosts);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    format!("{url}{sep}node_timeout_ms=250")
 }
 
 async fn harness_for(url: &str) -> Harness {
-    let lock = Redlock::connect(url)
-        .await
-        .expect("connect to the redlock nodes");
-    let other = Redlock::connect(url)
-        .await
-        .expect("connect to the redlock nodes");
-    Harness {
-        hook: Arc::new(RedlockHook(lock.clone())),
-        lock: Arc::new(lock),
-        other: Arc::new(other),
-    }
+    Harness::of(async || {
+        Redlock::connect(url)
+            .await
+            .expect("connect to the redlock nodes")
+    })
+    .await
 }
 
 mod five_nodes {
@@ -69,7 +46,7 @@ mod five_nodes {
         harness_for(&five()).await
     }
 
-    lock_core::conformance_suite!(harness());
+    lock_testkit::conformance_suite!(harness());
 }
 
 mod three_nodes_one_down {
@@ -83,5 +60,5 @@ mod three_nodes_one_down {
         harness_for(&url).await
     }
 
-    lock_core::conformance_suite!(harness());
+    lock_testkit::conformance_suite!(harness());
 }

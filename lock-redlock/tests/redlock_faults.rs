@@ -10,9 +10,9 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::{Restore, acquires_again, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redlock::Redlock;
+use lock_testkit::faults::{Restore, acquires_again, env, services, unique, upstreams_of};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -23,10 +23,7 @@ const NODE_TIMEOUT: Duration = Duration::from_millis(50);
 
 /// `host:port` of each of the five nodes.
 fn hosts() -> Vec<String> {
-    let url = env("DISTLOCK_TEST_REDLOCK_URL");
-    let rest = url.strip_prefix("redlock://").expect("redlock URL");
-    let end = rest.find(['/', '?']).unwrap_or(rest.len());
-    rest[..end].split(',').map(str::to_string).collect()
+    upstreams_of(&env("DISTLOCK_TEST_REDLOCK_URL"))
 }
 
 /// A client of all five nodes with a short node timeout.
@@ -66,6 +63,10 @@ async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client().await;
     let other = client().await;
+    assert!(
+        locks.capabilities().survives_server_failure,
+        "this test proves the claim `survives_server_failure`; the backend must make it"
+    );
     let name = unique("minority");
     let renewed = LockOptions::new().ttl(Duration::from_millis(1500));
     let holder = locks.acquire(&name, &renewed).await.expect("acquire");
@@ -360,12 +361,12 @@ async fn fencing_tokens_increase_across_node_restarts() {
     }
 }
 
-/// See `faultkit::server_failure_gives_transient_errors`: a majority of
+/// See `lock_testkit::faults::server_failure_gives_transient_errors`: a majority of
 /// the masters killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::server_failure_gives_transient_errors(
+    lock_testkit::faults::server_failure_gives_transient_errors(
         client,
         &["redlock1", "redlock2", "redlock3"],
         LockOptions::new().ttl(Duration::from_secs(5)),
@@ -373,15 +374,29 @@ async fn server_failure_gives_transient_errors() {
     .await;
 }
 
-/// See `faultkit::killed_holder_frees_the_lock` (the TTL frees it).
+/// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock",
         client,
         LockOptions::new().ttl(Duration::from_secs(2)),
         Duration::ZERO,
+    )
+    .await;
+}
+
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// lease's TTL (1 s) frees it on every node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        "a_frozen_holder_loses_its_lock_to_a_later_token",
+        client,
+        LockOptions::new().ttl(Duration::from_secs(1)),
+        Duration::from_secs(1),
     )
     .await;
 }

@@ -11,9 +11,9 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend_on, percentiles, print_runs, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::PgLock;
+use lock_testkit::bench::{contend_on, percentiles, print_runs, us};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const SAMPLES: usize = 1_000;

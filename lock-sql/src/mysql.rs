@@ -39,10 +39,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    GuardHandle, LeaseState, PendingGrant, RawGuard, Watchdog, check_request,
+    confirmed_lease_start, validate_name, wait_deadline,
+};
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockInfo, LockOptions, PendingGrant, Wait, Waiting, Watchdog,
-    check_request, confirmed_lease_start, validate_name, wait_deadline,
+    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
+    LockInfo, LockOptions, Wait, Waiting,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
@@ -142,6 +145,10 @@ impl TokenCounter {
 fn secs_ceil(d: Duration) -> u64 {
     (d.as_secs() + u64::from(d.subsec_nanos() > 0)).max(1)
 }
+
+/// How long `force_release` looks for the connection holding a row lock
+/// (queued behind it, asking the server who blocks it).
+const HOLDER_SEARCH: Duration = Duration::from_secs(8);
 
 fn not_granted(e: &sqlx::Error) -> bool {
     match e {
@@ -319,10 +326,13 @@ impl MySqlLock {
             .fetch_one(&mut **conn)
             .await
             .map_err(failed)?;
-        sqlx::raw_sql("SET SESSION innodb_lock_wait_timeout = 2; START TRANSACTION")
-            .execute(&mut **conn)
-            .await
-            .map_err(failed)?;
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "SET SESSION innodb_lock_wait_timeout = {}; START TRANSACTION",
+            HOLDER_SEARCH.as_secs() + 2
+        )))
+        .execute(&mut **conn)
+        .await
+        .map_err(failed)?;
         let lock = format!(
             "SELECT name FROM {} WHERE name = ? FOR UPDATE",
             self.inner.table.as_str()
@@ -330,8 +340,16 @@ impl MySqlLock {
         let waiting = sqlx::query(AssertSqlSafe(lock))
             .bind(name.as_bytes())
             .execute(&mut **conn);
+        let unidentified = || LockError::Unavailable {
+            backend: BACKEND,
+            reason: format!("`{name}` is held but its holder could not be identified in time"),
+            source: None,
+        };
+        // Ask by elapsed time, not by count: on a loaded server each
+        // question can take long, and our wait must outlast the asking.
         let ask = async {
-            for _ in 0..40 {
+            let start = Instant::now();
+            while start.elapsed() < HOLDER_SEARCH {
                 tokio::time::sleep(Duration::from_millis(25)).await;
                 let holder: Option<i64> = sqlx::query_scalar(
                     "SELECT CAST(b.trx_mysql_thread_id AS SIGNED) FROM information_schema.innodb_lock_waits w \
@@ -348,11 +366,16 @@ impl MySqlLock {
                     return Ok(u64::try_from(id).ok());
                 }
             }
-            Ok(None)
+            Err(unidentified())
         };
         tokio::select! {
-            // Not blocked: nobody holds it.
-            _ = waiting => Ok(None),
+            done = waiting => match done {
+                // Granted at once: nobody holds it.
+                Ok(_) => Ok(None),
+                // Our wait ran out behind a holder we did not find.
+                Err(e) if not_granted(&e) => Err(unidentified()),
+                Err(e) => Err(failed(e)),
+            },
             holder = ask => holder,
         }
         // `probe` is closed on drop, ending its transaction.

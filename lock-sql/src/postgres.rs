@@ -55,10 +55,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    GuardHandle, LeaseState, PendingGrant, RawGuard, Watchdog, check_request,
+    confirmed_lease_start, validate_name, wait_deadline,
+};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockInfo, LockOptions, PendingGrant, Wait, Waiting, Watchdog,
-    check_request, confirmed_lease_start, validate_name, wait_deadline,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Wait, Waiting,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Postgres};

@@ -39,7 +39,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{GuardHandle, LockError};
+use lock_core::LockError;
+use lock_core::raw::GuardHandle;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 

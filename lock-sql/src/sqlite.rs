@@ -36,10 +36,13 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups,
+    Watchdog, acquire_by_polling, check_request, validate_name,
+};
 use lock_core::{
-    Attempt, Backoff, Batcher, Capabilities, CrashRelease, DistributedLock, Fencing, Grade,
-    GuardHandle, LeaseState, LockError, LockGuard, LockInfo, LockOptions, OwnerToken, PendingGrant,
-    Wait, Waiting, Wakeups, Watchdog, acquire_by_polling, check_request, validate_name,
+    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
+    LockInfo, LockOptions, Wait, Waiting,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -731,7 +734,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         Some((p, q)) => (p, Some(q)),
         None => (rest, None),
     };
-    let path = lock_core::percent_decode(path).map_err(invalid)?;
+    let path = lock_core::raw::percent_decode(path).map_err(invalid)?;
     if path.is_empty() {
         return Err(invalid(
             "the database path is empty (use `sqlite:///abs/path.db` or `sqlite://rel/path.db`)"
@@ -741,7 +744,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
     let mut config = SqliteConfig::default();
     for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = lock_core::percent_decode(value).map_err(invalid)?;
+        let value = lock_core::raw::percent_decode(value).map_err(invalid)?;
         let number = || {
             u64::from_str(&value)
                 .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))

@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{BatchFn, Batcher};
+use lock_core::raw::{BatchFn, Batcher};
 use sqlx::AssertSqlSafe;
 use sqlx::query::QueryScalar;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool};

@@ -38,7 +38,7 @@ const KNOWN: &str = "table, mode, max_connections, sessions, connect_timeout_ms"
 
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
-        let raw = &lock_core::encode_userinfo(raw);
+        let raw = &lock_core::raw::encode_userinfo(raw);
         let mut url = url::Url::parse(raw).map_err(|e| LockError::InvalidUrl {
             url: lock_core::redact_url(raw),
             reason: format!("not a URL: {e}"),

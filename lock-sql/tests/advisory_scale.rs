@@ -6,8 +6,8 @@
 use std::time::Duration;
 
 use lock_core::DistributedLock;
-use lock_core::faultkit::env;
-use lock_core::scalekit::holds_many_renewed_locks;
+use lock_testkit::faults::env;
+use lock_testkit::scale::holds_many_renewed_locks;
 
 const LOCKS: usize = 2_000;
 const POOL: &str = "mode=advisory&max_connections=8&connect_timeout_ms=5000";

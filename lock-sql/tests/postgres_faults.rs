@@ -10,9 +10,9 @@ mod common;
 
 use std::time::Duration;
 
-use lock_core::faultkit::{Restore, acquires_again, env, services, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::PgLock;
+use lock_testkit::faults::{Restore, acquires_again, env, services, unique};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -169,12 +169,12 @@ async fn a_terminated_session_fires_lost_and_the_next_token_is_larger() {
     }
 }
 
-/// See `faultkit::killed_holder_frees_the_lock`: the server ends the dead
+/// See `lock_testkit::faults::killed_holder_frees_the_lock`: the server ends the dead
 /// holder's session, and its lock, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_at_once() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_process_frees_the_lock_at_once",
         client,
         LockOptions::new(),
@@ -255,12 +255,12 @@ async fn tokens_survive_a_server_crash() {
     }
 }
 
-/// See `faultkit::server_failure_gives_transient_errors`.
+/// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
     for mode in ["row", "advisory"] {
-        lock_core::faultkit::server_failure_gives_transient_errors(
+        lock_testkit::faults::server_failure_gives_transient_errors(
             async || client_in(mode).await,
             &["postgres"],
             LockOptions::new().ttl(Duration::from_secs(5)),
@@ -269,7 +269,7 @@ async fn server_failure_gives_transient_errors() {
     }
 }
 
-/// See `faultkit::unrenewed_holder_learns_of_a_server_crash`: the server's
+/// See `lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash`: the server's
 /// crash ends the holder's session and its lock; the holder's guard, though
 /// not renewed, is checked, and its `lost()` fires before the restarted
 /// server grants the lock to another client.
@@ -277,7 +277,7 @@ async fn server_failure_gives_transient_errors() {
 async fn an_unrenewed_holder_learns_of_a_server_crash() {
     let _serial = SERIAL.lock().await;
     for mode in ["row", "advisory"] {
-        lock_core::faultkit::unrenewed_holder_learns_of_a_server_crash(
+        lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash(
             async || client_in(mode).await,
             &["postgres"],
         )
@@ -319,4 +319,34 @@ async fn a_leaked_guard_expires_beside_renewed_locks() {
 async fn a_held_name_is_not_granted_twice_on_one_session() {
     let _serial = SERIAL.lock().await;
     common::a_held_name_is_not_granted_twice_on_one_session(&advisory(1).await).await;
+}
+
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// server's idle bound (`idle_in_transaction_session_timeout` / `idle_session_timeout`), set from the lease, ends the frozen
+/// holder's session and its lock. The child runs the same test, so each
+/// mode has a test of its own.
+async fn a_frozen_holder_loses_its_lock(test: &str, mode: &str) {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        test,
+        async || client_in(mode).await,
+        LockOptions::new().ttl(Duration::from_secs(2)),
+        Duration::from_secs(3),
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_row_holder_loses_its_lock_to_a_later_token() {
+    a_frozen_holder_loses_its_lock("a_frozen_row_holder_loses_its_lock_to_a_later_token", "row")
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
+    a_frozen_holder_loses_its_lock(
+        "a_frozen_advisory_holder_loses_its_lock_to_a_later_token",
+        "advisory",
+    )
+    .await;
 }

@@ -265,11 +265,11 @@ async fn five_processes_each_get_a_share() {
     );
 }
 
-/// See `faultkit::killed_holder_frees_the_lock` (the TTL frees it).
+/// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {
     // Child and parent agree on the file: named after the parent's pid.
-    let parent = if std::env::var(lock_core::faultkit::KILLED_HOLDER_ENV).is_ok() {
+    let parent = if std::env::var(lock_testkit::faults::KILLED_HOLDER_ENV).is_ok() {
         std::os::unix::process::parent_id()
     } else {
         std::process::id()
@@ -280,14 +280,14 @@ async fn a_killed_holder_frees_the_lock() {
             .await
             .expect("open sqlite")
     };
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock",
         connect,
         LockOptions::new().ttl(Duration::from_secs(2)),
         Duration::ZERO,
     )
     .await;
-    if std::env::var(lock_core::faultkit::KILLED_HOLDER_ENV).is_err() {
+    if std::env::var(lock_testkit::faults::KILLED_HOLDER_ENV).is_err() {
         for suffix in ["", "-wal", "-shm"] {
             let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
         }
@@ -299,4 +299,35 @@ async fn open_in(dir: &Path) -> SqliteLock {
     SqliteLock::open(dir.join("locks.db"), SqliteConfig::default())
         .await
         .expect("open sqlite")
+}
+
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// lease's TTL (1 s) in the shared file frees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
+    // Child and parent agree on the file: named after the parent's pid.
+    let child = std::env::var(lock_testkit::faults::FROZEN_HOLDER_ENV).is_ok();
+    let parent = if child {
+        std::os::unix::process::parent_id()
+    } else {
+        std::process::id()
+    };
+    let path = std::env::temp_dir().join(format!("distlock-frozen-holder-{parent}.db"));
+    let connect = async || {
+        SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open sqlite")
+    };
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        "a_frozen_holder_loses_its_lock_to_a_later_token",
+        connect,
+        LockOptions::new().ttl(Duration::from_secs(1)),
+        Duration::from_secs(1),
+    )
+    .await;
+    if !child {
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
 }

@@ -3,8 +3,8 @@
 
 use std::time::Duration;
 
-use lock_core::scalekit::holds_many_renewed_locks;
 use lock_sql::{SqliteConfig, SqliteLock};
+use lock_testkit::scale::holds_many_renewed_locks;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_thousand_renewed_locks_stay_held() {

@@ -16,8 +16,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use lock_core::benchkit::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
 use lock_zk::ZkLock;
 use zookeeper_client::{Acls, Client, CreateMode, LockPrefix};
 
@@ -32,12 +32,7 @@ fn url() -> String {
 }
 
 fn hosts() -> String {
-    url()
-        .trim_start_matches("zk://")
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string()
+    lock_testkit::faults::upstreams_of(&url()).join(",")
 }
 
 async fn raw_client() -> Client {

@@ -4,7 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::{GuardHandle, LockError};
+use lock_core::LockError;
+use lock_core::raw::GuardHandle;
 use zookeeper_client::Error as ZkError;
 
 use crate::session::{Session, retrying, zk_error};

@@ -19,10 +19,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lock_core::raw::{
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Watchdog, check_request,
+    confirmed_lease_start, validate_name, wait_deadline,
+};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, GuardHandle, LeaseState,
-    LockError, LockGuard, LockInfo, LockOptions, LossReason, OwnerToken, PendingGrant, Waiting,
-    Watchdog, check_request, confirmed_lease_start, validate_name, wait_deadline,
+    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, LossReason, Waiting,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;

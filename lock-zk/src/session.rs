@@ -5,7 +5,8 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lock_core::{LeaseState, LockError, LossKind, LossReason};
+use lock_core::raw::LeaseState;
+use lock_core::{LockError, LossKind, LossReason};
 use zookeeper_client::{Acls, Client, SessionState};
 
 use crate::BACKEND;
@@ -199,12 +200,20 @@ pub(crate) fn connection_failed(e: &zookeeper_client::Error) -> bool {
     false
 }
 
+/// A custom error with a message only: the client makes those just when
+/// it ends a connection itself (no reply within its timeout, a writable
+/// server found while read-only). The request is not sent again (its
+/// session may be gone), but the failure is the network's: transient.
+fn connection_ended_by_client(e: &zookeeper_client::Error) -> bool {
+    matches!(e, zookeeper_client::Error::Custom(_)) && std::error::Error::source(e).is_none()
+}
+
 /// A client error as a `LockError`: connection and session trouble, a
 /// throttling or read-only server, is `Unavailable` (transient); anything
 /// else (`NoAuth`, …) a backend error.
 pub(crate) fn zk_error(doing: &str, e: zookeeper_client::Error) -> LockError {
     use zookeeper_client::Error as E;
-    if connection_failed(&e) {
+    if connection_failed(&e) || connection_ended_by_client(&e) {
         return LockError::unavailable(BACKEND, doing.to_string(), e);
     }
     match e {

@@ -5,7 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::{LockError, percent_decode, redact_url};
+use lock_core::raw::percent_decode;
+use lock_core::{LockError, redact_url};
 
 /// The default root path under which lock nodes live.
 const DEFAULT_ROOT: &str = "/distlock";
@@ -55,7 +56,7 @@ impl fmt::Debug for ZkUrl {
 impl ZkUrl {
     /// Parse `raw`; errors show the URL with any password replaced.
     pub fn parse(raw: &str) -> Result<Self, LockError> {
-        let raw = &lock_core::encode_userinfo(raw);
+        let raw = &lock_core::raw::encode_userinfo(raw);
         let invalid = |reason: &str| LockError::InvalidUrl {
             url: redact_url(raw),
             reason: reason.to_string(),

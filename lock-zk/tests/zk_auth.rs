@@ -4,15 +4,14 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::{env, unique};
 use lock_core::{DistributedLock, LockError, LockOptions, Wait};
+use lock_testkit::faults::{env, unique, upstreams_of};
 use lock_zk::ZkLock;
 use zookeeper_client::{Client, Permission};
 
 /// `zk://[userinfo@]host:port/root` on the standalone server.
 fn url(userinfo: &str, root: &str) -> String {
-    let plain = env("DISTLOCK_TEST_ZK_URL");
-    let hosts = plain.trim_start_matches("zk://");
+    let hosts = upstreams_of(&env("DISTLOCK_TEST_ZK_URL")).join(",");
     format!("zk://{userinfo}{hosts}{root}")
 }
 
@@ -49,10 +48,10 @@ async fn digest_credentials_guard_the_nodes() {
 
     // The ACL on our node names the digest identity (user:base64(sha1)),
     // with every permission, and nothing for anyone else.
-    let hosts = env("DISTLOCK_TEST_ZK_URL");
+    let hosts = upstreams_of(&env("DISTLOCK_TEST_ZK_URL")).join(",");
     let raw = Client::connector()
         .with_auth("digest", b"app:s3cr@t")
-        .connect(hosts.trim_start_matches("zk://"))
+        .connect(&hosts)
         .await
         .expect("plain client");
     let dir = format!("{root}/njob");

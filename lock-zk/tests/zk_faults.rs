@@ -11,8 +11,9 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::{announce_token, env, holder_role, spawn_holder, unique};
+use lock_core::raw::RawGuard;
 use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_testkit::faults::{announce_token, env, holder_role, spawn_holder, unique, upstreams_of};
 use lock_zk::ZkLock;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -32,11 +33,11 @@ async fn client() -> ZkLock {
     .expect("connect")
 }
 
-/// See `faultkit::killed_holder_frees_the_lock`: the session (2 s) frees it.
+/// See `lock_testkit::faults::killed_holder_frees_the_lock`: the session (2 s) frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_when_its_session_expires() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::killed_holder_frees_the_lock(
+    lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock_when_its_session_expires",
         client,
         LockOptions::new(),
@@ -51,8 +52,8 @@ async fn a_killed_holder_frees_the_lock_when_its_session_expires() {
 /// on a fresh session.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
-    use lock_core::faultkit::{Restore, services};
     use lock_core::{LossKind, LossReason};
+    use lock_testkit::faults::{Restore, services};
     let _serial = SERIAL.lock().await;
     let locks = client().await;
     let name = unique("frozen");
@@ -112,7 +113,7 @@ async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
 /// caller doing anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_outlives_the_expiry_of_its_session() {
-    use lock_core::faultkit::{Restore, services};
+    use lock_testkit::faults::{Restore, services};
     let _serial = SERIAL.lock().await;
     let name = unique("waiter-expiry");
     let (holder_client, waiter_client) = (client().await, client().await);
@@ -154,13 +155,7 @@ async fn a_waiter_outlives_the_expiry_of_its_session() {
 /// by the sessions watching it).
 fn watches_on(name: &str) -> usize {
     use std::io::{Read, Write};
-    let url = env("DISTLOCK_TEST_ZK_URL");
-    let addr = url
-        .trim_start_matches("zk://")
-        .split(['/', ','])
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let addr = upstreams_of(&env("DISTLOCK_TEST_ZK_URL")).remove(0);
     let mut conn = std::net::TcpStream::connect(addr).expect("connect for wchp");
     conn.write_all(b"wchp").expect("wchp");
     let mut report = String::new();
@@ -245,15 +240,9 @@ async fn one_release_wakes_one_waiter() {
 /// The ensemble member (1-based) that leads, from each member's `srvr`.
 fn ensemble_leader() -> usize {
     use std::io::{Read, Write};
-    let url = env("DISTLOCK_TEST_ZK_ENSEMBLE_URL");
-    let hosts = url
-        .trim_start_matches("zk://")
-        .split('/')
-        .next()
-        .unwrap_or_default()
-        .to_string();
+    let hosts = upstreams_of(&env("DISTLOCK_TEST_ZK_ENSEMBLE_URL"));
     for _ in 0..50 {
-        for (i, host) in hosts.split(',').enumerate() {
+        for (i, host) in hosts.iter().enumerate() {
             let Ok(mut conn) = std::net::TcpStream::connect(host) else {
                 continue;
             };
@@ -276,7 +265,7 @@ fn ensemble_leader() -> usize {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_ensemble_survives_its_leader_and_reports_the_loss_of_its_quorum() {
     use lock_core::LossKind;
-    use lock_core::faultkit::{Restore, services};
+    use lock_testkit::faults::{Restore, services};
     let _serial = SERIAL.lock().await;
     let _restore = Restore::servers(["zk1", "zk2", "zk3"]);
     let session = Duration::from_secs(4);
@@ -288,6 +277,10 @@ async fn the_ensemble_survives_its_leader_and_reports_the_loss_of_its_quorum() {
     let (locks, other) = (
         ZkLock::connect(&url).await.expect("connect"),
         ZkLock::connect(&url).await.expect("connect"),
+    );
+    assert!(
+        locks.capabilities().survives_server_failure,
+        "this test proves the claim `survives_server_failure`; the backend must make it"
     );
     let name = unique("ensemble");
     let g = locks
@@ -527,7 +520,7 @@ async fn the_deadline_is_bounded_by_the_session() {
 /// within the session's life.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
-    use lock_core::faultkit::{Restore, services};
+    use lock_testkit::faults::{Restore, services};
     let _serial = SERIAL.lock().await;
     let session = Duration::from_secs(6);
     let url = format!(
@@ -570,10 +563,28 @@ async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
     drop(holder);
 }
 
-/// See `faultkit::server_failure_gives_transient_errors`.
+/// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
     let _serial = SERIAL.lock().await;
-    lock_core::faultkit::server_failure_gives_transient_errors(client, &["zk"], LockOptions::new())
-        .await;
+    lock_testkit::faults::server_failure_gives_transient_errors(
+        client,
+        &["zk"],
+        LockOptions::new(),
+    )
+    .await;
+}
+
+/// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
+/// server expires the silent session (2 s) and its node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+        "a_frozen_holder_loses_its_lock_to_a_later_token",
+        client,
+        LockOptions::new(),
+        SESSION,
+    )
+    .await;
 }

@@ -1,27 +1,22 @@
 //! ZooKeeper over a failing network: the connection drops right after a
 //! create reached the server (its reply lost), through the test proxy of
-//! `lock_core::tcp_proxy`; and what is left behind once a lock is released.
+//! `lock_testkit::tcp_proxy`; and what is left behind once a lock is released.
 //!
 //! The tests share one lock name per case under a root of their own, so
 //! they can read the lock's node directly with a plain client.
 
 use std::time::Duration;
 
-use lock_core::faultkit::{env, unique};
-use lock_core::tcp_proxy::TcpProxy;
 use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_testkit::faults::{env, unique, upstreams_of};
+use lock_testkit::tcp_proxy::TcpProxy;
 use lock_zk::ZkLock;
 use tokio::time::Instant;
 use zookeeper_client::Client;
 
 /// The standalone server's `host:port`.
 fn upstream() -> String {
-    env("DISTLOCK_TEST_ZK_URL")
-        .trim_start_matches("zk://")
-        .split(['/', ','])
-        .next()
-        .unwrap_or_default()
-        .to_string()
+    upstreams_of(&env("DISTLOCK_TEST_ZK_URL")).remove(0)
 }
 
 /// A root no other run uses, and the node of lock `job` under it.

@@ -4,8 +4,8 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::env;
 use lock_core::{DistributedLock, LockError, LockOptions, Wait};
+use lock_testkit::faults::env;
 use lock_zk::ZkLock;
 use tokio::time::Instant;
 
@@ -23,7 +23,7 @@ async fn a_tls_client_locks_and_reports_tls_in_debug() {
     assert!(format!("{locks:?}").contains("zk+tls://"), "{locks:?}");
     let g = locks
         .acquire(
-            &lock_core::faultkit::unique("tls"),
+            &lock_testkit::faults::unique("tls"),
             &LockOptions::new().wait(Wait::No),
         )
         .await

@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{DistributedLock, LockError, LockOptions, Wait};
-use lock_core::benchkit::{Run, Turn, analyse, percentiles};
+use lock_testkit::bench::{Run, Turn, analyse, percentiles};
 use tokio::time::Instant;
 
 use super::Target;
@@ -38,7 +38,13 @@ fn fresh_name(what: &str) -> String {
 /// Order the services differently in each round, so that none always runs
 /// right after the same neighbour.
 fn round_order(n: usize, round: usize) -> impl Iterator<Item = usize> {
-    (0..n).map(move |i| if round % 2 == 0 { i } else { n - 1 - i })
+    (0..n).map(move |i| {
+        if round.is_multiple_of(2) {
+            i
+        } else {
+            n - 1 - i
+        }
+    })
 }
 
 /// The uncontended workload on every target, alternating slices until each

@@ -2,8 +2,8 @@
 
 use std::time::Duration;
 
-use lock_core::faultkit::unique;
 use lock_core::{DistributedLock, LockError, LockOptions, Wait};
+use lock_testkit::faults::unique;
 
 /// Released locks' connections are kept warm for the next lock, not handed
 /// back to the pool; they must not starve the pool's other users. `locks`
@@ -38,7 +38,7 @@ pub async fn tokens_survive_a_server_crash<L: DistributedLock>(
     what: &str,
     connect: impl AsyncFn() -> Result<L, LockError>,
 ) {
-    use lock_core::faultkit::{Restore, services};
+    use lock_testkit::faults::{Restore, services};
     let name = unique("crash-tokens");
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(5))

@@ -7,7 +7,7 @@ use std::time::Duration;
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
-use crate::{DistributedLock, LockGuard, LockOptions, Wait};
+use lock_core::{DistributedLock, LockGuard, LockOptions, Wait};
 
 /// How many acquisitions are in flight at once.
 const PARALLEL: usize = 32;

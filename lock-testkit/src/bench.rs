@@ -17,7 +17,7 @@ pub type TurnLog = Arc<Mutex<Vec<Turn>>>;
 /// ```
 /// use std::time::Duration;
 /// let ms = |n| Duration::from_millis(n);
-/// let (p50, p99) = lock_core::benchkit::percentiles((1..=100).map(ms).collect());
+/// let (p50, p99) = lock_testkit::bench::percentiles((1..=100).map(ms).collect());
 /// assert_eq!((p50, p99), (ms(51), ms(99)));
 /// ```
 pub fn percentiles(mut samples: Vec<Duration>) -> (Duration, Duration) {
@@ -139,9 +139,9 @@ pub fn ratios(ours: &Run, theirs: &Run) -> (f64, f64) {
 /// loops until `run` has passed: acquire `name` with `opts`, hold it for
 /// `work`, release, then wait `pause` (zero: re-acquire at once).
 pub async fn contend_on(
-    clients: Vec<Arc<dyn crate::DistributedLock>>,
+    clients: Vec<Arc<dyn lock_core::DistributedLock>>,
     name: &str,
-    opts: crate::LockOptions,
+    opts: lock_core::LockOptions,
     work: Duration,
     pause: Duration,
     run: Duration,

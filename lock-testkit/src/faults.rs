@@ -5,6 +5,7 @@
 //! These are test utilities: they panic with a message when the test
 //! environment is not what the fault tests need.
 
+use lock_core::raw::RawGuard;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
@@ -14,6 +15,27 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 pub fn env(var: &str) -> String {
     std::env::var(var)
         .unwrap_or_else(|_| panic!("{var} is not set: run the tests through scripts/test.sh"))
+}
+
+/// The `host:port` list of a URL `scheme://[userinfo@]h1:p1,h2:p2[/…][?…]`.
+pub fn upstreams_of(url: &str) -> Vec<String> {
+    let (_, rest) = url.split_once("://").expect("a URL with a scheme");
+    let authority = rest.split(['/', '?']).next().unwrap_or_default();
+    let hosts = authority.rsplit_once('@').map_or(authority, |(_, h)| h);
+    hosts.split(',').map(str::to_string).collect()
+}
+
+/// `url` with its `host:port` list replaced by `hosts` (user info, path
+/// and query kept).
+pub fn with_upstreams(url: &str, hosts: &[String]) -> String {
+    let (scheme, rest) = url.split_once("://").expect("a URL with a scheme");
+    let end = rest.find(['/', '?']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    let userinfo = authority
+        .rsplit_once('@')
+        .map(|(u, _)| format!("{u}@"))
+        .unwrap_or_default();
+    format!("{scheme}://{userinfo}{}{tail}", hosts.join(","))
 }
 
 /// Run `scripts/services.sh ARGS` (`kill redis`, `pause etcd2`, …) and
@@ -73,6 +95,37 @@ pub fn announce_token(token: u64) {
 /// test named `test` with `env_var` set, sees [`holder_role`], acquires and
 /// calls [`announce_token`]); returns the child and its fencing token.
 pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::process::Child, u64) {
+    let (child, token, _) = spawn_announcing_holder(test, env_var, name).await;
+    (child, token)
+}
+
+/// A child holder's later reports: each line it printed with a `CHILD `
+/// prefix, in order.
+pub struct ChildReports(tokio::io::Lines<BufReader<tokio::process::ChildStdout>>);
+
+impl ChildReports {
+    /// The next report (without its prefix), failing the test if none
+    /// comes within 30 s.
+    pub async fn next(&mut self) -> String {
+        loop {
+            let line = tokio::time::timeout(Duration::from_secs(30), self.0.next_line())
+                .await
+                .expect("the child reported in time")
+                .expect("read the child's output")
+                .expect("the child's output ended early");
+            if let Some(report) = line.strip_prefix("CHILD ") {
+                return report.to_string();
+            }
+        }
+    }
+}
+
+/// [`spawn_holder`], keeping the child's later reports.
+async fn spawn_announcing_holder(
+    test: &str,
+    env_var: &str,
+    name: &str,
+) -> (tokio::process::Child, u64, ChildReports) {
     let mut child = tokio::process::Command::new(std::env::current_exe().expect("test binary"))
         .args(["--exact", test, "--nocapture"])
         .env(env_var, name)
@@ -80,23 +133,107 @@ pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::proc
         .kill_on_drop(true)
         .spawn()
         .expect("spawn holder");
-    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
-    loop {
-        let line = tokio::time::timeout(Duration::from_secs(20), lines.next_line())
+    let mut reports = ChildReports(BufReader::new(child.stdout.take().expect("stdout")).lines());
+    let token = reports
+        .next()
+        .await
+        .strip_prefix("token ")
+        .expect("the child's first report is its token")
+        .parse()
+        .expect("token");
+    (child, token, reports)
+}
+
+/// Send `signal` (`STOP`, `CONT`) to a child process.
+fn signal(child: &tokio::process::Child, signal: &str) {
+    let pid = child.id().expect("the child runs").to_string();
+    let sent = Command::new("kill")
+        .args([&format!("-{signal}"), &pid])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(sent, "kill -{signal} {pid}");
+}
+
+/// The environment variable that makes a test binary the holder of
+/// [`frozen_holder_loses_its_lock_to_a_later_token`] (set in the child).
+pub const FROZEN_HOLDER_ENV: &str = "DISTLOCK_FROZEN_HOLDER";
+
+/// A holder in a child process (auto-renewed, `opts`' TTL) is frozen with
+/// SIGSTOP, as a long GC pause or a stopped VM would freeze it. The server
+/// frees the lock within `freed_within` of the freeze (its lease, its
+/// session or its idle bound ran out) and another client is granted it
+/// with a larger fencing token. Thawed, the holder's `lost()` fires and its
+/// release answers "not held"; the new holder's lock is undisturbed.
+///
+/// Call it from a test named `test` (the child runs that same test) with
+/// the client `connect` builds.
+pub async fn frozen_holder_loses_its_lock_to_a_later_token<L, F>(
+    test: &str,
+    connect: F,
+    opts: lock_core::LockOptions,
+    freed_within: Duration,
+) where
+    L: lock_core::DistributedLock,
+    F: AsyncFn() -> L,
+{
+    use lock_core::Wait;
+    if let Some(name) = holder_role(FROZEN_HOLDER_ENV) {
+        let locks = connect().await;
+        let g = locks
+            .acquire(&name, &opts.clone().wait(Wait::No))
             .await
-            .expect("child answered in time")
-            .expect("read child")
-            .expect("child output ended early");
-        if let Some(t) = line.strip_prefix("CHILD token ") {
-            return (child, t.parse().expect("token"));
-        }
+            .expect("the child's acquire");
+        announce_token(g.fencing_token().unwrap_or(0));
+        let reason = tokio::time::timeout(Duration::from_secs(120), g.lost())
+            .await
+            .expect("lost() fires in the thawed child");
+        println!("CHILD lost {reason:?}");
+        println!("CHILD released {:?}", g.release().await);
+        return;
     }
+    let name = unique("frozen-holder");
+    let locks = connect().await;
+    let (mut child, first, mut reports) =
+        spawn_announcing_holder(test, FROZEN_HOLDER_ENV, &name).await;
+    signal(&child, "STOP");
+    let frozen_at = tokio::time::Instant::now();
+    let bound = freed_within + Duration::from_secs(5);
+    let taken = locks
+        .acquire(&name, &opts.clone().wait(Wait::Up(bound)))
+        .await
+        .unwrap_or_else(|e| {
+            panic!("the frozen holder's lock was not freed within {bound:?}: {e:?}")
+        });
+    let after = frozen_at.elapsed();
+    if let (Some(next), true) = (taken.fencing_token(), first > 0) {
+        assert!(next > first, "token {next} granted after {first}");
+    }
+    signal(&child, "CONT");
+    let lost = reports.next().await;
+    assert!(
+        lost.starts_with("lost"),
+        "the thawed holder reported {lost:?}"
+    );
+    let released = reports.next().await;
+    assert!(
+        released == "released Ok(false)" || released.starts_with("released Err(Lost"),
+        "the thawed holder's release must answer not-held: {released}"
+    );
+    assert!(child.wait().await.expect("reap the child").success());
+    assert!(
+        taken.release().await.expect("release"),
+        "the new holder's lock was disturbed by the thawed one"
+    );
+    eprintln!(
+        "{}: a frozen holder's lock was granted again {after:?} after SIGSTOP; thawed it said {lost}, {released}",
+        locks.capabilities().backend
+    );
 }
 
 /// The error kinds an acquisition sees when its server fails under it.
 /// With `servers` killed (SIGKILL), a waiting `acquire` (queued behind a
 /// holder) and a `try_acquire` both end in an error that
-/// [`is_transient`](crate::LockError::is_transient) (`Unavailable`,
+/// [`is_transient`](lock_core::LockError::is_transient) (`Unavailable`,
 /// `Timeout`, `QuorumNotReached`), never `Lost` (which belongs to a held
 /// guard), `Backend` or a hang; once the servers are started again the
 /// client acquires again without being rebuilt. `connect` builds the two
@@ -104,12 +241,12 @@ pub async fn spawn_holder(test: &str, env_var: &str, name: &str) -> (tokio::proc
 pub async fn server_failure_gives_transient_errors<L, F>(
     connect: F,
     servers: &[&str],
-    opts: crate::LockOptions,
+    opts: lock_core::LockOptions,
 ) where
-    L: crate::DistributedLock + 'static,
+    L: lock_core::DistributedLock + 'static,
     F: AsyncFn() -> L,
 {
-    use crate::{LockError, Wait};
+    use lock_core::{LockError, Wait};
     let (locks, other) = (connect().await, std::sync::Arc::new(connect().await));
     let transient = |what: &str, r: &Result<(), LockError>| match r {
         Err(e @ (LockError::Lost { .. } | LockError::Backend { .. })) => {
@@ -158,10 +295,10 @@ pub async fn server_failure_gives_transient_errors<L, F>(
 /// validity deadline. `connect` builds the two clients.
 pub async fn unrenewed_holder_learns_of_a_server_crash<L, F>(connect: F, servers: &[&str])
 where
-    L: crate::DistributedLock + 'static,
+    L: lock_core::DistributedLock + 'static,
     F: AsyncFn() -> L,
 {
-    use crate::{LockOptions, LossReason, Wait};
+    use lock_core::{LockOptions, LossReason, Wait};
     let (locks, other) = (connect().await, connect().await);
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(6))
@@ -215,8 +352,8 @@ where
 /// return how long that took; fails the test if it takes longer than
 /// `within`.
 pub async fn acquires_again(
-    locks: &dyn crate::DistributedLock,
-    opts: &crate::LockOptions,
+    locks: &dyn lock_core::DistributedLock,
+    opts: &lock_core::LockOptions,
     within: Duration,
 ) -> Duration {
     let started = tokio::time::Instant::now();
@@ -251,13 +388,13 @@ pub const KILLED_HOLDER_ENV: &str = "DISTLOCK_KILLED_HOLDER";
 pub async fn killed_holder_frees_the_lock<L, F>(
     test: &str,
     connect: F,
-    opts: crate::LockOptions,
+    opts: lock_core::LockOptions,
     session: Duration,
 ) where
-    L: crate::DistributedLock,
+    L: lock_core::DistributedLock,
     F: AsyncFn() -> L,
 {
-    use crate::{CrashRelease, Wait};
+    use lock_core::{CrashRelease, Wait};
     if let Some(name) = holder_role(KILLED_HOLDER_ENV) {
         let locks = connect().await;
         let g = locks

@@ -7,8 +7,8 @@
 //! case per backend.
 //!
 //! ```text
-//! async fn harness() -> lock_core::testkit::Harness { /* connect two clients */ }
-//! lock_core::conformance_suite!(harness());
+//! async fn harness() -> lock_testkit::conformance::Harness { /* connect two clients */ }
+//! lock_testkit::conformance_suite!(harness());
 //! ```
 
 use std::sync::Arc;
@@ -18,13 +18,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use tokio::time::Instant;
 
-use crate::capabilities::{Fencing, Waiting};
-use crate::error::LockError;
-use crate::lock::DistributedLock;
-use crate::loss::LossReason;
-use crate::name::MAX_NAME_BYTES;
-use crate::options::{Backoff, LockOptions, Wait};
-use crate::reentrant::LockOwner;
+use lock_core::{
+    Backoff, DistributedLock, Fencing, LockError, LockOptions, LockOwner, LossReason,
+    MAX_NAME_BYTES, Wait, Waiting,
+};
 
 /// Fault injection a backend provides to the suite.
 #[async_trait]
@@ -128,6 +125,40 @@ pub struct Harness {
     pub hook: Arc<dyn FaultHook>,
 }
 
+impl Harness {
+    /// The harness of a backend from its connect function: two clients for
+    /// the cases, and a third, the operator, as the fault hook (see
+    /// [`OperatorHook`]). Panics if a client cannot connect (a test utility).
+    pub async fn of<L, F>(connect: F) -> Harness
+    where
+        L: DistributedLock + 'static,
+        F: AsyncFn() -> L,
+    {
+        Harness {
+            lock: Arc::new(connect().await),
+            other: Arc::new(connect().await),
+            hook: Arc::new(OperatorHook(Arc::new(connect().await))),
+        }
+    }
+}
+
+/// The fault hook every backend has through its operator API, on a client
+/// of its own: a lock is taken away with
+/// [`force_release`](DistributedLock::force_release) and its queue read
+/// with [`inspect`](DistributedLock::inspect).
+pub struct OperatorHook(pub Arc<dyn DistributedLock>);
+
+#[async_trait]
+impl FaultHook for OperatorHook {
+    async fn take_away(&self, name: &str) -> Result<(), LockError> {
+        taken_away(name, self.0.force_release(name).await?)
+    }
+
+    async fn queued(&self, name: &str) -> Result<Option<usize>, LockError> {
+        Ok(self.0.inspect(name).await?.waiters)
+    }
+}
+
 /// A lock name no other case (or concurrent test run) uses.
 pub fn unique_name(case: &str) -> String {
     format!("conformance/{case}/{:016x}", rand::random::<u64>())
@@ -211,7 +242,7 @@ macro_rules! __conformance_cases {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let harness = $harness.await;
-                $crate::testkit::$case(harness).await;
+                $crate::conformance::$case(harness).await;
             }
         )*
     };
@@ -522,10 +553,9 @@ pub async fn cancelled_waiter_leaves_nothing_behind(h: Harness) {
                 .await
         })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    if let Some(n) = h.hook.queued(&name).await.expect("fault hook") {
-        assert!(n >= 1, "the spawned waiter is not seen queued");
-    }
+    // A handshake, not a sleep: the waiter is queued before it is
+    // cancelled (a loaded machine can take far longer than 100 ms).
+    await_queued(&h, &name, 1).await;
     spawned.abort();
     assert!(spawned.await.is_err_and(|e| e.is_cancelled()));
     assert_queue_drains(&h, &name, "after every waiter was cancelled").await;

@@ -1,7 +1,9 @@
 //! A TCP proxy for fault tests (feature `testkit`): it forwards between a
 //! client and one server, and on request loses the server's replies after
-//! a chosen client request, then drops the connection, as a network that
-//! fails right after a write would.
+//! a chosen client request (or loses that request itself), then drops the
+//! connection, as a network that fails around a write would; or it
+//! partitions the client from the server: nothing is forwarded either way
+//! and nothing is closed, as a cable pulled out would.
 //!
 //! The proxy knows nothing of any protocol: the test gives a predicate over
 //! the bytes the client sends (one read's worth, which is a whole request
@@ -10,7 +12,7 @@
 //! ```no_run
 //! # async fn demo() {
 //! use std::time::Duration;
-//! use lock_core::tcp_proxy::TcpProxy;
+//! use lock_testkit::tcp_proxy::TcpProxy;
 //! let proxy = TcpProxy::start("127.0.0.1:2181").await;
 //! // Point the client at `proxy.addr()`, then:
 //! proxy.lose_replies_after(|bytes| bytes.starts_with(b"SET"), Duration::from_millis(200));
@@ -28,11 +30,23 @@ use tokio::task::JoinHandle;
 
 type Predicate = Box<dyn Fn(&[u8]) -> bool + Send + Sync>;
 
-/// The armed fault: after a client write matching `matches`, lose every
-/// reply and close the connection `hold` later.
+/// What an armed fault loses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Loss {
+    /// The matching request reaches the server; its reply and every later
+    /// one on that connection are lost.
+    Replies,
+    /// The matching request itself, and everything after it on that
+    /// connection (both ways), is lost.
+    Request,
+}
+
+/// The armed fault: at a client write matching `matches`, lose what `loss`
+/// says and close the connection `hold` later.
 struct Trigger {
     matches: Predicate,
     hold: Duration,
+    loss: Loss,
 }
 
 #[derive(Default)]
@@ -41,6 +55,7 @@ struct Shared {
     counters: Mutex<Vec<(Predicate, Arc<AtomicUsize>)>>,
     connections: AtomicUsize,
     fired: AtomicUsize,
+    partitioned: AtomicBool,
 }
 
 /// A running proxy; it stops (and drops its connections) when dropped.
@@ -63,7 +78,14 @@ impl TcpProxy {
         let accepting = Arc::clone(&shared);
         let accept = tokio::spawn(async move {
             let mut pumps = Vec::new();
+            let mut cut_off = Vec::new();
             while let Ok((client, _)) = listener.accept().await {
+                if accepting.partitioned.load(Ordering::SeqCst) {
+                    // Across a partition nothing reaches the server: the
+                    // client's connection stays open and unanswered.
+                    cut_off.push(client);
+                    continue;
+                }
                 let Ok(server) = TcpStream::connect(&upstream).await else {
                     continue; // the client sees its connection closed
                 };
@@ -95,6 +117,18 @@ impl TcpProxy {
         matches: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
         hold: Duration,
     ) {
+        self.arm(Loss::Replies, matches, hold);
+    }
+
+    /// Arm a fault, once: at the next client write for which `matches`
+    /// holds, lose what `loss` says, and `hold` later close the connection
+    /// both ways.
+    pub fn arm(
+        &self,
+        loss: Loss,
+        matches: impl Fn(&[u8]) -> bool + Send + Sync + 'static,
+        hold: Duration,
+    ) {
         *self
             .shared
             .trigger
@@ -102,7 +136,22 @@ impl TcpProxy {
             .unwrap_or_else(|e| e.into_inner()) = Some(Trigger {
             matches: Box::new(matches),
             hold,
+            loss,
         });
+    }
+
+    /// Cut every connection, present and future, off from the server:
+    /// nothing is forwarded either way and nothing is closed, until
+    /// [`heal`](Self::heal).
+    pub fn partition(&self) {
+        self.shared.partitioned.store(true, Ordering::SeqCst);
+    }
+
+    /// End a [`partition`](Self::partition): connections that lived
+    /// through it forward again (what was sent meanwhile is lost), and new
+    /// connections reach the server.
+    pub fn heal(&self) {
+        self.shared.partitioned.store(false, Ordering::SeqCst);
     }
 
     /// Count the client writes for which `matches` holds, from now on (to
@@ -154,6 +203,7 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
     let (mut server_rx, mut server_tx) = server.into_split();
     let muted = Arc::new(AtomicBool::new(false));
     let replies_muted = Arc::clone(&muted);
+    let replies_shared = Arc::clone(&shared);
     let replies = async move {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -161,7 +211,9 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                 Ok(0) | Err(_) => return,
                 Ok(n) => n,
             };
-            if replies_muted.load(Ordering::SeqCst) {
+            if replies_muted.load(Ordering::SeqCst)
+                || replies_shared.partitioned.load(Ordering::SeqCst)
+            {
                 continue;
             }
             if client_tx.write_all(&buf[..n]).await.is_err() {
@@ -186,25 +238,40 @@ async fn serve(client: TcpStream, server: TcpStream, shared: Arc<Shared>) {
                     count.fetch_add(1, Ordering::SeqCst);
                 }
             }
-            let hold = {
+            if shared.partitioned.load(Ordering::SeqCst) {
+                continue;
+            }
+            let fired = {
                 let mut trigger = shared.trigger.lock().unwrap_or_else(|e| e.into_inner());
                 match trigger.as_ref() {
-                    Some(t) if (t.matches)(&buf[..n]) => trigger.take().map(|t| t.hold),
+                    Some(t) if (t.matches)(&buf[..n]) => trigger.take(),
                     _ => None,
                 }
             };
-            if hold.is_some() {
-                // Mute before forwarding, so not even a fast reply gets by.
-                muted.store(true, Ordering::SeqCst);
-                shared.fired.fetch_add(1, Ordering::SeqCst);
-            }
-            if server_tx.write_all(&buf[..n]).await.is_err() {
+            let Some(Trigger { hold, loss, .. }) = fired else {
+                if server_tx.write_all(&buf[..n]).await.is_err() {
+                    return;
+                }
+                continue;
+            };
+            // Mute before forwarding, so not even a fast reply gets by.
+            muted.store(true, Ordering::SeqCst);
+            shared.fired.fetch_add(1, Ordering::SeqCst);
+            if loss == Loss::Replies && server_tx.write_all(&buf[..n]).await.is_err() {
                 return;
             }
-            if let Some(hold) = hold {
-                tokio::time::sleep(hold).await;
-                return;
-            }
+            // Whatever the client sends until the connection closes is
+            // lost too.
+            let _ = tokio::time::timeout(hold, async {
+                loop {
+                    match client_rx.read(&mut buf).await {
+                        Ok(0) | Err(_) => std::future::pending::<()>().await,
+                        Ok(_) => {}
+                    }
+                }
+            })
+            .await;
+            return;
         }
     };
     // Whichever direction ends first ends the connection: both halves of

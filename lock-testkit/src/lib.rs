@@ -1,0 +1,22 @@
+//! The distlock test kit, for backend authors and for the project's own
+//! tests: a dev-dependency of every backend crate.
+//!
+//! - [`conformance`]: the conformance suite every backend runs against its
+//!   real server ([`conformance_suite!`]), with its [`Harness`](conformance::Harness).
+//! - [`faults`]: the fault scenarios (a killed or frozen holder in a child
+//!   process, a crashed server), `scripts/services.sh` verbs, the test
+//!   environment's URLs.
+//! - [`network`]: the network fault matrix (partition, lost grant, release
+//!   and renewal) over [`tcp_proxy`] ([`network_fault_matrix!`]).
+//! - [`bench`](mod@bench) and [`scale`]: measuring helpers for the benchmarks and the
+//!   scale tests.
+//!
+//! These are test utilities: they panic with a message when a server or the
+//! test environment is not what they need.
+
+pub mod bench;
+pub mod conformance;
+pub mod faults;
+pub mod network;
+pub mod scale;
+pub mod tcp_proxy;
