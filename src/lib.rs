@@ -31,6 +31,9 @@ mod connect;
 mod epoch;
 mod migrate;
 
+/// Layers for any lock: tracing spans, metrics, retries (`lock-layers`).
+pub use lock_layers as layers;
+
 pub use connect::{SCHEMES, connect};
 pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
 pub use lock_core::redact_url;

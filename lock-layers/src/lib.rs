@@ -1,0 +1,64 @@
+//! Layers for any distlock lock: each wraps an `Arc<dyn DistributedLock>`
+//! and is one itself, so they stack, tower-style.
+//!
+//! - [`TracingLayer`]: a `tracing` span per acquisition, release and
+//!   renewal (backend, outcome, time waited, fencing token; the lock's name
+//!   only when `debug` is enabled, since names can carry user data).
+//! - [`MetricsLayer`]: metrics through the [`metrics`] facade, names
+//!   defined once in [`names`]; no exporter is forced on the application.
+//! - [`RetryLayer`]: retries an acquisition that failed with a transient
+//!   error (`Unavailable`, `QuorumNotReached`), with backoff, within the
+//!   caller's wait.
+//!
+//! Order matters as with tower: the outermost layer sees what the inner
+//! ones produce. `retry` inside `metrics` records one acquisition however
+//! many attempts it took; `metrics` inside `retry` records every attempt.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_core::LockError> {
+//! use std::sync::Arc;
+//! use lock_core::{DistributedLock, LockOptions, MemoryLock};
+//! use lock_layers::{LayerExt, MetricsLayer, RetryLayer, TracingLayer};
+//!
+//! let locks: Arc<dyn DistributedLock> = Arc::new(MemoryLock::new());
+//! let locks = locks
+//!     .layer(RetryLayer::default())
+//!     .layer(MetricsLayer)
+//!     .layer(TracingLayer);
+//! let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+//! assert!(guard.release().await?);
+//! # Ok(()) }
+//! ```
+
+mod events;
+mod metrics_layer;
+mod retry;
+mod tracing_layer;
+
+use std::sync::Arc;
+
+use lock_core::DistributedLock;
+
+pub use metrics_layer::{MetricsLayer, names};
+pub use retry::RetryLayer;
+pub use tracing_layer::TracingLayer;
+
+/// Wraps a lock in another that adds behaviour (tracing, metrics,
+/// retries) and is used the same way.
+pub trait Layer {
+    /// `inner`, wrapped.
+    fn layer(&self, inner: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock>;
+}
+
+/// `lock.layer(l)` for any `Arc<dyn DistributedLock>`.
+pub trait LayerExt {
+    /// This lock wrapped by `layer`.
+    fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock>;
+}
+
+impl LayerExt for Arc<dyn DistributedLock> {
+    fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock> {
+        layer.layer(self)
+    }
+}
