@@ -1,3 +1,6 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
 //! distlock backend for etcd (v3 API, 3.4 or later).
 //!
 //! See [`EtcdLock`]: a session lease kept alive in the background, one

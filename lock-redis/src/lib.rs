@@ -1,3 +1,6 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
 //! distlock backend for a single Redis node.
 //!
 //! See [`RedisLock`]: one round trip to acquire and to release, owner-checked

@@ -1,3 +1,6 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
 //! distlock backend for Redlock: one lock over N independent Redis masters.
 //!
 //! See [`Redlock`]: the per-node scripts of lock-redis sent to all nodes at

@@ -62,3 +62,11 @@ mod three_nodes_one_down {
 
     lock_testkit::conformance_suite!(harness());
 }
+
+/// The crate's `docs.md` opens with the capability checklist this backend
+/// reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_open_with_the_capability_checklist() {
+    let h = harness_for(&five()).await;
+    lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
+}

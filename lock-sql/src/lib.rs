@@ -1,3 +1,6 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
 //! SQL lock backends on sqlx.
 //!
 //! - `sqlite` (feature, default): a lease table shared by the processes of

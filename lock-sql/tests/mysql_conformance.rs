@@ -29,3 +29,13 @@ mod advisory {
 
     lock_testkit::conformance_suite!(harness());
 }
+
+/// The crate's `docs.md` opens with the capability checklist this backend
+/// reports, in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_open_with_the_capability_checklist() {
+    for mode in ["row", "advisory"] {
+        let h = harness_for(mode).await;
+        lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
+    }
+}

@@ -24,3 +24,11 @@ async fn harness() -> Harness {
 }
 
 lock_testkit::conformance_suite!(harness());
+
+/// The crate's `docs.md` opens with the capability checklist this backend
+/// reports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn docs_open_with_the_capability_checklist() {
+    let h = harness().await;
+    lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
+}

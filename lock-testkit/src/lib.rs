@@ -8,6 +8,8 @@
 //!   environment's URLs.
 //! - [`network`]: the network fault matrix (partition, lost grant, release
 //!   and renewal) over [`tcp_proxy`] ([`network_fault_matrix!`]).
+//! - [`docs`]: holds a backend crate's `docs.md` capability checklist to
+//!   its `capabilities()`.
 //! - [`bench`](mod@bench) and [`scale`]: measuring helpers for the benchmarks and the
 //!   scale tests.
 //!
@@ -16,6 +18,7 @@
 
 pub mod bench;
 pub mod conformance;
+pub mod docs;
 pub mod faults;
 pub mod network;
 pub mod scale;

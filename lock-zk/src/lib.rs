@@ -1,3 +1,6 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
 //! distlock backend for ZooKeeper (3.5 or later).
 //!
 //! See [`ZkLock`]: an ephemeral-sequential node per acquisition under the
