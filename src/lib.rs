@@ -43,9 +43,9 @@ pub use lock_core::{
     ReentrantGuard, Wait, Waiting,
 };
 #[cfg(feature = "etcd")]
-pub use lock_etcd::{EtcdConfig, EtcdLock};
+pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};
 #[cfg(feature = "redis")]
-pub use lock_redis::{RedisConfig, RedisLock};
+pub use lock_redis::{RedisConfig, RedisLock, redis};
 #[cfg(feature = "redlock")]
 pub use lock_redlock::{Redlock, RedlockConfig};
 #[cfg(feature = "mysql")]

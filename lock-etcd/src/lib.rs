@@ -21,4 +21,7 @@ mod requests;
 mod session;
 
 pub use config::EtcdConfig;
+/// The `etcd-client` crate this backend is built on, for
+/// [`EtcdLock::with_client`].
+pub use etcd_client;
 pub use lock::EtcdLock;

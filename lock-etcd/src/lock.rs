@@ -147,22 +147,53 @@ impl EtcdLock {
                 source: None,
             })?
             .map_err(|e| map_etcd(&format!("connecting to {}", parsed.display), e))?;
+        Self::from_parts(client, config, parsed.display).await
+    }
+
+    /// A lock on an etcd client the application already has (its own
+    /// endpoints, credentials and TLS set-up), with `config` in place of a
+    /// URL's options: `EtcdLock::with_client(client, EtcdConfig::default())`.
+    /// The lock's requests are bounded by the client's own settings: give
+    /// it a request timeout and HTTP/2 keep-alive
+    /// (`ConnectOptions::with_timeout`, `with_keep_alive`), as
+    /// [`connect`](Self::connect) does with `config`'s timeouts, so that a
+    /// partition fails requests instead of stalling them (`lost()` fires at
+    /// the validity deadline either way). Invalid settings are
+    /// [`LockError::InvalidOptions`]; a server that does not answer the
+    /// first request within `config`'s timeouts is
+    /// [`LockError::Unavailable`].
+    pub async fn with_client(client: Client, config: EtcdConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        Self::from_parts(
+            client,
+            config,
+            "etcd (the application's client)".to_string(),
+        )
+        .await
+    }
+
+    async fn from_parts(
+        client: Client,
+        config: EtcdConfig,
+        server: String,
+    ) -> Result<Self, LockError> {
+        let limit = config.connect_timeout + config.request_timeout;
         // The server's shortest lease: a 1 s request comes back raised to it.
         let probe = tokio::time::timeout(limit, client.lease_client().grant(1, None))
             .await
             .map_err(|_| LockError::Unavailable {
                 backend: BACKEND,
-                reason: format!("{}: no answer within {limit:?}", parsed.display),
+                reason: format!("{server}: no answer within {limit:?}"),
                 source: None,
             })?
-            .map_err(|e| map_etcd(&format!("granting a lease on {}", parsed.display), e))?;
+            .map_err(|e| map_etcd(&format!("granting a lease on {server}"), e))?;
         let min_lease = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
         let _ = client.lease_client().revoke(probe.id()).await;
-        tracing::debug!(server = %parsed.display, ?min_lease, "etcd lock client connected");
+        tracing::debug!(server = %server, ?min_lease, "etcd lock client connected");
         Ok(EtcdLock {
             inner: Arc::new(Inner {
                 client,
-                display: parsed.display,
+                display: server,
                 caps: capabilities(min_lease),
                 config,
                 session: tokio::sync::Mutex::new(None),

@@ -31,6 +31,35 @@ mod three_members {
     lock_testkit::conformance_suite!(harness());
 }
 
+/// The suite again, on locks built from an `etcd_client::Client` the
+/// application made itself (`EtcdLock::with_client`).
+mod own_client {
+    use std::time::Duration;
+
+    use lock_etcd::etcd_client::{Client, ConnectOptions};
+    use lock_etcd::{EtcdConfig, EtcdLock};
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::{env, upstreams_of};
+
+    async fn harness() -> Harness {
+        let endpoints = upstreams_of(&env("DISTLOCK_TEST_ETCD_URL"));
+        Harness::of(async || {
+            let options = ConnectOptions::new()
+                .with_timeout(Duration::from_secs(2))
+                .with_keep_alive(Duration::from_secs(5), Duration::from_secs(2));
+            let client = Client::connect(&endpoints, Some(options))
+                .await
+                .expect("the application's client");
+            EtcdLock::with_client(client, EtcdConfig::default())
+                .await
+                .expect("a lock on the application's client")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+}
+
 /// The crate's `docs.md` opens with the capability checklist this backend
 /// reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -37,3 +37,6 @@ pub mod parts {
 
 pub use config::RedisConfig;
 pub use lock::RedisLock;
+/// The `redis` client crate this backend is built on, for
+/// [`RedisLock::with_client`].
+pub use redis;

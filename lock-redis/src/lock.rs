@@ -106,10 +106,38 @@ impl RedisLock {
                     e.detail().unwrap_or("invalid")
                 ),
             })?;
-        Self::with_client(client, parsed.config, parsed.display).await
+        Self::from_parts(client, parsed.config, parsed.display).await
     }
 
-    async fn with_client(
+    /// A lock on a Redis client the application already has (its own
+    /// credentials and TLS set-up), with `config` in place of a URL's
+    /// options: `RedisLock::with_client(client, RedisConfig::default())`.
+    ///
+    /// The client must speak RESP3 (`?protocol=resp3` in its URL, or
+    /// `ProtocolVersion::RESP3` in its settings): waiters are woken by push
+    /// messages. Otherwise, and for invalid settings, the error is
+    /// [`LockError::InvalidOptions`]. The lock opens connections of its own
+    /// from the client (one multiplexed connection, and one for wake-ups).
+    pub async fn with_client(
+        client: redis::Client,
+        config: RedisConfig,
+    ) -> Result<Self, LockError> {
+        let info = client.get_connection_info();
+        if info.redis_settings().protocol() != redis::ProtocolVersion::RESP3 {
+            return Err(LockError::invalid_options(
+                "the redis client must use RESP3 (add `?protocol=resp3` to its URL): waiters are woken by push messages",
+            ));
+        }
+        let scheme = match info.addr() {
+            redis::ConnectionAddr::TcpTls { .. } => "rediss",
+            redis::ConnectionAddr::Unix(_) => "redis+unix",
+            _ => "redis",
+        };
+        let server = format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db());
+        Self::from_parts(client, config, server).await
+    }
+
+    async fn from_parts(
         client: redis::Client,
         config: RedisConfig,
         server: String,
