@@ -8,7 +8,7 @@ use lock_core::LockError;
 use lock_core::raw::GuardHandle;
 use zookeeper_client::Error as ZkError;
 
-use crate::session::{Session, retrying, zk_error};
+use crate::session::{Session, retrying, retrying_resendable, zk_error};
 
 /// Our node in a lock's queue.
 pub(crate) struct ZkHandle {
@@ -48,12 +48,14 @@ impl ZkHandle {
     }
 
     /// Delete our node. A delete whose reply was lost with the connection
-    /// is sent again once the client has reconnected; finding the node gone
-    /// then means the first one landed. Without this, a node whose delete
-    /// was lost would hold the lock for the rest of the session.
+    /// (or that the client gave up on, as after a process pause) is sent
+    /// again once the client has reconnected; finding the node gone then
+    /// means the first one landed, and a session that ended meanwhile
+    /// answers that the node went with it. Without this, a node whose
+    /// delete was lost would hold the lock for the rest of the session.
     async fn delete(&self) -> Result<bool, LockError> {
         let mut sent_before = false;
-        let outcome = retrying(|| {
+        let outcome = retrying_resendable(|| {
             let again = std::mem::replace(&mut sent_before, true);
             let delete = self.session.client.delete(&self.path, None);
             async move {

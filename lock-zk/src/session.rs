@@ -163,7 +163,33 @@ fn tls_options(files: &TlsFiles) -> Result<zookeeper_client::TlsOptions, LockErr
 
 /// Run the idempotent request `send` again while it fails with a dropped
 /// connection (the client reconnects within the session meanwhile).
-pub(crate) async fn retrying<T, F, Fut>(mut send: F) -> Result<T, zookeeper_client::Error>
+pub(crate) async fn retrying<T, F, Fut>(send: F) -> Result<T, zookeeper_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zookeeper_client::Error>>,
+{
+    retrying_on(send, connection_failed).await
+}
+
+/// [`retrying`] for a request that is also safe to send again after the
+/// client itself gave up on its connection (no reply in time), whatever
+/// became of the session: a delete, which a session that ended meanwhile
+/// answers with `SessionExpired`.
+pub(crate) async fn retrying_resendable<T, F, Fut>(send: F) -> Result<T, zookeeper_client::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T, zookeeper_client::Error>>,
+{
+    retrying_on(send, |e| {
+        connection_failed(e) || connection_ended_by_client(e)
+    })
+    .await
+}
+
+async fn retrying_on<T, F, Fut>(
+    mut send: F,
+    again: impl Fn(&zookeeper_client::Error) -> bool,
+) -> Result<T, zookeeper_client::Error>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, zookeeper_client::Error>>,
@@ -171,7 +197,7 @@ where
     let mut attempt = 0;
     loop {
         match send().await {
-            Err(e) if connection_failed(&e) && attempt < CONNECTION_LOSS_RETRIES => {
+            Err(e) if again(&e) && attempt < CONNECTION_LOSS_RETRIES => {
                 attempt += 1;
                 tracing::debug!(attempt, error = %e, "zookeeper connection lost; sending again");
             }

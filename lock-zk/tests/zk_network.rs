@@ -318,3 +318,43 @@ async fn the_next_in_line_takes_over_without_another_round_trip() {
     eprintln!("zk network: two-party hand-off in {handoff:?} (delete + notification)");
     assert!(g.release().await.expect("release"));
 }
+
+/// A delete (opcode 2) of one of our lock children.
+fn deletes_a_lock_child(bytes: &[u8]) -> bool {
+    carries(bytes, &[2], b"/lock-")
+}
+
+/// A release whose delete gets no reply (the connection stays open,
+/// silent, longer than the client waits for a reply, as after a pause of
+/// the holder's process) is sent again once the client has reconnected,
+/// and answers for certain: the node is deleted and the lock is free at
+/// once, not left to a background retry behind a transient error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_the_client_gave_up_on_is_sent_again() {
+    let Setup {
+        dir,
+        proxy,
+        proxied: holder_client,
+        ..
+    } = setup("silent-delete").await;
+    let held = holder_client
+        .acquire("job", &LockOptions::new().wait(Wait::No))
+        .await
+        .expect("holder acquires");
+    proxy.arm(
+        lock_testkit::tcp_proxy::Loss::Request,
+        deletes_a_lock_child,
+        Duration::from_secs(3),
+    );
+    let released = held.release().await;
+    assert_eq!(proxy.fired(), 1, "the delete was lost");
+    assert!(
+        matches!(released, Ok(true)),
+        "a release the client gave up on answered {released:?}"
+    );
+    let raw = raw_client().await;
+    assert!(
+        children(&raw, &dir).await.is_empty(),
+        "the lock's node outlived its release"
+    );
+}
