@@ -50,10 +50,10 @@ pub use lock_redis::{RedisConfig, RedisLock, redis};
 pub use lock_redlock::{Redlock, RedlockConfig};
 #[cfg(feature = "mysql")]
 pub use lock_sql::MySqlLock;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub use lock_sql::SqlMode;
 #[cfg(feature = "postgres")]
-pub use lock_sql::{PgLock, PgLockedTransaction};
+pub use lock_sql::{PgLock, PgLockedTransaction, sqlx};
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use lock_sql::{SqlConfig, SqlMode};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
 #[cfg(feature = "zookeeper")]

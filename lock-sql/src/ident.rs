@@ -42,6 +42,12 @@ impl Identifier {
         Identifier("distlock_leases".to_string())
     }
 
+    /// The default lock table of Postgres and MySQL (a known-good constant).
+    #[cfg(any(feature = "postgres", feature = "mysql"))]
+    pub(crate) fn default_lock_table() -> Self {
+        Identifier("distlock_locks".to_string())
+    }
+
     /// The identifier as written.
     pub fn as_str(&self) -> &str {
         &self.0

@@ -41,5 +41,9 @@ pub use mysql::MySqlLock;
 pub use postgres::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteLock};
+/// The `sqlx` crate this backend is built on, for [`PgLock::with_pool`]
+/// and the transactions of [`PgLockedTransaction`].
+#[cfg(feature = "postgres")]
+pub use sqlx;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
-pub use url_opts::SqlMode;
+pub use url_opts::{SqlConfig, SqlMode};

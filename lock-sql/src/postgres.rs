@@ -71,7 +71,7 @@ use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, NoConnection, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::shared::{SessionSql, SharedSessions};
-use crate::url_opts::{SqlMode, SqlUrl};
+use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "postgres";
 
@@ -131,6 +131,11 @@ struct Inner {
     table: Identifier,
     display: String,
     sql: Statements,
+    /// The pool is the application's: its connections did not start with
+    /// `client_connection_check_interval`, so an advisory wait sets it
+    /// first (the server arms the check when a statement starts, so
+    /// setting it inside the waiting statement would be too late).
+    arm_check_before_waits: bool,
 }
 
 /// The statements, with the (validated) table name in place.
@@ -210,7 +215,47 @@ impl PgLock {
             .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let table = parsed.table;
+        let config = SqlConfig {
+            table: parsed.table,
+            mode: parsed.mode,
+            sessions: parsed.sessions,
+        };
+        Self::from_pool(pool, options, config, parsed.display, false).await
+    }
+
+    /// A lock on a pool the application already has (its own credentials,
+    /// TLS and connection settings), with `config` in place of a URL's
+    /// `table`, `mode` and `sessions`: `PgLock::with_pool(pool, SqlConfig::default())`.
+    ///
+    /// Row locks and waiting acquisitions take connections from the pool
+    /// and keep them while they hold or wait (so size the pool for them:
+    /// `capabilities().max_held` is its size in row mode); advisory locks
+    /// granted without waiting go on `config.sessions` connections of the
+    /// lock's own, opened with the pool's connect options, as do fencing
+    /// tokens drawn in row mode. The lock sets `lock_timeout`,
+    /// `idle_session_timeout` and `client_connection_check_interval` on the
+    /// connections it uses and puts back what it changed for the session
+    /// (advisory mode); the pool's slow-statement log, if on, reports long
+    /// lock waits. Invalid settings are [`LockError::InvalidOptions`].
+    pub async fn with_pool(pool: sqlx::PgPool, config: SqlConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let options = (*pool.connect_options())
+            .clone()
+            .options([("client_connection_check_interval", CHECK_CLIENT)])
+            .disable_statement_logging();
+        let display = "postgres (the application's pool)".to_string();
+        Self::from_pool(pool, options, config, display, true).await
+    }
+
+    async fn from_pool(
+        pool: sqlx::PgPool,
+        options: PgConnectOptions,
+        config: SqlConfig,
+        display: String,
+        arm_check_before_waits: bool,
+    ) -> Result<Self, LockError> {
+        let max_connections = pool.options().get_max_connections();
+        let table = config.table;
         let t = table.as_str();
         for ddl in [
             format!(
@@ -232,8 +277,8 @@ impl PgLock {
             .await
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
         let sql = Statements::new(&table);
-        let sessions = match parsed.mode {
-            SqlMode::Advisory => parsed.sessions,
+        let sessions = match config.mode {
+            SqlMode::Advisory => config.sessions,
             SqlMode::Row => 0,
         };
         let shared = SharedSessions::new(
@@ -246,13 +291,14 @@ impl PgLock {
         );
         Ok(PgLock {
             inner: Arc::new(Inner {
-                pool: Warm::new(pool, parsed.max_connections as usize),
+                pool: Warm::new(pool, max_connections as usize),
                 shared,
                 side: Side::new(options),
-                mode: parsed.mode,
+                mode: config.mode,
                 sql,
                 table,
-                display: parsed.display,
+                display,
+                arm_check_before_waits,
             }),
             watchdog: Watchdog::new(),
         })
@@ -387,7 +433,8 @@ impl PgLock {
                 SqlMode::Row => {
                     // Numbers only: nothing a caller controls is spliced.
                     let begin = format!(
-                        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}",
+                        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}; \
+                         SET LOCAL client_connection_check_interval = '{CHECK_CLIENT}'",
                         wait_ms.unwrap_or(0)
                     );
                     if let Err(e) = sqlx::raw_sql(AssertSqlSafe(begin))
@@ -417,6 +464,21 @@ impl PgLock {
                 }
                 SqlMode::Advisory => match wait_ms {
                     Some(wait) => {
+                        if inner.arm_check_before_waits
+                            && let Err(e) = sqlx::raw_sql(AssertSqlSafe(format!(
+                                "SET client_connection_check_interval = '{CHECK_CLIENT}'"
+                            )))
+                            .execute(&mut **conn)
+                            .await
+                        {
+                            if connection_lost(&e) && stale_left > 0 {
+                                stale_left -= 1;
+                                pinned.close();
+                                pinned = inner.pool.pinned().await.map_err(taken)?;
+                                continue;
+                            }
+                            return Err(failed(e));
+                        }
                         sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory.as_str()))
                             .bind(name)
                             .bind(format!("{wait}ms"))

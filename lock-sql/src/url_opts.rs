@@ -16,6 +16,58 @@ pub enum SqlMode {
     Advisory,
 }
 
+/// Settings of a Postgres or MySQL lock built on the application's own
+/// pool (`PgLock::with_pool`, `MySqlLock::with_pool`): what a URL's
+/// `table`, `mode` and `sessions` options say; the pool brings the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SqlConfig {
+    /// The lock table (created if missing); `distlock_locks` by default,
+    /// at most 57 characters (room for its `_fence` and `_tokens`
+    /// companions).
+    pub table: Identifier,
+    /// Row locks (the default) or advisory locks.
+    pub mode: SqlMode,
+    /// Advisory mode: the long-lived sessions that carry locks granted
+    /// without waiting, 0..=64 (default 2; 0 puts every lock on a pooled
+    /// connection of its own).
+    pub sessions: usize,
+}
+
+impl Default for SqlConfig {
+    fn default() -> Self {
+        SqlConfig {
+            table: Identifier::default_lock_table(),
+            mode: SqlMode::Row,
+            sessions: DEFAULT_SESSIONS,
+        }
+    }
+}
+
+impl SqlConfig {
+    /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
+    pub fn validate(&self) -> Result<(), LockError> {
+        if self.table.as_str().len() > MAX_TABLE_LEN {
+            return Err(LockError::invalid_options(TABLE_TOO_LONG));
+        }
+        if self.sessions > MAX_SESSIONS {
+            return Err(LockError::invalid_options(format!(
+                "`sessions` must be 0..={MAX_SESSIONS}, got {}",
+                self.sessions
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// The longest lock table name: room for the `_fence` suffix.
+const MAX_TABLE_LEN: usize = 57;
+
+const TABLE_TOO_LONG: &str =
+    "the table name must leave room for the `_fence` sequence: at most 57 characters";
+
+/// The most shared sessions of one client.
+const MAX_SESSIONS: usize = 64;
+
 /// A parsed URL. Not `Debug`: `client_url` holds the password.
 pub(crate) struct SqlUrl {
     /// For sqlx: the URL without distlock's options.
@@ -56,7 +108,7 @@ impl SqlUrl {
         if !schemes.contains(&url.scheme()) {
             return Err(invalid(format!("expected a {}:// URL", schemes[0])));
         }
-        let mut table = Identifier::new("distlock_locks")?;
+        let mut table = Identifier::default_lock_table();
         let mut mode = SqlMode::Row;
         let mut max_connections = 32;
         let mut connect_timeout = Duration::from_secs(5);
@@ -69,10 +121,8 @@ impl SqlUrl {
             match key.as_ref() {
                 "table" => {
                     table = Identifier::new(&value)?;
-                    if table.as_str().len() > 57 {
-                        return Err(LockError::invalid_options(
-                            "the table name must leave room for the `_fence` sequence: at most 57 characters",
-                        ));
+                    if table.as_str().len() > MAX_TABLE_LEN {
+                        return Err(LockError::invalid_options(TABLE_TOO_LONG));
                     }
                 }
                 "mode" => {
@@ -96,9 +146,15 @@ impl SqlUrl {
                         })?
                 }
                 "sessions" => {
-                    sessions = value.parse().ok().filter(|&n| n <= 64).ok_or_else(|| {
-                        invalid(format!("`sessions` must be 0..=64, got {value:?}"))
-                    })?
+                    sessions = value
+                        .parse()
+                        .ok()
+                        .filter(|&n| n <= MAX_SESSIONS)
+                        .ok_or_else(|| {
+                            invalid(format!(
+                                "`sessions` must be 0..={MAX_SESSIONS}, got {value:?}"
+                            ))
+                        })?
                 }
                 "connect_timeout_ms" => {
                     connect_timeout = value

@@ -30,6 +30,54 @@ mod advisory {
     lock_testkit::conformance_suite!(harness());
 }
 
+/// The suite again, on locks built from a `PgPool` the application made
+/// itself (`PgLock::with_pool`), in both modes.
+mod own_pool {
+    use lock_sql::{PgLock, SqlConfig, SqlMode};
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::env;
+    use sqlx::postgres::PgPoolOptions;
+
+    async fn harness_for(mode: SqlMode) -> Harness {
+        let url = env("DISTLOCK_TEST_POSTGRES_URL");
+        Harness::of(async || {
+            let pool = PgPoolOptions::new()
+                .max_connections(32)
+                .connect(&url)
+                .await
+                .expect("the application's pool");
+            let config = SqlConfig {
+                mode,
+                ..SqlConfig::default()
+            };
+            PgLock::with_pool(pool, config)
+                .await
+                .expect("a lock on the application's pool")
+        })
+        .await
+    }
+
+    mod row {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for(SqlMode::Row).await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+
+    mod advisory {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for(SqlMode::Advisory).await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+}
+
 /// The crate's `docs.md` opens with the capability checklist this backend
 /// reports, in both modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
