@@ -150,6 +150,10 @@ fn secs_ceil(d: Duration) -> u64 {
 /// (queued behind it, asking the server who blocks it).
 const HOLDER_SEARCH: Duration = Duration::from_secs(8);
 
+/// How often a holder search reads InnoDB's lock tables (see `row_holder`):
+/// well above the 100 ms without readers after which InnoDB renews them.
+const LOCK_TABLES_SLOT: Duration = Duration::from_millis(500);
+
 fn not_granted(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => db
@@ -342,15 +346,36 @@ impl MySqlLock {
             .execute(&mut **conn);
         let unidentified = || LockError::Unavailable {
             backend: BACKEND,
-            reason: format!("`{name}` is held but its holder could not be identified in time"),
+            reason: format!(
+                "`{name}` is held but its holder could not be identified in time \
+                 (information_schema.innodb_trx read more often than every 100 ms \
+                 by another client keeps InnoDB's snapshot of lock waits stale)"
+            ),
             source: None,
         };
-        // Ask by elapsed time, not by count: on a loaded server each
-        // question can take long, and our wait must outlast the asking.
+        // InnoDB's information_schema lock tables are a snapshot that is
+        // renewed only when nobody has read it for 100 ms: a search asking
+        // more often than that, or beside other searches that do, would see
+        // a snapshot older than its own wait for as long as it asked. So
+        // every search asks only at the start of each `LOCK_TABLES_SLOT` of
+        // the server's clock: questions from all clients fall together and
+        // the snapshot is renewed between them.
         let ask = async {
             let start = Instant::now();
-            while start.elapsed() < HOLDER_SEARCH {
-                tokio::time::sleep(Duration::from_millis(25)).await;
+            let server_micros: i64 =
+                sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)")
+                    .fetch_one(self.inner.pool.pool())
+                    .await
+                    .map_err(failed)?;
+            let read_at = Instant::now();
+            let slot = LOCK_TABLES_SLOT.as_micros() as i64;
+            loop {
+                let now = server_micros + read_at.elapsed().as_micros() as i64;
+                let until_slot = Duration::from_micros((slot - now.rem_euclid(slot)) as u64);
+                if start.elapsed() + until_slot > HOLDER_SEARCH {
+                    return Err(unidentified());
+                }
+                tokio::time::sleep(until_slot).await;
                 let holder: Option<i64> = sqlx::query_scalar(
                     "SELECT CAST(b.trx_mysql_thread_id AS SIGNED) FROM information_schema.innodb_lock_waits w \
                      JOIN information_schema.innodb_trx b ON b.trx_id = w.blocking_trx_id \
@@ -366,7 +391,6 @@ impl MySqlLock {
                     return Ok(u64::try_from(id).ok());
                 }
             }
-            Err(unidentified())
         };
         tokio::select! {
             done = waiting => match done {

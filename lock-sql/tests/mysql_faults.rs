@@ -237,3 +237,61 @@ async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
     )
     .await;
 }
+
+/// Row-mode `force_release` finds each holder while other operators look
+/// for theirs at the same moment. InnoDB refreshes its information_schema
+/// lock tables only after 100 ms without a reader, so searches that polled
+/// faster than that kept each other's snapshot stale and failed with "holder
+/// could not be identified".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_row_force_releases_each_find_their_holder() {
+    let _serial = SERIAL.lock().await;
+    const N: usize = 4;
+    let holder = client("row").await;
+    // Renewed every second: the renewal learns of the killed connection.
+    let opts = quick(3_000);
+    let mut held = Vec::new();
+    for i in 0..N {
+        let name = unique(&format!("concurrent-force-{i}"));
+        let g = holder.acquire(&name, &opts).await.expect("acquire");
+        held.push((name, g));
+    }
+    // A monitoring tool that read InnoDB's lock tables until a moment ago:
+    // the snapshot it left behind predates every search's probe.
+    let monitor = lock_sql::sqlx::MySqlPool::connect(&env("DISTLOCK_TEST_MYSQL_URL"))
+        .await
+        .expect("monitor connects");
+    let reading = tokio::spawn(async move {
+        let until = Instant::now() + Duration::from_millis(1500);
+        while Instant::now() < until {
+            lock_sql::sqlx::query("SELECT COUNT(*) FROM information_schema.innodb_trx")
+                .execute(&monitor)
+                .await
+                .expect("monitor reads");
+            tokio::time::sleep(Duration::from_millis(40)).await;
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut searches = Vec::new();
+    for (name, _) in &held {
+        let name = name.clone();
+        searches.push(tokio::spawn(async move {
+            client("row").await.force_release(&name).await
+        }));
+    }
+    let mut results = Vec::new();
+    for search in searches {
+        results.push(search.await.expect("search task"));
+    }
+    reading.await.expect("monitor task");
+    for ((name, g), result) in held.iter().zip(results) {
+        assert!(
+            result.expect("the holder is identified"),
+            "`{name}`: force_release found it held"
+        );
+        let reason = tokio::time::timeout(Duration::from_secs(5), g.lost())
+            .await
+            .expect("lost() fires once the holder's connection is killed");
+        assert_eq!(reason, LossReason::TakenOver);
+    }
+}
