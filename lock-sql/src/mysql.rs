@@ -859,3 +859,46 @@ impl SessionSql for MySqlSession {
             .map(|_| ())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use lock_core::{DistributedLock, LockOptions, Wait};
+
+    use super::MySqlLock;
+
+    async fn advisory() -> MySqlLock {
+        let url = std::env::var("DISTLOCK_TEST_MYSQL_URL")
+            .expect("DISTLOCK_TEST_MYSQL_URL (scripts/services.sh env)");
+        MySqlLock::connect(&format!("{url}?mode=advisory&sessions=1"))
+            .await
+            .expect("connect")
+    }
+
+    /// A grant on a shared session whose caller was cancelled after the
+    /// session answered, but before the answer was read, goes back to the
+    /// session at once, not when its minute-long lease runs out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_nobody_claims_is_given_back_at_once() {
+        let (a, b) = (advisory().await, advisory().await);
+        let name = format!("unclaimed/{:?}", std::time::SystemTime::now());
+        let grant = a
+            .inner
+            .shared
+            .grant_unclaimed(&name, Duration::from_secs(60))
+            .await
+            .expect("granted on a's session");
+        drop(grant);
+        let g = b
+            .acquire(
+                &name,
+                &LockOptions::new()
+                    .ttl(Duration::from_secs(10))
+                    .wait(Wait::Up(Duration::from_secs(3))),
+            )
+            .await
+            .expect("free once the unclaimed grant is dropped");
+        assert!(g.release().await.expect("release"));
+    }
+}

@@ -109,25 +109,68 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error>;
 }
 
-/// An acquisition's answer: the token if granted; an error says whether a
+/// An acquisition's answer: the grant if granted; an error says whether a
 /// new session might do better.
-type LockReply = Result<Option<u64>, (LockError, bool)>;
+type LockReply = Result<Option<Grant>, (LockError, bool)>;
 
 enum Command {
     Lock {
         name: String,
         idle: Duration,
+        /// The session's own queue, for a grant its caller never takes.
+        session: mpsc::UnboundedSender<Command>,
         reply: oneshot::Sender<LockReply>,
     },
+    /// Give `name` back if the session holds it under `token`.
     Unlock {
         name: String,
+        token: u64,
         reply: oneshot::Sender<bool>,
     },
     Renew {
         name: String,
+        token: u64,
         idle: Duration,
         reply: oneshot::Sender<bool>,
     },
+}
+
+/// A grant on its way to its caller. A caller that is gone by then (an
+/// acquisition cancelled after the session answered but before the answer
+/// was read) drops it unclaimed, and the lock goes back to the session at
+/// once instead of staying held by nobody until its lease runs out.
+pub(crate) struct Grant {
+    session: mpsc::UnboundedSender<Command>,
+    name: String,
+    token: u64,
+    claimed: bool,
+}
+
+impl Grant {
+    /// The caller takes the lock: its handle and token.
+    fn claim(mut self) -> (SharedHandle, u64) {
+        self.claimed = true;
+        let handle = SharedHandle {
+            session: self.session.clone(),
+            name: std::mem::take(&mut self.name),
+            token: self.token,
+        };
+        (handle, self.token)
+    }
+}
+
+impl Drop for Grant {
+    fn drop(&mut self) {
+        if self.claimed {
+            return;
+        }
+        let (reply, _) = oneshot::channel();
+        let _ = self.session.send(Command::Unlock {
+            name: std::mem::take(&mut self.name),
+            token: self.token,
+            reply,
+        });
+    }
 }
 
 /// A client's shared sessions: opened on first use, in turns, and again
@@ -173,17 +216,15 @@ impl<S: SessionSql> SharedSessions<S> {
             let sent = session.send(Command::Lock {
                 name: name.to_string(),
                 idle,
+                session: session.clone(),
                 reply,
             });
             if sent.is_err() {
                 continue;
             }
             match answer.await {
-                Ok(Ok(Some(token))) => {
-                    let handle = SharedHandle {
-                        session,
-                        name: name.to_string(),
-                    };
+                Ok(Ok(Some(grant))) => {
+                    let (handle, token) = grant.claim();
                     return Ok(Some((Arc::new(handle), token)));
                 }
                 Ok(Ok(None)) => return Ok(None),
@@ -198,6 +239,23 @@ impl<S: SessionSql> SharedSessions<S> {
             reason: "acquiring a lock: the shared session kept failing".into(),
             source: None,
         }))
+    }
+
+    /// One attempt at `name` on the first session, answered as the session
+    /// answers it: a grant nobody has claimed yet.
+    #[cfg(test)]
+    pub(crate) async fn grant_unclaimed(&self, name: &str, idle: Duration) -> Option<Grant> {
+        let session = self.session(0).await.ok()?;
+        let (reply, answer) = oneshot::channel();
+        session
+            .send(Command::Lock {
+                name: name.to_string(),
+                idle,
+                session: session.clone(),
+                reply,
+            })
+            .ok()?;
+        answer.await.ok()?.ok()?
     }
 
     /// Slot `i`'s session, opened if there is none (or it was lost).
@@ -248,10 +306,12 @@ impl<S: SessionSql> fmt::Debug for SharedSessions<S> {
     }
 }
 
-/// A lock held on a shared session.
+/// A lock held on a shared session, under the token it was granted with
+/// (so a stale handle never gives back a later grant of the same name).
 struct SharedHandle {
     session: mpsc::UnboundedSender<Command>,
     name: String,
+    token: u64,
 }
 
 impl SharedHandle {
@@ -269,15 +329,18 @@ impl SharedHandle {
 #[async_trait]
 impl GuardHandle for SharedHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let name = self.name.clone();
-        Ok(self.ask(|reply| Command::Unlock { name, reply }).await)
+        let (name, token) = (self.name.clone(), self.token);
+        Ok(self
+            .ask(|reply| Command::Unlock { name, token, reply })
+            .await)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let name = self.name.clone();
+        let (name, token) = (self.name.clone(), self.token);
         Ok(self
             .ask(|reply| Command::Renew {
                 name,
+                token,
                 idle: ttl,
                 reply,
             })
@@ -285,9 +348,10 @@ impl GuardHandle for SharedHandle {
     }
 }
 
-/// A lock held on the session: when the session's task gives it back
-/// unless renewed, and the idle bound it asked for.
+/// A lock held on the session: its token, when the session's task gives
+/// it back unless renewed, and the idle bound it asked for.
 struct Held {
+    token: u64,
     until: Instant,
     idle: Duration,
 }
@@ -344,19 +408,29 @@ impl<S: SessionSql> Session<S> {
         let mut renewals = Vec::new();
         for command in batch.drain(..) {
             match command {
-                Command::Lock { name, idle, reply } => self.lock(name, idle, reply).await?,
-                Command::Unlock { name, reply } => {
-                    let ours = self.unlock(&name).await?;
+                Command::Lock {
+                    name,
+                    idle,
+                    session,
+                    reply,
+                } => self.lock(name, idle, session, reply).await?,
+                Command::Unlock { name, token, reply } => {
+                    let ours = self.holds(&name, token) && self.unlock(&name).await?;
                     let _ = reply.send(ours);
                 }
-                Command::Renew { name, idle, reply } => renewals.push((name, idle, reply)),
+                Command::Renew {
+                    name,
+                    token,
+                    idle,
+                    reply,
+                } => renewals.push((name, token, idle, reply)),
             }
         }
         if renewals.is_empty() {
             return Ok(());
         }
-        for (name, idle, _) in &renewals {
-            if let Some(held) = self.held.get_mut(name) {
+        for (name, token, idle, _) in &renewals {
+            if let Some(held) = self.held.get_mut(name).filter(|h| h.token == *token) {
                 held.idle = *idle;
             }
         }
@@ -367,8 +441,8 @@ impl<S: SessionSql> Session<S> {
         }
         self.idle = idle;
         let done = Instant::now();
-        for (name, idle, reply) in renewals {
-            let ours = match self.held.get_mut(&name) {
+        for (name, token, idle, reply) in renewals {
+            let ours = match self.held.get_mut(&name).filter(|h| h.token == token) {
                 Some(held) => {
                     held.until = done + idle;
                     true
@@ -380,10 +454,16 @@ impl<S: SessionSql> Session<S> {
         Ok(())
     }
 
+    /// Whether the session holds `name` under `token`.
+    fn holds(&self, name: &str, token: u64) -> bool {
+        self.held.get(name).is_some_and(|h| h.token == token)
+    }
+
     async fn lock(
         &mut self,
         name: String,
         idle: Duration,
+        session: mpsc::UnboundedSender<Command>,
         reply: oneshot::Sender<LockReply>,
     ) -> Result<(), Broken> {
         if self.held.contains_key(&name) {
@@ -396,10 +476,17 @@ impl<S: SessionSql> Session<S> {
                 self.idle = bound;
                 let until = Instant::now() + idle;
                 self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
-                self.held.insert(name.clone(), Held { until, idle });
-                if reply.send(Ok(Some(token))).is_err() {
+                self.held.insert(name.clone(), Held { token, until, idle });
+                let grant = Grant {
+                    session,
+                    name,
+                    token,
+                    claimed: false,
+                };
+                if let Err(Ok(Some(mut grant))) = reply.send(Ok(Some(grant))) {
                     // Nobody is waiting for it any more.
-                    self.unlock(&name).await?;
+                    grant.claimed = true;
+                    self.unlock(&grant.name).await?;
                 }
                 Ok(())
             }
