@@ -50,8 +50,10 @@ pub use lock_redis::{RedisConfig, RedisLock, redis};
 pub use lock_redlock::{Redlock, RedlockConfig};
 #[cfg(feature = "mysql")]
 pub use lock_sql::MySqlLock;
+#[cfg(any(feature = "postgres", feature = "mysql", feature = "sqlite"))]
+pub use lock_sql::sqlx;
 #[cfg(feature = "postgres")]
-pub use lock_sql::{PgLock, PgLockedTransaction, sqlx};
+pub use lock_sql::{PgLock, PgLockedTransaction};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use lock_sql::{SqlConfig, SqlMode};
 #[cfg(feature = "sqlite")]

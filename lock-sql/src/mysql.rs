@@ -56,7 +56,7 @@ use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::shared::{SessionSql, SharedSessions};
-use crate::url_opts::{SqlMode, SqlUrl};
+use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "mysql";
 
@@ -113,6 +113,31 @@ struct Inner {
     idle_var: &'static str,
     /// Advances a name's token counter.
     tokens: Arc<TokenCounter>,
+    /// On the application's pool: the statement that sets back what the
+    /// lock changed in a session before its connection is put back.
+    restore: Option<String>,
+}
+
+impl Inner {
+    /// Put a clean connection back, first setting back the session
+    /// variables the lock changed if the pool is the application's; a
+    /// connection that fails that is closed.
+    async fn put_back(&self, mut pinned: Pinned<MySql>) {
+        if let Some(restore) = &self.restore {
+            let Ok(conn) = pinned.conn(BACKEND) else {
+                return;
+            };
+            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(restore.as_str()))
+                .execute(&mut **conn)
+                .await
+            {
+                tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
+                pinned.close();
+                return;
+            }
+        }
+        pinned.put_back();
+    }
 }
 
 /// The per-name fencing-token counters, shared by the client's own
@@ -191,7 +216,47 @@ impl MySqlLock {
             .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let t = parsed.table.as_str().to_string();
+        let config = SqlConfig {
+            table: parsed.table,
+            mode: parsed.mode,
+            sessions: parsed.sessions,
+        };
+        Self::from_pool(pool, options, config, parsed.display, false).await
+    }
+
+    /// A lock on a pool the application already has (its own credentials,
+    /// TLS and connection settings), with `config` in place of a URL's
+    /// `table`, `mode` and `sessions`: `MySqlLock::with_pool(pool, SqlConfig::default())`.
+    ///
+    /// Row locks and waiting acquisitions take connections from the pool
+    /// and keep them while they hold or wait (so size the pool for them:
+    /// `capabilities().max_held` is its size in row mode); advisory locks
+    /// granted without waiting go on `config.sessions` connections of the
+    /// lock's own, opened with the pool's connect options, as do fencing
+    /// tokens drawn in row mode. The lock sets `innodb_lock_wait_timeout`,
+    /// the idle bound (`idle_transaction_timeout` on MariaDB, `wait_timeout`)
+    /// on the connections it uses and sets them back to the server's
+    /// defaults before a connection leaves it; the pool's slow-statement
+    /// log, if on, reports long lock waits. Invalid settings are
+    /// [`LockError::InvalidOptions`].
+    pub async fn with_pool(pool: sqlx::MySqlPool, config: SqlConfig) -> Result<Self, LockError> {
+        config.validate()?;
+        let options = (*pool.connect_options())
+            .clone()
+            .disable_statement_logging();
+        let display = "mysql (the application's pool)".to_string();
+        Self::from_pool(pool, options, config, display, true).await
+    }
+
+    async fn from_pool(
+        pool: sqlx::MySqlPool,
+        options: MySqlConnectOptions,
+        config: SqlConfig,
+        display: String,
+        restore_sessions: bool,
+    ) -> Result<Self, LockError> {
+        let max_connections = pool.options().get_max_connections();
+        let t = config.table.as_str().to_string();
         for ddl in [
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
@@ -235,8 +300,8 @@ impl MySqlLock {
             ),
             first: floor + 1,
         });
-        let sessions = match parsed.mode {
-            SqlMode::Advisory => parsed.sessions,
+        let sessions = match config.mode {
+            SqlMode::Advisory => config.sessions,
             SqlMode::Row => 0,
         };
         let shared = SharedSessions::new(
@@ -247,16 +312,25 @@ impl MySqlLock {
             },
             sessions,
         );
+        let restore = restore_sessions.then(|| match config.mode {
+            SqlMode::Row => {
+                format!(
+                    "SET SESSION innodb_lock_wait_timeout = DEFAULT, SESSION {idle_var} = DEFAULT"
+                )
+            }
+            SqlMode::Advisory => "SET SESSION wait_timeout = DEFAULT".to_string(),
+        });
         Ok(MySqlLock {
             inner: Arc::new(Inner {
-                pool: Warm::new(pool, parsed.max_connections as usize),
+                pool: Warm::new(pool, max_connections as usize),
                 side: Side::new(options),
                 shared,
-                mode: parsed.mode,
-                table: parsed.table,
+                mode: config.mode,
+                table: config.table,
                 tokens,
-                display: parsed.display,
+                display,
                 idle_var,
+                restore,
             }),
             watchdog: Watchdog::new(),
         })
@@ -464,7 +538,7 @@ impl MySqlLock {
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                pinned.put_back();
+                self.inner.put_back(pinned).await;
                 return Ok(None);
             }
             // Less than a second left: NOWAIT attempts with backoff.
@@ -770,19 +844,31 @@ struct MySqlHandle {
 #[async_trait]
 impl GuardHandle for MySqlHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let mode = self.inner.mode;
-        held::release(&self.conn, &self.name, async |conn| match mode {
-            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
-                .execute(&mut **conn)
+        let (mode, restore) = (self.inner.mode, self.inner.restore.as_deref());
+        held::release(&self.conn, &self.name, async |conn| {
+            let ours = match mode {
+                SqlMode::Row => sqlx::raw_sql("ROLLBACK")
+                    .execute(&mut **conn)
+                    .await
+                    .map(|_| true)?,
+                SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
+                    "SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
+                )
+                .bind(self.name.as_bytes())
+                .fetch_one(&mut **conn)
                 .await
-                .map(|_| true),
-            SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
-                "SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
-            )
-            .bind(self.name.as_bytes())
-            .fetch_one(&mut **conn)
-            .await
-            .map(|released| released == Some(1)),
+                .map(|released| released == Some(1))?,
+            };
+            // Released either way; a connection that fails this is broken,
+            // and is replaced when its next statement fails.
+            if let Some(restore) = restore
+                && let Err(e) = sqlx::raw_sql(AssertSqlSafe(restore))
+                    .execute(&mut **conn)
+                    .await
+            {
+                tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
+            }
+            Ok(ours)
         })
         .await
     }

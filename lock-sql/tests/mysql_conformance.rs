@@ -30,6 +30,106 @@ mod advisory {
     lock_testkit::conformance_suite!(harness());
 }
 
+/// The suite again, on locks built from a `MySqlPool` the application
+/// made itself (`MySqlLock::with_pool`), in both modes.
+mod own_pool {
+    use lock_sql::sqlx::mysql::MySqlPoolOptions;
+    use lock_sql::{MySqlLock, SqlConfig, SqlMode};
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::env;
+
+    async fn harness_for(mode: SqlMode) -> Harness {
+        let url = env("DISTLOCK_TEST_MYSQL_URL");
+        Harness::of(async || {
+            let pool = MySqlPoolOptions::new()
+                .max_connections(32)
+                .connect(&url)
+                .await
+                .expect("the application's pool");
+            let config = SqlConfig {
+                mode,
+                ..SqlConfig::default()
+            };
+            MySqlLock::with_pool(pool, config)
+                .await
+                .expect("a lock on the application's pool")
+        })
+        .await
+    }
+
+    mod row {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for(SqlMode::Row).await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+
+    mod advisory {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for(SqlMode::Advisory).await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+}
+
+/// A connection the lock used goes back to the application's pool with
+/// the session variables the lock set (the lock wait, the idle bound) back
+/// at the server's defaults, in both modes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_applications_connections_come_back_unchanged() {
+    use lock_core::{DistributedLock, LockOptions, Wait};
+    use lock_sql::sqlx::mysql::MySqlPoolOptions;
+    use lock_sql::{SqlConfig, SqlMode};
+    use std::time::Duration;
+
+    for mode in [SqlMode::Row, SqlMode::Advisory] {
+        // One connection: the one the lock used is the one we look at.
+        let pool = MySqlPoolOptions::new()
+            .max_connections(1)
+            .connect(&env("DISTLOCK_TEST_MYSQL_URL"))
+            .await
+            .expect("the application's pool");
+        let config = SqlConfig {
+            mode,
+            sessions: 0,
+            ..SqlConfig::default()
+        };
+        let lock = MySqlLock::with_pool(pool.clone(), config)
+            .await
+            .expect("with_pool");
+        let name = format!("own-pool/{mode:?}/{}", std::process::id());
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(7))
+            .wait(Wait::Up(Duration::from_secs(3)));
+        let g = lock.acquire(&name, &opts).await.expect("acquire");
+        assert!(g.release().await.expect("release"));
+        // Hands the lock's cached connections back to the pool.
+        lock.inspect(&name).await.expect("inspect");
+        let changed: Vec<(String, i64, i64)> = lock_sql::sqlx::query_as(
+            "SELECT v.name, v.here, v.server FROM ( \
+             SELECT 'innodb_lock_wait_timeout' AS name, \
+                    CAST(@@SESSION.innodb_lock_wait_timeout AS SIGNED) AS here, \
+                    CAST(@@GLOBAL.innodb_lock_wait_timeout AS SIGNED) AS server \
+             UNION ALL SELECT 'wait_timeout', CAST(@@SESSION.wait_timeout AS SIGNED), \
+                    CAST(@@GLOBAL.wait_timeout AS SIGNED) \
+             UNION ALL SELECT 'idle_transaction_timeout', \
+                    CAST(@@SESSION.idle_transaction_timeout AS SIGNED), \
+                    CAST(@@GLOBAL.idle_transaction_timeout AS SIGNED)) v \
+             WHERE v.here <> v.server",
+        )
+        .fetch_all(&pool)
+        .await
+        .expect("read the session's variables");
+        assert!(changed.is_empty(), "{mode:?}: left changed: {changed:?}");
+    }
+}
+
 /// The crate's `docs.md` opens with the capability checklist this backend
 /// reports, in both modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
