@@ -59,7 +59,7 @@ pub use lock_sql::{SqlConfig, SqlMode};
 #[cfg(feature = "sqlite")]
 pub use lock_sql::{SqliteConfig, SqliteLock};
 #[cfg(feature = "zookeeper")]
-pub use lock_zk::ZkLock;
+pub use lock_zk::{ZkConfig, ZkLock, zookeeper_client};
 pub use migrate::MigratingLock;
 
 /// The README's examples, compiled as doctests so they stay true.

@@ -39,6 +39,9 @@ use crate::queue::{enqueue, queue};
 use crate::session::{Session, retrying, zk_error};
 use crate::url::ZkUrl;
 
+/// The client crate, re-exported so that `with_client` gets the same version.
+pub use zookeeper_client;
+
 /// The backend's name in errors and capabilities.
 pub(crate) const BACKEND: &str = "zookeeper";
 
@@ -109,9 +112,36 @@ struct Inner {
     session: Mutex<Arc<Session>>,
     /// Serialises building a fresh session.
     reconnect: tokio::sync::Mutex<()>,
-    url: ZkUrl,
+    /// Where a fresh session comes from: the URL, or nowhere (the
+    /// application's client).
+    url: Option<ZkUrl>,
+    /// The path under which lock nodes live.
+    root: String,
     /// The URL without credentials.
     display: String,
+}
+
+/// Settings of a ZooKeeper lock built on the application's own client
+/// ([`ZkLock::with_client`]): what a URL's path says, and who may touch the
+/// lock nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ZkConfig {
+    /// The absolute path under which lock nodes live, created as needed;
+    /// `/distlock` by default.
+    pub root: String,
+    /// Create lock nodes with the `creator_all` ACL (only clients holding
+    /// the creator's credentials may use them), as a URL with digest
+    /// credentials does; `false` (the default) gives them `anyone_all`.
+    pub creator_only: bool,
+}
+
+impl Default for ZkConfig {
+    fn default() -> Self {
+        ZkConfig {
+            root: "/distlock".to_string(),
+            creator_only: false,
+        }
+    }
 }
 
 /// How many sessions one waiting acquisition may go through: a waiter whose
@@ -139,7 +169,49 @@ impl ZkLock {
                 session: Mutex::new(session),
                 reconnect: tokio::sync::Mutex::new(()),
                 display: url.display(),
-                url,
+                root: url.root.clone(),
+                url: Some(url),
+            }),
+            watchdog: Watchdog::new(),
+        })
+    }
+
+    /// A lock on a client the application already has (its own ensemble
+    /// string, chroot, credentials, TLS and session timeout), with
+    /// `config` in place of a URL's path:
+    /// `ZkLock::with_client(client, ZkConfig::default())`.
+    ///
+    /// The lock lives in the client's session. A ZooKeeper client cannot
+    /// start a second session once its own has expired or been closed, so
+    /// after that every acquisition answers [`LockError::Unavailable`]
+    /// (a lock built from a URL opens a fresh session instead): watch the
+    /// client's state and build a new lock on a new client. Guards held in
+    /// the session see its end as a confirmed loss, as with a URL.
+    /// A root that is not a plain absolute path is
+    /// [`LockError::InvalidOptions`].
+    pub async fn with_client(
+        client: zookeeper_client::Client,
+        config: ZkConfig,
+    ) -> Result<Self, LockError> {
+        let root = config.root.trim_end_matches('/');
+        if !url::plain_root(root) {
+            return Err(LockError::invalid_options(format!(
+                "the root must be a plain absolute path, got {:?}",
+                config.root
+            )));
+        }
+        let acls = if config.creator_only {
+            zookeeper_client::Acls::creator_all()
+        } else {
+            zookeeper_client::Acls::anyone_all()
+        };
+        Ok(ZkLock {
+            inner: Arc::new(Inner {
+                session: Mutex::new(Session::watch(client, acls)),
+                reconnect: tokio::sync::Mutex::new(()),
+                display: "zookeeper (the application's client)".to_string(),
+                root: root.to_string(),
+                url: None,
             }),
             watchdog: Watchdog::new(),
         })
@@ -157,8 +229,17 @@ impl ZkLock {
         if !current.is_terminated() {
             return Ok(current);
         }
+        let Some(url) = &self.inner.url else {
+            return Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: "the application's ZooKeeper session has ended; build the lock on a \
+                         new client"
+                    .into(),
+                source: None,
+            });
+        };
         tracing::info!(server = %self.inner.display, "zookeeper session ended; starting a new one");
-        let fresh = Session::connect(&self.inner.url).await?;
+        let fresh = Session::connect(url).await?;
         *self.inner.session.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
         Ok(fresh)
     }
@@ -170,7 +251,7 @@ impl ZkLock {
     /// How many acquisitions of `name` wait behind its holder: the nodes
     /// in its queue after the first.
     pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
-        let dir = lock_node(&self.inner.url.root, name);
+        let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
         Ok(queue(&session.client, &dir).await?.len().saturating_sub(1))
     }
@@ -181,7 +262,7 @@ impl ZkLock {
         opts: &LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Option<LockGuard>, LockError> {
-        let dir = lock_node(&self.inner.url.root, name);
+        let dir = lock_node(&self.inner.root, name);
         let mut sessions = 0;
         loop {
             let session = self.session().await?;
@@ -362,7 +443,7 @@ impl DistributedLock for ZkLock {
     /// as the holder's session, so no lease time is reported.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
-        let dir = lock_node(&self.inner.url.root, name);
+        let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
         // A holder that goes between the listing and the read is looked
         // for again.
@@ -393,7 +474,7 @@ impl DistributedLock for ZkLock {
     /// client sees the node gone (its next renewal at the latest).
     async fn force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
-        let dir = lock_node(&self.inner.url.root, name);
+        let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
         let Some(first) = queue(&session.client, &dir).await?.into_iter().next() else {
             return Ok(false);

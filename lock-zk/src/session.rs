@@ -66,13 +66,20 @@ impl Session {
                 source: None,
             })?
             .map_err(|e| zk_error(&format!("connecting to {hosts}"), e))?;
+        let acls = if url.digest.is_some() {
+            Acls::creator_all()
+        } else {
+            Acls::anyone_all()
+        };
+        Ok(Self::watch(client, acls))
+    }
+
+    /// A session on a client the application made, whose lock nodes get
+    /// `acls`; watched as [`connect`](Self::connect)'s are.
+    pub fn watch(client: Client, acls: Acls<'static>) -> Arc<Self> {
         let session = Arc::new(Session {
             client,
-            acls: if url.digest.is_some() {
-                Acls::creator_all()
-            } else {
-                Acls::anyone_all()
-            },
+            acls,
             guards: Mutex::new(Guards::default()),
         });
         let mut states = session.client.state_watcher();
@@ -103,7 +110,7 @@ impl Session {
                 }
             }
         });
-        Ok(session)
+        session
     }
 
     /// Whether the session has ended (expired, closed, refused).

@@ -98,12 +98,7 @@ impl ZkUrl {
             return Err(invalid("members must be host:port"));
         }
         let root = if root.is_empty() { DEFAULT_ROOT } else { root };
-        if root
-            .split('/')
-            .skip(1)
-            .any(|c| c.is_empty() || c == "." || c == "..")
-            || !root.bytes().all(|b| b.is_ascii_graphic())
-        {
+        if !plain_root(root) {
             return Err(invalid("the root must be a plain absolute path"));
         }
         let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
@@ -166,6 +161,17 @@ impl ZkUrl {
         let scheme = if self.tls.is_some() { "zk+tls" } else { "zk" };
         format!("{scheme}://{user}{}{}", self.hosts, self.root)
     }
+}
+
+/// Whether `root` is a plain absolute path: `/` then non-empty components,
+/// none `.` or `..`, printable ASCII only.
+pub(crate) fn plain_root(root: &str) -> bool {
+    root.starts_with('/')
+        && !root
+            .split('/')
+            .skip(1)
+            .any(|c| c.is_empty() || c == "." || c == "..")
+        && root.bytes().all(|b| b.is_ascii_graphic())
 }
 
 #[cfg(test)]
