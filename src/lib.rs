@@ -46,6 +46,8 @@ pub use lock_core::{
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};
 #[cfg(feature = "redis")]
 pub use lock_redis::{RedisConfig, RedisLock, redis};
+#[cfg(all(feature = "redlock", not(feature = "redis")))]
+pub use lock_redlock::redis;
 #[cfg(feature = "redlock")]
 pub use lock_redlock::{Redlock, RedlockConfig};
 #[cfg(feature = "mysql")]

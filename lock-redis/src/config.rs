@@ -159,6 +159,28 @@ pub fn ensure_tls_provider() {
     let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
+/// A client the application made, checked for what the lock needs: RESP3
+/// (waiters are woken by push messages); its address as shown in errors,
+/// without credentials. Not RESP3 is [`LockError::InvalidOptions`].
+pub fn check_client(client: &redis::Client) -> Result<String, LockError> {
+    let info = client.get_connection_info();
+    if info.redis_settings().protocol() != redis::ProtocolVersion::RESP3 {
+        return Err(LockError::invalid_options(
+            "the redis client must use RESP3 (add `?protocol=resp3` to its URL): waiters are woken by push messages",
+        ));
+    }
+    let scheme = match info.addr() {
+        redis::ConnectionAddr::TcpTls { .. } => "rediss",
+        redis::ConnectionAddr::Unix(_) => "redis+unix",
+        _ => "redis",
+    };
+    Ok(format!(
+        "{scheme}://{}/{}",
+        info.addr(),
+        info.redis_settings().db()
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

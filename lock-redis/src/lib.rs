@@ -26,7 +26,7 @@ pub mod parts {
     //! per-node scripts, key names and the shared subscriber on each of its
     //! masters. Not needed to use [`RedisLock`](crate::RedisLock).
 
-    pub use crate::config::{ParsedUrl, ensure_tls_provider, parse_url};
+    pub use crate::config::{ParsedUrl, check_client, ensure_tls_provider, parse_url};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};

@@ -122,18 +122,7 @@ impl RedisLock {
         client: redis::Client,
         config: RedisConfig,
     ) -> Result<Self, LockError> {
-        let info = client.get_connection_info();
-        if info.redis_settings().protocol() != redis::ProtocolVersion::RESP3 {
-            return Err(LockError::invalid_options(
-                "the redis client must use RESP3 (add `?protocol=resp3` to its URL): waiters are woken by push messages",
-            ));
-        }
-        let scheme = match info.addr() {
-            redis::ConnectionAddr::TcpTls { .. } => "rediss",
-            redis::ConnectionAddr::Unix(_) => "redis+unix",
-            _ => "redis",
-        };
-        let server = format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db());
+        let server = crate::config::check_client(&client)?;
         Self::from_parts(client, config, server).await
     }
 

@@ -18,3 +18,5 @@ mod scripts;
 
 pub use config::RedlockConfig;
 pub use lock::Redlock;
+/// The client crate, re-exported so that `with_clients` gets the same version.
+pub use redis;

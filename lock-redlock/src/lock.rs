@@ -17,7 +17,7 @@ use lock_core::{
 use lock_redis::parts::{Keys, LockState, Subscription};
 use tokio::time::Instant;
 
-use crate::config::{NodeUrl, RedlockConfig, parse_url};
+use crate::config::{RedlockConfig, parse_url};
 use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
@@ -131,15 +131,49 @@ impl Redlock {
     /// the nodes answers; the others are connected when they come back.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
-        Self::with_nodes(&parsed.nodes, parsed.config).await
+        parsed.config.validate()?;
+        let nodes = parsed
+            .nodes
+            .iter()
+            .map(|u| Node::new(u, &parsed.config).map(Arc::new))
+            .collect::<Result<Vec<_>, _>>()?;
+        Self::with_nodes(nodes, parsed.config).await
     }
 
-    async fn with_nodes(urls: &[NodeUrl], config: RedlockConfig) -> Result<Self, LockError> {
+    /// Locks on Redis clients the application already has, one per
+    /// independent master (their own credentials, TLS and connection
+    /// settings), with `config` in place of a URL's options:
+    /// `Redlock::with_clients(clients, RedlockConfig::default())`.
+    ///
+    /// Each client must speak RESP3 (`?protocol=resp3` in its URL, or
+    /// `ProtocolVersion::RESP3` in its settings): waiters are woken by push
+    /// messages. The lock opens connections of its own from each client
+    /// (one multiplexed connection, and one for wake-ups), lazily, so a
+    /// node that is down does not stop it; as with a URL, it succeeds when
+    /// a majority answers. Fewer than one client, a client that is not
+    /// RESP3, or invalid settings are [`LockError::InvalidOptions`].
+    pub async fn with_clients(
+        clients: Vec<redis::Client>,
+        config: RedlockConfig,
+    ) -> Result<Self, LockError> {
         config.validate()?;
-        let nodes = urls
-            .iter()
-            .map(|u| Node::new(u, &config).map(Arc::new))
+        if clients.is_empty() {
+            return Err(LockError::invalid_options(
+                "Redlock needs at least one client",
+            ));
+        }
+        lock_redis::parts::ensure_tls_provider();
+        let nodes = clients
+            .into_iter()
+            .map(|client| {
+                let display = lock_redis::parts::check_client(&client)?;
+                Node::with_client(client, display, &config).map(Arc::new)
+            })
             .collect::<Result<Vec<_>, _>>()?;
+        Self::with_nodes(nodes, config).await
+    }
+
+    async fn with_nodes(nodes: Vec<Arc<Node>>, config: RedlockConfig) -> Result<Self, LockError> {
         let names: Vec<String> = nodes.iter().map(|n| n.display.clone()).collect();
         let quorum = majority(nodes.len());
         let replies = gather(

@@ -78,6 +78,15 @@ impl Node {
                     e.detail().unwrap_or("invalid")
                 ),
             })?;
+        Self::with_client(client, url.display.clone(), config)
+    }
+
+    /// A node on a client the application made, shown as `display`.
+    pub(crate) fn with_client(
+        client: redis::Client,
+        display: String,
+        config: &RedlockConfig,
+    ) -> Result<Self, LockError> {
         let release_timeout = config.node_timeout.max(config.connect_timeout);
         // The client's own bound is the longest any request may take (a
         // release's); the node timeout of the hot path is ours (`bounded`).
@@ -92,10 +101,10 @@ impl Node {
             .set_number_of_retries(0);
         let conn = client
             .get_connection_manager_lazy(manager)
-            .map_err(|e| map_error(BACKEND, &format!("setting up {}", url.display), e))?;
+            .map_err(|e| map_error(BACKEND, &format!("setting up {display}"), e))?;
         Ok(Node {
-            extends: extend_batcher(BACKEND, &url.display, conn.clone(), config.node_timeout),
-            display: url.display.clone(),
+            extends: extend_batcher(BACKEND, &display, conn.clone(), config.node_timeout),
+            display,
             client,
             conn,
             subscriber: OnceCell::new(),

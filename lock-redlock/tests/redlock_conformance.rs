@@ -63,6 +63,50 @@ mod three_nodes_one_down {
     lock_testkit::conformance_suite!(harness());
 }
 
+/// The suite again, on a Redlock built from five `redis::Client`s the
+/// application made itself (`Redlock::with_clients`).
+mod own_clients {
+    use lock_redlock::{Redlock, RedlockConfig, redis};
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::upstreams_of;
+
+    fn clients(protocol: &str) -> Vec<redis::Client> {
+        upstreams_of(&super::five())
+            .iter()
+            .map(|host| {
+                redis::Client::open(format!("redis://{host}/?protocol={protocol}").as_str())
+                    .expect("the application's client")
+            })
+            .collect()
+    }
+
+    async fn harness() -> Harness {
+        Harness::of(async || {
+            Redlock::with_clients(clients("resp3"), RedlockConfig::default())
+                .await
+                .expect("a Redlock on the application's clients")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+
+    /// No client, or one that speaks RESP2 (it cannot deliver wake-ups):
+    /// refused, typed.
+    #[tokio::test]
+    async fn unusable_clients_are_refused() {
+        let mut mixed = clients("resp3");
+        mixed.extend(clients("resp2").into_iter().take(1));
+        for (what, set) in [("none", Vec::new()), ("a RESP2 client", mixed)] {
+            match Redlock::with_clients(set, RedlockConfig::default()).await {
+                Err(lock_core::LockError::InvalidOptions { .. }) => {}
+                Err(e) => panic!("{what} gave {e:?}"),
+                Ok(_) => panic!("{what} was accepted"),
+            }
+        }
+    }
+}
+
 /// The crate's `docs.md` opens with the capability checklist this backend
 /// reports.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
