@@ -36,9 +36,9 @@ impl Identifier {
         }
     }
 
-    /// The default lock table's name (a known-good constant).
+    /// SQLite's default lease table, `distlock_leases`.
     #[cfg(feature = "sqlite")]
-    pub(crate) fn default_table() -> Self {
+    pub fn default_table() -> Self {
         Identifier("distlock_leases".to_string())
     }
 

@@ -265,7 +265,68 @@ impl SqliteLock {
                 }
             }
         };
-        let t = config.table.as_str();
+        Self::from_pool(pool, path, config.table).await
+    }
+
+    /// A lock on a pool the application already has, in lease table
+    /// `table` (created if missing; [`Identifier::default_table`] is the
+    /// default `distlock_leases`).
+    ///
+    /// The pool must be on a file (every process that opens the same file
+    /// shares its locks), in WAL mode with `synchronous` FULL or EXTRA (so
+    /// fencing tokens survive a crash of the machine, not only of the
+    /// process) and a busy timeout above zero (so processes take turns
+    /// instead of failing): `SqliteConnectOptions::new().filename(path)
+    /// .journal_mode(Wal).synchronous(Full).busy_timeout(…)`. A pool that
+    /// is not is refused with [`LockError::InvalidOptions`] naming the
+    /// setting.
+    pub async fn with_pool(pool: SqlitePool, table: Identifier) -> Result<Self, LockError> {
+        let path = pool.connect_options().get_filename().to_path_buf();
+        if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
+            return Err(LockError::invalid_options(
+                "the sqlite pool must be on a file shared by the processes that lock",
+            ));
+        }
+        let failed = |e| map_sqlx(BACKEND, "reading the pool's settings", e);
+        let mut conn = pool.acquire().await.map_err(failed)?;
+        let journal: String = sqlx::query_scalar("PRAGMA journal_mode")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(failed)?;
+        let synchronous: i64 = sqlx::query_scalar("PRAGMA synchronous")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(failed)?;
+        let busy_timeout: i64 = sqlx::query_scalar("PRAGMA busy_timeout")
+            .fetch_one(&mut *conn)
+            .await
+            .map_err(failed)?;
+        drop(conn);
+        if !journal.eq_ignore_ascii_case("wal") {
+            return Err(LockError::invalid_options(format!(
+                "the sqlite pool must use journal_mode WAL, not {journal}"
+            )));
+        }
+        // 2 = FULL, 3 = EXTRA.
+        if synchronous < 2 {
+            return Err(LockError::invalid_options(
+                "the sqlite pool must use synchronous FULL or EXTRA: fencing tokens must survive a crash",
+            ));
+        }
+        if busy_timeout <= 0 {
+            return Err(LockError::invalid_options(
+                "the sqlite pool must have a busy timeout above zero",
+            ));
+        }
+        Self::from_pool(pool, path, table).await
+    }
+
+    async fn from_pool(
+        pool: SqlitePool,
+        path: PathBuf,
+        table: Identifier,
+    ) -> Result<Self, LockError> {
+        let t = table.as_str();
         let create = format!(
             "CREATE TABLE IF NOT EXISTS \"{t}\" (\
              name TEXT PRIMARY KEY NOT NULL, owner TEXT, \
@@ -290,7 +351,7 @@ impl SqliteLock {
                 .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
         }
         tracing::debug!(path = %path.display(), table = t, "sqlite lock store open");
-        let sql = Statements::new(&config.table);
+        let sql = Statements::new(&table);
         let gate = gate_for(&path);
         let batches = Writes {
             backend: BACKEND,
@@ -299,12 +360,12 @@ impl SqliteLock {
         };
         Ok(SqliteLock {
             inner: Arc::new(Inner {
-                extends: sqlite_batch::extends(batches.clone(), &config.table),
-                releases: sqlite_batch::releases(batches, &config.table),
+                extends: sqlite_batch::extends(batches.clone(), &table),
+                releases: sqlite_batch::releases(batches, &table),
                 gate,
                 pool,
                 sql,
-                wakeups: wakeups_for(&path, &config.table),
+                wakeups: wakeups_for(&path, &table),
                 path,
             }),
             watchdog: Watchdog::new(),

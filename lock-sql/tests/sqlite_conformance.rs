@@ -32,3 +32,75 @@ async fn docs_open_with_the_capability_checklist() {
     let h = harness().await;
     lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
 }
+
+/// The suite again, on locks built from a `SqlitePool` the application
+/// made itself (`SqliteLock::with_pool`), on a file of its own.
+mod own_pool {
+    use std::time::Duration;
+
+    use lock_sql::sqlx::sqlite::{
+        SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous,
+    };
+    use lock_sql::{Identifier, SqliteLock};
+    use lock_testkit::conformance::Harness;
+
+    pub(super) fn options(
+        journal: SqliteJournalMode,
+        sync: SqliteSynchronous,
+    ) -> SqliteConnectOptions {
+        SqliteConnectOptions::new()
+            .filename(super::db_dir().path().join("own-pool.db"))
+            .create_if_missing(true)
+            .journal_mode(journal)
+            .synchronous(sync)
+            .busy_timeout(Duration::from_secs(5))
+    }
+
+    async fn harness() -> Harness {
+        Harness::of(async || {
+            let pool = SqlitePoolOptions::new()
+                .max_connections(4)
+                .connect_with(options(SqliteJournalMode::Wal, SqliteSynchronous::Full))
+                .await
+                .expect("the application's pool");
+            SqliteLock::with_pool(pool, Identifier::new("app_leases").expect("table"))
+                .await
+                .expect("a lock on the application's pool")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+
+    /// A pool whose settings would break a guarantee is refused, typed,
+    /// naming the setting: not WAL, or tokens that a machine crash could
+    /// take back (`synchronous` NORMAL).
+    #[tokio::test]
+    async fn a_pool_that_breaks_a_guarantee_is_refused() {
+        for (journal, sync, setting) in [
+            (
+                SqliteJournalMode::Wal,
+                SqliteSynchronous::Normal,
+                "synchronous",
+            ),
+            (
+                SqliteJournalMode::Delete,
+                SqliteSynchronous::Full,
+                "journal_mode",
+            ),
+        ] {
+            let dir = tempfile::tempdir().expect("temporary directory");
+            let pool = SqlitePoolOptions::new()
+                .connect_with(options(journal, sync).filename(dir.path().join("x.db")))
+                .await
+                .expect("pool");
+            match SqliteLock::with_pool(pool, Identifier::default_table()).await {
+                Err(lock_core::LockError::InvalidOptions { reason }) => {
+                    assert!(reason.contains(setting), "{reason}")
+                }
+                Err(e) => panic!("{setting}: {e:?}"),
+                Ok(_) => panic!("{setting}: accepted"),
+            }
+        }
+    }
+}
