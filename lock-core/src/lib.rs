@@ -73,7 +73,7 @@ pub mod raw {
     pub use crate::name::validate_name;
     pub use crate::options::validate_ttl;
     pub use crate::owner::OwnerToken;
-    pub use crate::url_text::{encode_userinfo, percent_decode};
+    pub use crate::url_text::{encode_userinfo, parse_flag, percent_decode};
     pub use crate::wakeup::Wakeups;
     pub use crate::watchdog::{Registration, Watchdog};
     pub use async_trait::async_trait;

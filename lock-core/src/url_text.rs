@@ -122,6 +122,20 @@ pub fn encode_userinfo(raw: &str) -> String {
     format!("{scheme}://{out}@{host}")
 }
 
+/// A URL option's yes or no: `true`/`false`, `on`/`off` or `1`/`0`.
+///
+/// ```
+/// assert_eq!(lock_core::raw::parse_flag("off"), Some(false));
+/// assert_eq!(lock_core::raw::parse_flag("yes please"), None);
+/// ```
+pub fn parse_flag(value: &str) -> Option<bool> {
+    match value {
+        "true" | "on" | "1" => Some(true),
+        "false" | "off" | "0" => Some(false),
+        _ => None,
+    }
+}
+
 /// `s` with every `%XX` escape decoded (user names, passwords and paths
 /// that hold `:`, `@`, `/` or spaces); an error says what is wrong.
 ///

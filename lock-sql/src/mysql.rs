@@ -148,6 +148,8 @@ struct TokenCounter {
     /// A name's first token: above every token handed out before the
     /// per-name counters existed.
     first: u64,
+    /// Off (`fencing=false`): no token is drawn, and grants carry none.
+    enabled: bool,
 }
 
 impl TokenCounter {
@@ -158,6 +160,9 @@ impl TokenCounter {
         conn: &mut sqlx::MySqlConnection,
         name: &str,
     ) -> Result<u64, sqlx::Error> {
+        if !self.enabled {
+            return Ok(0);
+        }
         let done = sqlx::query(AssertSqlSafe(self.sql.as_str()))
             .bind(name.as_bytes())
             .bind(self.first)
@@ -194,7 +199,9 @@ impl MySqlLock {
     /// `max_connections` (default 32; each waiter, and each held lock but
     /// those on shared sessions, uses one), `sessions` (advisory mode: the
     /// shared sessions, default 2; 0 puts every lock on a connection of its
-    /// own) and `connect_timeout_ms`, plus sqlx's own (`ssl-mode`, …).
+    /// own), `connect_timeout_ms` and `fencing` (`false`: no fencing tokens,
+    /// and no token write per grant; see [`SqlConfig::fencing`]), plus
+    /// sqlx's own (`ssl-mode`, …).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let mut parsed = SqlUrl::parse(url, &["mysql", "mariadb"])?;
         if let Some(rest) = parsed.client_url.strip_prefix("mariadb://") {
@@ -216,11 +223,7 @@ impl MySqlLock {
             .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let config = SqlConfig {
-            table: parsed.table,
-            mode: parsed.mode,
-            sessions: parsed.sessions,
-        };
+        let config = parsed.config();
         Self::from_pool(pool, options, config, parsed.display, false).await
     }
 
@@ -299,6 +302,7 @@ impl MySqlLock {
                  ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
             ),
             first: floor + 1,
+            enabled: config.fencing,
         });
         let sessions = match config.mode {
             SqlMode::Advisory => config.sessions,
@@ -619,6 +623,9 @@ impl MySqlLock {
     /// transaction whose writes must not wait for its end, on the client's
     /// side connection.
     async fn token_for(&self, pinned: &mut Pinned<MySql>, name: &str) -> Result<u64, LockError> {
+        if !self.inner.tokens.enabled {
+            return Ok(0);
+        }
         let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
         match self.inner.mode {
             SqlMode::Advisory => self
@@ -710,7 +717,8 @@ impl MySqlLock {
         let pending = PendingGrant::new(handle);
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
-        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, pending.disarm());
+        let token = self.inner.tokens.enabled.then_some(token);
+        let guard = LockGuard::new(name, token, self.capabilities(), lease, pending.disarm());
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
         Ok(if opts.auto_renew {
@@ -766,6 +774,11 @@ impl DistributedLock for MySqlLock {
         Capabilities {
             // Locks on shared sessions are bounded by the server only.
             max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
+            fencing: if self.inner.tokens.enabled {
+                CAPABILITIES.fencing
+            } else {
+                Fencing::None
+            },
             ..CAPABILITIES
         }
     }
@@ -780,7 +793,11 @@ impl DistributedLock for MySqlLock {
         if !self.is_held(name).await? {
             return Ok(LockInfo::free());
         }
-        Ok(LockInfo::held().with_fencing_token(self.latest_token(name).await?))
+        let token = match self.inner.tokens.enabled {
+            true => self.latest_token(name).await?,
+            false => None,
+        };
+        Ok(LockInfo::held().with_fencing_token(token))
     }
 
     /// Kill the server connection holding `name` and wait (up to 10 s)

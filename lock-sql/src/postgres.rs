@@ -136,6 +136,8 @@ struct Inner {
     /// first (the server arms the check when a statement starts, so
     /// setting it inside the waiting statement would be too late).
     arm_check_before_waits: bool,
+    /// Off (`fencing=false`): no token is drawn, and grants carry none.
+    fencing: bool,
 }
 
 /// The statements, with the (validated) table name in place.
@@ -194,7 +196,9 @@ impl PgLock {
     /// `max_connections` (default 32; each waiter, and each held lock but
     /// those on shared sessions, uses one), `sessions` (advisory mode: the
     /// shared sessions, default 2; 0 puts every lock on a connection of its
-    /// own) and `connect_timeout_ms`, plus sqlx's own (`sslmode`, …).
+    /// own), `connect_timeout_ms` and `fencing` (`false`: no fencing tokens,
+    /// and no token write per grant; see [`SqlConfig::fencing`]), plus
+    /// sqlx's own (`sslmode`, …).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = SqlUrl::parse(url, &["postgres", "postgresql"])?;
         let options =
@@ -215,11 +219,7 @@ impl PgLock {
             .connect_with(options.clone())
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let config = SqlConfig {
-            table: parsed.table,
-            mode: parsed.mode,
-            sessions: parsed.sessions,
-        };
+        let config = parsed.config();
         Self::from_pool(pool, options, config, parsed.display, false).await
     }
 
@@ -286,6 +286,7 @@ impl PgLock {
             PgSession {
                 options: options.clone(),
                 sql: sql.clone(),
+                fencing: config.fencing,
             },
             sessions,
         );
@@ -299,6 +300,7 @@ impl PgLock {
                 table,
                 display,
                 arm_check_before_waits,
+                fencing: config.fencing,
             }),
             watchdog: Watchdog::new(),
         })
@@ -391,6 +393,9 @@ impl PgLock {
         pinned: &mut Pinned<Postgres>,
         name: &str,
     ) -> Result<i64, LockError> {
+        if !self.inner.fencing {
+            return Ok(0);
+        }
         let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
         let sql = self.inner.sql.draw_token.as_str();
         match self.inner.mode {
@@ -617,6 +622,11 @@ impl DistributedLock for PgLock {
             // Locks on shared sessions are bounded by the server's lock
             // table only.
             max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
+            fencing: if self.inner.fencing {
+                CAPABILITIES.fencing
+            } else {
+                Fencing::None
+            },
             ..CAPABILITIES
         }
     }
@@ -631,8 +641,12 @@ impl DistributedLock for PgLock {
         if self.holder_pid(name).await?.is_none() {
             return Ok(LockInfo::free().with_waiters(Some(self.queued(name).await?)));
         }
+        let token = match self.inner.fencing {
+            true => self.latest_token(name).await?,
+            false => None,
+        };
         Ok(LockInfo::held()
-            .with_fencing_token(self.latest_token(name).await?)
+            .with_fencing_token(token)
             .with_waiters(Some(self.queued(name).await?)))
     }
 
@@ -709,13 +723,8 @@ impl PgLock {
         let pending = PendingGrant::new(handle);
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
-        let guard = LockGuard::new(
-            name,
-            u64::try_from(token).ok(),
-            CAPABILITIES,
-            lease,
-            pending.disarm(),
-        );
+        let token = u64::try_from(token).ok().filter(|_| self.inner.fencing);
+        let guard = LockGuard::new(name, token, self.capabilities(), lease, pending.disarm());
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
         Ok(if opts.auto_renew {
@@ -759,7 +768,7 @@ impl PgLock {
         match self.lock(name, opts).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
                 name: name.to_string(),
-                token: u64::try_from(token).unwrap_or(0),
+                token: u64::try_from(token).ok().filter(|_| self.inner.fencing),
                 conn,
             }),
             None => Err(LockError::Timeout {
@@ -774,7 +783,7 @@ impl PgLock {
 /// see [`PgLock::begin`].
 pub struct PgLockedTransaction {
     name: String,
-    token: u64,
+    token: Option<u64>,
     conn: Pinned<Postgres>,
 }
 
@@ -784,8 +793,8 @@ impl PgLockedTransaction {
         &self.name
     }
 
-    /// The fencing token of this grant.
-    pub fn fencing_token(&self) -> u64 {
+    /// The fencing token of this grant (`None` with `fencing=false`).
+    pub fn fencing_token(&self) -> Option<u64> {
         self.token
     }
 
@@ -887,6 +896,8 @@ impl GuardHandle for PgHandle {
 struct PgSession {
     options: PgConnectOptions,
     sql: Statements,
+    /// Whether grants draw fencing tokens.
+    fencing: bool,
 }
 
 #[async_trait]
@@ -914,6 +925,9 @@ impl SessionSql for PgSession {
     }
 
     async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
+        if !self.fencing {
+            return Ok(0);
+        }
         let token = advance_token(&self.sql.draw_token, conn, name).await?;
         u64::try_from(token)
             .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}")))

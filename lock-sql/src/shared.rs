@@ -121,15 +121,15 @@ enum Command {
         session: mpsc::UnboundedSender<Command>,
         reply: oneshot::Sender<LockReply>,
     },
-    /// Give `name` back if the session holds it under `token`.
+    /// Give `name` back if the session holds it under grant `id`.
     Unlock {
         name: String,
-        token: u64,
+        id: u64,
         reply: oneshot::Sender<bool>,
     },
     Renew {
         name: String,
-        token: u64,
+        id: u64,
         idle: Duration,
         reply: oneshot::Sender<bool>,
     },
@@ -142,6 +142,8 @@ enum Command {
 pub(crate) struct Grant {
     session: mpsc::UnboundedSender<Command>,
     name: String,
+    /// The session's number for this grant (fencing tokens may be off).
+    id: u64,
     token: u64,
     claimed: bool,
 }
@@ -153,7 +155,7 @@ impl Grant {
         let handle = SharedHandle {
             session: self.session.clone(),
             name: std::mem::take(&mut self.name),
-            token: self.token,
+            id: self.id,
         };
         (handle, self.token)
     }
@@ -167,7 +169,7 @@ impl Drop for Grant {
         let (reply, _) = oneshot::channel();
         let _ = self.session.send(Command::Unlock {
             name: std::mem::take(&mut self.name),
-            token: self.token,
+            id: self.id,
             reply,
         });
     }
@@ -290,6 +292,7 @@ impl<S: SessionSql> SharedSessions<S> {
             held: HashMap::new(),
             idle: Duration::ZERO,
             earliest: None,
+            grants: 0,
         };
         runtime.spawn(session.serve(rx));
         *slot = Some(tx.clone());
@@ -306,12 +309,13 @@ impl<S: SessionSql> fmt::Debug for SharedSessions<S> {
     }
 }
 
-/// A lock held on a shared session, under the token it was granted with
-/// (so a stale handle never gives back a later grant of the same name).
+/// A lock held on a shared session, under the session's number for its
+/// grant (so a stale handle never gives back a later grant of the same
+/// name).
 struct SharedHandle {
     session: mpsc::UnboundedSender<Command>,
     name: String,
-    token: u64,
+    id: u64,
 }
 
 impl SharedHandle {
@@ -329,18 +333,16 @@ impl SharedHandle {
 #[async_trait]
 impl GuardHandle for SharedHandle {
     async fn release(&self) -> Result<bool, LockError> {
-        let (name, token) = (self.name.clone(), self.token);
-        Ok(self
-            .ask(|reply| Command::Unlock { name, token, reply })
-            .await)
+        let (name, id) = (self.name.clone(), self.id);
+        Ok(self.ask(|reply| Command::Unlock { name, id, reply }).await)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let (name, token) = (self.name.clone(), self.token);
+        let (name, id) = (self.name.clone(), self.id);
         Ok(self
             .ask(|reply| Command::Renew {
                 name,
-                token,
+                id,
                 idle: ttl,
                 reply,
             })
@@ -348,10 +350,11 @@ impl GuardHandle for SharedHandle {
     }
 }
 
-/// A lock held on the session: its token, when the session's task gives
-/// it back unless renewed, and the idle bound it asked for.
+/// A lock held on the session: the session's number for its grant, when
+/// the session's task gives it back unless renewed, and the idle bound it
+/// asked for.
 struct Held {
-    token: u64,
+    id: u64,
     until: Instant,
     idle: Duration,
 }
@@ -367,6 +370,8 @@ struct Session<S: SessionSql> {
     /// No lock runs out before this (a lower bound: renewals only move
     /// leases later).
     earliest: Option<Instant>,
+    /// Grants made so far: the next grant's number.
+    grants: u64,
 }
 
 /// The connection is gone or in an unknown state: the task ends, and the
@@ -414,23 +419,23 @@ impl<S: SessionSql> Session<S> {
                     session,
                     reply,
                 } => self.lock(name, idle, session, reply).await?,
-                Command::Unlock { name, token, reply } => {
-                    let ours = self.holds(&name, token) && self.unlock(&name).await?;
+                Command::Unlock { name, id, reply } => {
+                    let ours = self.holds(&name, id) && self.unlock(&name).await?;
                     let _ = reply.send(ours);
                 }
                 Command::Renew {
                     name,
-                    token,
+                    id,
                     idle,
                     reply,
-                } => renewals.push((name, token, idle, reply)),
+                } => renewals.push((name, id, idle, reply)),
             }
         }
         if renewals.is_empty() {
             return Ok(());
         }
-        for (name, token, idle, _) in &renewals {
-            if let Some(held) = self.held.get_mut(name).filter(|h| h.token == *token) {
+        for (name, id, idle, _) in &renewals {
+            if let Some(held) = self.held.get_mut(name).filter(|h| h.id == *id) {
                 held.idle = *idle;
             }
         }
@@ -441,8 +446,8 @@ impl<S: SessionSql> Session<S> {
         }
         self.idle = idle;
         let done = Instant::now();
-        for (name, token, idle, reply) in renewals {
-            let ours = match self.held.get_mut(&name).filter(|h| h.token == token) {
+        for (name, id, idle, reply) in renewals {
+            let ours = match self.held.get_mut(&name).filter(|h| h.id == id) {
                 Some(held) => {
                     held.until = done + idle;
                     true
@@ -454,9 +459,9 @@ impl<S: SessionSql> Session<S> {
         Ok(())
     }
 
-    /// Whether the session holds `name` under `token`.
-    fn holds(&self, name: &str, token: u64) -> bool {
-        self.held.get(name).is_some_and(|h| h.token == token)
+    /// Whether the session holds `name` under grant `id`.
+    fn holds(&self, name: &str, id: u64) -> bool {
+        self.held.get(name).is_some_and(|h| h.id == id)
     }
 
     async fn lock(
@@ -476,10 +481,13 @@ impl<S: SessionSql> Session<S> {
                 self.idle = bound;
                 let until = Instant::now() + idle;
                 self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
-                self.held.insert(name.clone(), Held { token, until, idle });
+                let id = self.grants;
+                self.grants += 1;
+                self.held.insert(name.clone(), Held { id, until, idle });
                 let grant = Grant {
                     session,
                     name,
+                    id,
                     token,
                     claimed: false,
                 };

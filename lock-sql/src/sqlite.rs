@@ -93,6 +93,12 @@ pub struct SqliteConfig {
     pub busy_timeout: Duration,
     /// Pooled connections. Default 4.
     pub max_connections: u32,
+    /// Hand out fencing tokens (the default). The token comes with the
+    /// grant's own statement at no extra cost on SQLite; `false`
+    /// (`fencing=false` in a URL) only leaves guards without one and makes
+    /// `capabilities().fencing` `Fencing::None`, as on the other SQL
+    /// backends.
+    pub fencing: bool,
 }
 
 impl Default for SqliteConfig {
@@ -101,6 +107,7 @@ impl Default for SqliteConfig {
             table: Identifier::default_table(),
             busy_timeout: Duration::from_secs(5),
             max_connections: 4,
+            fencing: true,
         }
     }
 }
@@ -135,6 +142,8 @@ struct Inner {
     releases: Batcher<Held, bool>,
     /// This process's turns to write to the file.
     gate: Arc<WriteGate>,
+    /// Whether guards carry fencing tokens.
+    fencing: bool,
 }
 
 /// The wake-up signals of every lease table this process has open, so that
@@ -265,7 +274,7 @@ impl SqliteLock {
                 }
             }
         };
-        Self::from_pool(pool, path, config.table).await
+        Self::from_pool(pool, path, config.table, config.fencing).await
     }
 
     /// A lock on a pool the application already has, in lease table
@@ -318,13 +327,14 @@ impl SqliteLock {
                 "the sqlite pool must have a busy timeout above zero",
             ));
         }
-        Self::from_pool(pool, path, table).await
+        Self::from_pool(pool, path, table, true).await
     }
 
     async fn from_pool(
         pool: SqlitePool,
         path: PathBuf,
         table: Identifier,
+        fencing: bool,
     ) -> Result<Self, LockError> {
         let t = table.as_str();
         let create = format!(
@@ -367,6 +377,7 @@ impl SqliteLock {
                 sql,
                 wakeups: wakeups_for(&path, &table),
                 path,
+                fencing,
             }),
             watchdog: Watchdog::new(),
         })
@@ -510,7 +521,8 @@ impl SqliteLock {
             }
         };
         let lease = Arc::new(LeaseState::granted(sent_at, opts));
-        let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle);
+        let token = Some(fence).filter(|_| self.inner.fencing);
+        let guard = LockGuard::new(name, token, self.capabilities(), lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
@@ -583,7 +595,14 @@ impl DistributedLock for SqliteLock {
     }
 
     fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        Capabilities {
+            fencing: if self.inner.fencing {
+                CAPABILITIES.fencing
+            } else {
+                Fencing::None
+            },
+            ..CAPABILITIES
+        }
     }
 
     /// The lease row (holder's token and expiry) and the live waiters'
@@ -602,7 +621,7 @@ impl DistributedLock for SqliteLock {
         Ok(match holder {
             None => LockInfo::free().with_waiters(waiters),
             Some((fence, expires_at)) => LockInfo::held()
-                .with_fencing_token(u64::try_from(fence).ok())
+                .with_fencing_token(u64::try_from(fence).ok().filter(|_| self.inner.fencing))
                 .with_expires_in(
                     u64::try_from(expires_at - now)
                         .ok()
@@ -825,9 +844,13 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
                 config.max_connections = u32::try_from(number()?)
                     .map_err(|_| invalid("`max_connections` is too large".into()))?
             }
+            "fencing" => {
+                config.fencing = lock_core::raw::parse_flag(&value)
+                    .ok_or_else(|| invalid(format!("`fencing` is true or false, got {value:?}")))?
+            }
             other => {
                 return Err(invalid(format!(
-                    "unknown option `{other}` (known: table, busy_timeout_ms, max_connections)"
+                    "unknown option `{other}` (known: table, busy_timeout_ms, max_connections, fencing)"
                 )));
             }
         }

@@ -31,6 +31,13 @@ pub struct SqlConfig {
     /// without waiting, 0..=64 (default 2; 0 puts every lock on a pooled
     /// connection of its own).
     pub sessions: usize,
+    /// Draw a durable fencing token for every grant (the default). `false`
+    /// (`fencing=false` in a URL) skips the token's committed write, so a
+    /// lock costs what the hand-written form costs (`GET_LOCK` and
+    /// `RELEASE_LOCK`, `pg_advisory_lock` and its unlock, `BEGIN … FOR
+    /// UPDATE … ROLLBACK`); guards then carry no token and
+    /// `capabilities().fencing` is `Fencing::None`.
+    pub fencing: bool,
 }
 
 impl Default for SqlConfig {
@@ -39,6 +46,7 @@ impl Default for SqlConfig {
             table: Identifier::default_lock_table(),
             mode: SqlMode::Row,
             sessions: DEFAULT_SESSIONS,
+            fencing: true,
         }
     }
 }
@@ -81,12 +89,14 @@ pub(crate) struct SqlUrl {
     /// Advisory mode: the sessions that carry locks granted without
     /// waiting (0: every lock on a connection of its own).
     pub(crate) sessions: usize,
+    /// Whether grants draw fencing tokens.
+    pub(crate) fencing: bool,
 }
 
 /// Shared sessions of a client in advisory mode, unless the URL says.
 const DEFAULT_SESSIONS: usize = 2;
 
-const KNOWN: &str = "table, mode, max_connections, sessions, connect_timeout_ms";
+const KNOWN: &str = "table, mode, max_connections, sessions, connect_timeout_ms, fencing";
 
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
@@ -113,6 +123,7 @@ impl SqlUrl {
         let mut max_connections = 32;
         let mut connect_timeout = Duration::from_secs(5);
         let mut sessions = DEFAULT_SESSIONS;
+        let mut fencing = true;
         let mut rest = Vec::new();
         for (key, value) in url::Url::parse(raw)
             .map_err(|e| invalid(format!("not a URL: {e}")))?
@@ -156,6 +167,11 @@ impl SqlUrl {
                             ))
                         })?
                 }
+                "fencing" => {
+                    fencing = lock_core::raw::parse_flag(&value).ok_or_else(|| {
+                        invalid(format!("`fencing` is true or false, got {value:?}"))
+                    })?
+                }
                 "connect_timeout_ms" => {
                     connect_timeout = value
                         .parse()
@@ -189,7 +205,18 @@ impl SqlUrl {
             max_connections,
             connect_timeout,
             sessions,
+            fencing,
         })
+    }
+
+    /// The settings a lock takes from this URL.
+    pub(crate) fn config(&self) -> SqlConfig {
+        SqlConfig {
+            table: self.table.clone(),
+            mode: self.mode,
+            sessions: self.sessions,
+            fencing: self.fencing,
+        }
     }
 }
 
@@ -221,6 +248,7 @@ mod tests {
             "postgres://u:s3cret@h/db?max_connections=0",
             "postgres://u:s3cret@h/db?mode=advisory&sessions=65",
             "postgres://u:s3cret@h/db?sessions=two",
+            "postgres://u:s3cret@h/db?fencing=maybe",
             "mysql://u:s3cret@h/db",
         ] {
             match SqlUrl::parse(bad, &["postgres"]) {

@@ -130,6 +130,42 @@ async fn the_applications_connections_come_back_unchanged() {
     }
 }
 
+/// The suite again with `fencing=false`, in both modes: guards, `inspect`
+/// and `capabilities()` carry no token, and everything else holds.
+mod without_fencing {
+    use lock_sql::MySqlLock;
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::env;
+
+    async fn harness_for(mode: &str) -> Harness {
+        let url = format!(
+            "{}?mode={mode}&fencing=false",
+            env("DISTLOCK_TEST_MYSQL_URL")
+        );
+        Harness::of(async || MySqlLock::connect(&url).await.expect("connect")).await
+    }
+
+    mod row {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for("row").await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+
+    mod advisory {
+        use super::*;
+
+        async fn harness() -> Harness {
+            harness_for("advisory").await
+        }
+
+        lock_testkit::conformance_suite!(harness());
+    }
+}
+
 /// The crate's `docs.md` opens with the capability checklist this backend
 /// reports, in both modes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

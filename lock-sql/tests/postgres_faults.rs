@@ -62,7 +62,7 @@ async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
     // A failure between the write and the commit: the transaction is
     // dropped. Neither the write nor the lock survives it.
     let mut tx = locks.begin(&name, &quick(5000)).await.expect("begin");
-    let first = tx.fencing_token();
+    let first = tx.fencing_token().expect("token");
     sqlx::query(sqlx::AssertSqlSafe(update.clone()))
         .execute(tx.conn().expect("conn"))
         .await

@@ -104,3 +104,24 @@ mod own_pool {
         }
     }
 }
+
+/// The suite again with `fencing=false`: guards, `inspect` and
+/// `capabilities()` carry no token, and everything else holds.
+mod without_fencing {
+    use lock_sql::{SqliteConfig, SqliteLock};
+    use lock_testkit::conformance::Harness;
+
+    async fn harness() -> Harness {
+        let path = super::db_dir().path().join("conformance.db");
+        Harness::of(async || {
+            let config = SqliteConfig {
+                fencing: false,
+                ..SqliteConfig::default()
+            };
+            SqliteLock::open(&path, config).await.expect("open sqlite")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+}

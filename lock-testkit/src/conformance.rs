@@ -1405,6 +1405,8 @@ pub async fn inspect_and_force_release(h: Harness) {
             held.fencing_token(),
             "the holder's token"
         );
+    } else {
+        assert_eq!(info.fencing_token, None, "a token without fencing");
     }
     if let Some(left) = info.expires_in {
         assert!(
