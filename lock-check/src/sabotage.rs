@@ -14,7 +14,7 @@ pub enum Sabotage {
     /// Every other grant hands out a token lower than the real one, as a
     /// backend whose counter went backwards would.
     LowerToken,
-    /// Every third acquire grants at once without asking the server (with
+    /// Every second acquire grants at once without asking the server (with
     /// the last token this process saw), as a backend that skipped the
     /// owner check would.
     DoubleGrant,
@@ -98,7 +98,7 @@ impl DistributedLock for SabotagedLock {
         if self.mode == Sabotage::DoubleGrant {
             let n = self.acquires.fetch_add(1, Ordering::Relaxed);
             let last = self.last_token.lock().ok().and_then(|t| *t);
-            if n % 3 == 2 && last.is_some() {
+            if n % 2 == 1 && last.is_some() {
                 let lease = Arc::new(LeaseState::granted(tokio::time::Instant::now(), opts));
                 let caps = self.inner.capabilities();
                 return Ok(LockGuard::new(name, last, caps, lease, Arc::new(Phantom)));

@@ -49,6 +49,40 @@ async fn raw_row(conn: &mut MySqlConnection, name: &str) {
         .expect("end");
 }
 
+/// The hand-written row lock without a fencing token.
+async fn raw_row_plain(conn: &mut MySqlConnection, name: &str) {
+    sqlx::raw_sql("START TRANSACTION")
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+    let row = sqlx::query("SELECT name FROM distlock_locks WHERE name = ? FOR UPDATE")
+        .bind(name.as_bytes())
+        .fetch_optional(&mut *conn)
+        .await
+        .expect("lock");
+    assert!(row.is_some());
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
+/// The hand-written advisory lock without a fencing token.
+async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
+    let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 50)")
+        .bind(name.as_bytes())
+        .fetch_one(&mut *conn)
+        .await
+        .expect("lock");
+    assert_eq!(granted, Some(1));
+    let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+        .bind(name.as_bytes())
+        .fetch_one(&mut *conn)
+        .await
+        .expect("unlock");
+    assert_eq!(released, Some(1));
+}
+
 async fn raw_advisory(conn: &mut MySqlConnection, name: &str) {
     let granted: Option<i64> =
         sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
@@ -80,8 +114,14 @@ async fn main() {
     let advisory = MySqlLock::connect(&format!("{}?mode=advisory", url()))
         .await
         .expect("distlock advisory");
+    let row_plain = MySqlLock::connect(&format!("{}?fencing=false", url()))
+        .await
+        .expect("distlock row without fencing");
+    let advisory_plain = MySqlLock::connect(&format!("{}?mode=advisory&fencing=false", url()))
+        .await
+        .expect("distlock advisory without fencing");
     let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
-    for name in ["bench/raw", "bench/row"] {
+    for name in ["bench/raw", "bench/row", "bench/row-plain"] {
         row.acquire(name, &opts)
             .await
             .expect("warm")
@@ -90,10 +130,10 @@ async fn main() {
             .expect("release");
     }
     let mut conn = MySqlConnection::connect(&url()).await.expect("connection");
-    let mut samples: [Vec<Duration>; 5] = Default::default();
+    let mut samples: [Vec<Duration>; 9] = Default::default();
     for i in 0..SAMPLES + SAMPLES / 10 {
         let keep = i >= SAMPLES / 10;
-        let mut sample = [Duration::ZERO; 5];
+        let mut sample = [Duration::ZERO; 9];
         let t = Instant::now();
         let _: i32 = sqlx::query_scalar("SELECT 1")
             .fetch_one(&mut conn)
@@ -117,13 +157,43 @@ async fn main() {
             .expect("acquire");
         assert!(g.release().await.expect("release"));
         sample[4] = t.elapsed();
+        let t = Instant::now();
+        raw_row_plain(&mut conn, "bench/raw").await;
+        sample[5] = t.elapsed();
+        let t = Instant::now();
+        let g = row_plain
+            .acquire("bench/row-plain", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        sample[6] = t.elapsed();
+        let t = Instant::now();
+        raw_advisory_plain(&mut conn, "bench/raw-plain").await;
+        sample[7] = t.elapsed();
+        let t = Instant::now();
+        let g = advisory_plain
+            .acquire("bench/advisory-plain", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        sample[8] = t.elapsed();
         if keep {
             for (v, d) in samples.iter_mut().zip(sample) {
                 v.push(d);
             }
         }
     }
-    let [ping, raw_row_p, ours_row, raw_adv, ours_adv] = samples.map(percentiles);
+    let [
+        ping,
+        raw_row_p,
+        ours_row,
+        raw_adv,
+        ours_adv,
+        plain_row_p,
+        ours_row_plain,
+        plain_adv,
+        ours_adv_plain,
+    ] = samples.map(percentiles);
     println!("uncontended cycle (p50 / p99, µs)");
     for (what, (p50, p99)) in [
         ("SELECT 1 round trip", ping),
@@ -131,6 +201,10 @@ async fn main() {
         ("distlock row acquire + release", ours_row),
         ("advisory floor: GET_LOCK; fence; RELEASE_LOCK", raw_adv),
         ("distlock advisory acquire + release", ours_adv),
+        ("row, no token: BEGIN; FOR UPDATE; ROLLBACK", plain_row_p),
+        ("distlock row, fencing=false", ours_row_plain),
+        ("advisory, no token: GET_LOCK; RELEASE_LOCK", plain_adv),
+        ("distlock advisory, fencing=false", ours_adv_plain),
     ] {
         println!("  {what:<46} {:>8.1} / {:>8.1}", us(p50), us(p99));
     }
@@ -140,6 +214,11 @@ async fn main() {
         "  row / floor: {:.3}x   advisory / floor: {:.3}x   (p50)",
         ratio(ours_row, raw_row_p),
         ratio(ours_adv, raw_adv)
+    );
+    println!(
+        "  fencing=false, against the hand-written lock without a token: row {:.3}x   advisory {:.3}x   (p50)",
+        ratio(ours_row_plain, plain_row_p),
+        ratio(ours_adv_plain, plain_adv)
     );
     for (mode, base) in [
         ("row", url()),

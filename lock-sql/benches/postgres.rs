@@ -50,6 +50,40 @@ async fn raw_row(conn: &mut PgConnection, name: &str, end: &str) {
         .expect("end");
 }
 
+/// The hand-written row lock without a fencing token.
+async fn raw_row_plain(conn: &mut PgConnection, name: &str) {
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+    let row: Option<String> =
+        sqlx::query_scalar("SELECT name FROM distlock_locks WHERE name = $1 FOR UPDATE")
+            .bind(name)
+            .fetch_optional(&mut *conn)
+            .await
+            .expect("lock");
+    assert!(row.is_some());
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
+/// The hand-written advisory lock without a fencing token.
+async fn raw_advisory_plain(conn: &mut PgConnection, name: &str) {
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
+        .bind(name)
+        .execute(&mut *conn)
+        .await
+        .expect("lock");
+    let released: bool = sqlx::query_scalar("SELECT pg_advisory_unlock(hashtextextended($1, 0))")
+        .bind(name)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("unlock");
+    assert!(released);
+}
+
 async fn raw_advisory(conn: &mut PgConnection, name: &str) {
     let token: Option<i64> = sqlx::query_scalar(
         "SELECT CASE WHEN set_config('lock_timeout', $2, false) IS NOT NULL \
@@ -80,9 +114,15 @@ async fn main() {
     let advisory = PgLock::connect(&format!("{}?mode=advisory", url()))
         .await
         .expect("distlock advisory");
+    let row_plain = PgLock::connect(&format!("{}?fencing=false", url()))
+        .await
+        .expect("distlock row without fencing");
+    let advisory_plain = PgLock::connect(&format!("{}?mode=advisory&fencing=false", url()))
+        .await
+        .expect("distlock advisory without fencing");
     let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
     // Create the rows the raw cycles lock.
-    for name in ["bench/raw", "bench/row"] {
+    for name in ["bench/raw", "bench/row", "bench/row-plain"] {
         row.acquire(name, &opts)
             .await
             .expect("warm")
@@ -97,10 +137,10 @@ async fn main() {
         .await
         .expect("session setting");
 
-    let mut samples: [Vec<Duration>; 7] = Default::default();
+    let mut samples: [Vec<Duration>; 11] = Default::default();
     for i in 0..SAMPLES + SAMPLES / 10 {
         let keep = i >= SAMPLES / 10; // the first tenth warms up
-        let mut row_sample = [Duration::ZERO; 7];
+        let mut row_sample = [Duration::ZERO; 11];
         let t = Instant::now();
         let _: i32 = sqlx::query_scalar("SELECT 1")
             .fetch_one(&mut conn)
@@ -137,6 +177,30 @@ async fn main() {
         raw_row(&mut async_conn, "bench/raw", "COMMIT").await;
         row_sample[6] = t.elapsed();
 
+        let t = Instant::now();
+        raw_row_plain(&mut conn, "bench/raw").await;
+        row_sample[7] = t.elapsed();
+
+        let t = Instant::now();
+        let g = row_plain
+            .acquire("bench/row-plain", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        row_sample[8] = t.elapsed();
+
+        let t = Instant::now();
+        raw_advisory_plain(&mut conn, "bench/raw-plain").await;
+        row_sample[9] = t.elapsed();
+
+        let t = Instant::now();
+        let g = advisory_plain
+            .acquire("bench/advisory-plain", &opts)
+            .await
+            .expect("acquire");
+        assert!(g.release().await.expect("release"));
+        row_sample[10] = t.elapsed();
+
         if keep {
             for (v, d) in samples.iter_mut().zip(row_sample) {
                 v.push(d);
@@ -151,6 +215,10 @@ async fn main() {
         ours_adv,
         commit,
         commit_async,
+        plain_row_p,
+        ours_row_plain,
+        plain_adv,
+        ours_adv_plain,
     ] = samples.map(percentiles);
     println!("uncontended cycle (p50 / p99, µs)");
     for (what, (p50, p99)) in [
@@ -161,6 +229,10 @@ async fn main() {
         ("distlock advisory acquire + release", ours_adv),
         ("row cycle ending in COMMIT", commit),
         ("row cycle, COMMIT, synchronous_commit=off", commit_async),
+        ("row, no token: BEGIN; FOR UPDATE; ROLLBACK", plain_row_p),
+        ("distlock row, fencing=false", ours_row_plain),
+        ("advisory, no token: lock; unlock", plain_adv),
+        ("distlock advisory, fencing=false", ours_adv_plain),
     ] {
         println!("  {what:<46} {:>8.1} / {:>8.1}", us(p50), us(p99));
     }
@@ -171,6 +243,11 @@ async fn main() {
         ratio(ours_row, raw_row_p),
         ratio(ours_adv, raw_adv),
         ratio(commit, raw_row_p)
+    );
+    println!(
+        "  fencing=false, against the hand-written lock without a token: row {:.3}x   advisory {:.3}x   (p50)",
+        ratio(ours_row_plain, plain_row_p),
+        ratio(ours_adv_plain, plain_adv)
     );
 
     for (mode, base) in [
