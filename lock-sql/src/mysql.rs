@@ -912,12 +912,23 @@ struct MySqlSession {
     tokens: Arc<TokenCounter>,
 }
 
+/// A shared session's connection and the `wait_timeout` last set on it, so
+/// that an attempt sets it only when it changes: a grant is then the one
+/// `GET_LOCK` round trip.
+struct SessionConn {
+    conn: sqlx::MySqlConnection,
+    wait_timeout: Option<u64>,
+}
+
 #[async_trait]
 impl SessionSql for MySqlSession {
-    type Conn = sqlx::MySqlConnection;
+    type Conn = SessionConn;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        self.options.connect().await
+        Ok(SessionConn {
+            conn: self.options.connect().await?,
+            wait_timeout: None,
+        })
     }
 
     async fn try_lock(
@@ -926,17 +937,19 @@ impl SessionSql for MySqlSession {
         name: &str,
         idle: Duration,
     ) -> Result<bool, sqlx::Error> {
-        self.keep(conn, idle).await?;
+        if conn.wait_timeout != Some(secs_ceil(idle)) {
+            self.keep(conn, idle).await?;
+        }
         let granted: Option<i64> =
             sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), 0)")
                 .bind(name.as_bytes())
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut conn.conn)
                 .await?;
         Ok(granted == Some(1))
     }
 
     async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
-        self.tokens.advance(conn, name).await
+        self.tokens.advance(&mut conn.conn, name).await
     }
 
     async fn unlock(
@@ -948,18 +961,20 @@ impl SessionSql for MySqlSession {
         let released: Option<i64> =
             sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
                 .bind(name.as_bytes())
-                .fetch_one(&mut *conn)
+                .fetch_one(&mut conn.conn)
                 .await?;
         Ok(released == Some(1))
     }
 
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
-        let touch = format!("SET SESSION wait_timeout = {}", secs_ceil(idle));
-        sqlx::raw_sql(AssertSqlSafe(touch))
-            .execute(&mut *conn)
-            .await
-            .map(|_| ())
+        let secs = secs_ceil(idle);
+        conn.wait_timeout = None;
+        sqlx::raw_sql(AssertSqlSafe(format!("SET SESSION wait_timeout = {secs}")))
+            .execute(&mut conn.conn)
+            .await?;
+        conn.wait_timeout = Some(secs);
+        Ok(())
     }
 }
 
