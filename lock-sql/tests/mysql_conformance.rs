@@ -5,16 +5,17 @@ use lock_sql::MySqlLock;
 use lock_testkit::conformance::Harness;
 use lock_testkit::faults::env;
 
-async fn harness_for(mode: &str) -> Harness {
-    let url = format!("{}?mode={mode}", env("DISTLOCK_TEST_MYSQL_URL"));
-    Harness::of(async || MySqlLock::connect(&url).await.expect("connect to mysql")).await
+/// A harness on locks from the server's URL with `query` as its options.
+async fn harness_for(query: &str) -> Harness {
+    let url = format!("{}?{query}", env("DISTLOCK_TEST_MYSQL_URL"));
+    Harness::of(async || MySqlLock::connect(&url).await.expect("connect")).await
 }
 
 mod row {
     use super::*;
 
     async fn harness() -> Harness {
-        harness_for("row").await
+        harness_for("mode=row").await
     }
 
     lock_testkit::conformance_suite!(harness());
@@ -24,7 +25,7 @@ mod advisory {
     use super::*;
 
     async fn harness() -> Harness {
-        harness_for("advisory").await
+        harness_for("mode=advisory").await
     }
 
     lock_testkit::conformance_suite!(harness());
@@ -133,33 +134,21 @@ async fn the_applications_connections_come_back_unchanged() {
 /// The suite again with `fencing=false`, in both modes: guards, `inspect`
 /// and `capabilities()` carry no token, and everything else holds.
 mod without_fencing {
-    use lock_sql::MySqlLock;
-    use lock_testkit::conformance::Harness;
-    use lock_testkit::faults::env;
-
-    async fn harness_for(mode: &str) -> Harness {
-        let url = format!(
-            "{}?mode={mode}&fencing=false",
-            env("DISTLOCK_TEST_MYSQL_URL")
-        );
-        Harness::of(async || MySqlLock::connect(&url).await.expect("connect")).await
-    }
-
     mod row {
-        use super::*;
+        use lock_testkit::conformance::Harness;
 
         async fn harness() -> Harness {
-            harness_for("row").await
+            crate::harness_for("mode=row&fencing=false").await
         }
 
         lock_testkit::conformance_suite!(harness());
     }
 
     mod advisory {
-        use super::*;
+        use lock_testkit::conformance::Harness;
 
         async fn harness() -> Harness {
-            harness_for("advisory").await
+            crate::harness_for("mode=advisory&fencing=false").await
         }
 
         lock_testkit::conformance_suite!(harness());
@@ -171,7 +160,7 @@ mod without_fencing {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docs_open_with_the_capability_checklist() {
     for mode in ["row", "advisory"] {
-        let h = harness_for(mode).await;
+        let h = harness_for(&format!("mode={mode}")).await;
         lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
     }
 }
