@@ -32,10 +32,8 @@ pub struct SqlConfig {
     /// connection of its own).
     pub sessions: usize,
     /// Draw a durable fencing token for every grant (the default). `false`
-    /// (`fencing=false` in a URL) skips the token's committed write, so a
-    /// lock costs what the hand-written form costs (`GET_LOCK` and
-    /// `RELEASE_LOCK`, `pg_advisory_lock` and its unlock, `BEGIN … FOR
-    /// UPDATE … ROLLBACK`); guards then carry no token and
+    /// (`fencing=false` in a URL) skips the token's committed write, for
+    /// locks that only need exclusion; guards then carry no token and
     /// `capabilities().fencing` is `Fencing::None`.
     pub fencing: bool,
 }
