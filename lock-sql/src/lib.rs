@@ -41,9 +41,9 @@ pub use mysql::MySqlLock;
 pub use postgres::{PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteLock};
-/// The `sqlx` crate this backend is built on, for [`PgLock::with_pool`]
-/// and the transactions of [`PgLockedTransaction`].
-#[cfg(feature = "postgres")]
+/// The `sqlx` crate these backends are built on, for the `with_pool`
+/// constructors (an application's own pool) and the transactions of
+/// `PgLockedTransaction`.
 pub use sqlx;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use url_opts::{SqlConfig, SqlMode};

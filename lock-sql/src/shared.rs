@@ -245,7 +245,7 @@ impl<S: SessionSql> SharedSessions<S> {
 
     /// One attempt at `name` on the first session, answered as the session
     /// answers it: a grant nobody has claimed yet.
-    #[cfg(test)]
+    #[cfg(all(test, feature = "mysql"))]
     pub(crate) async fn grant_unclaimed(&self, name: &str, idle: Duration) -> Option<Grant> {
         let session = self.session(0).await.ok()?;
         let (reply, answer) = oneshot::channel();

@@ -661,41 +661,41 @@ impl fmt::Debug for SqliteLock {
 /// the background).
 struct Ticket {
     inner: Arc<Inner>,
+    place: Arc<Mutex<Place>>,
+}
+
+/// What a [`Ticket`] knows of its row, shared with the task taking it.
+#[derive(Default)]
+struct Place {
     /// The ticket number and when its heartbeat was last written.
-    place: Mutex<Option<(i64, Instant)>>,
+    taken: Option<(i64, Instant)>,
+    /// The waiter left: a ticket taken from now on is deleted at once.
+    left: bool,
 }
 
 impl Ticket {
     fn new(inner: &Arc<Inner>) -> Self {
         Ticket {
             inner: Arc::clone(inner),
-            place: Mutex::new(None),
+            place: Arc::default(),
         }
     }
 
-    fn place(&self) -> std::sync::MutexGuard<'_, Option<(i64, Instant)>> {
-        self.place.lock().unwrap_or_else(|e| e.into_inner())
+    fn place(&self) -> std::sync::MutexGuard<'_, Place> {
+        lock_place(&self.place)
     }
 
     fn number(&self) -> Option<i64> {
-        self.place().map(|(n, _)| n)
+        self.place().taken.map(|(n, _)| n)
     }
 
     /// Take a ticket if we have none; refresh its heartbeat if due.
     async fn keep(&self, name: &str) -> Result<(), LockError> {
         let failed = |e| map_sqlx(BACKEND, "queueing for a lock", e);
         let alive_until = now_ms().saturating_add(ms(TICKET_STALE));
-        let current = *self.place();
+        let current = self.place().taken;
         match current {
-            None => {
-                let n: i64 = sqlx::query_scalar(AssertSqlSafe(self.inner.sql.take_ticket.as_str()))
-                    .bind(name)
-                    .bind(alive_until)
-                    .fetch_one(&self.inner.pool)
-                    .await
-                    .map_err(failed)?;
-                *self.place() = Some((n, Instant::now()));
-            }
+            None => self.take(name, alive_until).await?,
             Some((n, at)) if at.elapsed() >= TICKET_REFRESH => {
                 let done = sqlx::query(AssertSqlSafe(self.inner.sql.refresh_ticket.as_str()))
                     .bind(n)
@@ -704,7 +704,7 @@ impl Ticket {
                     .await
                     .map_err(failed)?;
                 // A ticket swept as stale (we were frozen): take a new one.
-                *self.place() = (done.rows_affected() == 1).then(|| (n, Instant::now()));
+                self.place().taken = (done.rows_affected() == 1).then(|| (n, Instant::now()));
                 if done.rows_affected() == 0 {
                     Box::pin(self.keep(name)).await?;
                 }
@@ -714,24 +714,71 @@ impl Ticket {
         Ok(())
     }
 
+    /// Insert a ticket row in a task of its own: a waiter dropped while the
+    /// INSERT is under way (waiting for SQLite's write lock, say) cannot
+    /// learn the number, so the task deletes the row itself when it finds
+    /// the waiter gone, instead of leaving it to block the line until it
+    /// goes stale.
+    async fn take(&self, name: &str, alive_until: i64) -> Result<(), LockError> {
+        let (inner, place) = (Arc::clone(&self.inner), Arc::clone(&self.place));
+        let name = name.to_owned();
+        let taking = tokio::spawn(async move {
+            let n: i64 = sqlx::query_scalar(AssertSqlSafe(inner.sql.take_ticket.as_str()))
+                .bind(&name)
+                .bind(alive_until)
+                .fetch_one(&inner.pool)
+                .await?;
+            let left = {
+                let mut place = lock_place(&place);
+                if !place.left {
+                    place.taken = Some((n, Instant::now()));
+                }
+                place.left
+            };
+            if left {
+                forget_ticket(&inner, n).await;
+            }
+            Ok(())
+        });
+        match taking.await {
+            Ok(taken) => taken.map_err(|e| map_sqlx(BACKEND, "queueing for a lock", e)),
+            Err(e) => Err(LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("taking a place in line ended early: {e}"),
+                source: None,
+            }),
+        }
+    }
+
     /// The grant deleted the ticket.
     fn served(&self) {
-        self.place().take();
+        self.place().taken.take();
+    }
+
+    /// Leave the line: from now on no ticket is kept; the one held, if any
+    /// (not served), is returned for deletion.
+    fn quit(&self) -> Option<i64> {
+        let mut place = self.place();
+        place.left = true;
+        place.taken.take().map(|(n, _)| n)
     }
 
     /// Delete the ticket, if it is still ours (not served).
     async fn leave(self) {
-        let place = self.place().take();
-        if let Some((n, _)) = place {
+        if let Some(n) = self.quit() {
             forget_ticket(&self.inner, n).await;
         }
     }
 }
 
+fn lock_place(place: &Mutex<Place>) -> std::sync::MutexGuard<'_, Place> {
+    place.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 impl Drop for Ticket {
     /// A waiter dropped mid-wait leaves the line in the background.
     fn drop(&mut self) {
-        let Some((n, _)) = self.place().take() else {
+        let Some(n) = self.quit() else {
             return;
         };
         let inner = Arc::clone(&self.inner);
@@ -948,6 +995,68 @@ mod tests {
             granted - released
         );
         assert!(g.release().await.expect("release"));
+    }
+
+    /// A waiter dropped while the statement taking its ticket waits for
+    /// SQLite's write lock leaves no ticket behind once that statement
+    /// goes through: the ticket must not block the line until it goes
+    /// stale (it used to, for `TICKET_STALE`).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_waiter_dropped_while_taking_its_ticket_leaves_none() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("l.db");
+        let locks = SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open");
+        let last_ticket = async || -> i64 {
+            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = ?1")
+                .bind(format!("{}_waiters", Identifier::default_table().as_str()))
+                .fetch_one(&locks.inner.pool)
+                .await
+                .expect("ticket sequence")
+        };
+        let before = last_ticket().await;
+        // Another connection holds the write lock: the ticket's INSERT
+        // waits in SQLite's busy handler.
+        let mut writer = sqlx::sqlite::SqliteConnection::connect_with(
+            &SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .expect("second connection");
+        let blocking = writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .expect("write lock");
+        let ticket = Ticket::new(&locks.inner);
+        let taking = tokio::time::timeout(Duration::from_millis(500), ticket.keep("x")).await;
+        assert!(
+            taking.is_err(),
+            "the ticket was taken despite the write lock"
+        );
+        drop(ticket);
+        blocking.rollback().await.expect("rollback");
+        // The INSERT goes through now; its ticket must be gone well before
+        // it could go stale.
+        let start = Instant::now();
+        while last_ticket().await == before {
+            assert!(
+                start.elapsed() < Duration::from_secs(2),
+                "the INSERT never ran"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        loop {
+            let queued = locks.queued("x").await.expect("queued");
+            if queued == 0 {
+                break;
+            }
+            assert!(
+                start.elapsed() < TICKET_STALE / 2,
+                "{queued} orphaned ticket(s) still in line"
+            );
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     #[tokio::test]
