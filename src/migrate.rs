@@ -5,7 +5,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, LeaseState, RawGuard, async_trait, check_request};
+use lock_core::raw::{GuardHandle, LeaseState, RawGuard, RawLock, Request, async_trait};
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
     LockOptions, Wait, Waiting, redact_url,
@@ -100,12 +100,10 @@ impl MigratingLock {
 
     async fn acquire_both(
         &self,
-        name: &str,
-        opts: &LockOptions,
+        req: Request<'_>,
         one_attempt: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &self.capabilities())?;
-        let deadline = lock_core::raw::wait_deadline(Instant::now(), opts.wait);
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         loop {
             let first = if one_attempt {
                 match self.from.try_acquire(name, opts).await? {
@@ -258,27 +256,16 @@ impl GuardHandle for Parts {
 }
 
 #[async_trait]
-impl DistributedLock for MigratingLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        self.acquire_both(name, opts, true).await
+impl RawLock for MigratingLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_both(req, true).await
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        let start = Instant::now();
-        // Only a single attempt answers `None`; a wait ends in a guard or an error.
-        self.acquire_both(name, opts, false)
-            .await?
-            .ok_or_else(|| LockError::Timeout {
-                name: name.to_string(),
-                waited: start.elapsed(),
-            })
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_both(req, false).await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         combined(self.from.capabilities(), self.to.capabilities())
     }
 
@@ -287,7 +274,7 @@ impl DistributedLock for MigratingLock {
     /// is held there (the one a migrating guard carries), else `to`'s; the
     /// lease is the earlier of the held parts'; the waiters are those of
     /// both.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let from = self.from.inspect(name).await?;
         let to = self.to.inspect(name).await?;
         let mut info = if from.held || to.held {
@@ -317,7 +304,7 @@ impl DistributedLock for MigratingLock {
 
     /// Force-release on both backends, `to` first (as a release does);
     /// `true` if either part was held.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         let to = self.to.force_release(name).await?;
         let from = self.from.force_release(name).await?;
         Ok(from || to)

@@ -55,17 +55,23 @@ pub mod raw {
     //! - [`Watchdog`] renews every auto-renewed lease of a client from one
     //!   task, telling each lease's [`RenewalObserver`]s; [`Batcher`] serves
     //!   many renewals with one request.
-    //! - [`Wakeups`] wakes waiters by name; [`acquire_by_polling`],
-    //!   [`check_request`] and [`wait_deadline`] build an `acquire` from
-    //!   single attempts.
+    //! - [`RawLock`] is the trait a backend implements (one attempt, and a
+    //!   wait until a [`Request`]'s deadline); [`DistributedLock`](crate::DistributedLock)
+    //!   follows from it, with the checks, the deadline and `Wait::No` in
+    //!   one place.
+    //! - [`Wakeups`] wakes waiters by name; [`acquire_by_polling`] builds a
+    //!   wait from single attempts; [`check_request`] and [`wait_deadline`]
+    //!   are the checks and the deadline a [`Request`] is made with.
     //! - [`validate_name`], [`validate_ttl`], [`percent_decode`] and
     //!   [`encode_userinfo`] check and read what a URL or a caller hands in.
     //! - [`async_trait`](macro@async_trait) is the attribute every implementation of
-    //!   [`DistributedLock`](crate::DistributedLock) and [`GuardHandle`] carries.
+    //!   [`RawLock`] and [`GuardHandle`] carries.
 
     pub use crate::batch::{BatchFn, Batcher};
     pub use crate::guard::{GuardHandle, PendingGrant, RawGuard, confirmed_lease_start};
-    pub use crate::lock::{Attempt, acquire_by_polling, check_request, wait_deadline};
+    pub use crate::lock::{
+        Attempt, RawLock, Request, acquire_by_polling, check_request, wait_deadline,
+    };
     pub use crate::loss::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,
         drift_allowance, drift_allowance_with, safety_margin, validity_deadline,

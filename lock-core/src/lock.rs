@@ -1,4 +1,8 @@
-//! The `DistributedLock` trait and the acquire loop shared by polling backends.
+//! The `DistributedLock` trait users call, the [`RawLock`] trait backends
+//! implement, and the one request path between them: `DistributedLock` is
+//! implemented once, for every `RawLock`, and holds the checks, the wait
+//! deadline, `Wait::No` and the `Timeout` error, so that no backend
+//! repeats them.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -15,8 +19,12 @@ use crate::info::LockInfo;
 use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
 
-/// A lock service: one implementation per backend, used as
-/// `Arc<dyn DistributedLock>` so the backend is picked at run time.
+/// A lock service, used as `Arc<dyn DistributedLock>` so the backend is
+/// picked at run time.
+///
+/// Backends do not implement this trait: they implement [`RawLock`], and
+/// get this one from it. Wrappers that decorate another lock (layers, a
+/// migration between backends) implement it directly.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -78,6 +86,170 @@ pub trait DistributedLock: Send + Sync {
     }
 }
 
+/// An acquisition that passed the checks every backend makes: the name is
+/// acceptable, the options fit the backend, and the wait has a deadline.
+/// What [`RawLock`] is handed.
+#[derive(Debug, Clone, Copy)]
+pub struct Request<'a> {
+    /// The lock's name, validated.
+    pub name: &'a str,
+    /// The options, validated against the backend's capabilities.
+    pub opts: &'a LockOptions,
+    /// When the acquisition began.
+    pub start: Instant,
+    /// When the wait ends: `start` for [`Wait::No`], `None` for
+    /// [`Wait::Forever`] (or a wait too long to represent).
+    pub deadline: Option<Instant>,
+}
+
+impl<'a> Request<'a> {
+    /// Check `name` and `opts` against `caps` ([`check_request`]) and start
+    /// the clock.
+    pub fn checked(
+        name: &'a str,
+        opts: &'a LockOptions,
+        caps: &Capabilities,
+    ) -> Result<Self, LockError> {
+        check_request(name, opts, caps)?;
+        let start = Instant::now();
+        Ok(Request {
+            name,
+            opts,
+            start,
+            deadline: wait_deadline(start, opts.wait),
+        })
+    }
+
+    /// Whether the wait is over at `now`.
+    pub fn expired_at(&self, now: Instant) -> bool {
+        self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// The [`LockError::Timeout`] of this acquisition, as of now.
+    pub fn timeout(&self) -> LockError {
+        LockError::Timeout {
+            name: self.name.to_string(),
+            waited: self.start.elapsed(),
+        }
+    }
+}
+
+/// What a backend implements; [`DistributedLock`] follows from it.
+///
+/// A backend answers two questions about a checked [`Request`]: one
+/// attempt without waiting ([`attempt_once`](RawLock::attempt_once)), and
+/// a wait until the request's deadline ([`wait`](RawLock::wait)), which by
+/// default polls `attempt_once` with the request's backoff. The request
+/// path around them (validation, the deadline, [`Wait::No`] as a single
+/// attempt, the [`LockError::Timeout`] when nothing was granted) is the
+/// same for every backend and lives in the one implementation of
+/// `DistributedLock` for `T: RawLock`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use lock_core::raw::{RawLock, Request, async_trait};
+/// use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockOptions, MemoryLock};
+///
+/// /// A backend that forwards to the in-process one.
+/// struct Forward(MemoryLock);
+///
+/// #[async_trait]
+/// impl RawLock for Forward {
+///     fn raw_capabilities(&self) -> Capabilities {
+///         self.0.capabilities()
+///     }
+///     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+///         self.0.try_acquire(req.name, req.opts).await
+///     }
+/// }
+///
+/// let locks = Forward(MemoryLock::new());
+/// let held = locks.acquire("job", &LockOptions::new()).await?;
+/// assert!(locks.try_acquire("job", &LockOptions::new()).await?.is_none());
+/// held.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait RawLock: Send + Sync {
+    /// What this backend guarantees ([`DistributedLock::capabilities`]);
+    /// requests are checked against it.
+    fn raw_capabilities(&self) -> Capabilities;
+
+    /// One attempt, without waiting: `Ok(None)` when someone else holds
+    /// the lock. Must be cancel-safe (a dropped future leaves nothing held
+    /// and nothing queued).
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError>;
+
+    /// Wait until the lock is granted (`Ok(Some)`) or `req.deadline`
+    /// passes (`Ok(None)`); never called for [`Wait::No`]. Must be
+    /// cancel-safe. The default polls [`attempt_once`](RawLock::attempt_once)
+    /// with `req.opts.backoff` ([`acquire_by_polling`]).
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        acquire_by_polling(req, None, |_| async move {
+            Ok(match self.attempt_once(req).await? {
+                Some(guard) => Attempt::Acquired(guard),
+                None => Attempt::Held { expires_in: None },
+            })
+        })
+        .await
+    }
+
+    /// See [`DistributedLock::inspect`]; `name` is not yet validated. The
+    /// default answers [`LockError::Unsupported`].
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "inspect",
+        })
+    }
+
+    /// See [`DistributedLock::force_release`]; `name` is not yet
+    /// validated. The default answers [`LockError::Unsupported`].
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "force_release",
+        })
+    }
+}
+
+/// The one request path: every backend's `DistributedLock`.
+#[async_trait]
+impl<T: RawLock + ?Sized> DistributedLock for T {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let req = Request::checked(name, opts, &self.raw_capabilities())?;
+        self.attempt_once(req).await
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        let req = Request::checked(name, opts, &self.raw_capabilities())?;
+        let granted = match opts.wait {
+            Wait::No => self.attempt_once(req).await?,
+            Wait::Up(_) | Wait::Forever => self.wait(req).await?,
+        };
+        granted.ok_or_else(|| req.timeout())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.raw_capabilities()
+    }
+
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        self.raw_inspect(name).await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        self.raw_force_release(name).await
+    }
+}
+
 /// The outcome of one attempt by a polling backend.
 #[derive(Debug)]
 pub enum Attempt {
@@ -119,27 +291,25 @@ pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
     }
 }
 
-/// Repeat `attempt` with `opts.backoff` (never sleeping past the holder's
-/// remaining lease or the wait deadline) until it acquires or `opts.wait`
-/// ends. For backends whose server cannot notify waiters. If `wake` is
-/// given, a notification on it (a release elsewhere in this process, see
-/// [`Wakeups`](crate::raw::Wakeups)) cuts the current sleep short; a wake-up that
-/// arrives while an attempt is in flight is not lost.
+/// Repeat `attempt` with the request's backoff (never sleeping past the
+/// holder's remaining lease or the wait deadline) until it acquires
+/// (`Ok(Some)`) or the deadline passes (`Ok(None)`). For backends whose
+/// server cannot notify waiters. If `wake` is given, a notification on it
+/// (a release elsewhere in this process, see [`Wakeups`](crate::raw::Wakeups))
+/// cuts the current sleep short; a wake-up that arrives while an attempt
+/// is in flight is not lost.
 ///
 /// `attempt` receives the number of earlier attempts, so a backend can make
 /// later attempts cheaper (check before taking a write lock).
 pub async fn acquire_by_polling<F, Fut>(
-    name: &str,
-    opts: &LockOptions,
+    req: Request<'_>,
     wake: Option<Arc<Notify>>,
     mut attempt: F,
-) -> Result<LockGuard, LockError>
+) -> Result<Option<LockGuard>, LockError>
 where
     F: FnMut(u32) -> Fut + Send,
     Fut: Future<Output = Result<Attempt, LockError>> + Send,
 {
-    let start = Instant::now();
-    let deadline = wait_deadline(start, opts.wait);
     let idle = Notify::new();
     let wake = wake.as_deref().unwrap_or(&idle);
     let mut tries: u32 = 0;
@@ -148,22 +318,19 @@ where
         tokio::pin!(woken);
         woken.as_mut().enable();
         let expires_in = match attempt(tries).await? {
-            Attempt::Acquired(guard) => return Ok(guard),
+            Attempt::Acquired(guard) => return Ok(Some(guard)),
             Attempt::Held { expires_in } => expires_in,
         };
         let now = Instant::now();
-        if deadline.is_some_and(|d| now >= d) {
-            return Err(LockError::Timeout {
-                name: name.to_string(),
-                waited: now - start,
-            });
+        if req.expired_at(now) {
+            return Ok(None);
         }
-        let mut pause = opts.backoff.delay(tries);
+        let mut pause = req.opts.backoff.delay(tries);
         if let Some(left) = expires_in {
             pause = pause.min(left + Duration::from_millis(1));
         }
         let mut until = now + pause;
-        if let Some(d) = deadline {
+        if let Some(d) = req.deadline {
             until = until.min(d);
         }
         tokio::select! {
@@ -171,5 +338,139 @@ where
             _ = woken => {}
         }
         tries = tries.saturating_add(1);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+    use crate::memory::MemoryLock;
+
+    /// A backend over the in-process one that counts what the request
+    /// path asks of it, and keeps the default polling `wait`.
+    struct Counted {
+        locks: MemoryLock,
+        attempts: AtomicU32,
+    }
+
+    impl Counted {
+        fn new() -> Self {
+            Counted {
+                locks: MemoryLock::new(),
+                attempts: AtomicU32::new(0),
+            }
+        }
+
+        fn attempts(&self) -> u32 {
+            self.attempts.load(Ordering::SeqCst)
+        }
+    }
+
+    #[async_trait]
+    impl RawLock for Counted {
+        fn raw_capabilities(&self) -> Capabilities {
+            self.locks.raw_capabilities()
+        }
+
+        async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+            self.attempts.fetch_add(1, Ordering::SeqCst);
+            self.locks.attempt_once(req).await
+        }
+    }
+
+    fn options(wait: Wait) -> LockOptions {
+        LockOptions::new()
+            .wait(wait)
+            .backoff(crate::options::Backoff {
+                initial: Duration::from_millis(20),
+                max: Duration::from_millis(20),
+                jitter: 0.0,
+                ..crate::options::Backoff::default()
+            })
+    }
+
+    /// A bad name or TTL is refused, typed, before the backend is asked.
+    #[tokio::test]
+    async fn bad_requests_never_reach_the_backend() {
+        let locks = Counted::new();
+        let bad_name = locks.acquire("", &options(Wait::Forever)).await;
+        assert!(
+            matches!(bad_name, Err(LockError::InvalidName { .. })),
+            "{bad_name:?}"
+        );
+        let short = options(Wait::No).ttl(Duration::from_millis(1));
+        let bad_ttl = locks.try_acquire("job", &short).await;
+        assert!(
+            matches!(bad_ttl, Err(LockError::InvalidOptions { .. })),
+            "{bad_ttl:?}"
+        );
+        assert_eq!(locks.attempts(), 0);
+    }
+
+    /// `Wait::No` is one attempt and, when the lock is held, a `Timeout`;
+    /// the backend's wait is not entered (it would poll again).
+    #[tokio::test]
+    async fn wait_no_is_a_single_attempt() {
+        let locks = Counted::new();
+        let held = locks
+            .acquire("job", &options(Wait::No))
+            .await
+            .expect("free");
+        assert_eq!(locks.attempts(), 1);
+        let refused = locks.acquire("job", &options(Wait::No)).await;
+        assert!(
+            matches!(refused, Err(LockError::Timeout { .. })),
+            "{refused:?}"
+        );
+        assert_eq!(locks.attempts(), 2);
+        held.release().await.expect("release");
+    }
+
+    /// A wait that ends without a grant is a `Timeout` naming the lock and
+    /// the whole time waited; the default wait polled in between.
+    #[tokio::test(start_paused = true)]
+    async fn a_wait_without_a_grant_is_a_timeout_with_the_time_waited() {
+        let locks = Counted::new();
+        let _held = locks
+            .acquire("job", &options(Wait::No))
+            .await
+            .expect("free");
+        let wait = Duration::from_millis(200);
+        match locks.acquire("job", &options(Wait::Up(wait))).await {
+            Err(LockError::Timeout { name, waited }) => {
+                assert_eq!(name, "job");
+                assert!(waited >= wait, "{waited:?}");
+            }
+            other => panic!("expected a timeout, got {other:?}"),
+        }
+        assert!(
+            locks.attempts() > 5,
+            "{} attempts: the first and the polls",
+            locks.attempts()
+        );
+    }
+
+    /// The default wait takes the lock once it is released.
+    #[tokio::test(start_paused = true)]
+    async fn the_default_wait_takes_the_lock_when_it_is_free() {
+        let locks = Arc::new(Counted::new());
+        let held = locks
+            .acquire("job", &options(Wait::No))
+            .await
+            .expect("free");
+        let waiter = {
+            let locks = Arc::clone(&locks);
+            tokio::spawn(async move { locks.acquire("job", &options(Wait::Forever)).await })
+        };
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(!waiter.is_finished(), "granted while held");
+        held.release().await.expect("release");
+        let guard = waiter
+            .await
+            .expect("task")
+            .expect("granted after the release");
+        assert!(guard.is_lost().is_none());
     }
 }

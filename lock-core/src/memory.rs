@@ -18,9 +18,9 @@ use crate::error::LockError;
 use crate::guard::RawGuard;
 use crate::guard::{GuardHandle, LockGuard};
 use crate::info::LockInfo;
-use crate::lock::{DistributedLock, check_request, wait_deadline};
+use crate::lock::{RawLock, Request};
 use crate::loss::{LeaseState, LossReason};
-use crate::options::{LockOptions, Wait};
+use crate::options::LockOptions;
 use crate::owner::OwnerToken;
 use crate::watchdog::Watchdog;
 
@@ -169,33 +169,20 @@ impl Drop for QueuedWaiter<'_> {
 }
 
 #[async_trait]
-impl DistributedLock for MemoryLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
+impl RawLock for MemoryLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
         let mut slots = self.shared.slots();
-        Ok(self.try_grant(&mut slots, name, None, opts))
+        Ok(self.try_grant(&mut slots, req.name, None, req.opts))
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        let deadline = wait_deadline(start, opts.wait);
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let notify = Arc::new(Notify::new());
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         {
             let mut slots = self.shared.slots();
             if let Some(guard) = self.try_grant(&mut slots, name, None, opts) {
-                return Ok(guard);
-            }
-            if opts.wait == Wait::No {
-                return Err(LockError::Timeout {
-                    name: name.to_string(),
-                    waited: start.elapsed(),
-                });
+                return Ok(Some(guard));
             }
             let slot = slots.entry(name.to_string()).or_default();
             slot.queue.push_back((id, Arc::clone(&notify)));
@@ -210,17 +197,14 @@ impl DistributedLock for MemoryLock {
             let expiry = {
                 let mut slots = self.shared.slots();
                 if let Some(guard) = self.try_grant(&mut slots, name, Some(id), opts) {
-                    return Ok(guard);
+                    return Ok(Some(guard));
                 }
                 slots
                     .get_mut(name)
                     .and_then(|s| s.live_holder(Instant::now()).map(|h| h.expires))
             };
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Err(LockError::Timeout {
-                    name: name.to_string(),
-                    waited: start.elapsed(),
-                });
+            if req.expired_at(Instant::now()) {
+                return Ok(None);
             }
             let wake = match (expiry, deadline) {
                 (Some(e), Some(d)) => Some(e.min(d)),
@@ -238,11 +222,11 @@ impl DistributedLock for MemoryLock {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
 
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         crate::name::validate_name(name)?;
         let now = Instant::now();
         let mut slots = self.shared.slots();
@@ -263,7 +247,7 @@ impl DistributedLock for MemoryLock {
     /// Make the current holder of `name` lose the lock at once, as if a
     /// server had expired it: its `lost()` fires (taken over) and the next
     /// waiter is woken.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         crate::name::validate_name(name)?;
         let mut slots = self.shared.slots();
         let Some(slot) = slots.get_mut(name) else {

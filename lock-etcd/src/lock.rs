@@ -12,12 +12,12 @@ use etcd_client::{
     SortTarget, Txn, TxnOp,
 };
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Watchdog, check_request,
-    validate_name, wait_deadline,
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Watchdog,
+    validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, Wait, Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    LossReason, Waiting,
 };
 use tokio::time::Instant;
 
@@ -534,15 +534,10 @@ fn first_by_creation(dir: &str) -> GetOptions {
 }
 
 #[async_trait]
-impl DistributedLock for EtcdLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &self.inner.caps)?;
-        match self.acquire_inner(name, opts, None, false).await {
-            Err(LockError::Lost { .. }) => Err(place_gone(name)),
+impl RawLock for EtcdLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        match self.acquire_inner(req.name, req.opts, None, false).await {
+            Err(LockError::Lost { .. }) => Err(place_gone(req.name)),
             other => other,
         }
     }
@@ -550,25 +545,16 @@ impl DistributedLock for EtcdLock {
     /// A waiter whose place in the queue goes (its lease or session ended,
     /// say in a short partition) queues again, on a fresh lease or
     /// session, while its wait allows, as a ZooKeeper waiter does.
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &self.inner.caps)?;
-        let start = Instant::now();
-        let timeout = || LockError::Timeout {
-            name: name.to_string(),
-            waited: start.elapsed(),
-        };
-        let wait = opts.wait != Wait::No;
-        let deadline = wait_deadline(start, opts.wait);
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let name = req.name;
         let mut places = 0;
         loop {
             places += 1;
-            match self.acquire_inner(name, opts, deadline, wait).await {
-                Ok(Some(guard)) => return Ok(guard),
-                Ok(None) | Err(LockError::Timeout { .. }) => return Err(timeout()),
+            match self.acquire_inner(name, req.opts, req.deadline, true).await {
+                Ok(Some(guard)) => return Ok(Some(guard)),
+                Ok(None) | Err(LockError::Timeout { .. }) => return Ok(None),
                 Err(LockError::Lost { .. })
-                    if wait
-                        && places < PLACES_PER_ACQUIRE
-                        && deadline.is_none_or(|d| Instant::now() < d) =>
+                    if places < PLACES_PER_ACQUIRE && !req.expired_at(Instant::now()) =>
                 {
                     tracing::info!(lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
                 }
@@ -578,14 +564,14 @@ impl DistributedLock for EtcdLock {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         self.inner.caps
     }
 
     /// The first key under the lock's directory (by creation) is the
     /// holder: its create revision is the token and its lease's time to
     /// live the time left (whole seconds); the keys after it wait.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let (holder, keys) = self.holder(name).await?;
         let Some(holder) = holder else {
             return Ok(LockInfo::free().with_waiters(Some(0)));
@@ -611,7 +597,7 @@ impl DistributedLock for EtcdLock {
     /// is notified at once, and the holder's `lost()` fires. The holder's
     /// other locks on the same lease (a client's locks share its session
     /// lease) are freed with it.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         let Some(holder) = self.holder(name).await?.0 else {
             return Ok(false);
         };

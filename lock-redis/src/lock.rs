@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups,
-    Watchdog, check_request, validate_name, wait_deadline,
+    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Wait, Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -260,30 +260,13 @@ impl RedisLock {
 }
 
 #[async_trait]
-impl DistributedLock for RedisLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts, None).await?.into_guard())
+impl RawLock for RedisLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        Ok(self.attempt(req.name, req.opts, None).await?.into_guard())
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        let deadline = wait_deadline(start, opts.wait);
-        let timeout = |now: Instant| LockError::Timeout {
-            name: name.to_string(),
-            waited: now - start,
-        };
-        if opts.wait == Wait::No {
-            return match self.attempt(name, opts, None).await? {
-                Attempt::Acquired(guard) => Ok(guard),
-                Attempt::Held { .. } => Err(timeout(Instant::now())),
-            };
-        }
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let channel = self.inner.keys.channel(name);
         let waiter = OwnerToken::random().to_hex();
         // A waiter joins the queue only while subscribed, so that the
@@ -306,7 +289,7 @@ impl DistributedLock for RedisLock {
         match self.attempt(name, opts, first).await? {
             Attempt::Acquired(guard) => {
                 queued.waiter = None;
-                return Ok(guard);
+                return Ok(Some(guard));
             }
             Attempt::Held { .. } => {}
         }
@@ -322,14 +305,14 @@ impl DistributedLock for RedisLock {
             let expires_in = match self.attempt(name, opts, Some(&waiter)).await? {
                 Attempt::Acquired(guard) => {
                     queued.waiter = None; // the acquire script dequeued us
-                    return Ok(guard);
+                    return Ok(Some(guard));
                 }
                 Attempt::Held { expires_in } => expires_in,
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 queued.withdraw().await;
-                return Err(timeout(now));
+                return Ok(None);
             }
             let mut until = now + expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2);
             if let Some(d) = deadline {
@@ -342,14 +325,14 @@ impl DistributedLock for RedisLock {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
 
     /// One atomic read of the lock key, its remaining TTL, the name's
     /// fencing counter (the holder's token: only a grant advances it) and
     /// the queue's length.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let keys = self.inner.keys.all(name);
         let mut conn = self.inner.conn.clone();
@@ -374,7 +357,7 @@ impl DistributedLock for RedisLock {
     /// run with the holder's owner token as read from the key, so the lock
     /// is handed to the first waiter in the queue as on a normal release.
     /// The holder's next renewal fails and its `lost()` fires.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let keys = self.inner.keys.all(name);
         // A holder that changes between the read and the script (it

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups, Watchdog,
-    check_request, validate_name, wait_deadline,
+    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Wait, Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    Waiting,
 };
 use lock_redis::parts::{Keys, LockState, Subscription};
 use tokio::time::Instant;
@@ -474,30 +474,13 @@ fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
 }
 
 #[async_trait]
-impl DistributedLock for Redlock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts, None).await?.into_guard())
+impl RawLock for Redlock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        Ok(self.attempt(req.name, req.opts, None).await?.into_guard())
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        let deadline = wait_deadline(start, opts.wait);
-        let timeout = |now: Instant| LockError::Timeout {
-            name: name.to_string(),
-            waited: now - start,
-        };
-        if opts.wait == Wait::No {
-            return match self.attempt(name, opts, None).await? {
-                Attempt::Acquired(guard) => Ok(guard),
-                Attempt::Held { .. } => Err(timeout(Instant::now())),
-            };
-        }
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let channel = self.inner.keys.channel(name);
         let ticket = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -541,7 +524,7 @@ impl DistributedLock for Redlock {
                 Ok(Attempt::Acquired(guard)) => {
                     // The winning attempt left the queues itself.
                     queued.waiter = None;
-                    return Ok(guard);
+                    return Ok(Some(guard));
                 }
                 Ok(Attempt::Held { expires_in }) => {
                     unreachable = Unreachable::default();
@@ -559,7 +542,7 @@ impl DistributedLock for Redlock {
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 queued.withdraw().await;
-                return Err(timeout(now));
+                return Ok(None);
             }
             if subscriptions.is_none() {
                 // Listen first, then retry at once as a queued waiter.
@@ -586,7 +569,7 @@ impl DistributedLock for Redlock {
         }
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
 
@@ -594,7 +577,7 @@ impl DistributedLock for Redlock {
     /// is the largest counter among those nodes (the grant wrote it back to
     /// a majority), its lease the time until fewer than a majority still
     /// hold it, and the waiters the longest queue on any node.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let states = self.states(name, "reading a lock's state").await?;
         let waiters = states.iter().map(|s| s.queued).max();
@@ -619,7 +602,7 @@ impl DistributedLock for Redlock {
     /// waiter in its queue as on a normal release. `true` if an owner held
     /// it on a majority. The holder's next renewal fails and its `lost()`
     /// fires.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let states = self.states(name, "reading a lock's holder").await?;
         let held = majority_owner(&states, self.inner.quorum).is_some();

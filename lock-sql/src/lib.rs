@@ -21,6 +21,8 @@ mod held;
 mod ident;
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod pinned_or_shared;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -40,12 +40,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, Watchdog, check_request,
+    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
     confirmed_lease_start, validate_name, wait_deadline,
 };
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
-    LockInfo, LockOptions, Wait, Waiting,
+    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Waiting,
 };
 use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
 use sqlx::pool::PoolConnection;
@@ -55,6 +55,7 @@ use tokio::time::Instant;
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
+use crate::pinned_or_shared::{self, PinnedOrShared};
 use crate::shared::{SessionSql, SharedSessions};
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
@@ -718,7 +719,13 @@ impl MySqlLock {
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
         let token = self.inner.tokens.enabled.then_some(token);
-        let guard = LockGuard::new(name, token, self.capabilities(), lease, pending.disarm());
+        let guard = LockGuard::new(
+            name,
+            token,
+            self.raw_capabilities(),
+            lease,
+            pending.disarm(),
+        );
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
         Ok(if opts.auto_renew {
@@ -730,47 +737,40 @@ impl MySqlLock {
 }
 
 #[async_trait]
-impl DistributedLock for MySqlLock {
-    async fn try_acquire(
+impl PinnedOrShared for MySqlLock {
+    fn shares_sessions(&self) -> bool {
+        self.inner.shared.enabled()
+    }
+
+    async fn on_shared(
         &self,
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let opts = opts.clone().wait(Wait::No);
-        if self.inner.shared.enabled() {
-            return self.try_shared(name, &opts).await;
-        }
-        let locked = self.lock(name, &opts).await?;
-        self.guard_pinned(name, &opts, locked).await
+        self.try_shared(name, opts).await
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        // Free now: taken on a shared session; held: waited for on a
-        // connection of its own.
-        if self.inner.shared.enabled() {
-            if let Some(guard) = self.try_shared(name, opts).await? {
-                return Ok(guard);
-            }
-            if opts.wait == Wait::No {
-                return Err(LockError::Timeout {
-                    name: name.to_string(),
-                    waited: start.elapsed(),
-                });
-            }
-        }
+    async fn on_pinned(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
         let locked = self.lock(name, opts).await?;
-        self.guard_pinned(name, opts, locked)
-            .await?
-            .ok_or_else(|| LockError::Timeout {
-                name: name.to_string(),
-                waited: start.elapsed(),
-            })
+        self.guard_pinned(name, opts, locked).await
+    }
+}
+
+#[async_trait]
+impl RawLock for MySqlLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        pinned_or_shared::attempt_once(self, req).await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        pinned_or_shared::wait(self, req).await
+    }
+
+    fn raw_capabilities(&self) -> Capabilities {
         Capabilities {
             // Locks on shared sessions are bounded by the server only.
             max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
@@ -788,7 +788,7 @@ impl DistributedLock for MySqlLock {
     /// advances. The server does not show who waits for a user lock, and
     /// the lock lasts as long as the holder's connection, so neither the
     /// waiters nor a lease time are reported.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         if !self.is_held(name).await? {
             return Ok(LockInfo::free());
@@ -806,7 +806,7 @@ impl DistributedLock for MySqlLock {
     /// fires, and so do those of the other locks that connection carried
     /// (advisory locks granted without waiting share a few connections per
     /// client).
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let Some(id) = self.holder_id(name).await? else {
             return Ok(false);

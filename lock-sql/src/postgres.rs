@@ -56,12 +56,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, Watchdog, check_request,
+    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog, check_request,
     confirmed_lease_start, validate_name, wait_deadline,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Wait, Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Wait,
+    Waiting,
 };
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{AssertSqlSafe, ConnectOptions, Postgres};
@@ -70,6 +70,7 @@ use tokio::time::Instant;
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{self, NoConnection, Pinned, Side, Warm};
 use crate::ident::Identifier;
+use crate::pinned_or_shared::{self, PinnedOrShared};
 use crate::shared::{SessionSql, SharedSessions};
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
@@ -575,49 +576,40 @@ fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
 }
 
 #[async_trait]
-impl DistributedLock for PgLock {
-    async fn try_acquire(
+impl PinnedOrShared for PgLock {
+    fn shares_sessions(&self) -> bool {
+        self.inner.shared.enabled()
+    }
+
+    async fn on_shared(
         &self,
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let opts = opts.clone().wait(Wait::No);
-        if self.inner.shared.enabled() {
-            return self.try_shared(name, &opts).await;
-        }
-        let locked = self.lock(name, &opts).await?;
-        self.guard_pinned(name, &opts, locked).await
+        self.try_shared(name, opts).await
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        // Free now: taken on a shared session. Held: the wait is queued on
-        // a connection of its own, where the server keeps arrival order
-        // (a shared session's attempt never jumps that queue: the server
-        // refuses it while anyone waits).
-        if self.inner.shared.enabled() {
-            if let Some(guard) = self.try_shared(name, opts).await? {
-                return Ok(guard);
-            }
-            if opts.wait == Wait::No {
-                return Err(LockError::Timeout {
-                    name: name.to_string(),
-                    waited: start.elapsed(),
-                });
-            }
-        }
+    async fn on_pinned(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
         let locked = self.lock(name, opts).await?;
-        self.guard_pinned(name, opts, locked)
-            .await?
-            .ok_or_else(|| LockError::Timeout {
-                name: name.to_string(),
-                waited: start.elapsed(),
-            })
+        self.guard_pinned(name, opts, locked).await
+    }
+}
+
+#[async_trait]
+impl RawLock for PgLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        pinned_or_shared::attempt_once(self, req).await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        pinned_or_shared::wait(self, req).await
+    }
+
+    fn raw_capabilities(&self) -> Capabilities {
         Capabilities {
             // Locks on shared sessions are bounded by the server's lock
             // table only.
@@ -636,7 +628,7 @@ impl DistributedLock for PgLock {
     /// only a holder advances; the waiters are the sessions waiting in the
     /// server's lock queue. The lock lasts as long as the holder's session,
     /// so no lease time is reported.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         if self.holder_pid(name).await?.is_none() {
             return Ok(LockInfo::free().with_waiters(Some(self.queued(name).await?)));
@@ -656,7 +648,7 @@ impl DistributedLock for PgLock {
     /// holder's `lost()` fires, and so do those of the other locks that
     /// session carried (advisory locks granted without waiting share a few
     /// sessions per client).
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let Some(pid) = self.holder_pid(name).await? else {
             return Ok(false);
@@ -724,7 +716,13 @@ impl PgLock {
         let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
         let lease = Arc::new(LeaseState::granted(start, opts));
         let token = u64::try_from(token).ok().filter(|_| self.inner.fencing);
-        let guard = LockGuard::new(name, token, self.capabilities(), lease, pending.disarm());
+        let guard = LockGuard::new(
+            name,
+            token,
+            self.raw_capabilities(),
+            lease,
+            pending.disarm(),
+        );
         // Unrenewed, the lock is still checked: it ends with its connection
         // (a server crash), which the holder must learn of before its deadline.
         Ok(if opts.auto_renew {

@@ -37,12 +37,12 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Wakeups,
-    Watchdog, acquire_by_polling, check_request, validate_name,
+    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
-    LockInfo, LockOptions, Wait, Waiting,
+    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, Waiting,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -522,7 +522,7 @@ impl SqliteLock {
         };
         let lease = Arc::new(LeaseState::granted(sent_at, opts));
         let token = Some(fence).filter(|_| self.inner.fencing);
-        let guard = LockGuard::new(name, token, self.capabilities(), lease, handle);
+        let guard = LockGuard::new(name, token, self.raw_capabilities(), lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)
         } else {
@@ -567,34 +567,30 @@ impl SqliteLock {
 }
 
 #[async_trait]
-impl DistributedLock for SqliteLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        Ok(self.attempt(name, opts, false, None).await?.into_guard())
+impl RawLock for SqliteLock {
+    /// A single attempt does not queue.
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        Ok(self
+            .attempt(req.name, req.opts, false, None)
+            .await?
+            .into_guard())
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
         let wake = self.inner.wakeups.subscribe(name);
-        // A single attempt does not queue.
-        let ticket = (opts.wait != Wait::No).then(|| Ticket::new(&self.inner));
-        let outcome = acquire_by_polling(name, opts, Some(wake), |tries| {
-            self.attempt(name, opts, tries > 0, ticket.as_ref())
+        let ticket = Ticket::new(&self.inner);
+        let outcome = acquire_by_polling(req, Some(wake), |tries| {
+            self.attempt(name, opts, tries > 0, Some(&ticket))
         })
         .await;
         // Leaving without the lock: out of the line at once, so that the
         // next attempt (ours or anyone's) is not held up by our ticket.
-        if let Some(ticket) = ticket {
-            ticket.leave().await;
-        }
+        ticket.leave().await;
         outcome
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         Capabilities {
             fencing: if self.inner.fencing {
                 CAPABILITIES.fencing
@@ -607,7 +603,7 @@ impl DistributedLock for SqliteLock {
 
     /// The lease row (holder's token and expiry) and the live waiters'
     /// tickets.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let now = now_ms();
         let holder: Option<(i64, i64)> =
@@ -634,7 +630,7 @@ impl DistributedLock for SqliteLock {
     /// Clear the holder of `name`'s lease row. Waiters in this process are
     /// woken at once, those in other processes at their next look; the
     /// holder's next renewal fails and its `lost()` fires.
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let done = sqlx::query(AssertSqlSafe(self.inner.sql.take_away.as_str()))
             .bind(name)
@@ -908,7 +904,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use lock_core::Wait;
+    use lock_core::{DistributedLock, Wait};
 
     #[test]
     fn url_paths_and_options() {

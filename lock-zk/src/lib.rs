@@ -23,12 +23,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, Watchdog, check_request,
-    confirmed_lease_start, validate_name, wait_deadline,
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Watchdog,
+    confirmed_lease_start, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    LossReason, Waiting,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -413,35 +413,24 @@ fn session_bounds_ttl(session: &Session, opts: &LockOptions) -> Result<(), LockE
 }
 
 #[async_trait]
-impl DistributedLock for ZkLock {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        self.acquire_inner(name, opts, Some(Instant::now())).await
+impl RawLock for ZkLock {
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_inner(req.name, req.opts, Some(req.start))
+            .await
     }
 
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        self.acquire_inner(name, opts, wait_deadline(start, opts.wait))
-            .await?
-            .ok_or_else(|| LockError::Timeout {
-                name: name.to_string(),
-                waited: start.elapsed(),
-            })
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.acquire_inner(req.name, req.opts, req.deadline).await
     }
 
-    fn capabilities(&self) -> Capabilities {
+    fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
     }
 
     /// The first node of the lock's queue (by sequence) is the holder: its
     /// `czxid` is the token; the nodes after it wait. The lock lives as long
     /// as the holder's session, so no lease time is reported.
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
@@ -472,7 +461,7 @@ impl DistributedLock for ZkLock {
     /// Delete the holder's node of `name`: the next waiter (watching it)
     /// is notified at once, and the holder's `lost()` fires when its
     /// client sees the node gone (its next renewal at the latest).
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
