@@ -39,13 +39,13 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// | URL | backend | feature |
 /// |---|---|---|
 /// | `memory://` | in-process locks (a new, empty set per call) | always |
-/// | `sqlite://PATH[?table=…&busy_timeout_ms=…&fencing=false]` | SQLite lease table | `sqlite` (default) |
-/// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
-/// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout_ms=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
-/// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl_s=…&connect_timeout_ms=…&request_timeout_ms=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
+/// | `sqlite://PATH[?table=…&busy_timeout=…&fencing=false]` | SQLite lease table | `sqlite` (default) |
+/// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
+/// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
+/// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl=…&connect_timeout=…&request_timeout=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
-/// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout_ms=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
+/// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
 /// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`]) | those of the nested URLs |
 ///
 /// Every URL but `migrate://` also takes `fencing_epoch=N` (0–65535): the

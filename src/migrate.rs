@@ -5,7 +5,9 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, LeaseState, RawGuard, RawLock, Request, async_trait};
+use lock_core::raw::{
+    GuardHandle, LeaseState, RawGuard, RawLock, Request, UrlOptions, async_trait,
+};
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
     LockOptions, Wait, Waiting, redact_url,
@@ -387,22 +389,9 @@ fn parse(url: &str) -> Result<(String, String), LockError> {
             "expected migrate://?from=OLD_URL&to=NEW_URL (no host or path)",
         ));
     }
-    let (mut from, mut to) = (None, None);
-    for (key, value) in parsed.query_pairs() {
-        let slot = match &*key {
-            "from" => &mut from,
-            "to" => &mut to,
-            other => {
-                return Err(invalid(
-                    url,
-                    format!("unknown option `{other}` (known: from, to)"),
-                ));
-            }
-        };
-        if slot.replace(value.into_owned()).is_some() {
-            return Err(invalid(url, format!("`{key}` given twice")));
-        }
-    }
+    let mut options = UrlOptions::parse(&redact_url(url), parsed.query().unwrap_or(""))?;
+    let (from, to) = (options.text("from")?, options.text("to")?);
+    options.finish()?;
     let (Some(from), Some(to)) = (from, to) else {
         return Err(invalid(
             url,

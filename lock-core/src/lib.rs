@@ -24,6 +24,7 @@ mod name;
 mod options;
 mod owner;
 mod reentrant;
+mod url_options;
 mod url_text;
 mod wakeup;
 mod watchdog;
@@ -63,7 +64,9 @@ pub mod raw {
     //!   wait from single attempts; [`check_request`] and [`wait_deadline`]
     //!   are the checks and the deadline a [`Request`] is made with.
     //! - [`validate_name`], [`validate_ttl`], [`percent_decode`] and
-    //!   [`encode_userinfo`] check and read what a URL or a caller hands in.
+    //!   [`encode_userinfo`] check and read what a URL or a caller hands in;
+    //!   [`UrlOptions`] reads every backend URL's query options the same
+    //!   way (typed, durations with units, unknown options refused).
     //! - [`async_trait`](macro@async_trait) is the attribute every implementation of
     //!   [`RawLock`] and [`GuardHandle`] carries.
 
@@ -79,6 +82,7 @@ pub mod raw {
     pub use crate::name::validate_name;
     pub use crate::options::validate_ttl;
     pub use crate::owner::OwnerToken;
+    pub use crate::url_options::UrlOptions;
     pub use crate::url_text::{encode_userinfo, parse_flag, percent_decode};
     pub use crate::wakeup::Wakeups;
     pub use crate::watchdog::{Registration, Watchdog};

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
+use lock_core::raw::UrlOptions;
 
 /// Settings for an [`EtcdLock`](crate::EtcdLock).
 #[derive(Clone, PartialEq, Eq)]
@@ -93,10 +94,10 @@ pub(crate) struct ParsedUrl {
     pub(crate) display: String,
 }
 
-const KNOWN: &str = "session_ttl_s, connect_timeout_ms, request_timeout_ms";
-
 /// Parse `etcd://[user:pass@]host:port[,host:port…][/prefix][?options]`, or
-/// `etcd+https://…` for TLS.
+/// `etcd+https://…` for TLS. The options are durations with their unit
+/// (`session_ttl=10s`); the older `session_ttl_s`, `connect_timeout_ms` and
+/// `request_timeout_ms` are accepted too.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let raw = &lock_core::raw::encode_userinfo(raw);
     let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
@@ -132,19 +133,17 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     if !path.is_empty() && path != "/" {
         config.prefix = path.trim_end_matches('/').to_string();
     }
-    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))
-        };
-        match key.as_ref() {
-            "session_ttl_s" => config.session_ttl = Duration::from_secs(number()?),
-            "connect_timeout_ms" => config.connect_timeout = Duration::from_millis(number()?),
-            "request_timeout_ms" => config.request_timeout = Duration::from_millis(number()?),
-            _ => return Err(invalid(format!("unknown option `{key}` (known: {KNOWN})"))),
+    let mut options = UrlOptions::parse(&shown, query)?;
+    for (key, setting) in [
+        ("session_ttl", &mut config.session_ttl),
+        ("connect_timeout", &mut config.connect_timeout),
+        ("request_timeout", &mut config.request_timeout),
+    ] {
+        if let Some(d) = options.duration(key)? {
+            *setting = d;
         }
     }
+    options.finish()?;
     config.validate()?;
     let mut endpoints = Vec::new();
     for host in hosts.split(',') {
@@ -174,6 +173,9 @@ mod tests {
         let p = parse_url("etcd://u:p%40ss@127.0.0.1:2379,h2:2380/app/locks/?session_ttl_s=5")
             .expect("valid");
         assert_eq!(p.endpoints, ["http://127.0.0.1:2379", "http://h2:2380"]);
+        let q = parse_url("etcd://h:1?session_ttl=1m&request_timeout=750ms").expect("valid");
+        assert_eq!(q.config.session_ttl, Duration::from_secs(60));
+        assert_eq!(q.config.request_timeout, Duration::from_millis(750));
         assert_eq!(p.config.prefix, "/app/locks");
         assert_eq!(p.config.session_ttl, Duration::from_secs(5));
         assert_eq!(p.user, Some(("u".to_string(), "p@ss".to_string())));

@@ -119,8 +119,9 @@ impl Lease {
 
 impl EtcdLock {
     /// Connect to `etcd://[user:pass@]host:port[,host:port…][/prefix]` (or
-    /// `etcd+https://` for TLS) with options `session_ttl_s`,
-    /// `connect_timeout_ms` and `request_timeout_ms`.
+    /// `etcd+https://` for TLS) with options `session_ttl`,
+    /// `connect_timeout` and `request_timeout` (durations with their unit,
+    /// `10s`, `500ms`; the older `session_ttl_s` and `*_ms` names too).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
         let config = parsed.config;

@@ -4,6 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
+use lock_core::raw::UrlOptions;
 
 /// Settings for a [`RedisLock`](crate::RedisLock).
 #[derive(Clone, PartialEq, Eq)]
@@ -86,8 +87,9 @@ pub struct ParsedUrl {
     pub display: String,
 }
 
-/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout_ms=…&response_timeout_ms=…&handoff_window_ms=…]`
-/// (or `rediss://` for TLS).
+/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&handoff_window=…]`
+/// (or `rediss://` for TLS). Durations carry their unit (`250ms`, `2s`);
+/// the older `*_ms` names (whole milliseconds) are accepted too.
 pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let raw = &lock_core::raw::encode_userinfo(raw);
     let invalid = |reason: String| LockError::InvalidUrl {
@@ -110,30 +112,23 @@ pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
         )));
     }
     let mut config = RedisConfig::default();
-    for (key, value) in url.query_pairs() {
-        let millis = || {
-            value
-                .parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| {
-                    invalid(format!(
-                        "`{key}` must be a whole number of milliseconds, got {value:?}"
-                    ))
-                })
-        };
-        match key.as_ref() {
-            "prefix" => config.prefix = value.to_string(),
-            "connect_timeout_ms" => config.connect_timeout = millis()?,
-            "response_timeout_ms" => config.response_timeout = millis()?,
-            "handoff_window_ms" => config.handoff_window = millis()?,
-            "protocol" => {} // always RESP3: waiting uses push messages
-            _ => {
-                return Err(invalid(format!(
-                    "unknown option `{key}` (known: prefix, connect_timeout_ms, response_timeout_ms, handoff_window_ms)"
-                )));
-            }
+    let mut options = UrlOptions::parse(&lock_core::redact_url(raw), url.query().unwrap_or(""))?;
+    if let Some(prefix) = options.text("prefix")? {
+        config.prefix = prefix;
+    }
+    for (key, setting) in [
+        ("connect_timeout", &mut config.connect_timeout),
+        ("response_timeout", &mut config.response_timeout),
+        ("handoff_window", &mut config.handoff_window),
+    ] {
+        if let Some(d) = options.duration(key)? {
+            *setting = d;
         }
     }
+    // Always RESP3 (waiters are woken by push messages): `protocol` is
+    // accepted and replaced.
+    options.text("protocol")?;
+    options.finish()?;
     config.validate()?;
     url.set_query(None);
     url.query_pairs_mut().append_pair("protocol", "resp3");
@@ -201,6 +196,9 @@ mod tests {
             p.client_url.contains(":pw@"),
             "credentials go to the client"
         );
+        let p = parse_url("redis://h?response_timeout=2s&handoff_window=150ms").expect("valid");
+        assert_eq!(p.config.response_timeout, Duration::from_secs(2));
+        assert_eq!(p.config.handoff_window, Duration::from_millis(150));
     }
 
     #[test]

@@ -94,7 +94,8 @@ struct Inner {
 
 impl RedisLock {
     /// Connect to `redis://[user:pass@]host[:port][/db]` (or `rediss://` for
-    /// TLS) with options `prefix`, `connect_timeout_ms`, `response_timeout_ms`.
+    /// TLS) with options `prefix`, `connect_timeout`, `response_timeout` and
+    /// `handoff_window` (durations with their unit: `250ms`, `2s`).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
         crate::config::ensure_tls_provider();

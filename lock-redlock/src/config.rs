@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::raw::DEFAULT_DRIFT_FACTOR;
+use lock_core::raw::{DEFAULT_DRIFT_FACTOR, UrlOptions};
 use lock_redis::parts::{ParsedUrl, parse_url as parse_node_url};
 
 /// Settings for a [`Redlock`](crate::Redlock).
@@ -107,9 +107,6 @@ pub(crate) struct ParsedRedlockUrl {
     pub(crate) config: RedlockConfig,
 }
 
-/// Options a Redlock URL may carry.
-const KNOWN: &str = "prefix, node_timeout_ms, connect_timeout_ms, handoff_window_ms, drift_factor, min_validity, tls";
-
 /// Parse `redlock://[user:pass@]host:port[,host:port…][/db][?options]`.
 /// Every node shares the credentials, database and options; `tls=true`
 /// connects to every node with TLS (as `rediss://`).
@@ -135,44 +132,29 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
         )));
     }
     let mut config = RedlockConfig::default();
-    let mut tls = false;
-    for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
-        let millis = || {
-            value
-                .parse::<u64>()
-                .map(Duration::from_millis)
-                .map_err(|_| {
-                    invalid(format!(
-                        "`{key}` must be a whole number of milliseconds, got {value:?}"
-                    ))
-                })
-        };
-        let fraction = || {
-            value
-                .parse::<f64>()
-                .map_err(|_| invalid(format!("`{key}` must be a decimal fraction, got {value:?}")))
-        };
-        match key.as_ref() {
-            "prefix" => config.prefix = value.to_string(),
-            "node_timeout_ms" => config.node_timeout = millis()?,
-            "connect_timeout_ms" => config.connect_timeout = millis()?,
-            "handoff_window_ms" => config.handoff_window = millis()?,
-            "drift_factor" => config.drift_factor = fraction()?,
-            "min_validity" => config.min_validity = fraction()?,
-            "tls" => {
-                tls = match value.as_ref() {
-                    "true" | "1" => true,
-                    "false" | "0" => false,
-                    _ => {
-                        return Err(invalid(format!(
-                            "`tls` must be true or false, got {value:?}"
-                        )));
-                    }
-                }
-            }
-            _ => return Err(invalid(format!("unknown option `{key}` (known: {KNOWN})"))),
+    let mut options = UrlOptions::parse(&shown, query)?;
+    if let Some(prefix) = options.text("prefix")? {
+        config.prefix = prefix;
+    }
+    for (key, setting) in [
+        ("node_timeout", &mut config.node_timeout),
+        ("connect_timeout", &mut config.connect_timeout),
+        ("handoff_window", &mut config.handoff_window),
+    ] {
+        if let Some(d) = options.duration(key)? {
+            *setting = d;
         }
     }
+    for (key, setting) in [
+        ("drift_factor", &mut config.drift_factor),
+        ("min_validity", &mut config.min_validity),
+    ] {
+        if let Some(f) = options.parsed(key, "a decimal fraction", |v| v.parse().ok())? {
+            *setting = f;
+        }
+    }
+    let tls = options.flag("tls")?.unwrap_or(false);
+    options.finish()?;
     config.validate()?;
     let hosts: Vec<&str> = hosts.split(',').collect();
     let n = hosts.len();
@@ -189,10 +171,10 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
         }
         // Each node is a plain Redis URL, checked by lock-redis's parser.
         let node = format!(
-            "{scheme}://{}{host}/{db}?connect_timeout_ms={}&response_timeout_ms={}",
+            "{scheme}://{}{host}/{db}?connect_timeout={}us&response_timeout={}us",
             userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
-            config.connect_timeout.as_millis(),
-            config.node_timeout.as_millis(),
+            config.connect_timeout.as_micros(),
+            config.node_timeout.as_micros(),
         );
         let ParsedUrl {
             client_url,
@@ -239,6 +221,8 @@ mod tests {
                 .client_url
                 .starts_with("redis://:pw@127.0.0.1:1/2?")
         );
+        let d = parse_url("redlock://a:1?node_timeout=35ms").expect("valid");
+        assert_eq!(d.config.node_timeout, Duration::from_millis(35));
         let tls = parse_url("redlock://a:1?tls=true").expect("valid");
         assert!(tls.nodes[0].client_url.starts_with("rediss://"));
     }

@@ -31,14 +31,13 @@
 use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Request, UrlOptions, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -865,39 +864,28 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         ));
     }
     let mut config = SqliteConfig::default();
-    for pair in query.unwrap_or("").split('&').filter(|p| !p.is_empty()) {
-        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        let value = lock_core::raw::percent_decode(value).map_err(invalid)?;
-        let number = || {
-            u64::from_str(&value)
-                .map_err(|_| invalid(format!("`{key}` must be a whole number, got {value:?}")))
-        };
-        match key {
-            "table" => config.table = Identifier::new(&value)?,
-            "busy_timeout_ms" => {
-                let ms = number()?;
-                if ms > MAX_BUSY_TIMEOUT_MS {
-                    return Err(invalid(format!(
-                        "`busy_timeout_ms` is at most {MAX_BUSY_TIMEOUT_MS} (SQLite counts it in a 32-bit int), got {ms}"
-                    )));
-                }
-                config.busy_timeout = Duration::from_millis(ms);
-            }
-            "max_connections" => {
-                config.max_connections = u32::try_from(number()?)
-                    .map_err(|_| invalid("`max_connections` is too large".into()))?
-            }
-            "fencing" => {
-                config.fencing = lock_core::raw::parse_flag(&value)
-                    .ok_or_else(|| invalid(format!("`fencing` is true or false, got {value:?}")))?
-            }
-            other => {
-                return Err(invalid(format!(
-                    "unknown option `{other}` (known: table, busy_timeout_ms, max_connections, fencing)"
-                )));
-            }
-        }
+    let mut options = UrlOptions::parse(
+        &lock_core::redact_url(&url.chars().take(200).collect::<String>()),
+        query.unwrap_or(""),
+    )?;
+    if let Some(name) = options.text("table")? {
+        config.table = Identifier::new(&name)?;
     }
+    if let Some(d) = options.duration("busy_timeout")? {
+        if d.as_millis() > u128::from(MAX_BUSY_TIMEOUT_MS) {
+            return Err(invalid(format!(
+                "`busy_timeout` is at most {MAX_BUSY_TIMEOUT_MS} ms (SQLite counts it in a 32-bit int), got {d:?}"
+            )));
+        }
+        config.busy_timeout = d;
+    }
+    if let Some(n) = options.number("max_connections")? {
+        config.max_connections = n;
+    }
+    if let Some(fencing) = options.flag("fencing")? {
+        config.fencing = fencing;
+    }
+    options.finish()?;
     Ok((PathBuf::from(path), config))
 }
 
@@ -915,6 +903,8 @@ mod tests {
         assert_eq!(c.busy_timeout, Duration::from_millis(250));
         let (p, _) = parse_url("sqlite://rel/x.db").expect("valid");
         assert_eq!(p, PathBuf::from("rel/x.db"));
+        let (_, c) = parse_url("sqlite://x.db?busy_timeout=1.5s").expect("valid");
+        assert_eq!(c.busy_timeout, Duration::from_millis(1500));
     }
 
     #[test]
@@ -939,12 +929,17 @@ mod tests {
     /// (it used to panic in the driver's worker thread).
     #[tokio::test]
     async fn an_oversized_busy_timeout_is_refused() {
-        match parse_url("sqlite:///tmp/x.db?busy_timeout_ms=4294967296") {
-            Err(LockError::InvalidUrl { reason, .. }) => {
-                assert!(reason.contains("busy_timeout_ms"), "{reason}");
-                assert!(reason.contains("2147483647"), "{reason}");
+        for url in [
+            "sqlite:///tmp/x.db?busy_timeout_ms=4294967296",
+            "sqlite:///tmp/x.db?busy_timeout=25days",
+        ] {
+            match parse_url(url) {
+                Err(LockError::InvalidUrl { reason, .. }) => {
+                    assert!(reason.contains("busy_timeout"), "{reason}");
+                    assert!(reason.contains("2147483647"), "{reason}");
+                }
+                other => panic!("{url}: expected InvalidUrl, got {other:?}"),
             }
-            other => panic!("expected InvalidUrl, got {other:?}"),
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let config = SqliteConfig {

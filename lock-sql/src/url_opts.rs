@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use lock_core::LockError;
+use lock_core::raw::UrlOptions;
 
 use crate::ident::Identifier;
 
@@ -94,8 +95,6 @@ pub(crate) struct SqlUrl {
 /// Shared sessions of a client in advisory mode, unless the URL says.
 const DEFAULT_SESSIONS: usize = 2;
 
-const KNOWN: &str = "table, mode, max_connections, sessions, connect_timeout_ms, fencing";
-
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
         let raw = &lock_core::raw::encode_userinfo(raw);
@@ -116,80 +115,44 @@ impl SqlUrl {
         if !schemes.contains(&url.scheme()) {
             return Err(invalid(format!("expected a {}:// URL", schemes[0])));
         }
-        let mut table = Identifier::default_lock_table();
-        let mut mode = SqlMode::Row;
-        let mut max_connections = 32;
-        let mut connect_timeout = Duration::from_secs(5);
-        let mut sessions = DEFAULT_SESSIONS;
-        let mut fencing = true;
-        let mut rest = Vec::new();
-        for (key, value) in url::Url::parse(raw)
-            .map_err(|e| invalid(format!("not a URL: {e}")))?
-            .query_pairs()
-        {
-            match key.as_ref() {
-                "table" => {
-                    table = Identifier::new(&value)?;
-                    if table.as_str().len() > MAX_TABLE_LEN {
-                        return Err(LockError::invalid_options(TABLE_TOO_LONG));
-                    }
+        let mut options = UrlOptions::parse(&display, url.query().unwrap_or(""))?;
+        let table = match options.text("table")? {
+            Some(name) => {
+                let table = Identifier::new(&name)?;
+                if table.as_str().len() > MAX_TABLE_LEN {
+                    return Err(LockError::invalid_options(TABLE_TOO_LONG));
                 }
-                "mode" => {
-                    mode = match value.as_ref() {
-                        "row" => SqlMode::Row,
-                        "advisory" => SqlMode::Advisory,
-                        _ => {
-                            return Err(invalid(format!(
-                                "`mode` is row or advisory, got {value:?}"
-                            )));
-                        }
-                    }
-                }
-                "max_connections" => {
-                    max_connections = value
-                        .parse()
-                        .ok()
-                        .filter(|&n| (1..=1000).contains(&n))
-                        .ok_or_else(|| {
-                            invalid(format!("`max_connections` must be 1..=1000, got {value:?}"))
-                        })?
-                }
-                "sessions" => {
-                    sessions = value
-                        .parse()
-                        .ok()
-                        .filter(|&n| n <= MAX_SESSIONS)
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "`sessions` must be 0..={MAX_SESSIONS}, got {value:?}"
-                            ))
-                        })?
-                }
-                "fencing" => {
-                    fencing = lock_core::raw::parse_flag(&value).ok_or_else(|| {
-                        invalid(format!("`fencing` is true or false, got {value:?}"))
-                    })?
-                }
-                "connect_timeout_ms" => {
-                    connect_timeout = value
-                        .parse()
-                        .ok()
-                        .filter(|&n| n > 0)
-                        .map(Duration::from_millis)
-                        .ok_or_else(|| {
-                            invalid(format!(
-                                "`connect_timeout_ms` must be a positive number, got {value:?}"
-                            ))
-                        })?
-                }
-                _ => rest.push((key.into_owned(), value.into_owned())),
+                table
             }
-        }
-        if rest.iter().any(|(k, _)| k.is_empty()) {
-            return Err(invalid(format!(
-                "an empty option (known: {KNOWN}, and the driver's own)"
-            )));
-        }
+            None => Identifier::default_lock_table(),
+        };
+        let mode = options
+            .parsed("mode", "row or advisory", |v| match v {
+                "row" => Some(SqlMode::Row),
+                "advisory" => Some(SqlMode::Advisory),
+                _ => None,
+            })?
+            .unwrap_or(SqlMode::Row);
+        let max_connections = options
+            .parsed("max_connections", "1..=1000", |v| {
+                v.parse().ok().filter(|n| (1..=1000).contains(n))
+            })?
+            .unwrap_or(32);
+        let sessions = options
+            .parsed("sessions", &format!("0..={MAX_SESSIONS}"), |v| {
+                v.parse().ok().filter(|&n| n <= MAX_SESSIONS)
+            })?
+            .unwrap_or(DEFAULT_SESSIONS);
+        let fencing = options.flag("fencing")?.unwrap_or(true);
+        let connect_timeout = match options.duration("connect_timeout")? {
+            Some(d) if d.is_zero() => {
+                return Err(invalid("`connect_timeout` must be positive".into()));
+            }
+            Some(d) => d,
+            None => Duration::from_secs(5),
+        };
+        // The rest is the driver's own (`sslmode`, `application_name`, …).
+        let rest = options.into_rest();
         let mut client = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
         client.set_query(None);
         if !rest.is_empty() {
@@ -236,6 +199,8 @@ mod tests {
             "postgres://app:s3cret@db:5432/app?sslmode=require"
         );
         assert_eq!(u.display, "postgres://app:***@db:5432/app");
+        let t = SqlUrl::parse("mysql://db/app?connect_timeout=2s", &["mysql"]).expect("valid");
+        assert_eq!(t.connect_timeout, Duration::from_secs(2));
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::raw::percent_decode;
+use lock_core::raw::{UrlOptions, percent_decode};
 use lock_core::{LockError, redact_url};
 
 /// The default root path under which lock nodes live.
@@ -101,34 +101,21 @@ impl ZkUrl {
         if !plain_root(root) {
             return Err(invalid("the root must be a plain absolute path"));
         }
-        let mut session_timeout = DEFAULT_SESSION_TIMEOUT;
-        let (mut ca, mut cert, mut key) = (None, None, None);
-        for pair in query.split('&').filter(|p| !p.is_empty()) {
-            let path = |v: &str| {
-                percent_decode(v)
-                    .ok()
-                    .filter(|p| !p.is_empty())
-                    .map(PathBuf::from)
-                    .ok_or_else(|| invalid("TLS options take a file path"))
-            };
-            match pair.split_once('=') {
-                Some(("session_timeout_ms", v)) => {
-                    session_timeout = Duration::from_millis(
-                        v.parse().ok().filter(|&ms: &u64| ms > 0).ok_or_else(|| {
-                            invalid("`session_timeout_ms` must be a positive number")
-                        })?,
-                    )
-                }
-                Some(("tls_ca", v)) => ca = Some(path(v)?),
-                Some(("tls_cert", v)) => cert = Some(path(v)?),
-                Some(("tls_key", v)) => key = Some(path(v)?),
-                _ => {
-                    return Err(invalid(
-                        "unknown option (known: session_timeout_ms, tls_ca, tls_cert, tls_key)",
-                    ));
-                }
+        let mut options = UrlOptions::parse(&redact_url(raw), query)?;
+        let session_timeout = match options.duration("session_timeout")? {
+            Some(d) if d.is_zero() => {
+                return Err(invalid("`session_timeout` must be positive"));
             }
-        }
+            Some(d) => d,
+            None => DEFAULT_SESSION_TIMEOUT,
+        };
+        let mut path = |key| {
+            options.parsed(key, "a file path", |v: &str| {
+                Some(PathBuf::from(v)).filter(|p| !p.as_os_str().is_empty())
+            })
+        };
+        let (ca, cert, key) = (path("tls_ca")?, path("tls_cert")?, path("tls_key")?);
+        options.finish()?;
         let tls = match (tls, ca, cert, key) {
             (false, None, None, None) => None,
             (false, ..) => return Err(invalid("TLS options need a zk+tls:// URL")),
@@ -188,6 +175,8 @@ mod tests {
         assert_eq!(u.digest.as_deref(), Some("app:p@ss"));
         assert_eq!(u.display(), "zk://app:***@h1:2181,h2:2182/svc/locks");
         assert!(!format!("{u:?}").contains("p@ss"));
+        let named = ZkUrl::parse("zk://h:2181?session_timeout=6s").expect("valid");
+        assert_eq!(named.session_timeout, Duration::from_secs(6));
         let plain = ZkUrl::parse("zk://h:2181").expect("valid");
         assert_eq!(plain.root, "/distlock");
         assert_eq!(plain.digest, None);
