@@ -21,10 +21,11 @@ mod scripts;
 mod state;
 mod subscriber;
 
-pub mod parts {
-    //! Building blocks for other backends on Redis: lock-redlock runs these
-    //! per-node scripts, key names and the shared subscriber on each of its
-    //! masters. Not needed to use [`RedisLock`](crate::RedisLock).
+pub mod raw {
+    //! For authors of other backends on Redis, as `lock_core::raw` is for
+    //! every backend author: the per-node scripts, key names, state reader,
+    //! renewal batching and shared subscriber that lock-redlock runs on each
+    //! of its masters. Not needed to use [`RedisLock`](crate::RedisLock).
 
     pub use crate::config::{ParsedUrl, check_client, ensure_tls_provider, parse_url};
     pub use crate::error::map_error;

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use lock_core::raw::{DEFAULT_DRIFT_FACTOR, UrlOptions};
-use lock_redis::parts::{ParsedUrl, parse_url as parse_node_url};
+use lock_redis::raw::{ParsedUrl, parse_url as parse_node_url};
 
 /// Settings for a [`Redlock`](crate::Redlock).
 #[derive(Clone, PartialEq)]

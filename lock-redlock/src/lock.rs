@@ -14,7 +14,7 @@ use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
     Waiting,
 };
-use lock_redis::parts::{Keys, LockState, Subscription};
+use lock_redis::raw::{Keys, LockState, Subscription};
 use tokio::time::Instant;
 
 use crate::config::{RedlockConfig, parse_url};
@@ -162,11 +162,11 @@ impl Redlock {
                 "Redlock needs at least one client",
             ));
         }
-        lock_redis::parts::ensure_tls_provider();
+        lock_redis::raw::ensure_tls_provider();
         let nodes = clients
             .into_iter()
             .map(|client| {
-                let display = lock_redis::parts::check_client(&client)?;
+                let display = lock_redis::raw::check_client(&client)?;
                 Node::with_client(client, display, &config).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
-use lock_redis::parts::{
+use lock_redis::raw::{
     ACQUIRE, Extension, LockKeys, LockState, RELEASE, Subscriber, Subscription, WITHDRAW,
     extend_batcher, map_error, read_state,
 };
@@ -69,7 +69,7 @@ impl Node {
     /// A node whose connection is made lazily (on first use, and again after
     /// a failure), so that a node that is down does not stop the client.
     pub(crate) fn new(url: &NodeUrl, config: &RedlockConfig) -> Result<Self, LockError> {
-        lock_redis::parts::ensure_tls_provider();
+        lock_redis::raw::ensure_tls_provider();
         let client =
             redis::Client::open(url.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
                 url: url.display.clone(),

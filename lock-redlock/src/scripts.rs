@@ -1,5 +1,5 @@
 //! The one script of Redlock's own; acquire, release and extend are
-//! lock-redis's per-node scripts (`lock_redis::parts`).
+//! lock-redis's per-node scripts (`lock_redis::raw`).
 
 use std::sync::LazyLock;
 
