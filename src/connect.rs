@@ -1,8 +1,10 @@
 //! Building a lock from a URL.
 
+use std::fmt;
 use std::sync::Arc;
 
 use lock_core::{DistributedLock, LockError, MemoryLock};
+use lock_layers::Layer;
 
 use lock_core::redact_url;
 
@@ -82,6 +84,64 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         Some(epoch) => Arc::new(EpochLock::new(lock, epoch)),
         None => lock,
     })
+}
+
+/// What [`connect_with`] applies to a lock besides its URL: settings that
+/// are objects, not text. Today, layers (tracing, metrics, retries, or the
+/// application's own [`Layer`]), wrapped around the lock in the order they
+/// are added: the first added is the innermost.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), distlock::LockError> {
+/// use distlock::layers::{MetricsLayer, RetryLayer, TracingLayer};
+/// use distlock::{ConnectOptions, LockOptions};
+///
+/// let options = ConnectOptions::new()
+///     .layer(RetryLayer::default())
+///     .layer(MetricsLayer)
+///     .layer(TracingLayer);
+/// let locks = distlock::connect_with("memory://", &options).await?;
+/// let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+/// assert!(guard.release().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Default)]
+pub struct ConnectOptions {
+    layers: Vec<Arc<dyn Layer + Send + Sync>>,
+}
+
+impl ConnectOptions {
+    /// No layers: [`connect_with`] then gives what [`connect`] gives.
+    pub fn new() -> Self {
+        ConnectOptions::default()
+    }
+
+    /// Wrap the lock in `layer`, outside the layers added before.
+    pub fn layer(mut self, layer: impl Layer + Send + Sync + 'static) -> Self {
+        self.layers.push(Arc::new(layer));
+        self
+    }
+}
+
+impl fmt::Debug for ConnectOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ConnectOptions")
+            .field("layers", &self.layers.len())
+            .finish()
+    }
+}
+
+/// [`connect`], then what `options` adds (its layers, innermost first).
+pub async fn connect_with(
+    url: &str,
+    options: &ConnectOptions,
+) -> Result<Arc<dyn DistributedLock>, LockError> {
+    let lock = connect(url).await?;
+    Ok(options
+        .layers
+        .iter()
+        .fold(lock, |inner, layer| layer.layer(inner)))
 }
 
 async fn connect_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {

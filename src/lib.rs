@@ -34,7 +34,7 @@ mod migrate;
 /// Layers for any lock: tracing spans, metrics, retries (`lock-layers`).
 pub use lock_layers as layers;
 
-pub use connect::{SCHEMES, connect};
+pub use connect::{ConnectOptions, SCHEMES, connect, connect_with};
 pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
 pub use lock_core::redact_url;
 pub use lock_core::{

@@ -217,3 +217,57 @@ async fn migrate_url_errors_and_debug_never_show_nested_passwords() {
     let text = format!("{err} {err:?}");
     assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
 }
+
+/// A layer that notes when it wraps, and wraps in an `EpochLock` if given
+/// an epoch (so its presence shows in the fencing tokens).
+struct Noting {
+    name: &'static str,
+    epoch: Option<u16>,
+    log: std::sync::Arc<std::sync::Mutex<Vec<&'static str>>>,
+}
+
+impl distlock::layers::Layer for Noting {
+    fn layer(
+        &self,
+        inner: std::sync::Arc<dyn distlock::DistributedLock>,
+    ) -> std::sync::Arc<dyn distlock::DistributedLock> {
+        self.log.lock().expect("log").push(self.name);
+        match self.epoch {
+            Some(epoch) => std::sync::Arc::new(distlock::EpochLock::new(inner, epoch)),
+            None => inner,
+        }
+    }
+}
+
+/// `connect_with` wraps the lock in its layers in the order they were
+/// added, each around the one before, and the result is the outermost.
+#[tokio::test]
+async fn connect_with_wraps_the_lock_in_its_layers_in_order() {
+    let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let noting = |name, epoch| Noting {
+        name,
+        epoch,
+        log: log.clone(),
+    };
+    let options = distlock::ConnectOptions::new()
+        .layer(noting("inner", Some(3)))
+        .layer(noting("outer", None));
+    let locks = distlock::connect_with("memory://", &options)
+        .await
+        .expect("memory");
+    assert_eq!(*log.lock().expect("log"), ["inner", "outer"]);
+    let g = locks
+        .acquire("a", &LockOptions::new())
+        .await
+        .expect("acquire");
+    assert_eq!(g.fencing_token(), Some((3 << distlock::EPOCH_SHIFT) + 1));
+    assert!(g.release().await.expect("release"));
+    let plain = distlock::connect_with("memory://", &distlock::ConnectOptions::new())
+        .await
+        .expect("memory");
+    let g = plain
+        .acquire("a", &LockOptions::new())
+        .await
+        .expect("acquire");
+    assert_eq!(g.fencing_token(), Some(1));
+}
