@@ -271,3 +271,46 @@ async fn connect_with_wraps_the_lock_in_its_layers_in_order() {
         .expect("acquire");
     assert_eq!(g.fencing_token(), Some(1));
 }
+
+/// Each backend's config reads from a URL what `connect` reads from it,
+/// with durations in either spelling, so code and URL configure the same
+/// thing; a misspelt option is refused by name.
+#[cfg(feature = "full")]
+#[test]
+fn configs_read_from_urls_as_connect_does() {
+    use std::time::Duration;
+    let redis = distlock::RedisConfig::from_url("rediss://h:1/0?prefix=a:&handoff_window=40ms")
+        .expect("redis");
+    assert_eq!(
+        (redis.prefix.as_str(), redis.handoff_window),
+        ("a:", Duration::from_millis(40))
+    );
+    let redlock = distlock::RedlockConfig::from_url("redlock://a:1,b:2,c:3?node_timeout_ms=30")
+        .expect("redlock");
+    assert_eq!(redlock.node_timeout, Duration::from_millis(30));
+    let etcd = distlock::EtcdConfig::from_url("etcd://h:1/app?session_ttl=20s").expect("etcd");
+    assert_eq!(
+        (etcd.prefix.as_str(), etcd.session_ttl),
+        ("/app", Duration::from_secs(20))
+    );
+    let zk = distlock::ZkConfig::from_url("zk://u:p@h:1/app/locks").expect("zk");
+    assert_eq!((zk.root.as_str(), zk.creator_only), ("/app/locks", true));
+    let sql =
+        distlock::SqlConfig::from_url("mariadb://u:p@h/db?mode=advisory&fencing=off").expect("sql");
+    assert_eq!(
+        (sql.mode, sql.fencing),
+        (distlock::SqlMode::Advisory, false)
+    );
+    let sqlite =
+        distlock::SqliteConfig::from_url("sqlite:///x.db?busy_timeout=250ms").expect("sqlite");
+    assert_eq!(sqlite.busy_timeout, Duration::from_millis(250));
+    match distlock::EtcdConfig::from_url("etcd://h:1?sesion_ttl=20s") {
+        Err(LockError::InvalidUrl { reason, .. }) => {
+            assert!(
+                reason.contains("`sesion_ttl`") && reason.contains("session_ttl"),
+                "{reason}"
+            )
+        }
+        other => panic!("expected InvalidUrl, got {other:?}"),
+    }
+}

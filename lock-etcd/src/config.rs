@@ -48,6 +48,13 @@ impl fmt::Debug for EtcdConfig {
 }
 
 impl EtcdConfig {
+    /// The settings an `etcd://` or `etcd+https://` URL carries (its prefix
+    /// and options), read as [`EtcdLock::connect`](crate::EtcdLock::connect)
+    /// reads them, for [`EtcdLock::with_client`](crate::EtcdLock::with_client).
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        Ok(parse_url(url)?.config)
+    }
+
     /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
     pub fn validate(&self) -> Result<(), LockError> {
         let p = &self.prefix;

@@ -47,6 +47,20 @@ impl fmt::Debug for RedisConfig {
 }
 
 impl RedisConfig {
+    /// The settings a `redis://` or `rediss://` URL carries (its options),
+    /// read as [`RedisLock::connect`](crate::RedisLock::connect) reads them,
+    /// for [`RedisLock::with_client`](crate::RedisLock::with_client): code
+    /// and URL configure the same thing.
+    ///
+    /// ```
+    /// let config = lock_redis::RedisConfig::from_url("redis://h?prefix=app:&response_timeout=2s")?;
+    /// assert_eq!(config.prefix, "app:");
+    /// # Ok::<(), lock_core::LockError>(())
+    /// ```
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        Ok(parse_url(url)?.config)
+    }
+
     /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
     pub fn validate(&self) -> Result<(), LockError> {
         let p = &self.prefix;

@@ -58,6 +58,13 @@ impl fmt::Debug for RedlockConfig {
 }
 
 impl RedlockConfig {
+    /// The settings a `redlock://` URL carries (its options), read as
+    /// [`Redlock::connect`](crate::Redlock::connect) reads them, for
+    /// [`Redlock::with_clients`](crate::Redlock::with_clients).
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        Ok(parse_url(url)?.config)
+    }
+
     /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
     pub fn validate(&self) -> Result<(), LockError> {
         for (what, d, max) in [

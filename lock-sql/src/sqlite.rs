@@ -111,6 +111,15 @@ impl Default for SqliteConfig {
     }
 }
 
+impl SqliteConfig {
+    /// The settings a `sqlite://` URL carries (its options; the path is
+    /// [`SqliteLock::open`]'s own argument), read as
+    /// [`SqliteLock::connect`] reads them.
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        Ok(parse_url(url)?.1)
+    }
+}
+
 /// Locks in a SQLite database file, shared by every process that opens the
 /// same file on this machine.
 ///

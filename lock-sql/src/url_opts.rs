@@ -51,6 +51,13 @@ impl Default for SqlConfig {
 }
 
 impl SqlConfig {
+    /// The settings a `postgres://`, `postgresql://`, `mysql://` or
+    /// `mariadb://` URL carries (`table`, `mode`, `sessions`, `fencing`),
+    /// read as `connect` reads them, for the `with_pool` constructors.
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        Ok(SqlUrl::parse(url, &["postgres", "postgresql", "mysql", "mariadb"])?.config())
+    }
+
     /// Check the settings; [`LockError::InvalidOptions`] says what is wrong.
     pub fn validate(&self) -> Result<(), LockError> {
         if self.table.as_str().len() > MAX_TABLE_LEN {

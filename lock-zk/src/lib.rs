@@ -135,6 +135,19 @@ pub struct ZkConfig {
     pub creator_only: bool,
 }
 
+impl ZkConfig {
+    /// The settings a `zk://` or `zk+tls://` URL carries (its root path;
+    /// creator-only nodes when it has credentials), read as
+    /// [`ZkLock::connect`] reads them, for [`ZkLock::with_client`].
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        let parsed = ZkUrl::parse(url)?;
+        Ok(ZkConfig {
+            root: parsed.root,
+            creator_only: parsed.digest.is_some(),
+        })
+    }
+}
+
 impl Default for ZkConfig {
     fn default() -> Self {
         ZkConfig {
