@@ -169,11 +169,6 @@ impl UrlOptions {
         self.pairs
     }
 
-    /// The names asked for so far.
-    pub fn known(&self) -> &[&'static str] {
-        &self.known
-    }
-
     fn take(&mut self, key: &str) -> Option<String> {
         let i = self.pairs.iter().position(|(k, _)| k == key)?;
         Some(self.pairs.remove(i).1)
