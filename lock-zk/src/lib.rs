@@ -35,7 +35,7 @@ use zookeeper_client::EventType;
 
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
-use crate::queue::{enqueue, queue};
+use crate::queue::{enqueue, queue, synced_queue};
 use crate::session::{Session, retrying, zk_error};
 use crate::url::ZkUrl;
 
@@ -266,7 +266,10 @@ impl ZkLock {
     pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
-        Ok(queue(&session.client, &dir).await?.len().saturating_sub(1))
+        Ok(synced_queue(&session.client, &dir)
+            .await?
+            .len()
+            .saturating_sub(1))
     }
 
     async fn acquire_inner(
@@ -450,7 +453,7 @@ impl RawLock for ZkLock {
         // A holder that goes between the listing and the read is looked
         // for again.
         for _ in 0..3 {
-            let nodes = queue(&session.client, &dir).await?;
+            let nodes = synced_queue(&session.client, &dir).await?;
             let Some(first) = nodes.first() else {
                 return Ok(LockInfo::free().with_waiters(Some(0)));
             };
@@ -478,7 +481,11 @@ impl RawLock for ZkLock {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
-        let Some(first) = queue(&session.client, &dir).await?.into_iter().next() else {
+        let Some(first) = synced_queue(&session.client, &dir)
+            .await?
+            .into_iter()
+            .next()
+        else {
             return Ok(false);
         };
         let path = format!("{dir}/{first}");

@@ -26,6 +26,19 @@ pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, Loc
     Ok(children)
 }
 
+/// [`queue`] as the leader has it: the client's member first catches up
+/// with the leader (`sync`). A client that did not make the latest change
+/// itself (an operator's `inspect`, `queued` or `force_release`, on a
+/// session of its own) could otherwise read a follower's stale tree and
+/// miss a grant the leader has already committed.
+pub(crate) async fn synced_queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
+    match retrying(|| client.sync(dir)).await {
+        Ok(()) | Err(ZkError::NoNode) => {}
+        Err(e) => return Err(zk_error("syncing with the leader", e)),
+    }
+    queue(client, dir).await
+}
+
 /// Our node in the queue: its path and `czxid`.
 pub(crate) struct Enqueued {
     pub path: String,

@@ -4,7 +4,8 @@
 //! whose session expires queues again on a new one; 16 waiters set 16
 //! watches and one release fires one; the ensemble outlives its leader; a
 //! holder frozen past its session knows at once, on resuming, that its
-//! lock is lost, and a guard's deadline never outlasts its session.
+//! lock is lost, and a guard's deadline never outlasts its session; an
+//! operator on a lagging follower still sees the latest grant.
 //!
 //! The freeze stops the standalone server, so these tests run one at a time
 //! (a shared mutex) in this binary, apart from the conformance suite.
@@ -587,4 +588,91 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
         SESSION,
     )
     .await;
+}
+
+/// On the ensemble, an operator's client connected to a follower that has
+/// not yet applied a grant still sees it: `inspect`, `queued` and
+/// `force_release` first sync their member with the leader. The follower
+/// is frozen while a client on the leader acquires, and the operator's
+/// request is sent before the follower thaws; unsynced, the thawed
+/// follower answers it from its stale tree ("free", "nothing to release").
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_operator_on_a_lagging_follower_sees_the_latest_grant() {
+    use lock_core::LockError;
+    use lock_testkit::faults::{Restore, services};
+    let _serial = SERIAL.lock().await;
+    let _restore = Restore::servers(["zk1", "zk2", "zk3"]);
+    let hosts = upstreams_of(&env("DISTLOCK_TEST_ZK_ENSEMBLE_URL"));
+    let leader = ensemble_leader();
+    let follower = (1..=3).find(|&m| m != leader).expect("a follower");
+    let on_member = async |member: usize| {
+        ZkLock::connect(&format!(
+            "zk://{}/distlock-lagging?session_timeout_ms=10000",
+            hosts[member - 1]
+        ))
+        .await
+        .expect("connect to one member")
+    };
+    let (holder, operator) = (on_member(leader).await, on_member(follower).await);
+    let opts = LockOptions::new().wait(Wait::No);
+    // Both clients have their sessions before the follower stops.
+    operator
+        .inspect(&unique("lagging-open"))
+        .await
+        .expect("inspect");
+
+    // Grant while the follower is frozen, ask it once it thaws.
+    async fn asked_while_lagging<T: Send + 'static>(
+        follower: usize,
+        holder: &ZkLock,
+        name: &str,
+        opts: &LockOptions,
+        ask: impl Future<Output = Result<T, LockError>> + Send + 'static,
+    ) -> (lock_core::LockGuard, T) {
+        services(&["pause", &format!("zk{follower}")]);
+        let granted = holder.acquire(name, opts).await;
+        let asked = tokio::spawn(ask);
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        services(&["resume", &format!("zk{follower}")]);
+        let granted = granted.expect("acquire while a follower is frozen");
+        let answer = asked
+            .await
+            .expect("the operator's task")
+            .expect("the operator's request");
+        (granted, answer)
+    }
+
+    for round in 0..3 {
+        let name = unique("lagging");
+        let (guard, info) = asked_while_lagging(follower, &holder, &name, &opts, {
+            let (operator, name) = (operator.clone(), name.clone());
+            async move { operator.inspect(&name).await }
+        })
+        .await;
+        assert!(
+            info.held,
+            "round {round}: the follower's operator saw a just-granted lock as free: {info:?}"
+        );
+        guard.release().await.expect("release");
+
+        let name = unique("lagging");
+        let (guard, released) = asked_while_lagging(follower, &holder, &name, &opts, {
+            let (operator, name) = (operator.clone(), name.clone());
+            async move { operator.force_release(&name).await }
+        })
+        .await;
+        assert!(
+            released,
+            "round {round}: the follower's operator found nothing to release"
+        );
+        assert!(
+            holder
+                .try_acquire(&name, &opts)
+                .await
+                .expect("try")
+                .is_some(),
+            "round {round}: force_release answered true but the lock is still held"
+        );
+        drop(guard);
+    }
 }
