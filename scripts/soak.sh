@@ -5,29 +5,37 @@
 # beside them the whole time, as on a developer's busy machine.
 #
 #   scripts/services.sh up
-#   scripts/soak.sh [RUNS] [--build-beside] [--serial]
+#   scripts/soak.sh [RUNS] [--build-beside] [--streams K]
 #
 # A fault test kills, freezes or cuts off only its own backend's servers,
-# so each backend's test binaries run in a lane of their own, one after
-# another, and the lanes run side by side (more load, not less). A binary
-# that uses several backends' servers (the migration suite) runs alone
-# once the lanes are done. --serial runs every binary one after another.
+# so each backend's test binaries form a lane that runs one binary after
+# another. With --streams K (default 1: everything one after another) the
+# lanes are shared out among K streams that run side by side, the largest
+# lanes (by test count) first, each to the stream with the least so far. A
+# binary that uses several backends' servers (the migration suite) runs
+# alone once the streams are done.
 #
 # The test binaries are built once and copied, so nothing rebuilds them
-# between runs; each run's output goes to target/soak/run-N/LANE.log.
+# between runs; run N's output goes to target/soak/run-N/STREAM.log, with
+# each binary's time after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 runs=20
 load=0
-serial=0
-for arg in "$@"; do
-    case "$arg" in
+streams=1
+usage() {
+    echo "usage: scripts/soak.sh [RUNS] [--build-beside] [--streams K]" >&2
+    exit 2
+}
+while [ $# -gt 0 ]; do
+    case "$1" in
         --build-beside) load=1 ;;
-        --serial) serial=1 ;;
-        [0-9]*) runs="$arg" ;;
-        *) echo "usage: scripts/soak.sh [RUNS] [--build-beside] [--serial]" >&2; exit 2 ;;
+        --streams) shift; [[ "${1:-}" =~ ^[1-9][0-9]*$ ]] || usage; streams=$1 ;;
+        [0-9]*) runs="$1" ;;
+        *) usage ;;
     esac
+    shift
 done
 
 while IFS='=' read -r key value; do
@@ -64,31 +72,31 @@ for line in sys.stdin:
 ' | sort > "$out/tests.tsv"
 
 mapfile -t tests < "$out/tests.tsv"
-echo "soak: ${#tests[@]} test binaries, $runs runs$([ "$load" = 1 ] && echo ', a build beside')"
 for t in "${tests[@]}"; do
     IFS=$'\t' read -r _ name _ exe <<< "$t"
     cp "$exe" "$out/bin/$name"
 done
-lanes=$(cut -f1 "$out/tests.tsv" | grep -vx shared | sort -u)
-[ "$serial" = 1 ] && lanes=serial
 
-# Run the binaries of one lane ("serial": all) one after another, appending
-# to LOG; each binary's seconds are logged after it. Fails at the first
-# failing binary.
-run_lane() {
-    local lane=$1 log=$2 t name dir began
-    for t in "${tests[@]}"; do
-        IFS=$'\t' read -r tlane name dir _ <<< "$t"
-        [ "$lane" = serial ] || [ "$tlane" = "$lane" ] || continue
-        echo "=== $name" >> "$log"
-        began=$(date +%s)
-        if ! (cd "$dir" && "$out/bin/$name") >> "$log" 2>&1; then
-            echo "=== $name FAILED after $(( $(date +%s) - began )) s" >> "$log"
-            return 1
-        fi
-        echo "=== $name ok in $(( $(date +%s) - began )) s" >> "$log"
-    done
-}
+# stream<TAB>lane, every lane but "shared" in one of the streams.
+while IFS=$'\t' read -r lane name _ _; do
+    printf '%s\t%s\n' "$lane" "$("$out/bin/$name" --list 2>/dev/null | grep -c ': test$' || true)"
+done < "$out/tests.tsv" |
+    python3 -c '
+import sys
+streams = int(sys.argv[1])
+size = {}
+for line in sys.stdin:
+    lane, count = line.split("\t")
+    if lane != "shared":
+        size[lane] = size.get(lane, 0) + int(count)
+load = [0] * streams
+for lane in sorted(size, key=lambda l: (-size[l], l)):
+    s = load.index(min(load))
+    load[s] += size[lane]
+    print(s + 1, lane, sep="\t")
+' "$streams" > "$out/streams.tsv"
+
+echo "soak: ${#tests[@]} test binaries in $streams stream(s), $runs runs$([ "$load" = 1 ] && echo ', a build beside')"
 
 if [ "$load" = 1 ]; then
     (
@@ -102,21 +110,43 @@ if [ "$load" = 1 ]; then
     trap 'kill -- -$loader 2>/dev/null || kill $loader 2>/dev/null || true; pkill -f "$out/load-target" || true' EXIT
 fi
 
+# Run the binaries of the given lanes one after another, appending to LOG;
+# each binary's seconds are logged after it. Fails at the first failing
+# binary.
+run_lanes() {
+    local log=$1 lane t tlane name dir began
+    shift
+    for lane in "$@"; do
+        for t in "${tests[@]}"; do
+            IFS=$'\t' read -r tlane name dir _ <<< "$t"
+            [ "$tlane" = "$lane" ] || continue
+            echo "=== $name" >> "$log"
+            began=$(date +%s)
+            if ! (cd "$dir" && "$out/bin/$name") >> "$log" 2>&1; then
+                echo "=== $name FAILED after $(( $(date +%s) - began )) s" >> "$log"
+                return 1
+            fi
+            echo "=== $name ok in $(( $(date +%s) - began )) s" >> "$log"
+        done
+    done
+}
+
 for run in $(seq 1 "$runs"); do
     start=$(date +%s)
     dir="$out/run-$run"
     mkdir -p "$dir"
     pids=()
-    for lane in $lanes; do
-        run_lane "$lane" "$dir/$lane.log" &
+    for s in $(seq 1 "$streams"); do
+        # shellcheck disable=SC2046
+        run_lanes "$dir/stream-$s.log" $(awk -F'\t' -v s="$s" '$1 == s { print $2 }' "$out/streams.tsv") &
         pids+=("$!")
     done
     failed=0
     for pid in "${pids[@]}"; do
         wait "$pid" || failed=1
     done
-    if [ "$failed" = 0 ] && [ "$serial" = 0 ]; then
-        run_lane shared "$dir/shared.log" || failed=1
+    if [ "$failed" = 0 ]; then
+        run_lanes "$dir/shared.log" shared || failed=1
     fi
     if [ "$failed" = 1 ]; then
         echo "soak: run $run FAILED after $(( $(date +%s) - start )) s; see $dir"
@@ -124,7 +154,6 @@ for run in $(seq 1 "$runs"); do
         exit 1
     fi
     passed=$(cat "$dir"/*.log | grep -c '^test .* ok$' || true)
-    slowest=$(grep -h '^=== .* ok in' "$dir"/*.log | sort -t' ' -k5 -n | tail -1 | sed 's/^=== //')
-    echo "soak: run $run ok: $passed tests in $(( $(date +%s) - start )) s (slowest binary: $slowest)"
+    echo "soak: run $run ok: $passed tests in $(( $(date +%s) - start )) s"
 done
 echo "soak: $runs consecutive runs green"
