@@ -394,8 +394,42 @@ impl MySqlLock {
         Ok(token.and_then(|t| u64::try_from(t).ok()))
     }
 
+    /// Kill the server connection `id` (`what` it is, for the error) and
+    /// wait (up to 10 s) until it is gone: `KILL` only marks a connection,
+    /// which then rolls back its transaction, giving up its locks, and
+    /// leaves the process list last.
+    async fn end_connection(&self, id: u64, what: &str) -> Result<(), LockError> {
+        let pool = self.inner.pool.pool();
+        sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
+            .execute(pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("killing {what}"), e))?;
+        let start = Instant::now();
+        loop {
+            let alive: i64 = sqlx::query_scalar(
+                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
+            )
+            .bind(id)
+            .fetch_one(pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("waiting for {what} to end"), e))?;
+            if alive == 0 {
+                return Ok(());
+            }
+            if start.elapsed() > Duration::from_secs(10) {
+                return Err(LockError::Unavailable {
+                    backend: BACKEND,
+                    reason: format!("{what} was killed but had not ended after 10 s"),
+                    source: None,
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// The connection holding `name`'s row lock, found by queueing behind
-    /// it for a moment and asking InnoDB who blocks us.
+    /// it for a moment and asking InnoDB who blocks us. The probe
+    /// leaves the queue before this returns.
     async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
         let mut probe = self
@@ -471,17 +505,26 @@ impl MySqlLock {
                 }
             }
         };
-        tokio::select! {
-            done = waiting => match done {
+        let (found, still_waiting) = tokio::select! {
+            done = waiting => (match done {
                 // Granted at once: nobody holds it.
                 Ok(_) => Ok(None),
                 // Our wait ran out behind a holder we did not find.
                 Err(e) if not_granted(&e) => Err(unidentified()),
                 Err(e) => Err(failed(e)),
-            },
-            holder = ask => holder,
+            }, false),
+            holder = ask => (holder, true),
+        };
+        // `probe` is closed on drop, ending its transaction. But a probe
+        // whose statement still waits for the row is not told: the server
+        // does not notice a closed client during a lock wait, and would
+        // hand the probe the lock once the holder is gone, ahead of the
+        // waiters and newcomers it was freed for. So it is ended first.
+        drop(probe);
+        if still_waiting {
+            self.end_connection(me, "the holder search's probe").await?;
         }
-        // `probe` is closed on drop, ending its transaction.
+        found
     }
 
     async fn acquire_conn(&self) -> Result<Pinned<MySql>, LockError> {
@@ -811,34 +854,9 @@ impl RawLock for MySqlLock {
         let Some(id) = self.holder_id(name).await? else {
             return Ok(false);
         };
-        let pool = self.inner.pool.pool();
-        sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
-            .execute(pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "killing the holder's connection", e))?;
-        let start = Instant::now();
-        loop {
-            let alive: i64 = sqlx::query_scalar(
-                "SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE ID = ?",
-            )
-            .bind(id)
-            .fetch_one(pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "waiting for the holder's connection to end", e))?;
-            if alive == 0 {
-                return Ok(true);
-            }
-            if start.elapsed() > Duration::from_secs(10) {
-                return Err(LockError::Unavailable {
-                    backend: BACKEND,
-                    reason: format!(
-                        "the connection holding `{name}` was killed but had not ended after 10 s"
-                    ),
-                    source: None,
-                });
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        self.end_connection(id, &format!("the connection holding `{name}`"))
+            .await?;
+        Ok(true)
     }
 }
 

@@ -1,6 +1,7 @@
 //! MariaDB faults: a holder process killed with SIGKILL, a holder's
-//! connection killed on the server, and the server restarted under a held
-//! lock. The restart stops the server, so these tests run one at a time (a
+//! connection killed on the server (by hand, or by a force-release that
+//! must leave none of its own probes queued), and the server restarted
+//! under a held lock. The restart stops the server, so these tests run one at a time (a
 //! shared mutex) in this binary, apart from the conformance suite.
 
 mod common;
@@ -294,4 +295,85 @@ async fn concurrent_row_force_releases_each_find_their_holder() {
             .expect("lost() fires once the holder's connection is killed");
         assert_eq!(reason, LossReason::TakenOver);
     }
+}
+
+/// Transactions of the server waiting for a row lock of the lock table, as
+/// InnoDB's lock tables show them once they have been left unread for
+/// 100 ms (they are a snapshot renewed only then).
+async fn waiting_for_a_lock_row(monitor: &lock_sql::sqlx::MySqlPool) -> i64 {
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    lock_sql::sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.innodb_trx \
+         WHERE trx_state = 'LOCK WAIT' AND trx_query LIKE '%distlock_locks%'",
+    )
+    .fetch_one(monitor)
+    .await
+    .expect("read InnoDB's transactions")
+}
+
+/// Row mode finds a holder by queueing a probe behind it and asking InnoDB
+/// who blocks the probe. The probe must have left the queue before the
+/// holder is killed: otherwise, once the waiter ahead of it is granted the
+/// freed lock, the probe still waits behind it (its client gone, which the
+/// server does not notice during a lock wait) and is handed the lock at
+/// the waiter's release, holding it until it finds its client gone, ahead
+/// of any newcomer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_force_release_leaves_no_probe_in_the_queue() {
+    let _serial = SERIAL.lock().await;
+    let monitor = lock_sql::sqlx::MySqlPool::connect(&env("DISTLOCK_TEST_MYSQL_URL"))
+        .await
+        .expect("monitor connects");
+    let (holder, waiting, operator) = (
+        client("row").await,
+        client("row").await,
+        client("row").await,
+    );
+    assert_eq!(
+        waiting_for_a_lock_row(&monitor).await,
+        0,
+        "a lock wait before the test"
+    );
+    let name = unique("force-release-probe");
+    let g = holder
+        .acquire(&name, &quick(30_000))
+        .await
+        .expect("acquire");
+    let waiter = tokio::spawn({
+        let name = name.clone();
+        async move {
+            waiting
+                .acquire(
+                    &name,
+                    &quick(30_000).wait(Wait::Up(Duration::from_secs(20))),
+                )
+                .await
+        }
+    });
+    let queued = Instant::now();
+    while waiting_for_a_lock_row(&monitor).await < 1 {
+        assert!(
+            queued.elapsed() < Duration::from_secs(10),
+            "the waiter never queued"
+        );
+    }
+    assert!(operator.force_release(&name).await.expect("force_release"));
+    let next = tokio::time::timeout(Duration::from_secs(10), waiter)
+        .await
+        .expect("the waiter is granted the freed lock")
+        .expect("waiter task")
+        .expect("the waiter's acquire");
+    assert_eq!(
+        waiting_for_a_lock_row(&monitor).await,
+        0,
+        "the holder search's probe still waits for the row after the force-release"
+    );
+    assert!(next.release().await.expect("release"));
+    let newcomer = operator
+        .try_acquire(&name, &quick(30_000))
+        .await
+        .expect("try")
+        .expect("free for a newcomer at once after the waiter's release");
+    assert!(newcomer.release().await.expect("release"));
+    drop(g);
 }
