@@ -262,7 +262,8 @@ impl ZkLock {
     }
 
     /// How many acquisitions of `name` wait behind its holder: the nodes
-    /// in its queue after the first.
+    /// in its queue after the first, read once this client's member has
+    /// caught up with the leader.
     pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
@@ -445,7 +446,9 @@ impl RawLock for ZkLock {
 
     /// The first node of the lock's queue (by sequence) is the holder: its
     /// `czxid` is the token; the nodes after it wait. The lock lives as long
-    /// as the holder's session, so no lease time is reported.
+    /// as the holder's session, so no lease time is reported. The queue is
+    /// read once this client's member has caught up with the leader (a
+    /// follower may not have applied another client's grant yet).
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
@@ -476,7 +479,9 @@ impl RawLock for ZkLock {
 
     /// Delete the holder's node of `name`: the next waiter (watching it)
     /// is notified at once, and the holder's `lost()` fires when its
-    /// client sees the node gone (its next renewal at the latest).
+    /// client sees the node gone (its next renewal at the latest). The
+    /// holder is looked up once this client's member has caught up with
+    /// the leader.
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
