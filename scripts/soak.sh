@@ -13,7 +13,8 @@
 # lanes are shared out among K streams that run side by side, the largest
 # lanes (by test count) first, each to the stream with the least so far. A
 # binary that uses several backends' servers (the migration suite) runs
-# alone once the streams are done.
+# alone once the streams are done, and so does one that uses several
+# servers of one crate (the SQL network matrix: Postgres and MySQL).
 #
 # The test binaries are built once and copied, so nothing rebuilds them
 # between runs; run N's output goes to target/soak/run-N/STREAM.log, with
@@ -63,7 +64,9 @@ for line in sys.stdin:
         package = os.path.basename(os.path.dirname(m["manifest_path"]))
         name = t["name"]
         if package == "lock-sql":
-            lane = "sqlite" if name.startswith("sqlite") else "postgres-mysql"
+            lane = name.split("_")[0]
+            if lane not in ("sqlite", "postgres", "mysql"):
+                lane = "shared"
         elif package.startswith("lock-"):
             lane = package[len("lock-"):]
         else:
