@@ -35,7 +35,7 @@ use zookeeper_client::EventType;
 
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
-use crate::queue::{enqueue, queue, synced_queue};
+use crate::queue::{catch_up, enqueue, queue, synced_queue};
 use crate::session::{Session, retrying, zk_error};
 use crate::url::ZkUrl;
 
@@ -453,10 +453,11 @@ impl RawLock for ZkLock {
         validate_name(name)?;
         let dir = lock_node(&self.inner.root, name);
         let session = self.session().await?;
-        // A holder that goes between the listing and the read is looked
-        // for again.
+        // One catch-up serves every listing below. A holder that goes
+        // between the listing and the read is looked for again.
+        catch_up(&session.client, &dir).await?;
         for _ in 0..3 {
-            let nodes = synced_queue(&session.client, &dir).await?;
+            let nodes = queue(&session.client, &dir).await?;
             let Some(first) = nodes.first() else {
                 return Ok(LockInfo::free().with_waiters(Some(0)));
             };

@@ -26,16 +26,21 @@ pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, Loc
     Ok(children)
 }
 
-/// [`queue`] as the leader has it: the client's member first catches up
-/// with the leader (`sync`). A client that did not make the latest change
-/// itself (an operator's `inspect`, `queued` or `force_release`, on a
-/// session of its own) could otherwise read a follower's stale tree and
-/// miss a grant the leader has already committed.
-pub(crate) async fn synced_queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
+/// Let the client's member catch up with the leader (`sync`). A client
+/// that did not make the latest change itself (an operator's `inspect`,
+/// `queued` or `force_release`, on a session of its own) could otherwise
+/// read a follower's stale tree and miss a grant the leader has already
+/// committed; reads after this see at least what the leader had.
+pub(crate) async fn catch_up(client: &Client, dir: &str) -> Result<(), LockError> {
     match retrying(|| client.sync(dir)).await {
-        Ok(()) | Err(ZkError::NoNode) => {}
-        Err(e) => return Err(zk_error("syncing with the leader", e)),
+        Ok(()) | Err(ZkError::NoNode) => Ok(()),
+        Err(e) => Err(zk_error("syncing with the leader", e)),
     }
+}
+
+/// [`queue`] as the leader has it: read after [`catch_up`].
+pub(crate) async fn synced_queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
+    catch_up(client, dir).await?;
     queue(client, dir).await
 }
 
