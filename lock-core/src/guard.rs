@@ -119,6 +119,10 @@ async fn clean_up(handle: Arc<dyn GuardHandle>) {
     }
 }
 
+/// How many confirmations [`confirmed_lease_start`] sends, at most, before
+/// it gives up on a grant it cannot confirm promptly.
+const CONFIRMATIONS: u32 = 3;
+
 /// When a lease granted by a request sent at `sent_at` may be taken to
 /// start, for a backend whose server starts the lease when it *grants*
 /// (a row lock's idle timeout, a session's node) rather than when the
@@ -126,10 +130,14 @@ async fn clean_up(handle: Arc<dyn GuardHandle>) {
 /// count against the new holder.
 ///
 /// A grant that came back within a tenth of the TTL starts at `sent_at`
-/// (the guard loses at most that tenth). After a longer wait, one renewal
+/// (the guard loses at most that tenth). After a longer wait, a renewal
 /// (`handle.extend(ttl)`) confirms the lock, and the lease starts when that
-/// request was sent. If the confirmation finds the lock gone (its
-/// connection died right after the grant), the acquisition failed:
+/// request was sent. A confirmation that itself took longer than a tenth
+/// of the TTL (its connection dropped and came back, the server stalled)
+/// would hand the caller a lease already mostly or wholly spent, a guard
+/// lost on arrival: it is sent again, up to three confirmations in all.
+/// If a confirmation finds the lock gone (its connection died right after
+/// the grant), or none came back promptly, the acquisition failed:
 /// `Unavailable`, transient. On `Err` the caller drops `pending`, which
 /// releases the grant in the background.
 pub async fn confirmed_lease_start(
@@ -139,19 +147,35 @@ pub async fn confirmed_lease_start(
     backend: &'static str,
     name: &str,
 ) -> Result<Instant, LockError> {
-    if sent_at.elapsed() <= ttl / 10 {
+    let prompt = ttl / 10;
+    if sent_at.elapsed() <= prompt {
         return Ok(sent_at);
     }
-    let again = Instant::now();
-    if pending.handle.extend(ttl).await? {
-        Ok(again)
-    } else {
-        Err(LockError::Unavailable {
-            backend,
-            reason: format!("lock {name:?} was lost right after it was granted; try again"),
-            source: None,
-        })
+    let mut slowest = Duration::ZERO;
+    for _ in 0..CONFIRMATIONS {
+        let again = Instant::now();
+        if !pending.handle.extend(ttl).await? {
+            return Err(LockError::Unavailable {
+                backend,
+                reason: format!("lock {name:?} was lost right after it was granted; try again"),
+                source: None,
+            });
+        }
+        let took = again.elapsed();
+        if took <= prompt {
+            return Ok(again);
+        }
+        tracing::debug!(name, ?took, "a grant's confirmation was slow; confirming again");
+        slowest = slowest.max(took);
     }
+    Err(LockError::Unavailable {
+        backend,
+        reason: format!(
+            "lock {name:?} was granted, but {CONFIRMATIONS} confirmations each took longer than \
+             a tenth of its TTL (up to {slowest:?}); try again"
+        ),
+        source: None,
+    })
 }
 
 /// A held lock. Dropping it releases the lock in the background on the
@@ -398,5 +422,100 @@ impl fmt::Debug for LockGuard {
             .field("lost", &self.lease.lost_now())
             .field("auto_renew", &self.renewal.is_some())
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A grant whose confirmations take the listed times, then answer at once.
+    struct SlowConfirmations {
+        delays: Mutex<Vec<Duration>>,
+        held: bool,
+    }
+
+    #[async_trait::async_trait]
+    impl GuardHandle for SlowConfirmations {
+        async fn release(&self) -> Result<bool, LockError> {
+            Ok(true)
+        }
+
+        async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
+            let delay = {
+                let mut delays = self.delays.lock().unwrap_or_else(|e| e.into_inner());
+                (!delays.is_empty()).then(|| delays.remove(0))
+            };
+            if let Some(delay) = delay {
+                tokio::time::sleep(delay).await;
+            }
+            Ok(self.held)
+        }
+    }
+
+    fn pending(delays: &[u64], held: bool) -> PendingGrant {
+        PendingGrant::new(Arc::new(SlowConfirmations {
+            delays: Mutex::new(delays.iter().map(|&ms| Duration::from_millis(ms)).collect()),
+            held,
+        }))
+    }
+
+    const TTL: Duration = Duration::from_secs(3);
+
+    #[tokio::test(start_paused = true)]
+    async fn a_prompt_grant_starts_when_its_request_was_sent() {
+        let sent_at = Instant::now();
+        tokio::time::advance(Duration::from_millis(200)).await;
+        let start = confirmed_lease_start(&pending(&[5000], true), sent_at, TTL, "test", "n")
+            .await
+            .expect("prompt grant");
+        assert_eq!(start, sent_at);
+    }
+
+    /// A confirmation that straddled a server outage must not become the
+    /// lease's start: the guard would be lost on arrival.
+    #[tokio::test(start_paused = true)]
+    async fn a_slow_confirmation_is_sent_again() {
+        let sent_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let start = confirmed_lease_start(&pending(&[4000, 10], true), sent_at, TTL, "test", "n")
+            .await
+            .expect("the second confirmation is prompt");
+        let spent = start.elapsed();
+        assert!(
+            spent <= TTL / 10,
+            "the lease starts {spent:?} before the grant is handed over, of a {TTL:?} TTL"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_never_confirmed_promptly_is_unavailable() {
+        let sent_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let outcome = confirmed_lease_start(
+            &pending(&[400, 400, 400, 0], true),
+            sent_at,
+            TTL,
+            "test",
+            "n",
+        )
+        .await;
+        assert!(
+            matches!(&outcome, Err(LockError::Unavailable { reason, .. }) if reason.contains("3 confirmations")),
+            "{outcome:?}"
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_gone_at_its_confirmation_is_unavailable() {
+        let sent_at = Instant::now();
+        tokio::time::advance(Duration::from_secs(5)).await;
+        let outcome = confirmed_lease_start(&pending(&[], false), sent_at, TTL, "test", "n").await;
+        assert!(
+            matches!(&outcome, Err(LockError::Unavailable { reason, .. }) if reason.contains("lost right after")),
+            "{outcome:?}"
+        );
     }
 }
