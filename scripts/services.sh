@@ -365,9 +365,19 @@ stop_one() {
 }
 
 signal_one() {
-    local sig=$1 name=$2 pid
+    local sig=$1 name=$2 pid ppid
     pid=$(pid_of "$name") || die "$name is not running"
     kill "-$sig" "$pid"
+    # A Postgres connection is served by a child of the postmaster: a frozen
+    # server freezes them too (a killed postmaster's children end by
+    # themselves).
+    if [ "$name" = postgres ] && [ "$sig" != KILL ]; then
+        local stat child
+        for stat in /proc/[0-9]*/stat; do
+            read -r child _ _ ppid _ < "$stat" 2>/dev/null || continue
+            if [ "$ppid" = "$pid" ]; then kill "-$sig" "$child" 2>/dev/null || true; fi
+        done
+    fi
     if [ "$sig" = KILL ]; then
         while alive "$pid"; do sleep 0.02; done
         # A killed postmaster leaves its lock files; its pid may live on as

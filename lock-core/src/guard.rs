@@ -86,12 +86,13 @@ impl Drop for PendingGrant {
     }
 }
 
-/// How long the background clean-up of an abandoned acquisition keeps
-/// retrying while the server is unreachable.
+/// How long the background clean-up of an abandoned acquisition (or of a
+/// release left unanswered) keeps retrying while the server is unreachable.
 const CLEAN_UP_PATIENCE: Duration = Duration::from_secs(60);
 
-/// Release what an abandoned acquisition may have left on the server,
-/// retrying transient failures (with backoff, for up to
+/// Release what an abandoned acquisition may have left on the server (or
+/// finish a release that went unanswered), retrying transient failures
+/// (with backoff, for up to
 /// [`CLEAN_UP_PATIENCE`]): the acquisition usually failed because the
 /// network did, and the first clean-up then fails the same way, while what
 /// it must remove (a key whose grant reply was lost) can outlive the fault
@@ -118,6 +119,11 @@ async fn clean_up(handle: Arc<dyn GuardHandle>) {
         }
     }
 }
+
+/// How long [`LockGuard::release`] waits for the server's answer before
+/// it reports [`LockError::Unavailable`] and leaves the release to the
+/// background.
+pub const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How many confirmations [`confirmed_lease_start`] sends, at most, before
 /// it gives up on a grant it cannot confirm promptly.
@@ -165,7 +171,11 @@ pub async fn confirmed_lease_start(
         if took <= prompt {
             return Ok(again);
         }
-        tracing::debug!(name, ?took, "a grant's confirmation was slow; confirming again");
+        tracing::debug!(
+            name,
+            ?took,
+            "a grant's confirmation was slow; confirming again"
+        );
         slowest = slowest.max(took);
     }
     Err(LockError::Unavailable {
@@ -373,11 +383,36 @@ impl LockGuard {
 
     /// Give the lock back. `Ok(true)` if it was still ours, `Ok(false)` if it
     /// had already expired or been taken over (nothing is removed then).
+    ///
+    /// Returns within [`RELEASE_PATIENCE`]: a server that does not answer
+    /// by then (crashed, frozen, a client still reconnecting) makes it
+    /// [`LockError::Unavailable`], and the release goes on in the
+    /// background, retried while the server stays unreachable, until it
+    /// lands or the lock's lease or session ends it.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.renewal.take();
-        match self.handle.take() {
-            Some(handle) => handle.release().await,
-            None => Ok(false),
+        let Some(handle) = self.handle.take() else {
+            return Ok(false);
+        };
+        match tokio::time::timeout(RELEASE_PATIENCE, handle.release()).await {
+            Ok(outcome) => outcome,
+            Err(_) => {
+                tracing::warn!(
+                    lock = %self.name,
+                    patience = ?RELEASE_PATIENCE,
+                    "release unanswered; going on in the background"
+                );
+                tokio::spawn(clean_up(handle));
+                Err(LockError::Unavailable {
+                    backend: self.caps.backend,
+                    reason: format!(
+                        "releasing lock {:?}: no answer within {RELEASE_PATIENCE:?}; the release \
+                         goes on in the background",
+                        self.name
+                    ),
+                    source: None,
+                })
+            }
         }
     }
 }
@@ -463,6 +498,58 @@ mod tests {
     }
 
     const TTL: Duration = Duration::from_secs(3);
+
+    /// A lock whose server never answers a release.
+    struct Unanswered {
+        releases: std::sync::atomic::AtomicU32,
+    }
+
+    #[async_trait::async_trait]
+    impl GuardHandle for Unanswered {
+        async fn release(&self) -> Result<bool, LockError> {
+            self.releases
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            std::future::pending().await
+        }
+
+        async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
+            Ok(true)
+        }
+    }
+
+    /// `release()` returns within `RELEASE_PATIENCE` when the server does
+    /// not answer, as `Unavailable`, and the release goes on in the
+    /// background.
+    #[tokio::test(start_paused = true)]
+    async fn an_unanswered_release_returns_and_goes_on_in_the_background() {
+        let handle = Arc::new(Unanswered {
+            releases: Default::default(),
+        });
+        let opts = crate::LockOptions::new().ttl(TTL);
+        let guard = LockGuard::new(
+            "n",
+            Some(1),
+            crate::DistributedLock::capabilities(&crate::MemoryLock::new()),
+            Arc::new(LeaseState::granted(Instant::now(), &opts)),
+            Arc::clone(&handle) as Arc<dyn GuardHandle>,
+        );
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(Duration::from_secs(3600), guard.release())
+            .await
+            .expect("release() returns by itself");
+        let took = start.elapsed();
+        assert!(
+            matches!(&outcome, Err(LockError::Unavailable { reason, .. }) if reason.contains("background")),
+            "{outcome:?}"
+        );
+        assert_eq!(took, RELEASE_PATIENCE);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+        assert_eq!(
+            handle.releases.load(std::sync::atomic::Ordering::SeqCst),
+            2,
+            "the release is sent again in the background"
+        );
+    }
 
     #[tokio::test(start_paused = true)]
     async fn a_prompt_grant_starts_when_its_request_was_sent() {

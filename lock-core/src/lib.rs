@@ -31,9 +31,9 @@ mod watchdog;
 
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
-pub use guard::LockGuard;
+pub use guard::{LockGuard, RELEASE_PATIENCE};
 pub use info::LockInfo;
-pub use lock::DistributedLock;
+pub use lock::{DistributedLock, WAIT_OVERRUN};
 pub use loss::{LossKind, LossReason};
 pub use memory::MemoryLock;
 pub use name::MAX_NAME_BYTES;

@@ -47,7 +47,8 @@ pub trait DistributedLock: Send + Sync {
 
     /// Wait until the lock is granted or `opts.wait` passes
     /// ([`LockError::Timeout`]). Cancel-safe: dropping the future leaves
-    /// nothing held and no waiter registered.
+    /// nothing held and no waiter registered. A bounded wait returns by
+    /// its end plus [`WAIT_OVERRUN`] even when the server stops answering.
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError>;
 
     /// What this backend guarantees.
@@ -85,6 +86,14 @@ pub trait DistributedLock: Send + Sync {
         })
     }
 }
+
+/// How long after its wait ends an [`acquire`](DistributedLock::acquire)
+/// may still run: a backend that finishes a wait in line (taking its
+/// queue entry back) does so within it; a request the server does not
+/// answer (a crashed or frozen server, a client reconnecting) is cut off
+/// then, the acquisition is a [`LockError::Timeout`], and whatever it may
+/// have left on the server is given back in the background.
+pub const WAIT_OVERRUN: Duration = Duration::from_secs(2);
 
 /// An acquisition that passed the checks every backend makes: the name is
 /// acceptable, the options fit the backend, and the wait has a deadline.
@@ -230,9 +239,22 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         let req = Request::checked(name, opts, &self.raw_capabilities())?;
-        let granted = match opts.wait {
-            Wait::No => self.attempt_once(req).await?,
-            Wait::Up(_) | Wait::Forever => self.wait(req).await?,
+        let granted = match (opts.wait, req.deadline) {
+            (Wait::No, _) => self.attempt_once(req).await?,
+            (_, Some(deadline)) => {
+                match tokio::time::timeout_at(deadline + WAIT_OVERRUN, self.wait(req)).await {
+                    Ok(granted) => granted?,
+                    Err(_) => {
+                        tracing::warn!(
+                            name,
+                            overrun = ?WAIT_OVERRUN,
+                            "the wait's requests were still unanswered past its end; cut off"
+                        );
+                        None
+                    }
+                }
+            }
+            (_, None) => self.wait(req).await?,
         };
         granted.ok_or_else(|| req.timeout())
     }
@@ -449,6 +471,49 @@ mod tests {
             locks.attempts() > 5,
             "{} attempts: the first and the polls",
             locks.attempts()
+        );
+    }
+
+    /// A backend whose wait hangs (its server stopped answering) past the
+    /// request's deadline.
+    struct Hanging(MemoryLock);
+
+    #[async_trait]
+    impl RawLock for Hanging {
+        fn raw_capabilities(&self) -> Capabilities {
+            self.0.raw_capabilities()
+        }
+
+        async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+            self.0.attempt_once(req).await
+        }
+
+        async fn wait(&self, _req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+            std::future::pending().await
+        }
+    }
+
+    /// A wait whose backend never answers ends by its deadline plus
+    /// `WAIT_OVERRUN`, as a `Timeout`, not when the server comes back.
+    #[tokio::test(start_paused = true)]
+    async fn a_hanging_wait_is_cut_off_after_its_end() {
+        let locks = Hanging(MemoryLock::new());
+        let wait = Duration::from_secs(5);
+        let start = Instant::now();
+        let outcome = tokio::time::timeout(
+            Duration::from_secs(3600),
+            locks.acquire("job", &options(Wait::Up(wait))),
+        )
+        .await
+        .expect("the wait ends by itself");
+        let took = start.elapsed();
+        assert!(
+            matches!(outcome, Err(LockError::Timeout { .. })),
+            "{outcome:?}"
+        );
+        assert!(
+            took >= wait && took <= wait + WAIT_OVERRUN,
+            "returned after {took:?} of a {wait:?} wait"
         );
     }
 

@@ -310,6 +310,19 @@ async fn server_failure_gives_transient_errors() {
     .await;
 }
 
+/// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_bounds_waits_and_releases() {
+    let _serial = SERIAL.lock().await;
+    let base = env("DISTLOCK_TEST_ETCD_URL");
+    lock_testkit::faults::frozen_server_bounds_waits_and_releases(
+        async || client(&base).await,
+        &["etcd"],
+        session_opts(),
+    )
+    .await;
+}
+
 /// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
 /// session's lease (3 s) runs out without keep-alives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -397,6 +397,19 @@ async fn server_failure_gives_transient_errors() {
     .await;
 }
 
+/// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`: a
+/// majority of the masters frozen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_bounds_waits_and_releases() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_server_bounds_waits_and_releases(
+        client,
+        &["redlock1", "redlock2", "redlock3"],
+        LockOptions::new().ttl(Duration::from_secs(5)),
+    )
+    .await;
+}
+
 /// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {

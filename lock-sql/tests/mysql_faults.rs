@@ -160,6 +160,20 @@ async fn server_failure_gives_transient_errors() {
     }
 }
 
+/// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_bounds_waits_and_releases() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_testkit::faults::frozen_server_bounds_waits_and_releases(
+            async || client(mode).await,
+            &["mysql"],
+            LockOptions::new().ttl(Duration::from_secs(5)),
+        )
+        .await;
+    }
+}
+
 /// See `lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrenewed_holder_learns_of_a_server_crash() {

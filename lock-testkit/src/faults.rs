@@ -235,7 +235,11 @@ pub async fn frozen_holder_loses_its_lock_to_a_later_token<L, F>(
 /// holder) and a `try_acquire` both end in an error that
 /// [`is_transient`](lock_core::LockError::is_transient) (`Unavailable`,
 /// `Timeout`, `QuorumNotReached`), never `Lost` (which belongs to a held
-/// guard), `Backend` or a hang; once the servers are started again the
+/// guard), `Backend` or a hang; the waiting `acquire` (a 6 s wait) returns
+/// by the end of its wait plus [`WAIT_OVERRUN`](lock_core::WAIT_OVERRUN),
+/// not when the servers come back; the holder's `release()` returns within
+/// [`RELEASE_PATIENCE`](lock_core::RELEASE_PATIENCE), with an answer or a
+/// transient error; once the servers are started again the
 /// client acquires again without being rebuilt. `connect` builds the two
 /// clients (holder and waiter).
 pub async fn server_failure_gives_transient_errors<L, F>(
@@ -260,10 +264,15 @@ pub async fn server_failure_gives_transient_errors<L, F>(
         .acquire(&name, &opts.clone().wait(Wait::No))
         .await
         .expect("holder");
+    let wait = Duration::from_secs(6);
     let waiter = tokio::spawn({
         let (other, name) = (other.clone(), name.clone());
-        let o = opts.clone().wait(Wait::Up(Duration::from_secs(6)));
-        async move { other.acquire(&name, &o).await.map(drop) }
+        let o = opts.clone().wait(Wait::Up(wait));
+        async move {
+            let start = tokio::time::Instant::now();
+            let outcome = other.acquire(&name, &o).await.map(drop);
+            (outcome, start.elapsed())
+        }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
@@ -277,14 +286,97 @@ pub async fn server_failure_gives_transient_errors<L, F>(
     .await
     .expect("try_acquire returns while the server is down");
     transient("try_acquire", &attempt.map(drop));
-    let waited = tokio::time::timeout(Duration::from_secs(30), waiter)
+    let (waited, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
         .await
         .expect("the waiter returns while the server is down")
         .expect("waiter task");
     transient("a waiting acquire", &waited);
+    // A little beyond the overrun for this loaded machine's scheduling.
+    let bound = wait + lock_core::WAIT_OVERRUN + Duration::from_millis(500);
+    assert!(
+        took <= bound,
+        "a {wait:?} wait returned after {took:?} with the servers down ({waited:?})"
+    );
+    let start = tokio::time::Instant::now();
+    let released = holder.release().await;
+    let took = start.elapsed();
+    if let Err(e) = &released {
+        assert!(e.is_transient(), "release with the servers down: {e:?}");
+    }
+    let bound = lock_core::RELEASE_PATIENCE + Duration::from_millis(500);
+    assert!(
+        took <= bound,
+        "release() returned after {took:?} with the servers down ({released:?})"
+    );
     drop(restore);
     acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
-    drop(holder);
+}
+
+/// A frozen server (SIGSTOP: its connections stay open and nothing is
+/// answered) does not stretch the caller's bounds: with `servers` frozen
+/// under a waiting `acquire` (a 3 s wait, queued behind a holder), the
+/// wait returns by its end plus [`WAIT_OVERRUN`](lock_core::WAIT_OVERRUN)
+/// with a `Timeout` or an error that is transient, and the holder's `release()` within
+/// [`RELEASE_PATIENCE`](lock_core::RELEASE_PATIENCE), with an answer or a
+/// transient error. Once the servers are resumed the client acquires
+/// again. `connect` builds the two clients (holder and waiter).
+pub async fn frozen_server_bounds_waits_and_releases<L, F>(
+    connect: F,
+    servers: &[&str],
+    opts: lock_core::LockOptions,
+) where
+    L: lock_core::DistributedLock + 'static,
+    F: AsyncFn() -> L,
+{
+    use lock_core::Wait;
+    let (locks, other) = (connect().await, std::sync::Arc::new(connect().await));
+    let name = unique("server-frozen");
+    let holder = locks
+        .acquire(&name, &opts.clone().wait(Wait::No))
+        .await
+        .expect("holder");
+    let wait = Duration::from_secs(3);
+    let waiter = tokio::spawn({
+        let (other, name) = (other.clone(), name.clone());
+        let o = opts.clone().wait(Wait::Up(wait));
+        async move {
+            let start = tokio::time::Instant::now();
+            let outcome = other.acquire(&name, &o).await.map(drop);
+            (outcome, start.elapsed())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
+    for server in servers {
+        services(&["pause", server]);
+    }
+    // A little beyond each bound for this loaded machine's scheduling.
+    let slack = Duration::from_millis(500);
+    let (waited, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .expect("the waiter returns while the server is frozen")
+        .expect("waiter task");
+    match &waited {
+        Err(lock_core::LockError::Timeout { .. }) => {}
+        Err(e) => assert!(e.is_transient(), "a waiting acquire: not transient: {e:?}"),
+        Ok(()) => panic!("granted a held lock while {servers:?} were frozen"),
+    }
+    assert!(
+        took <= wait + lock_core::WAIT_OVERRUN + slack,
+        "a {wait:?} wait returned after {took:?} with the servers frozen ({waited:?})"
+    );
+    let start = tokio::time::Instant::now();
+    let released = holder.release().await;
+    let took = start.elapsed();
+    if let Err(e) = &released {
+        assert!(e.is_transient(), "release with the servers frozen: {e:?}");
+    }
+    assert!(
+        took <= lock_core::RELEASE_PATIENCE + slack,
+        "release() returned after {took:?} with the servers frozen ({released:?})"
+    );
+    drop(restore);
+    acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
 }
 
 /// A holder without auto-renewal whose lock ends with its connection learns

@@ -576,6 +576,18 @@ async fn server_failure_gives_transient_errors() {
     .await;
 }
 
+/// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn frozen_server_bounds_waits_and_releases() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::frozen_server_bounds_waits_and_releases(
+        client,
+        &["zk"],
+        LockOptions::new(),
+    )
+    .await;
+}
+
 /// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`: the
 /// server expires the silent session (2 s) and its node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
