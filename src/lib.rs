@@ -40,7 +40,7 @@ pub use lock_core::redact_url;
 pub use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
     LockInfo, LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock,
-    ReentrantGuard, Wait, Waiting,
+    RELEASE_PATIENCE, ReentrantGuard, WAIT_OVERRUN, Wait, Waiting,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};
