@@ -7,8 +7,11 @@
 //! a transaction on a pooled connection, with `lock_timeout` set from the
 //! wait and `idle_in_transaction_session_timeout` from the TTL, and locks
 //! the row `FOR UPDATE` (`NOWAIT` for a single attempt): the database does
-//! the waiting, and wakes the next waiter itself when the holder's
-//! transaction ends. Releasing ends the transaction. A crashed holder's
+//! the waiting, and wakes the waiters itself when the holder's transaction
+//! ends. The row is not handed over, though: the waiters lock it again when
+//! they wake, and a newcomer whose statement gets there first takes it, so
+//! row mode does not claim a fair queue (advisory mode does). Releasing
+//! ends the transaction. A crashed holder's
 //! lock ends with its connection; a hung one (no statements for a TTL) is
 //! ended by the server's idle-in-transaction timeout, which the watchdog
 //! keeps from firing by touching the connection every TTL/3.
@@ -91,8 +94,9 @@ const CAPABILITIES: Capabilities = Capabilities {
     backend: BACKEND,
     grade: Grade::Correctness,
     fencing: Fencing::Safe,
-    // The server grants a row lock or an advisory lock to its waiters
-    // in arrival order.
+    // The server grants an advisory lock to its waiters in arrival order
+    // (at the release, before anyone else can ask). Row mode says `false`
+    // in `raw_capabilities`.
     fair_queue: true,
     crash_release: CrashRelease::Connection,
     survives_server_failure: false,
@@ -619,6 +623,12 @@ impl RawLock for PgLock {
             } else {
                 Fencing::None
             },
+            // A row lock is not handed over: at the holder's commit its
+            // waiters wake and lock the row again, and a newcomer whose
+            // `SELECT … FOR UPDATE` arrives first finds the row free and
+            // takes it without queueing (seen as a releaser overtaking a
+            // waiter under load).
+            fair_queue: self.inner.mode == SqlMode::Advisory,
             ..CAPABILITIES
         }
     }
