@@ -234,7 +234,7 @@ pub async fn frozen_holder_loses_its_lock_to_a_later_token<L, F>(
 /// With `servers` killed (SIGKILL), a waiting `acquire` (queued behind a
 /// holder) and a `try_acquire` both end in an error that
 /// [`is_transient`](lock_core::LockError::is_transient) (`Unavailable`,
-/// `Timeout`, `QuorumNotReached`), never `Lost` (which belongs to a held
+/// `QuorumNotReached`), never `Lost` (which belongs to a held
 /// guard), `Backend` or a hang; the waiting `acquire` (a 6 s wait) returns
 /// by the end of its wait plus [`WAIT_OVERRUN`](lock_core::WAIT_OVERRUN),
 /// not when the servers come back; the holder's `release()` returns within
