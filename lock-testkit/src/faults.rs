@@ -265,15 +265,7 @@ pub async fn server_failure_gives_transient_errors<L, F>(
         .await
         .expect("holder");
     let wait = Duration::from_secs(6);
-    let waiter = tokio::spawn({
-        let (other, name) = (other.clone(), name.clone());
-        let o = opts.clone().wait(Wait::Up(wait));
-        async move {
-            let start = tokio::time::Instant::now();
-            let outcome = other.acquire(&name, &o).await.map(drop);
-            (outcome, start.elapsed())
-        }
-    });
+    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::Up(wait)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
     for server in servers {
@@ -286,28 +278,9 @@ pub async fn server_failure_gives_transient_errors<L, F>(
     .await
     .expect("try_acquire returns while the server is down");
     transient("try_acquire", &attempt.map(drop));
-    let (waited, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter returns while the server is down")
-        .expect("waiter task");
+    let waited = bounded_wait(waiter, wait, "down").await;
     transient("a waiting acquire", &waited);
-    // A little beyond the overrun for this loaded machine's scheduling.
-    let bound = wait + lock_core::WAIT_OVERRUN + Duration::from_millis(500);
-    assert!(
-        took <= bound,
-        "a {wait:?} wait returned after {took:?} with the servers down ({waited:?})"
-    );
-    let start = tokio::time::Instant::now();
-    let released = holder.release().await;
-    let took = start.elapsed();
-    if let Err(e) = &released {
-        assert!(e.is_transient(), "release with the servers down: {e:?}");
-    }
-    let bound = lock_core::RELEASE_PATIENCE + Duration::from_millis(500);
-    assert!(
-        took <= bound,
-        "release() returned after {took:?} with the servers down ({released:?})"
-    );
+    bounded_release(holder, "down").await;
     drop(restore);
     acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
 }
@@ -336,47 +309,75 @@ pub async fn frozen_server_bounds_waits_and_releases<L, F>(
         .await
         .expect("holder");
     let wait = Duration::from_secs(3);
-    let waiter = tokio::spawn({
-        let (other, name) = (other.clone(), name.clone());
-        let o = opts.clone().wait(Wait::Up(wait));
-        async move {
-            let start = tokio::time::Instant::now();
-            let outcome = other.acquire(&name, &o).await.map(drop);
-            (outcome, start.elapsed())
-        }
-    });
+    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::Up(wait)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
     for server in servers {
         services(&["pause", server]);
     }
-    // A little beyond each bound for this loaded machine's scheduling.
-    let slack = Duration::from_millis(500);
-    let (waited, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
-        .await
-        .expect("the waiter returns while the server is frozen")
-        .expect("waiter task");
+    let waited = bounded_wait(waiter, wait, "frozen").await;
     match &waited {
         Err(lock_core::LockError::Timeout { .. }) => {}
         Err(e) => assert!(e.is_transient(), "a waiting acquire: not transient: {e:?}"),
         Ok(()) => panic!("granted a held lock while {servers:?} were frozen"),
     }
+    bounded_release(holder, "frozen").await;
+    drop(restore);
+    acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
+}
+
+/// A little beyond each bound, for this loaded machine's scheduling.
+const SCHEDULING_SLACK: Duration = Duration::from_millis(500);
+
+/// `locks.acquire(name, opts)` in a task that also returns how long it took.
+fn spawn_timed_acquire<L>(
+    locks: &std::sync::Arc<L>,
+    name: &str,
+    opts: lock_core::LockOptions,
+) -> tokio::task::JoinHandle<(Result<(), lock_core::LockError>, Duration)>
+where
+    L: lock_core::DistributedLock + 'static,
+{
+    let (locks, name) = (std::sync::Arc::clone(locks), name.to_string());
+    tokio::spawn(async move {
+        let start = tokio::time::Instant::now();
+        let outcome = locks.acquire(&name, &opts).await.map(drop);
+        (outcome, start.elapsed())
+    })
+}
+
+/// The outcome of a `wait`-long acquire spawned by [`spawn_timed_acquire`]
+/// while the servers are `state` (down, frozen), which must have returned
+/// by the end of its wait plus [`WAIT_OVERRUN`](lock_core::WAIT_OVERRUN).
+async fn bounded_wait(
+    waiter: tokio::task::JoinHandle<(Result<(), lock_core::LockError>, Duration)>,
+    wait: Duration,
+    state: &str,
+) -> Result<(), lock_core::LockError> {
+    let (waited, took) = tokio::time::timeout(Duration::from_secs(30), waiter)
+        .await
+        .unwrap_or_else(|_| panic!("the waiter returns while the server is {state}"))
+        .expect("waiter task");
     assert!(
-        took <= wait + lock_core::WAIT_OVERRUN + slack,
-        "a {wait:?} wait returned after {took:?} with the servers frozen ({waited:?})"
+        took <= wait + lock_core::WAIT_OVERRUN + SCHEDULING_SLACK,
+        "a {wait:?} wait returned after {took:?} with the servers {state} ({waited:?})"
     );
+    waited
+}
+
+/// Release `holder` while the servers are `state` (down, frozen): an answer
+/// or a transient error, within [`RELEASE_PATIENCE`](lock_core::RELEASE_PATIENCE).
+async fn bounded_release(holder: lock_core::LockGuard, state: &str) {
     let start = tokio::time::Instant::now();
     let released = holder.release().await;
     let took = start.elapsed();
     if let Err(e) = &released {
-        assert!(e.is_transient(), "release with the servers frozen: {e:?}");
+        assert!(e.is_transient(), "release with the servers {state}: {e:?}");
     }
     assert!(
-        took <= lock_core::RELEASE_PATIENCE + slack,
-        "release() returned after {took:?} with the servers frozen ({released:?})"
+        took <= lock_core::RELEASE_PATIENCE + SCHEDULING_SLACK,
+        "release() returned after {took:?} with the servers {state} ({released:?})"
     );
-    drop(restore);
-    acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
 }
 
 /// A holder without auto-renewal whose lock ends with its connection learns
