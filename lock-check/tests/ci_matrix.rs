@@ -1,20 +1,55 @@
 //! The short history-check matrix CI runs: every backend with a server ×
 //! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
-//! kill/restart for the correctness-grade backends. Runs one at a time (the
-//! nemeses act on shared servers). The full 60 s matrix is
-//! `scripts/check-matrix.sh`.
+//! kill/restart for the correctness-grade backends. Two runs go on at once,
+//! never two on the same servers (a server nemesis would strike the other
+//! run). The full 60 s matrix is `scripts/check-matrix.sh`.
 
+use std::collections::BTreeSet;
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Condvar, Mutex, MutexGuard};
 
 use lock_testkit::faults::env;
 
 const BIN: &str = env!("CARGO_BIN_EXE_lock-check");
-static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
-/// Run `lock-check` on `url` under each nemesis (with its servers); all must pass.
-fn check(case: &str, url: &str, nemeses: &[(&str, &[&str])]) {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+/// How many `lock-check` runs go on at once.
+const AT_ONCE: usize = 2;
+
+/// The server groups that a run is using now.
+static BUSY: Mutex<BTreeSet<&str>> = Mutex::new(BTreeSet::new());
+/// Signalled whenever a run ends.
+static FREED: Condvar = Condvar::new();
+
+/// A turn to run on one group of servers; ending it lets a waiting case go.
+struct Turn(&'static str);
+
+impl Turn {
+    /// Wait until fewer than [`AT_ONCE`] runs go on and none uses `servers`.
+    fn take(servers: &'static str) -> Self {
+        let mut busy = busy();
+        while busy.len() >= AT_ONCE || busy.contains(servers) {
+            busy = FREED.wait(busy).unwrap_or_else(|e| e.into_inner());
+        }
+        busy.insert(servers);
+        Self(servers)
+    }
+}
+
+impl Drop for Turn {
+    fn drop(&mut self) {
+        busy().remove(self.0);
+        FREED.notify_all();
+    }
+}
+
+fn busy() -> MutexGuard<'static, BTreeSet<&'static str>> {
+    BUSY.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Run `lock-check` on `url` under each nemesis (with its servers); all must
+/// pass. `servers` names the server group the runs use.
+fn check(case: &str, servers: &'static str, url: &str, nemeses: &[(&str, &[&str])]) {
+    let _turn = Turn::take(servers);
     let root = tempfile::tempdir().expect("tempdir");
     let mut failed = Vec::new();
     for (nemesis, servers) in nemeses {
@@ -53,17 +88,27 @@ const HOLDER_FAULTS: [(&str, &[&str]); 3] =
 fn sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
-    check("sqlite", &url, &HOLDER_FAULTS);
+    check("sqlite", "sqlite", &url, &HOLDER_FAULTS);
 }
 
 #[test]
 fn redis() {
-    check("redis", &env("DISTLOCK_TEST_REDIS_URL"), &HOLDER_FAULTS);
+    check(
+        "redis",
+        "redis",
+        &env("DISTLOCK_TEST_REDIS_URL"),
+        &HOLDER_FAULTS,
+    );
 }
 
 #[test]
 fn redlock() {
-    check("redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &HOLDER_FAULTS);
+    check(
+        "redlock",
+        "redlock",
+        &env("DISTLOCK_TEST_REDLOCK_URL"),
+        &HOLDER_FAULTS,
+    );
 }
 
 fn with_server_kill(
@@ -77,30 +122,46 @@ fn with_server_kill(
 #[test]
 fn postgres_row() {
     let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
-    check("postgres-row", &url, &with_server_kill(&["postgres"]));
+    check(
+        "postgres-row",
+        "postgres",
+        &url,
+        &with_server_kill(&["postgres"]),
+    );
 }
 
 #[test]
 fn postgres_advisory() {
     let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
-    check("postgres-advisory", &url, &with_server_kill(&["postgres"]));
+    check(
+        "postgres-advisory",
+        "postgres",
+        &url,
+        &with_server_kill(&["postgres"]),
+    );
 }
 
 #[test]
 fn mysql_row() {
     let url = format!("{}?mode=row", env("DISTLOCK_TEST_MYSQL_URL"));
-    check("mysql-row", &url, &with_server_kill(&["mysql"]));
+    check("mysql-row", "mysql", &url, &with_server_kill(&["mysql"]));
 }
 
 #[test]
 fn mysql_advisory() {
     let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
-    check("mysql-advisory", &url, &with_server_kill(&["mysql"]));
+    check(
+        "mysql-advisory",
+        "mysql",
+        &url,
+        &with_server_kill(&["mysql"]),
+    );
 }
 
 #[test]
 fn etcd() {
     check(
+        "etcd",
         "etcd",
         &env("DISTLOCK_TEST_ETCD_URL"),
         &with_server_kill(&["etcd"]),
@@ -111,6 +172,7 @@ fn etcd() {
 fn zookeeper() {
     check(
         "zookeeper",
+        "zk",
         &env("DISTLOCK_TEST_ZK_URL"),
         &with_server_kill(&["zk"]),
     );
@@ -119,7 +181,7 @@ fn zookeeper() {
 /// An interrupted run puts a paused server back.
 #[test]
 fn an_interrupted_run_resumes_a_paused_server() {
-    let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
+    let _turn = Turn::take("redis");
     let dir = tempfile::tempdir().expect("tempdir");
     let run_dir = dir.path().join("run");
     let mut controller = Command::new(BIN)
