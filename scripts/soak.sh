@@ -43,6 +43,9 @@ while IFS='=' read -r key value; do
     export "$key=$value"
 done < <(scripts/services.sh env)
 
+# As scripts/test.sh runs them.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
+
 out="$PWD/target/soak"
 rm -rf "$out"
 mkdir -p "$out/bin"
