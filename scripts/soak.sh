@@ -44,7 +44,7 @@ while IFS='=' read -r key value; do
 done < <(scripts/services.sh env)
 
 # As scripts/test.sh runs them.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 
 out="$PWD/target/soak"
 rm -rf "$out"

@@ -13,8 +13,9 @@ done < <(scripts/services.sh env)
 
 # Most cases wait on servers and TTLs rather than the CPU, and libtest
 # runs one case per core by default; the binaries that act on shared
-# servers (fault tests, the history-check matrix) pace themselves.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-6}"
+# servers (fault tests, the history-check matrix) pace themselves. Four,
+# not more: the short-TTL cases need the two cores not to be saturated.
+export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
 
 status=0
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
