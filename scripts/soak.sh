@@ -43,9 +43,6 @@ while IFS='=' read -r key value; do
     export "$key=$value"
 done < <(scripts/services.sh env)
 
-# As scripts/test.sh runs them.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
-
 out="$PWD/target/soak"
 rm -rf "$out"
 mkdir -p "$out/bin"

@@ -11,12 +11,6 @@ while IFS='=' read -r key value; do
     export "$key=$value"
 done < <(scripts/services.sh env)
 
-# Most cases wait on servers and TTLs rather than the CPU, and libtest
-# runs one case per core by default; the binaries that act on shared
-# servers (fault tests, the history-check matrix) pace themselves. Four,
-# not more: the short-TTL cases need the two cores not to be saturated.
-export RUST_TEST_THREADS="${RUST_TEST_THREADS:-4}"
-
 status=0
 cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
 # The facade with no backend compiled in: URLs of a missing backend give
