@@ -574,9 +574,9 @@ impl RawLock for Redlock {
     }
 
     /// Held when one owner holds the key on a majority of nodes; its token
-    /// is the largest counter among those nodes (the grant wrote it back to
-    /// a majority), its lease the time until fewer than a majority still
-    /// hold it, and the waiters the longest queue on any node.
+    /// is the counter a majority of those nodes carry (see
+    /// [`majority_token`]), its lease the time until fewer than a majority
+    /// still hold it, and the waiters the longest queue on any node.
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let states = self.states(name, "reading a lock's state").await?;
@@ -588,7 +588,7 @@ impl RawLock for Redlock {
             .iter()
             .filter(|s| s.owner.as_deref() == Some(owner))
             .collect();
-        let token = holding.iter().filter_map(|s| s.fence).max();
+        let token = majority_token(&holding, self.inner.quorum);
         let mut left: Vec<Duration> = holding.iter().filter_map(|s| s.left).collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
         Ok(LockInfo::held()
@@ -626,6 +626,24 @@ impl RawLock for Redlock {
         }
         Ok(held)
     }
+}
+
+/// The holder's fencing token, from the nodes that hold the key for it: the
+/// counter that at least `quorum` of them carry. A grant's token is the
+/// largest counter of the majority that decided it, written back to that
+/// majority, so those nodes carry exactly the token. A node that granted
+/// after the decision (a straggler) keeps its own counter, which earlier
+/// partial grants may have raised above the token: the largest counter is
+/// not the holder's. No value other than the token can be on a majority
+/// (fewer than a majority of nodes are left). `None` while a grant is still
+/// writing its token back.
+fn majority_token(holding: &[&LockState], quorum: usize) -> Option<u64> {
+    let mut counters: Vec<u64> = holding.iter().filter_map(|s| s.fence).collect();
+    counters.sort_unstable();
+    counters
+        .chunk_by(|a, b| a == b)
+        .find(|same| same.len() >= quorum)
+        .map(|same| same[0])
 }
 
 /// The owner token that holds the key on at least `quorum` nodes, if any.
@@ -804,6 +822,25 @@ mod tests {
 
     fn held(ms: u64) -> Option<Result<NodeGrant, LockError>> {
         Some(Ok(NodeGrant::Held(Some(Duration::from_millis(ms)))))
+    }
+
+    fn holding(fence: u64) -> LockState {
+        LockState {
+            owner: Some("owner".into()),
+            left: Some(Duration::from_secs(1)),
+            fence: Some(fence),
+            queued: 0,
+        }
+    }
+
+    #[test]
+    fn the_token_is_the_counter_a_majority_carries() {
+        let states = [holding(7), holding(7), holding(12), holding(7), holding(3)];
+        let refs: Vec<&LockState> = states.iter().collect();
+        assert_eq!(majority_token(&refs, 3), Some(7));
+        let split = [holding(7), holding(12), holding(7), holding(12)];
+        let refs: Vec<&LockState> = split.iter().collect();
+        assert_eq!(majority_token(&refs, 3), None, "no value on a majority");
     }
 
     #[test]

@@ -2,7 +2,8 @@
 //! killed while a lock is held and while one is awaited, a majority lost
 //! and restored, a node frozen with SIGSTOP, a majority frozen briefly and
 //! for good under a waiting acquire, failed acquisitions inspected
-//! on every node, and fencing tokens across node restarts.
+//! on every node, fencing tokens across node restarts, and the token
+//! `inspect` reports beside a node that granted late.
 //!
 //! These tests stop nodes, so they run one at a time (a shared mutex) in
 //! this binary, apart from the conformance suite, and restart every node
@@ -386,6 +387,74 @@ async fn fencing_tokens_increase_across_node_restarts() {
         }
         services(&["start", &victim]);
     }
+}
+
+/// A node that grants after the majority decided (its reply came too late)
+/// holds the key for the holder too, with its own counter, which earlier
+/// partial grants may have raised above the holder's token. `inspect` must
+/// still report the holder's token, not the straggler's larger counter.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_reports_the_holders_token_beside_a_straggler() {
+    let _serial = SERIAL.lock().await;
+    let _restore = Restore::servers(["redlock5"]);
+    let locks = client().await;
+    let name = unique("straggler");
+    // Every node's connection is up before node 5 stops, so the late
+    // request is one already sent, not one waiting for a connection.
+    let warm = locks
+        .try_acquire(&unique("straggler-warm"), &opts(30_000))
+        .await
+        .expect("all nodes answer")
+        .expect("free");
+    assert!(warm.release().await.expect("release"));
+    // Node 5's counter is far ahead of the others', as after many grants
+    // that reached it but no majority.
+    let _: u64 = redis::cmd("INCRBY")
+        .arg(format!("{}:fence", key(&name)))
+        .arg(100)
+        .query_async(&mut node(4).await)
+        .await
+        .expect("raise node 5's counter");
+    services(&["pause", "redlock5"]);
+    let guard = locks
+        .try_acquire(&name, &opts(30_000))
+        .await
+        .expect("four nodes answer")
+        .expect("free");
+    services(&["resume", "redlock5"]);
+    let token = guard.fencing_token().expect("token");
+    assert!(token < 100, "the majority's token {token}");
+    // The acquire request waiting in node 5's socket grants there now.
+    let owner: String = redis::cmd("GET")
+        .arg(key(&name))
+        .query_async(&mut node(0).await)
+        .await
+        .expect("owner on node 1");
+    let mut straggler = node(4).await;
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let (held, counter): (Option<String>, u64) = redis::pipe()
+            .cmd("GET")
+            .arg(key(&name))
+            .cmd("GET")
+            .arg(format!("{}:fence", key(&name)))
+            .query_async(&mut straggler)
+            .await
+            .expect("node 5's state");
+        if held.as_deref() == Some(owner.as_str()) {
+            assert!(counter > 100, "node 5 granted with counter {counter}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "node 5 never granted the late request: {held:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let info = locks.inspect(&name).await.expect("inspect");
+    assert!(info.held);
+    assert_eq!(info.fencing_token, Some(token), "the holder's token");
+    assert!(guard.release().await.expect("release"));
 }
 
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`: a majority of
