@@ -575,7 +575,7 @@ impl RawLock for Redlock {
 
     /// Held when one owner holds the key on a majority of nodes; its token
     /// is the counter a majority of those nodes carry (see
-    /// [`majority_token`]), its lease the time until fewer than a majority
+    /// `majority_token`), its lease the time until fewer than a majority
     /// still hold it, and the waiters the longest queue on any node.
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
