@@ -13,8 +13,9 @@
 # lanes are shared out among K streams that run side by side, the largest
 # lanes (by test count) first, each to the stream with the least so far. A
 # binary that uses several backends' servers (the migration suite) runs
-# alone once the streams are done, and so does one that uses several
-# servers of one crate (the SQL network matrix: Postgres and MySQL).
+# once the streams are done, and so does one that uses several servers of
+# one crate (the SQL network matrix: Postgres and MySQL); these strike no
+# server themselves, so they run side by side.
 #
 # The test binaries are built once and copied, so nothing rebuilds them
 # between runs; run N's output goes to target/soak/run-N/STREAM.log, with
@@ -113,23 +114,29 @@ if [ "$load" = 1 ]; then
     trap 'kill -- -$loader 2>/dev/null || kill $loader 2>/dev/null || true; pkill -f "$out/load-target" || true' EXIT
 fi
 
-# Run the binaries of the given lanes one after another, appending to LOG;
-# each binary's seconds are logged after it. Fails at the first failing
-# binary.
+# Run the binary NAME (built from the package in DIR), appending to LOG,
+# with its seconds after it.
+run_binary() {
+    local log=$1 name=$2 dir=$3 began
+    echo "=== $name" >> "$log"
+    began=$(date +%s)
+    if ! (cd "$dir" && "$out/bin/$name") >> "$log" 2>&1; then
+        echo "=== $name FAILED after $(( $(date +%s) - began )) s" >> "$log"
+        return 1
+    fi
+    echo "=== $name ok in $(( $(date +%s) - began )) s" >> "$log"
+}
+
+# Run the binaries of the given lanes one after another, appending to LOG.
+# Fails at the first failing binary.
 run_lanes() {
-    local log=$1 lane t tlane name dir began
+    local log=$1 lane t tlane name dir
     shift
     for lane in "$@"; do
         for t in "${tests[@]}"; do
             IFS=$'\t' read -r tlane name dir _ <<< "$t"
             [ "$tlane" = "$lane" ] || continue
-            echo "=== $name" >> "$log"
-            began=$(date +%s)
-            if ! (cd "$dir" && "$out/bin/$name") >> "$log" 2>&1; then
-                echo "=== $name FAILED after $(( $(date +%s) - began )) s" >> "$log"
-                return 1
-            fi
-            echo "=== $name ok in $(( $(date +%s) - began )) s" >> "$log"
+            run_binary "$log" "$name" "$dir" || return 1
         done
     done
 }
@@ -149,7 +156,18 @@ for run in $(seq 1 "$runs"); do
         wait "$pid" || failed=1
     done
     if [ "$failed" = 0 ]; then
-        run_lanes "$dir/shared.log" shared || failed=1
+        # The shared binaries strike no server themselves (no fault verbs:
+        # only their own proxies), so they run side by side.
+        pids=()
+        for t in "${tests[@]}"; do
+            IFS=$'\t' read -r tlane name tdir _ <<< "$t"
+            [ "$tlane" = shared ] || continue
+            run_binary "$dir/shared-$name.log" "$name" "$tdir" &
+            pids+=("$!")
+        done
+        for pid in "${pids[@]}"; do
+            wait "$pid" || failed=1
+        done
     fi
     if [ "$failed" = 1 ]; then
         echo "soak: run $run FAILED after $(( $(date +%s) - start )) s; see $dir"
