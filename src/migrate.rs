@@ -27,6 +27,9 @@ pub const BACKEND: &str = "migrate";
 /// - **Order, no deadlock**: `from` is always taken first. If `to` cannot
 ///   be had within the wait, `from` is released and the acquire fails with
 ///   [`LockError::Timeout`]; nobody ever holds `to` while waiting for `from`.
+///   A single attempt (`try_acquire`) whose `from` ran out while `to` was
+///   being granted gives both back and fails with the transient
+///   [`LockError::Unavailable`] (the lock was free, not held).
 /// - **Loss**: the guard's `lost()` fires when either part is lost (the
 ///   other part is then no longer renewed and ends with its lease); its
 ///   validity deadline is the earlier of the two; each part renews itself; `extend` acts on both; `release`
@@ -148,10 +151,21 @@ impl MigratingLock {
             };
             // A long wait for `to` may have outlived an unrenewed `from`.
             if refreshed.is_err() || first.is_lost().is_some() || second.is_lost().is_some() {
+                let took = first_granted.elapsed();
                 release_quietly(second, name).await;
                 release_quietly(first, name).await;
                 if one_attempt {
-                    return Ok(None);
+                    // Both parts were granted: the lock is not held by
+                    // anyone else, so "held" (`None`) would be untrue.
+                    return Err(LockError::Unavailable {
+                        backend: BACKEND,
+                        reason: format!(
+                            "lock {name:?}: `from` was lost while `to` was being acquired \
+                             ({took:?} of a {:?} TTL); both were given back, try again",
+                            opts.ttl
+                        ),
+                        source: None,
+                    });
                 }
                 continue;
             }
@@ -430,6 +444,52 @@ mod tests {
             "{shown}"
         );
         assert!(shown.contains("h:1") && shown.contains("db/x"), "{shown}");
+    }
+
+    /// A lock whose single attempts take `delay` before asking `inner`.
+    struct Slow {
+        inner: lock_core::MemoryLock,
+        delay: Duration,
+    }
+
+    #[async_trait]
+    impl RawLock for Slow {
+        async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+            tokio::time::sleep(self.delay).await;
+            self.inner.try_acquire(req.name, req.opts).await
+        }
+
+        fn raw_capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+    }
+
+    /// A single attempt whose `to` part comes back after `from`'s lease
+    /// ran out gives both back and says so with a transient error: the
+    /// lock is free, so "held by someone else" would be untrue.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_single_attempt_outlived_by_from_is_unavailable_not_held() {
+        use lock_core::{LockOptions, MemoryLock, Wait};
+        let from = MemoryLock::new();
+        let to = Slow {
+            inner: MemoryLock::new(),
+            delay: Duration::from_millis(500),
+        };
+        let opts = LockOptions::new()
+            .ttl(Duration::from_millis(300))
+            .wait(Wait::No)
+            .auto_renew(false);
+        let lock = MigratingLock::new(Arc::new(from.clone()), Arc::new(to));
+        match lock.try_acquire("job", &opts).await {
+            Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        let again = from
+            .try_acquire("job", &opts)
+            .await
+            .expect("try")
+            .expect("`from` was given back");
+        assert!(again.release().await.expect("release"));
     }
 
     /// Waiting for the new backend does not eat into the old backend's
