@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::{
-    GuardHandle, LeaseState, RawGuard, RawLock, Request, UrlOptions, async_trait,
+    GuardHandle, LeaseState, RawGuard, RawLock, Request, UrlOptions, async_trait, granted_too_late,
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
@@ -157,15 +157,7 @@ impl MigratingLock {
                 if one_attempt {
                     // Both parts were granted: the lock is not held by
                     // anyone else, so "held" (`None`) would be untrue.
-                    return Err(LockError::Unavailable {
-                        backend: BACKEND,
-                        reason: format!(
-                            "lock {name:?}: `from` was lost while `to` was being acquired \
-                             ({took:?} of a {:?} TTL); both were given back, try again",
-                            opts.ttl
-                        ),
-                        source: None,
-                    });
+                    return Err(granted_too_late(BACKEND, name, took, opts.ttl));
                 }
                 continue;
             }

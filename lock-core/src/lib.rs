@@ -73,7 +73,8 @@ pub mod raw {
     pub use crate::batch::{BatchFn, Batcher};
     pub use crate::guard::{GuardHandle, PendingGrant, RawGuard, confirmed_lease_start};
     pub use crate::lock::{
-        Attempt, RawLock, Request, acquire_by_polling, check_request, wait_deadline,
+        Attempt, RawLock, Request, acquire_by_polling, check_request, granted_too_late,
+        wait_deadline,
     };
     pub use crate::loss::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,

@@ -283,15 +283,42 @@ pub enum Attempt {
         /// The holder's remaining lease, if known.
         expires_in: Option<Duration>,
     },
+    /// Granted, but the answer came so late that the lease was over (or
+    /// nearly) when it arrived, and the backend gave it back. Nobody else
+    /// holds the lock, so this is not [`Attempt::Held`]: a single attempt
+    /// reports the transient error it carries ([`granted_too_late`]), a
+    /// wait tries again.
+    TooLate(LockError),
 }
 
 impl Attempt {
-    /// The guard, if the attempt acquired; `try_acquire` in one call.
-    pub fn into_guard(self) -> Option<LockGuard> {
+    /// The outcome of a single attempt (`try_acquire`): the guard, `None`
+    /// when someone else holds the lock, the transient error of a grant
+    /// that came too late.
+    pub fn into_guard(self) -> Result<Option<LockGuard>, LockError> {
         match self {
-            Attempt::Acquired(g) => Some(g),
-            Attempt::Held { .. } => None,
+            Attempt::Acquired(g) => Ok(Some(g)),
+            Attempt::Held { .. } => Ok(None),
+            Attempt::TooLate(e) => Err(e),
         }
+    }
+}
+
+/// The error of a grant that arrived `took` after its request, too late to
+/// be of use under a `ttl` lease, and was given back: `Unavailable`
+/// (transient; the machine or the network was too slow), never "held".
+pub fn granted_too_late(
+    backend: &'static str,
+    name: &str,
+    took: Duration,
+    ttl: Duration,
+) -> LockError {
+    LockError::Unavailable {
+        backend,
+        reason: format!(
+            "lock {name:?} was granted {took:?} after the request, too late for its {ttl:?} lease, and given back; try again"
+        ),
+        source: None,
     }
 }
 
@@ -342,6 +369,16 @@ where
         let expires_in = match attempt(tries).await? {
             Attempt::Acquired(guard) => return Ok(Some(guard)),
             Attempt::Held { expires_in } => expires_in,
+            Attempt::TooLate(e) => {
+                // Free, but the grant came too late: try again at once
+                // while the wait lasts.
+                if req.expired_at(Instant::now()) {
+                    return Err(e);
+                }
+                tries = tries.saturating_add(1);
+                tokio::task::yield_now().await;
+                continue;
+            }
         };
         let now = Instant::now();
         if req.expired_at(now) {
@@ -471,6 +508,55 @@ mod tests {
             locks.attempts() > 5,
             "{} attempts: the first and the polls",
             locks.attempts()
+        );
+    }
+
+    /// A grant that came too late is not "held": a single attempt reports
+    /// its transient error, a wait tries again at once and takes the next
+    /// grant, and a wait that ends on one reports the error, not `Timeout`.
+    #[tokio::test]
+    async fn a_grant_too_late_is_retried_by_a_wait_and_reported_by_an_attempt() {
+        let locks = MemoryLock::new();
+        let too_late = || {
+            granted_too_late(
+                "memory",
+                "job",
+                Duration::from_millis(700),
+                Duration::from_millis(500),
+            )
+        };
+        assert!(matches!(
+            Attempt::TooLate(too_late()).into_guard(),
+            Err(LockError::Unavailable { .. })
+        ));
+
+        let opts = options(Wait::Up(Duration::from_secs(5)));
+        let req = Request::checked("job", &opts, &locks.raw_capabilities()).expect("request");
+        let calls = AtomicU32::new(0);
+        let guard = acquire_by_polling(req, None, |_| {
+            let first = calls.fetch_add(1, Ordering::SeqCst) == 0;
+            let (locks, opts) = (locks.clone(), opts.clone());
+            async move {
+                if first {
+                    return Ok(Attempt::TooLate(too_late()));
+                }
+                let guard = locks.try_acquire("job", &opts).await?.expect("free");
+                Ok(Attempt::Acquired(guard))
+            }
+        })
+        .await
+        .expect("granted")
+        .expect("a guard");
+        assert_eq!(calls.load(Ordering::SeqCst), 2, "one retry");
+        assert!(guard.release().await.expect("release"));
+
+        let short = options(Wait::Up(Duration::from_millis(50)));
+        let req = Request::checked("job", &short, &locks.raw_capabilities()).expect("request");
+        let ended =
+            acquire_by_polling(req, None, |_| async { Ok(Attempt::TooLate(too_late())) }).await;
+        assert!(
+            matches!(ended, Err(LockError::Unavailable { .. })),
+            "{ended:?}"
         );
     }
 

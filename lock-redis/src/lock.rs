@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, Wakeups, Watchdog, validate_name,
+    Request, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -222,10 +222,13 @@ impl RedisLock {
                 .map(Duration::from_millis);
             return Ok(Attempt::Held { expires_in });
         }
-        if sent_at.elapsed() >= opts.ttl {
+        let took = sent_at.elapsed();
+        if took >= opts.ttl {
             // Granted too late to be of use: the lease may already be over.
             let _ = handle.release().await;
-            return Ok(Attempt::Held { expires_in: None });
+            return Ok(Attempt::TooLate(granted_too_late(
+                BACKEND, name, took, opts.ttl,
+            )));
         }
         let token = u64::try_from(value).map_err(|_| LockError::Backend {
             backend: BACKEND,
@@ -263,7 +266,7 @@ impl RedisLock {
 #[async_trait]
 impl RawLock for RedisLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        Ok(self.attempt(req.name, req.opts, None).await?.into_guard())
+        self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
@@ -292,7 +295,7 @@ impl RawLock for RedisLock {
                 queued.waiter = None;
                 return Ok(Some(guard));
             }
-            Attempt::Held { .. } => {}
+            Attempt::Held { .. } | Attempt::TooLate(_) => {}
         }
         if subscription.is_none() {
             subscription = Some(self.subscriber().await?.subscribe(&channel).await?);
@@ -309,6 +312,8 @@ impl RawLock for RedisLock {
                     return Ok(Some(guard));
                 }
                 Attempt::Held { expires_in } => expires_in,
+                // Free, but granted too late: again at once.
+                Attempt::TooLate(_) => Some(Duration::ZERO),
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {

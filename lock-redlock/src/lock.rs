@@ -8,7 +8,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Wakeups, Watchdog, validate_name,
+    Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -316,6 +316,7 @@ impl Redlock {
                 _ => None,
             })
             .collect();
+        let mut too_late = None;
         if grants.len() >= q
             && let Some(token) = self.fence(&handle, &grants).await
         {
@@ -340,6 +341,7 @@ impl Redlock {
                 }));
             }
             tracing::debug!(lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
+            too_late = Some(start.elapsed());
         }
         // Give back whatever may have landed: every node that did not refuse,
         // including those that failed or were not waited for. Wait for the
@@ -365,6 +367,11 @@ impl Redlock {
         )
         .await;
         pending.disarm();
+        if let Some(took) = too_late {
+            return Ok(Attempt::TooLate(granted_too_late(
+                BACKEND, name, took, opts.ttl,
+            )));
+        }
         let down = failed(&replies);
         if n - down < q {
             return Err(LockError::QuorumNotReached {
@@ -476,7 +483,7 @@ fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
 #[async_trait]
 impl RawLock for Redlock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        Ok(self.attempt(req.name, req.opts, None).await?.into_guard())
+        self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
@@ -529,6 +536,11 @@ impl RawLock for Redlock {
                 Ok(Attempt::Held { expires_in }) => {
                     unreachable = Unreachable::default();
                     expires_in
+                }
+                // Free, but granted too late: again at once.
+                Ok(Attempt::TooLate(_)) => {
+                    unreachable = Unreachable::default();
+                    Some(Duration::ZERO)
                 }
                 // A node that answers late for a moment (a slow disk, a busy
                 // host) must not fail a waiting acquire, but a majority that

@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, UrlOptions, Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Request, UrlOptions, Wakeups, Watchdog, acquire_by_polling, granted_too_late, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -511,11 +511,14 @@ impl SqliteLock {
             ticket.served();
         }
         let handle = pending.disarm();
-        if sent_at.elapsed() >= opts.ttl {
+        let took = sent_at.elapsed();
+        if took >= opts.ttl {
             // Granted too late to be of use: give it back rather than hold a
             // lease that may already be expired.
             let _ = handle.release().await;
-            return Ok(Attempt::Held { expires_in: None });
+            return Ok(Attempt::TooLate(granted_too_late(
+                BACKEND, name, took, opts.ttl,
+            )));
         }
         let fence = match u64::try_from(fence) {
             Ok(f) => f,
@@ -578,10 +581,9 @@ impl SqliteLock {
 impl RawLock for SqliteLock {
     /// A single attempt does not queue.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        Ok(self
-            .attempt(req.name, req.opts, false, None)
+        self.attempt(req.name, req.opts, false, None)
             .await?
-            .into_guard())
+            .into_guard()
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
@@ -1057,6 +1059,48 @@ mod tests {
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+
+    /// A single attempt whose grant comes back after its TTL (the database
+    /// was locked by another writer meanwhile) gives the lock back and
+    /// says so with a transient error, not "held": nobody holds it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_too_late_for_its_ttl_is_unavailable_not_held() {
+        use sqlx::Connection;
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("l.db");
+        let locks = SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open");
+        let opts = LockOptions::new()
+            .ttl(Duration::from_millis(300))
+            .wait(Wait::No)
+            .auto_renew(false);
+        let mut writer = sqlx::sqlite::SqliteConnection::connect_with(
+            &SqliteConnectOptions::new().filename(&path),
+        )
+        .await
+        .expect("second connection");
+        let blocking = writer
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .expect("write lock");
+        let attempt = {
+            let (locks, opts) = (locks.clone(), opts.clone());
+            tokio::spawn(async move { locks.try_acquire("slow", &opts).await })
+        };
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        blocking.rollback().await.expect("rollback");
+        match attempt.await.expect("attempt task") {
+            Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        let next = locks
+            .try_acquire("slow", &opts)
+            .await
+            .expect("try")
+            .expect("the late grant was given back");
+        assert!(next.release().await.expect("release"));
     }
 
     #[tokio::test]
