@@ -275,8 +275,9 @@ impl Redlock {
     }
 
     /// One attempt on every node. `Held { expires_in: Some(_) }` means the
-    /// lock is held (wait for a release); `None` means a split vote or a
-    /// grant that came too late (retry after a random delay). A `waiter`
+    /// lock is held (wait for a release); `None` means a split vote (retry
+    /// after a random delay); `TooLate`, a majority granted but too late to
+    /// be of use, and it was given back (retry at once). A `waiter`
     /// joins the queue of every node that refuses, and takes the
     /// reservations made for it.
     async fn attempt(
