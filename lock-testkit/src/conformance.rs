@@ -793,7 +793,10 @@ pub async fn fencing_tokens_increase(h: Harness) {
 /// as it was.
 pub async fn extend_prolongs_and_fails_when_gone(h: Harness) {
     let name = unique_name("extend");
-    let ttl = short_ttl(&h, 500);
+    // Long enough that a loaded machine's stall between the grant and the
+    // extend does not end the lease first (500 ms did, on SQLite, with a
+    // build and four other suites beside it).
+    let ttl = short_ttl(&h, 1000);
     let g = h
         .lock
         .acquire(&name, &ttl_opts(ttl, Wait::No, false))
