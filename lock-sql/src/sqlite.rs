@@ -1005,7 +1005,6 @@ mod tests {
     /// stale (it used to, for `TICKET_STALE`).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_dropped_while_taking_its_ticket_leaves_none() {
-        use sqlx::Connection;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("l.db");
         let locks = SqliteLock::open(&path, SqliteConfig::default())
@@ -1021,15 +1020,7 @@ mod tests {
         let before = last_ticket().await;
         // Another connection holds the write lock: the ticket's INSERT
         // waits in SQLite's busy handler.
-        let mut writer = sqlx::sqlite::SqliteConnection::connect_with(
-            &SqliteConnectOptions::new().filename(&path),
-        )
-        .await
-        .expect("second connection");
-        let blocking = writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .expect("write lock");
+        let mut blocking = holding_the_write_lock(&path).await;
         let ticket = Ticket::new(&locks.inner);
         let taking = tokio::time::timeout(Duration::from_millis(500), ticket.keep("x")).await;
         assert!(
@@ -1037,7 +1028,7 @@ mod tests {
             "the ticket was taken despite the write lock"
         );
         drop(ticket);
-        blocking.rollback().await.expect("rollback");
+        release_the_write_lock(&mut blocking).await;
         // The INSERT goes through now; its ticket must be gone well before
         // it could go stale.
         let start = Instant::now();
@@ -1061,12 +1052,34 @@ mod tests {
         }
     }
 
+    /// Another connection to the database at `path`, holding its write
+    /// lock (`BEGIN IMMEDIATE`) until [`release_the_write_lock`].
+    async fn holding_the_write_lock(path: &std::path::Path) -> sqlx::sqlite::SqliteConnection {
+        use sqlx::Connection;
+        let mut writer = sqlx::sqlite::SqliteConnection::connect_with(
+            &SqliteConnectOptions::new().filename(path),
+        )
+        .await
+        .expect("second connection");
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut writer)
+            .await
+            .expect("write lock");
+        writer
+    }
+
+    async fn release_the_write_lock(writer: &mut sqlx::sqlite::SqliteConnection) {
+        sqlx::query("ROLLBACK")
+            .execute(writer)
+            .await
+            .expect("rollback");
+    }
+
     /// A single attempt whose grant comes back after its TTL (the database
     /// was locked by another writer meanwhile) gives the lock back and
     /// says so with a transient error, not "held": nobody holds it.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grant_too_late_for_its_ttl_is_unavailable_not_held() {
-        use sqlx::Connection;
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("l.db");
         let locks = SqliteLock::open(&path, SqliteConfig::default())
@@ -1076,21 +1089,13 @@ mod tests {
             .ttl(Duration::from_millis(300))
             .wait(Wait::No)
             .auto_renew(false);
-        let mut writer = sqlx::sqlite::SqliteConnection::connect_with(
-            &SqliteConnectOptions::new().filename(&path),
-        )
-        .await
-        .expect("second connection");
-        let blocking = writer
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .expect("write lock");
+        let mut blocking = holding_the_write_lock(&path).await;
         let attempt = {
             let (locks, opts) = (locks.clone(), opts.clone());
             tokio::spawn(async move { locks.try_acquire("slow", &opts).await })
         };
         tokio::time::sleep(Duration::from_millis(500)).await;
-        blocking.rollback().await.expect("rollback");
+        release_the_write_lock(&mut blocking).await;
         match attempt.await.expect("attempt task") {
             Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
             other => panic!("expected Unavailable, got {other:?}"),
