@@ -344,6 +344,14 @@ impl ZkLock {
                 .await
                 .map_err(|e| zk_error("watching the predecessor", e))?;
             if stat.is_none() {
+                // Gone between the listing and the watch: if it was first,
+                // we are first now (see the notification below).
+                if at == 1 {
+                    return self
+                        .guard(name, session, pending, ours.czxid, sent_at, opts)
+                        .await
+                        .map(Some);
+                }
                 continue;
             }
             let timer = async {
