@@ -320,6 +320,7 @@ impl ZkLock {
         // our node.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let child = handle.path.rsplit('/').next().unwrap_or_default();
+        // Leaves once our node is first.
         loop {
             let queue = queue(client, dir).await?;
             let Some(at) = queue.iter().position(|c| c == child) else {
@@ -330,10 +331,7 @@ impl ZkLock {
                 });
             };
             if at == 0 {
-                return self
-                    .guard(name, session, pending, ours.czxid, sent_at, opts)
-                    .await
-                    .map(Some);
+                break;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 let _ = pending.give_back().await;
@@ -347,10 +345,7 @@ impl ZkLock {
                 // Gone between the listing and the watch: if it was first,
                 // we are first now (see the notification below).
                 if at == 1 {
-                    return self
-                        .guard(name, session, pending, ours.czxid, sent_at, opts)
-                        .await
-                        .map(Some);
+                    break;
                 }
                 continue;
             }
@@ -371,10 +366,7 @@ impl ZkLock {
                     // hand-off costs the holder's delete and one
                     // notification, no further round trip.
                     if at == 1 && event.event_type == EventType::NodeDeleted {
-                        return self
-                            .guard(name, session, pending, ours.czxid, sent_at, opts)
-                            .await
-                            .map(Some);
+                        break;
                     }
                     // Anything else (a session event, a waiter ahead of
                     // us that left): look again.
@@ -382,6 +374,9 @@ impl ZkLock {
                 _ = timer => {}
             }
         }
+        self.guard(name, session, pending, ours.czxid, sent_at, opts)
+            .await
+            .map(Some)
     }
 
     /// Wrap our first node in a guard. Its lease counts from a request that
