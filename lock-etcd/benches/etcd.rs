@@ -6,13 +6,14 @@
 //! cargo bench -p lock-etcd --bench etcd
 //! ```
 //!
-//! Compacts the history first (etcd slows down as it grows). Reports
-//! p50/p99 of: the raw floor (a put-if-absent transaction and a delete, on
-//! one lease, plain etcd-client); the built-in Lock RPC (lock + unlock);
-//! distlock acquire + release on its session lease — interleaved sample by
-//! sample. Then 8 tasks with a client each and 1 ms of work inside the
-//! lock: acquisitions and hand-offs per second, hand-off latency, per-task
-//! min/max, distlock against the Lock RPC.
+//! Compacts the history first (etcd slows down as it grows). Measures, in
+//! interleaved blocks (`lock_testkit::bench::cycles`): a round trip (a
+//! `get`); the raw floor (a put-if-absent transaction and a delete, on one
+//! lease, plain etcd-client); the built-in Lock RPC (lock + unlock);
+//! distlock acquire + release on its session lease, with and without the
+//! guard's renewal. Then 8 tasks with a client each and 1 ms of work inside
+//! the lock: acquisitions and hand-offs per second, hand-off latency (also
+//! in round trips), per-task min/max, distlock against the Lock RPC.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -20,9 +21,17 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
-use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
 
-const SAMPLES: usize = 1_000;
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: get";
+const FLOOR: &str = "raw floor: put-if-absent txn + delete";
+const PEER: &str = "etcd Lock RPC: lock + unlock";
+const OURS: &str = "distlock acquire + release";
+const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
@@ -44,65 +53,57 @@ async fn main() {
     locks.compact().await.expect("compact");
     let mut raw = raw_client().await;
     let lease = raw.lease_grant(60, None).await.expect("lease").id();
-    let opts = LockOptions::new().wait(Wait::No); // the session's TTL: on the session lease
+    // On the session lease, with and without the guard's renewal.
+    let renewed = LockOptions::new().wait(Wait::No);
+    let unrenewed = LockOptions::new().auto_renew(false).wait(Wait::No);
 
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    for i in 0..SAMPLES + SAMPLES / 10 {
-        let keep = i >= SAMPLES / 10; // the first tenth warms up
-        let key = format!("/bench/raw/{i}");
-        let t = Instant::now();
-        let put = Txn::new()
-            .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-            .and_then([TxnOp::put(
-                key.as_str(),
-                "x",
-                Some(PutOptions::new().with_lease(lease)),
-            )]);
-        assert!(raw.txn(put).await.expect("txn").succeeded());
-        raw.delete(key.as_str(), None).await.expect("delete");
-        let floor = t.elapsed();
-
-        let t = Instant::now();
-        let held = raw
-            .lock(
-                "/bench/rpc",
-                Some(etcd_client::LockOptions::new().with_lease(lease)),
-            )
-            .await
-            .expect("Lock RPC");
-        raw.unlock(held.key()).await.expect("Unlock RPC");
-        let rpc = t.elapsed();
-
-        let t = Instant::now();
-        let g = locks
-            .acquire("bench/distlock", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        let ours = t.elapsed();
-
-        if keep {
-            for (v, d) in samples.iter_mut().zip([floor, rpc, ours]) {
-                v.push(d);
-            }
+    let mut m = Cycles::new("etcd", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| {
+            raw.get("/bench/none", None).await.expect("get");
+        })
+        .await;
+        m.measure(FLOOR, async |i| {
+            let key = format!("/bench/raw/{i}");
+            let put = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    "x",
+                    Some(PutOptions::new().with_lease(lease)),
+                )]);
+            assert!(raw.txn(put).await.expect("txn").succeeded());
+            raw.delete(key.as_str(), None).await.expect("delete");
+        })
+        .await;
+        m.measure(PEER, async |_| {
+            let held = raw
+                .lock(
+                    "/bench/rpc",
+                    Some(etcd_client::LockOptions::new().with_lease(lease)),
+                )
+                .await
+                .expect("Lock RPC");
+            raw.unlock(held.key()).await.expect("Unlock RPC");
+        })
+        .await;
+        for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
+            m.measure(label, async |_| {
+                let g = locks
+                    .acquire("bench/distlock", opts)
+                    .await
+                    .expect("acquire");
+                assert!(g.release().await.expect("release"));
+            })
+            .await;
         }
     }
-    let [floor, rpc, ours] = samples.map(percentiles);
-    println!("uncontended cycle (p50 / p99, µs)");
-    for (what, (p50, p99)) in [
-        ("raw floor: put-if-absent txn + delete", floor),
-        ("etcd Lock RPC: lock + unlock", rpc),
-        ("distlock acquire + release", ours),
-    ] {
-        println!("  {what:<40} {:>8.1} / {:>8.1}", us(p50), us(p99));
+    m.print();
+    for ours in [OURS, OURS_UNRENEWED] {
+        m.compare(ours, FLOOR);
+        m.compare(ours, PEER);
     }
-    let ratio =
-        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
-    println!(
-        "  distlock / raw floor: {:.3}x   distlock / Lock RPC: {:.3}x   (p50)",
-        ratio(ours, floor),
-        ratio(ours, rpc)
-    );
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();
@@ -151,4 +152,7 @@ async fn main() {
     println!(
         "  distlock / Lock RPC: {acquisitions:.2}x acquisitions/s, {handoffs:.2}x hand-offs/s"
     );
+    if let Some(rtt) = m.figures(RTT) {
+        print_handoff_round_trips(&[("distlock", &ours), ("Lock RPC", &theirs)], rtt.wall.0);
+    }
 }

@@ -6,22 +6,39 @@
 //! cargo bench -p lock-redlock --bench redlock
 //! ```
 //!
-//! Reports p50/p99 of PING to the first node; lock-redis acquire+release on
-//! the first node; Redlock acquire+release with N = 1, 3, 5; rslock
-//! lock+unlock with N = 5 — interleaved sample by sample. Then 8 tasks with
-//! a client each, 1 ms of work inside the lock and a 1 ms pause outside:
-//! acquisitions per second, hand-offs and per-task min/max, distlock's
-//! Redlock (N = 5) against rslock (N = 5).
+//! Measures, in interleaved blocks (`lock_testkit::bench::cycles`): PING to
+//! the first node; the raw floor on five nodes (`SET NX PX` on all, done at
+//! a majority, then a compare-and-delete the same way); lock-redis
+//! acquire+release on the first node; Redlock acquire+release with N = 1,
+//! 3, 5, and N = 5 with the guard's renewal; rslock lock+unlock with N = 5.
+//! Then 8 tasks with a client each, 1 ms of work inside the lock and a 1 ms
+//! pause outside: acquisitions per second, hand-offs (also in round trips)
+//! and per-task min/max, distlock's Redlock (N = 5) against rslock (N = 5).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redlock::Redlock;
-use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
 
-const SAMPLES: usize = 1_000;
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: PING, first node";
+const FLOOR: &str = "raw floor N=5: SET NX PX + CAD, at a majority";
+const SINGLE: &str = "lock-redis, first node, auto-renew off";
+/// Redlock with N = 1, 3, 5, auto-renew off.
+const SETS: [&str; 3] = [
+    "Redlock N=1, auto-renew off",
+    "Redlock N=3, auto-renew off",
+    "Redlock N=5, auto-renew off",
+];
+const OURS: &str = "Redlock N=5 acquire + release";
+const PEER: &str = "rslock N=5 lock + unlock";
 const NAMES: [&str; 3] = ["bench:redlock-1", "bench:redlock-3", "bench:redlock-5"];
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
@@ -60,70 +77,94 @@ async fn main() {
         redlock(&hosts[..5]).await,
     ];
     let peer = rslock(&hosts[..5]);
-    let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let mut conns = Vec::new();
+    for host in &hosts[..5] {
+        conns.push(
+            redis::Client::open(format!("redis://{host}"))
+                .expect("client")
+                .get_multiplexed_async_connection()
+                .await
+                .expect("connect"),
+        );
+    }
+    let cad = redis::Script::new(
+        "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
+    );
+    let renewed = LockOptions::new().wait(Wait::No);
+    let unrenewed = LockOptions::new().auto_renew(false).wait(Wait::No);
 
-    let mut samples: [Vec<Duration>; 6] = Default::default();
-    for i in 0..SAMPLES + SAMPLES / 10 {
-        let keep = i >= SAMPLES / 10; // the first tenth warms up
-        let mut row = [Duration::ZERO; 6];
-        let t = Instant::now();
-        let _: String = redis::cmd("PING")
-            .query_async(&mut conn)
-            .await
-            .expect("PING");
-        row[0] = t.elapsed();
-
-        let t = Instant::now();
-        let g = single
-            .acquire("bench:single", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        row[1] = t.elapsed();
-
+    let mut m = Cycles::new("redlock", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| {
+            let _: String = redis::cmd("PING")
+                .query_async(&mut conn)
+                .await
+                .expect("PING");
+        })
+        .await;
+        m.measure(FLOOR, async |i| {
+            let token = format!("{i:032x}");
+            let token = &token;
+            let sets = conns.iter_mut().map(|c| async move {
+                redis::cmd("SET")
+                    .arg("bench:raw")
+                    .arg(token)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(30_000)
+                    .query_async::<Option<String>>(c)
+                    .await
+            });
+            majority(sets).await;
+            let cad = &cad;
+            let deletes = conns.iter_mut().map(|c| async move {
+                cad.key("bench:raw").arg(token).invoke_async::<i64>(c).await
+            });
+            majority(deletes).await;
+        })
+        .await;
+        m.measure(SINGLE, async |_| {
+            let g = single
+                .acquire("bench:single", &unrenewed)
+                .await
+                .expect("acquire");
+            assert!(g.release().await.expect("release"));
+        })
+        .await;
         // A name per set: the sets share nodes, and each keeps its own
         // counters in step on its own nodes.
-        for ((slot, set), name) in row[2..5].iter_mut().zip(&sets).zip(NAMES) {
-            let t = Instant::now();
-            let g = set.acquire(name, &opts).await.expect("acquire");
+        for ((label, set), name) in SETS.into_iter().zip(&sets).zip(NAMES) {
+            m.measure(label, async |_| {
+                let g = set.acquire(name, &unrenewed).await.expect("acquire");
+                assert!(g.release().await.expect("release"));
+            })
+            .await;
+        }
+        m.measure(OURS, async |_| {
+            let g = sets[2]
+                .acquire("bench:redlock-renewed", &renewed)
+                .await
+                .expect("acquire");
             assert!(g.release().await.expect("release"));
-            *slot = t.elapsed();
-        }
-
-        let t = Instant::now();
-        let l = peer
-            .lock("bench:rslock", Duration::from_secs(30))
-            .await
-            .expect("rslock");
-        peer.unlock(&l).await;
-        row[5] = t.elapsed();
-
-        if keep {
-            for (v, d) in samples.iter_mut().zip(row) {
-                v.push(d);
-            }
-        }
+        })
+        .await;
+        m.measure(PEER, async |_| {
+            let l = peer
+                .lock("bench:rslock", Duration::from_secs(30))
+                .await
+                .expect("rslock");
+            peer.unlock(&l).await;
+        })
+        .await;
     }
-    let [ping, single, n1, n3, n5, theirs] = samples.map(percentiles);
-    println!("uncontended cycle (p50 / p99, µs)");
-    for (what, (p50, p99)) in [
-        ("PING, first node", ping),
-        ("lock-redis acquire + release, first node", single),
-        ("Redlock N=1 acquire + release", n1),
-        ("Redlock N=3 acquire + release", n3),
-        ("Redlock N=5 acquire + release", n5),
-        ("rslock N=5 lock + unlock", theirs),
-    ] {
-        println!("  {what:<42} {:>8.1} / {:>8.1}", us(p50), us(p99));
+    m.print();
+    for ours in [OURS, SETS[2]] {
+        m.compare(ours, FLOOR);
+        m.compare(ours, PEER);
     }
-    let ratio =
-        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
-    println!(
-        "  N=5 / N=1: {:.2}x   N=1 / lock-redis: {:.2}x   N=5 / rslock N=5: {:.2}x   (p50)",
-        ratio(n5, n1),
-        ratio(n1, single),
-        ratio(n5, theirs)
-    );
+    m.compare(SETS[0], SINGLE);
+    m.compare(SETS[2], SETS[0]);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();
@@ -161,4 +202,23 @@ async fn main() {
     );
     let (acquisitions, _) = ratios(&ours, &theirs);
     println!("  distlock / rslock: {acquisitions:.2}x acquisitions/s");
+    if let Some(rtt) = m.figures(RTT) {
+        print_handoff_round_trips(&[("distlock", &ours), ("rslock", &theirs)], rtt.wall.0);
+    }
+}
+
+/// Wait for a majority of `replies` (each must succeed); the others are
+/// dropped, as a Redlock client that is done at a majority would.
+async fn majority<T, E: std::fmt::Debug>(
+    replies: impl Iterator<Item = impl Future<Output = Result<T, E>>>,
+) {
+    let mut pending: FuturesUnordered<_> = replies.collect();
+    let quorum = pending.len() / 2 + 1;
+    for _ in 0..quorum {
+        pending
+            .next()
+            .await
+            .expect("a reply")
+            .expect("the node answered");
+    }
 }

@@ -1,6 +1,9 @@
 //! MySQL/MariaDB lock benchmark: distlock against the same SQL sent with
-//! plain sqlx on one connection (the floor), in row and advisory mode, in
-//! one run; then contended hand-offs with 8 clients.
+//! plain sqlx on one connection (the floor with a fencing token), and
+//! against the hand-written lock without one, in row and advisory mode,
+//! with and without the guard's renewal, in interleaved blocks
+//! (`lock_testkit::bench::cycles`); then contended hand-offs with 8
+//! clients.
 //!
 //! ```sh
 //! export $(scripts/services.sh env | xargs)
@@ -8,14 +11,28 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::MySqlLock;
-use lock_testkit::bench::{contend_on, percentiles, print_runs, us};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs};
 use sqlx::{Connection, MySqlConnection};
 
-const SAMPLES: usize = 1_000;
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: SELECT 1";
+const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE; fence; ROLLBACK";
+const ROW: &str = "distlock row, auto-renew off";
+const ROW_RENEWED: &str = "distlock row acquire + release";
+const ADVISORY_FLOOR: &str = "advisory floor: GET_LOCK; fence; RELEASE_LOCK";
+const ADVISORY: &str = "distlock advisory, auto-renew off";
+const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
+const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
+const ROW_PLAIN: &str = "distlock row, fencing=false";
+const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: GET_LOCK; RELEASE_LOCK";
+const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
@@ -130,96 +147,65 @@ async fn main() {
             .expect("release");
     }
     let mut conn = MySqlConnection::connect(&url()).await.expect("connection");
-    let mut samples: [Vec<Duration>; 9] = Default::default();
-    for i in 0..SAMPLES + SAMPLES / 10 {
-        let keep = i >= SAMPLES / 10;
-        let mut sample = [Duration::ZERO; 9];
-        let t = Instant::now();
-        let _: i32 = sqlx::query_scalar("SELECT 1")
-            .fetch_one(&mut conn)
-            .await
-            .expect("ping");
-        sample[0] = t.elapsed();
-        let t = Instant::now();
-        raw_row(&mut conn, "bench/raw").await;
-        sample[1] = t.elapsed();
-        let t = Instant::now();
-        let g = row.acquire("bench/row", &opts).await.expect("acquire");
-        assert!(g.release().await.expect("release"));
-        sample[2] = t.elapsed();
-        let t = Instant::now();
-        raw_advisory(&mut conn, "bench/raw").await;
-        sample[3] = t.elapsed();
-        let t = Instant::now();
-        let g = advisory
-            .acquire("bench/advisory", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        sample[4] = t.elapsed();
-        let t = Instant::now();
-        raw_row_plain(&mut conn, "bench/raw").await;
-        sample[5] = t.elapsed();
-        let t = Instant::now();
-        let g = row_plain
-            .acquire("bench/row-plain", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        sample[6] = t.elapsed();
-        let t = Instant::now();
-        raw_advisory_plain(&mut conn, "bench/raw-plain").await;
-        sample[7] = t.elapsed();
-        let t = Instant::now();
-        let g = advisory_plain
-            .acquire("bench/advisory-plain", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        sample[8] = t.elapsed();
-        if keep {
-            for (v, d) in samples.iter_mut().zip(sample) {
-                v.push(d);
-            }
+    let renewed = LockOptions::new().wait(Wait::Forever);
+    let distlock = [
+        (ROW, &row, "bench/row", &opts),
+        (ROW_RENEWED, &row, "bench/row", &renewed),
+        (ADVISORY, &advisory, "bench/advisory", &opts),
+        (ADVISORY_RENEWED, &advisory, "bench/advisory", &renewed),
+        (ROW_PLAIN, &row_plain, "bench/row-plain", &opts),
+        (
+            ADVISORY_PLAIN,
+            &advisory_plain,
+            "bench/advisory-plain",
+            &opts,
+        ),
+    ];
+    let mut m = Cycles::new("mysql", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| {
+            let _: i32 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("ping");
+        })
+        .await;
+        m.measure(ROW_FLOOR, async |_| raw_row(&mut conn, "bench/raw").await)
+            .await;
+        m.measure(ADVISORY_FLOOR, async |_| {
+            raw_advisory(&mut conn, "bench/raw").await
+        })
+        .await;
+        m.measure(ROW_PLAIN_FLOOR, async |_| {
+            raw_row_plain(&mut conn, "bench/raw").await
+        })
+        .await;
+        m.measure(ADVISORY_PLAIN_FLOOR, async |_| {
+            raw_advisory_plain(&mut conn, "bench/raw-plain").await
+        })
+        .await;
+        for (label, lock, name, opts) in distlock {
+            m.measure(label, async |_| {
+                let g = lock.acquire(name, opts).await.expect("acquire");
+                assert!(g.release().await.expect("release"));
+            })
+            .await;
         }
     }
-    let [
-        ping,
-        raw_row_p,
-        ours_row,
-        raw_adv,
-        ours_adv,
-        plain_row_p,
-        ours_row_plain,
-        plain_adv,
-        ours_adv_plain,
-    ] = samples.map(percentiles);
-    println!("uncontended cycle (p50 / p99, µs)");
-    for (what, (p50, p99)) in [
-        ("SELECT 1 round trip", ping),
-        ("row floor: BEGIN; FOR UPDATE; fence; ROLLBACK", raw_row_p),
-        ("distlock row acquire + release", ours_row),
-        ("advisory floor: GET_LOCK; fence; RELEASE_LOCK", raw_adv),
-        ("distlock advisory acquire + release", ours_adv),
-        ("row, no token: BEGIN; FOR UPDATE; ROLLBACK", plain_row_p),
-        ("distlock row, fencing=false", ours_row_plain),
-        ("advisory, no token: GET_LOCK; RELEASE_LOCK", plain_adv),
-        ("distlock advisory, fencing=false", ours_adv_plain),
+    m.print();
+    for (ours, floor) in [
+        (ROW, ROW_FLOOR),
+        (ROW_RENEWED, ROW_FLOOR),
+        (ADVISORY, ADVISORY_FLOOR),
+        (ADVISORY_RENEWED, ADVISORY_FLOOR),
+        (ROW, ROW_PLAIN_FLOOR),
+        (ADVISORY, ADVISORY_PLAIN_FLOOR),
+        (ROW_PLAIN, ROW_PLAIN_FLOOR),
+        (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
     ] {
-        println!("  {what:<46} {:>8.1} / {:>8.1}", us(p50), us(p99));
+        m.compare(ours, floor);
     }
-    let ratio =
-        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
-    println!(
-        "  row / floor: {:.3}x   advisory / floor: {:.3}x   (p50)",
-        ratio(ours_row, raw_row_p),
-        ratio(ours_adv, raw_adv)
-    );
-    println!(
-        "  fencing=false, against the hand-written lock without a token: row {:.3}x   advisory {:.3}x   (p50)",
-        ratio(ours_row_plain, plain_row_p),
-        ratio(ours_adv_plain, plain_adv)
-    );
     for (mode, base) in [
         ("row", url()),
         ("advisory", format!("{}?mode=advisory", url())),
@@ -240,5 +226,8 @@ async fn main() {
             RUN,
             &[("distlock", &run)],
         );
+        if let Some(rtt) = m.figures(RTT) {
+            print_handoff_round_trips(&[("distlock", &run)], rtt.wall.0);
+        }
     }
 }

@@ -1,7 +1,10 @@
 //! Postgres lock benchmark: distlock against the same SQL sent with plain
-//! sqlx on one connection (the floor), in row and advisory mode, in one run;
-//! then the ways of ending a row-lock transaction (why release is a
-//! ROLLBACK); then contended hand-offs with 8 clients.
+//! sqlx on one connection (the floor with a fencing token), and against the
+//! hand-written lock without one, in row and advisory mode, with and
+//! without the guard's renewal, in interleaved blocks
+//! (`lock_testkit::bench::cycles`); then the ways of ending a row-lock
+//! transaction (why release is a ROLLBACK); then contended hand-offs with 8
+//! clients.
 //!
 //! ```sh
 //! export $(scripts/services.sh env | xargs)
@@ -9,14 +12,30 @@
 //! ```
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::PgLock;
-use lock_testkit::bench::{contend_on, percentiles, print_runs, us};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-const SAMPLES: usize = 1_000;
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: SELECT 1";
+const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE + token; ROLLBACK";
+const ROW: &str = "distlock row, auto-renew off";
+const ROW_RENEWED: &str = "distlock row acquire + release";
+const ADVISORY_FLOOR: &str = "advisory floor: lock + token; unlock";
+const ADVISORY: &str = "distlock advisory, auto-renew off";
+const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
+const COMMIT: &str = "row floor ending in COMMIT";
+const COMMIT_ASYNC: &str = "row floor, COMMIT, synchronous_commit=off";
+const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
+const ROW_PLAIN: &str = "distlock row, fencing=false";
+const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: lock; unlock";
+const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
@@ -137,118 +156,76 @@ async fn main() {
         .await
         .expect("session setting");
 
-    let mut samples: [Vec<Duration>; 11] = Default::default();
-    for i in 0..SAMPLES + SAMPLES / 10 {
-        let keep = i >= SAMPLES / 10; // the first tenth warms up
-        let mut row_sample = [Duration::ZERO; 11];
-        let t = Instant::now();
-        let _: i32 = sqlx::query_scalar("SELECT 1")
-            .fetch_one(&mut conn)
-            .await
-            .expect("ping");
-        row_sample[0] = t.elapsed();
-
-        let t = Instant::now();
-        raw_row(&mut conn, "bench/raw", "ROLLBACK").await;
-        row_sample[1] = t.elapsed();
-
-        let t = Instant::now();
-        let g = row.acquire("bench/row", &opts).await.expect("acquire");
-        assert!(g.release().await.expect("release"));
-        row_sample[2] = t.elapsed();
-
-        let t = Instant::now();
-        raw_advisory(&mut conn, "bench/raw").await;
-        row_sample[3] = t.elapsed();
-
-        let t = Instant::now();
-        let g = advisory
-            .acquire("bench/advisory", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        row_sample[4] = t.elapsed();
-
-        let t = Instant::now();
-        raw_row(&mut conn, "bench/raw", "COMMIT").await;
-        row_sample[5] = t.elapsed();
-
-        let t = Instant::now();
-        raw_row(&mut async_conn, "bench/raw", "COMMIT").await;
-        row_sample[6] = t.elapsed();
-
-        let t = Instant::now();
-        raw_row_plain(&mut conn, "bench/raw").await;
-        row_sample[7] = t.elapsed();
-
-        let t = Instant::now();
-        let g = row_plain
-            .acquire("bench/row-plain", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        row_sample[8] = t.elapsed();
-
-        let t = Instant::now();
-        raw_advisory_plain(&mut conn, "bench/raw-plain").await;
-        row_sample[9] = t.elapsed();
-
-        let t = Instant::now();
-        let g = advisory_plain
-            .acquire("bench/advisory-plain", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        row_sample[10] = t.elapsed();
-
-        if keep {
-            for (v, d) in samples.iter_mut().zip(row_sample) {
-                v.push(d);
-            }
+    let renewed = LockOptions::new().wait(Wait::Forever);
+    let distlock = [
+        (ROW, &row, "bench/row", &opts),
+        (ROW_RENEWED, &row, "bench/row", &renewed),
+        (ADVISORY, &advisory, "bench/advisory", &opts),
+        (ADVISORY_RENEWED, &advisory, "bench/advisory", &renewed),
+        (ROW_PLAIN, &row_plain, "bench/row-plain", &opts),
+        (
+            ADVISORY_PLAIN,
+            &advisory_plain,
+            "bench/advisory-plain",
+            &opts,
+        ),
+    ];
+    let mut m = Cycles::new("postgres", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| {
+            let _: i32 = sqlx::query_scalar("SELECT 1")
+                .fetch_one(&mut conn)
+                .await
+                .expect("ping");
+        })
+        .await;
+        m.measure(ROW_FLOOR, async |_| {
+            raw_row(&mut conn, "bench/raw", "ROLLBACK").await
+        })
+        .await;
+        m.measure(ADVISORY_FLOOR, async |_| {
+            raw_advisory(&mut conn, "bench/raw").await
+        })
+        .await;
+        m.measure(COMMIT, async |_| {
+            raw_row(&mut conn, "bench/raw", "COMMIT").await
+        })
+        .await;
+        m.measure(COMMIT_ASYNC, async |_| {
+            raw_row(&mut async_conn, "bench/raw", "COMMIT").await
+        })
+        .await;
+        m.measure(ROW_PLAIN_FLOOR, async |_| {
+            raw_row_plain(&mut conn, "bench/raw").await
+        })
+        .await;
+        m.measure(ADVISORY_PLAIN_FLOOR, async |_| {
+            raw_advisory_plain(&mut conn, "bench/raw-plain").await
+        })
+        .await;
+        for (label, lock, name, opts) in distlock {
+            m.measure(label, async |_| {
+                let g = lock.acquire(name, opts).await.expect("acquire");
+                assert!(g.release().await.expect("release"));
+            })
+            .await;
         }
     }
-    let [
-        ping,
-        raw_row_p,
-        ours_row,
-        raw_adv,
-        ours_adv,
-        commit,
-        commit_async,
-        plain_row_p,
-        ours_row_plain,
-        plain_adv,
-        ours_adv_plain,
-    ] = samples.map(percentiles);
-    println!("uncontended cycle (p50 / p99, µs)");
-    for (what, (p50, p99)) in [
-        ("SELECT 1 round trip", ping),
-        ("row floor: BEGIN; FOR UPDATE; ROLLBACK (sqlx)", raw_row_p),
-        ("distlock row acquire + release", ours_row),
-        ("advisory floor: lock; unlock (sqlx)", raw_adv),
-        ("distlock advisory acquire + release", ours_adv),
-        ("row cycle ending in COMMIT", commit),
-        ("row cycle, COMMIT, synchronous_commit=off", commit_async),
-        ("row, no token: BEGIN; FOR UPDATE; ROLLBACK", plain_row_p),
-        ("distlock row, fencing=false", ours_row_plain),
-        ("advisory, no token: lock; unlock", plain_adv),
-        ("distlock advisory, fencing=false", ours_adv_plain),
+    m.print();
+    for (ours, floor) in [
+        (ROW, ROW_FLOOR),
+        (ROW_RENEWED, ROW_FLOOR),
+        (ADVISORY, ADVISORY_FLOOR),
+        (ADVISORY_RENEWED, ADVISORY_FLOOR),
+        (ROW, ROW_PLAIN_FLOOR),
+        (ADVISORY, ADVISORY_PLAIN_FLOOR),
+        (ROW_PLAIN, ROW_PLAIN_FLOOR),
+        (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
+        (COMMIT, ROW_FLOOR),
     ] {
-        println!("  {what:<46} {:>8.1} / {:>8.1}", us(p50), us(p99));
+        m.compare(ours, floor);
     }
-    let ratio =
-        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
-    println!(
-        "  row / floor: {:.3}x   advisory / floor: {:.3}x   COMMIT / ROLLBACK: {:.2}x   (p50)",
-        ratio(ours_row, raw_row_p),
-        ratio(ours_adv, raw_adv),
-        ratio(commit, raw_row_p)
-    );
-    println!(
-        "  fencing=false, against the hand-written lock without a token: row {:.3}x   advisory {:.3}x   (p50)",
-        ratio(ours_row_plain, plain_row_p),
-        ratio(ours_adv_plain, plain_adv)
-    );
 
     for (mode, base) in [
         ("row", url()),
@@ -271,5 +248,8 @@ async fn main() {
             RUN,
             &[("distlock", &run)],
         );
+        if let Some(rtt) = m.figures(RTT) {
+            print_handoff_round_trips(&[("distlock", &run)], rtt.wall.0);
+        }
     }
 }

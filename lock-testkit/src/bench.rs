@@ -1,6 +1,9 @@
 //! Measuring helpers shared by the backends' benchmarks (feature `testkit`):
 //! percentiles of interleaved samples, and a contention run that records
-//! who held a lock when, for throughput, hand-off and fairness figures.
+//! who held a lock when, for throughput, hand-off and fairness figures;
+//! [`cycles`] measures uncontended cycles of a lock's variants side by side.
+
+pub mod cycles;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -123,6 +126,20 @@ pub fn print_runs(title: &str, run: Duration, rows: &[(&str, &Run)]) {
             us(r.handoff_latency.1),
             r.per_task.0,
             r.per_task.1
+        );
+    }
+}
+
+/// Print each run's hand-off latency (p50) in round trips of the same
+/// server (`round_trip`, a p50 measured in the same run), the unit of the
+/// hand-off goal: a notified hand-off needs the release, the notification
+/// and the grant.
+pub fn print_handoff_round_trips(rows: &[(&str, &Run)], round_trip: Duration) {
+    for (label, r) in rows {
+        println!(
+            "  {label}: hand-off p50 = {:.1} round trips ({:.1} µs each)",
+            r.handoff_latency.0.as_secs_f64() / round_trip.as_secs_f64(),
+            us(round_trip)
         );
     }
 }

@@ -6,22 +6,31 @@
 //! cargo bench -p lock-zk --bench zk
 //! ```
 //!
-//! Reports p50/p99 of: the raw floor (create an ephemeral-sequential node,
-//! list the children, delete the node, plain zookeeper-client); the crate's
-//! recipe (`Client::lock`, then deleting its node); distlock acquire +
-//! release — interleaved sample by sample. Then 8 tasks, and 2, with a
-//! client each and 1 ms of work inside the lock, distlock against the
-//! recipe.
+//! Measures, in interleaved blocks (`lock_testkit::bench::cycles`): a
+//! round trip (`exists`); the raw floor (create an ephemeral-sequential
+//! node, list the children, delete the node, plain zookeeper-client); the
+//! crate's recipe (`Client::lock`, then deleting its node); distlock
+//! acquire + release, with and without the guard's renewal. Then 8 tasks,
+//! and 2, with a client each and 1 ms of work inside the lock, distlock
+//! against the recipe, hand-offs also in round trips.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, LockOptions, Wait};
-use lock_testkit::bench::{contend, contend_on, percentiles, print_runs, ratios, us};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
 use lock_zk::ZkLock;
 use zookeeper_client::{Acls, Client, CreateMode, LockPrefix};
 
-const SAMPLES: usize = 1_000;
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: exists";
+const FLOOR: &str = "raw floor: create + children + delete";
+const PEER: &str = "zookeeper-client lock recipe";
+const OURS: &str = "distlock acquire + release";
+const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
@@ -73,70 +82,65 @@ async fn main() {
             Err(e) => panic!("mkdir {dir}: {e}"),
         }
     }
-    let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
-    let mut samples: [Vec<Duration>; 3] = Default::default();
-    for i in 0..SAMPLES + SAMPLES / 10 {
-        let keep = i >= SAMPLES / 10; // the first tenth warms up
-        let t = Instant::now();
-        let (_, seq) = raw
-            .create(
-                "/bench/raw/lock-",
-                b"",
-                &CreateMode::EphemeralSequential.with_acls(acls),
-            )
-            .await
-            .expect("create");
-        let children = raw.list_children("/bench/raw").await.expect("children");
-        assert!(!children.is_empty());
-        raw.delete(&format!("/bench/raw/lock-{seq}"), None)
-            .await
-            .expect("delete");
-        let floor = t.elapsed();
-
-        let t = Instant::now();
-        recipe(&recipe_client, "/bench/recipe").await;
-        let peer = t.elapsed();
-
-        let t = Instant::now();
-        let g = locks
-            .acquire("bench/distlock", &opts)
-            .await
-            .expect("acquire");
-        assert!(g.release().await.expect("release"));
-        let ours = t.elapsed();
-
-        if keep {
-            for (v, d) in samples.iter_mut().zip([floor, peer, ours]) {
-                v.push(d);
-            }
+    // A lock without renewal cannot outlive the session: a TTL within it.
+    let ttl = Duration::from_secs(5);
+    let renewed = LockOptions::new().ttl(ttl).wait(Wait::No);
+    let unrenewed = LockOptions::new().ttl(ttl).auto_renew(false).wait(Wait::No);
+    let mut m = Cycles::new("zookeeper", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| {
+            raw.check_stat("/bench").await.expect("exists");
+        })
+        .await;
+        m.measure(FLOOR, async |_| {
+            let (_, seq) = raw
+                .create(
+                    "/bench/raw/lock-",
+                    b"",
+                    &CreateMode::EphemeralSequential.with_acls(acls),
+                )
+                .await
+                .expect("create");
+            let children = raw.list_children("/bench/raw").await.expect("children");
+            assert!(!children.is_empty());
+            raw.delete(&format!("/bench/raw/lock-{seq}"), None)
+                .await
+                .expect("delete");
+        })
+        .await;
+        m.measure(PEER, async |_| {
+            recipe(&recipe_client, "/bench/recipe").await;
+        })
+        .await;
+        for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
+            m.measure(label, async |_| {
+                let g = locks
+                    .acquire("bench/distlock", opts)
+                    .await
+                    .expect("acquire");
+                assert!(g.release().await.expect("release"));
+            })
+            .await;
         }
     }
-    let [floor, peer, ours] = samples.map(percentiles);
-    println!("uncontended cycle (p50 / p99, µs)");
-    for (what, (p50, p99)) in [
-        ("raw floor: create + children + delete", floor),
-        ("zookeeper-client lock recipe", peer),
-        ("distlock acquire + release", ours),
-    ] {
-        println!("  {what:<40} {:>8.1} / {:>8.1}", us(p50), us(p99));
+    m.print();
+    for ours in [OURS, OURS_UNRENEWED] {
+        m.compare(ours, FLOOR);
+        m.compare(ours, PEER);
     }
-    let ratio =
-        |a: (Duration, Duration), b: (Duration, Duration)| a.0.as_secs_f64() / b.0.as_secs_f64();
-    println!(
-        "  distlock / raw floor: {:.3}x   distlock / recipe: {:.3}x   (p50)",
-        ratio(ours, floor),
-        ratio(ours, peer)
-    );
+    let rtt = m.figures(RTT).map_or(Duration::ZERO, |f| f.wall.0);
 
     // 8 contenders: waiters queue and each hand-off lists the queue; 2
     // contenders: the one waiter takes over on the delete's notification.
     for tasks in [TASKS, 2] {
-        contention(tasks).await;
+        contention(tasks, rtt).await;
     }
 }
 
-/// `tasks` clients contending for one lock, distlock against the recipe.
-async fn contention(tasks: usize) {
+/// `tasks` clients contending for one lock, distlock against the recipe;
+/// hand-offs also in round trips of `rtt`.
+async fn contention(tasks: usize, rtt: Duration) {
     let mut clients = Vec::new();
     let mut raws = Vec::new();
     for _ in 0..tasks {
@@ -148,6 +152,7 @@ async fn contention(tasks: usize) {
     }
     let raws = Arc::new(raws);
     let o = LockOptions::new()
+        .ttl(Duration::from_secs(5))
         .auto_renew(false)
         .wait_timeout(Duration::from_secs(30));
     let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
@@ -183,4 +188,5 @@ async fn contention(tasks: usize) {
     );
     let (acquisitions, handoffs) = ratios(&ours, &theirs);
     println!("  distlock / recipe: {acquisitions:.2}x acquisitions/s, {handoffs:.2}x hand-offs/s");
+    print_handoff_round_trips(&[("distlock", &ours), ("recipe", &theirs)], rtt);
 }
