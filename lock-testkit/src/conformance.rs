@@ -1112,9 +1112,12 @@ pub async fn grant_after_long_wait_is_valid(h: Harness) {
 
 /// Waits too long for a deadline (`Duration::MAX`, `u64::MAX` seconds) or
 /// for a server's own timeout (30 days) neither panic nor fail: on a free
-/// lock they are granted at once, and on a held lock they wait for the
-/// release.
+/// lock they are granted without waiting, and on a held lock they wait for
+/// the release. (The bounds only tell a hang from an answer: how fast a
+/// grant comes is not this case's subject, and a loaded machine can take a
+/// second or more to open a connection.)
 pub async fn very_long_waits_work(h: Harness) {
+    const HANG: Duration = Duration::from_secs(10);
     let name = unique_name("long-waits");
     for wait in [
         Duration::MAX,
@@ -1122,9 +1125,9 @@ pub async fn very_long_waits_work(h: Harness) {
         Duration::from_secs(30 * 86_400),
     ] {
         let o = opts(10_000, Wait::Up(wait), false);
-        let g = tokio::time::timeout(SLACK, h.lock.acquire(&name, &o))
+        let g = tokio::time::timeout(HANG, h.lock.acquire(&name, &o))
             .await
-            .expect("a free lock is granted at once")
+            .expect("a free lock is granted")
             .unwrap_or_else(|e| panic!("free lock with a wait of {wait:?}: {e:?}"));
         let waiter = {
             let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
@@ -1133,7 +1136,7 @@ pub async fn very_long_waits_work(h: Harness) {
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(!waiter.is_finished(), "waiter got a held lock");
         assert!(g.release().await.expect("release"));
-        let g2 = tokio::time::timeout(SLACK * 2, waiter)
+        let g2 = tokio::time::timeout(HANG, waiter)
             .await
             .expect("the waiter is granted after the release")
             .expect("task")
