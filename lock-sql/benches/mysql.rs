@@ -1,8 +1,9 @@
-//! MySQL/MariaDB lock benchmark: distlock against the same SQL sent with
-//! plain sqlx on one connection (the floor with a fencing token), and
-//! against the hand-written lock without one, in row and advisory mode,
-//! with and without the guard's renewal, in interleaved blocks
-//! (`lock_testkit::bench::cycles`); then contended hand-offs with 8
+//! MySQL/MariaDB lock benchmark, in interleaved blocks
+//! (`lock_testkit::bench::cycles`): distlock in row and advisory mode, with
+//! and without the guard's renewal, against two hand-written floors on
+//! plain sqlx: the cheapest lock whose fencing token is durable (committed
+//! before the grant, as distlock's is) and the lock without a token
+//! (against distlock with `fencing=false`); then contended hand-offs with 8
 //! clients.
 //!
 //! ```sh
@@ -23,10 +24,10 @@ use sqlx::{Connection, MySqlConnection};
 const BLOCK: usize = 50;
 const ROUNDS: usize = 20;
 const RTT: &str = "round trip: SELECT 1";
-const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE; fence; ROLLBACK";
+const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE; token upsert; ROLLBACK";
 const ROW: &str = "distlock row, auto-renew off";
 const ROW_RENEWED: &str = "distlock row acquire + release";
-const ADVISORY_FLOOR: &str = "advisory floor: GET_LOCK; fence; RELEASE_LOCK";
+const ADVISORY_FLOOR: &str = "advisory floor: GET_LOCK; token upsert; RELEASE_LOCK";
 const ADVISORY: &str = "distlock advisory, auto-renew off";
 const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
 const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
@@ -42,7 +43,25 @@ fn url() -> String {
         .expect("DISTLOCK_TEST_MYSQL_URL (see scripts/services.sh env)")
 }
 
-async fn raw_row(conn: &mut MySqlConnection, name: &str) {
+/// The counter's committed upsert distlock makes for each grant.
+const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_tokens (name, token) \
+     VALUES (?, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+
+/// Advance `name`'s counter in one committed statement: the token.
+async fn draw_token(conn: &mut MySqlConnection, name: &str) -> u64 {
+    sqlx::query(TOKEN_UPSERT)
+        .bind(name.as_bytes())
+        .execute(&mut *conn)
+        .await
+        .expect("token")
+        .last_insert_id()
+}
+
+/// The cheapest hand-written row lock with a durable fencing token: the
+/// lock's transaction on `conn` (with the same timeouts), the token's
+/// committed upsert on `tokens` (one drawn inside the lock's transaction is
+/// not durable before it ends), then the end of the lock's transaction.
+async fn durable_row(conn: &mut MySqlConnection, tokens: &mut MySqlConnection, name: &str) {
     sqlx::raw_sql(
         "SET SESSION innodb_lock_wait_timeout = 50, SESSION idle_transaction_timeout = 30; START TRANSACTION",
     )
@@ -55,11 +74,7 @@ async fn raw_row(conn: &mut MySqlConnection, name: &str) {
         .await
         .expect("lock");
     assert!(row.is_some());
-    let fence = sqlx::raw_sql("INSERT INTO distlock_locks_fence () VALUES ()")
-        .execute(&mut *conn)
-        .await
-        .expect("fence");
-    assert!(fence.last_insert_id() > 0);
+    assert!(draw_token(tokens, name).await > 0);
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut *conn)
         .await
@@ -100,7 +115,9 @@ async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
     assert_eq!(released, Some(1));
 }
 
-async fn raw_advisory(conn: &mut MySqlConnection, name: &str) {
+/// The cheapest hand-written advisory lock with a durable fencing token:
+/// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
+async fn durable_advisory(conn: &mut MySqlConnection, name: &str) {
     let granted: Option<i64> =
         sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
             .bind(name.as_bytes())
@@ -109,13 +126,7 @@ async fn raw_advisory(conn: &mut MySqlConnection, name: &str) {
             .await
             .expect("lock");
     assert_eq!(granted, Some(1));
-    let rows = sqlx::raw_sql(
-        "SET SESSION wait_timeout = 30; START TRANSACTION; INSERT INTO distlock_locks_fence () VALUES (); ROLLBACK; SELECT LAST_INSERT_ID()",
-    )
-    .fetch_all(&mut *conn)
-    .await
-    .expect("fence");
-    assert!(!rows.is_empty());
+    assert!(draw_token(conn, name).await > 0);
     let released: Option<i64> =
         sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
             .bind(name.as_bytes())
@@ -147,6 +158,7 @@ async fn main() {
             .expect("release");
     }
     let mut conn = MySqlConnection::connect(&url()).await.expect("connection");
+    let mut tokens = MySqlConnection::connect(&url()).await.expect("connection");
     let renewed = LockOptions::new().wait(Wait::Forever);
     let distlock = [
         (ROW, &row, "bench/row", &opts),
@@ -171,10 +183,12 @@ async fn main() {
                 .expect("ping");
         })
         .await;
-        m.measure(ROW_FLOOR, async |_| raw_row(&mut conn, "bench/raw").await)
-            .await;
+        m.measure(ROW_FLOOR, async |_| {
+            durable_row(&mut conn, &mut tokens, "bench/raw").await
+        })
+        .await;
         m.measure(ADVISORY_FLOOR, async |_| {
-            raw_advisory(&mut conn, "bench/raw").await
+            durable_advisory(&mut conn, "bench/raw").await
         })
         .await;
         m.measure(ROW_PLAIN_FLOOR, async |_| {
