@@ -132,14 +132,7 @@ async fn main() {
         })
         .await;
         for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
-            m.measure(label, async |_| {
-                let g = locks
-                    .acquire("bench:distlock", opts)
-                    .await
-                    .expect("acquire");
-                assert!(g.release().await.expect("release"));
-            })
-            .await;
+            m.measure_lock(label, &locks, "bench:distlock", opts).await;
         }
         m.measure(PEER, async |_| {
             let l = rs

@@ -135,20 +135,10 @@ async fn main() {
         // A name per set: the sets share nodes, and each keeps its own
         // counters in step on its own nodes.
         for ((label, set), name) in SETS.into_iter().zip(&sets).zip(NAMES) {
-            m.measure(label, async |_| {
-                let g = set.acquire(name, &unrenewed).await.expect("acquire");
-                assert!(g.release().await.expect("release"));
-            })
-            .await;
+            m.measure_lock(label, set, name, &unrenewed).await;
         }
-        m.measure(OURS, async |_| {
-            let g = sets[2]
-                .acquire("bench:redlock-renewed", &renewed)
-                .await
-                .expect("acquire");
-            assert!(g.release().await.expect("release"));
-        })
-        .await;
+        m.measure_lock(OURS, &sets[2], "bench:redlock-renewed", &renewed)
+            .await;
         m.measure(PEER, async |_| {
             let l = peer
                 .lock("bench:rslock", Duration::from_secs(30))

@@ -68,17 +68,22 @@ async fn durable_row(conn: &mut MySqlConnection, tokens: &mut MySqlConnection, n
     .execute(&mut *conn)
     .await
     .expect("begin");
+    lock_row(conn, name).await;
+    assert!(draw_token(tokens, name).await > 0);
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
+/// Lock `name`'s row in the open transaction on `conn`.
+async fn lock_row(conn: &mut MySqlConnection, name: &str) {
     let row = sqlx::query("SELECT name FROM distlock_locks WHERE name = ? FOR UPDATE")
         .bind(name.as_bytes())
         .fetch_optional(&mut *conn)
         .await
         .expect("lock");
     assert!(row.is_some());
-    assert!(draw_token(tokens, name).await > 0);
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut *conn)
-        .await
-        .expect("end");
 }
 
 /// The hand-written row lock without a fencing token.
@@ -87,12 +92,7 @@ async fn raw_row_plain(conn: &mut MySqlConnection, name: &str) {
         .execute(&mut *conn)
         .await
         .expect("begin");
-    let row = sqlx::query("SELECT name FROM distlock_locks WHERE name = ? FOR UPDATE")
-        .bind(name.as_bytes())
-        .fetch_optional(&mut *conn)
-        .await
-        .expect("lock");
-    assert!(row.is_some());
+    lock_row(conn, name).await;
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut *conn)
         .await
@@ -200,11 +200,7 @@ async fn main() {
         })
         .await;
         for (label, lock, name, opts) in distlock {
-            m.measure(label, async |_| {
-                let g = lock.acquire(name, opts).await.expect("acquire");
-                assert!(g.release().await.expect("release"));
-            })
-            .await;
+            m.measure_lock(label, lock, name, opts).await;
         }
     }
     m.print();

@@ -72,12 +72,8 @@ async fn raw_row(conn: &mut PgConnection, name: &str, end: &str) {
         .expect("end");
 }
 
-/// The hand-written row lock without a fencing token.
-async fn raw_row_plain(conn: &mut PgConnection, name: &str) {
-    sqlx::raw_sql("BEGIN")
-        .execute(&mut *conn)
-        .await
-        .expect("begin");
+/// Lock `name`'s row in the open transaction on `conn`.
+async fn lock_row(conn: &mut PgConnection, name: &str) {
     let row: Option<String> =
         sqlx::query_scalar("SELECT name FROM distlock_locks WHERE name = $1 FOR UPDATE")
             .bind(name)
@@ -85,6 +81,15 @@ async fn raw_row_plain(conn: &mut PgConnection, name: &str) {
             .await
             .expect("lock");
     assert!(row.is_some());
+}
+
+/// The hand-written row lock without a fencing token.
+async fn raw_row_plain(conn: &mut PgConnection, name: &str) {
+    sqlx::raw_sql("BEGIN")
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+    lock_row(conn, name).await;
     sqlx::raw_sql("ROLLBACK")
         .execute(&mut *conn)
         .await
@@ -123,13 +128,7 @@ async fn durable_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &
     .execute(&mut *conn)
     .await
     .expect("begin");
-    let row: Option<String> =
-        sqlx::query_scalar("SELECT name FROM distlock_locks WHERE name = $1 FOR UPDATE")
-            .bind(name)
-            .fetch_optional(&mut *conn)
-            .await
-            .expect("lock");
-    assert!(row.is_some());
+    lock_row(conn, name).await;
     let token: i64 = sqlx::query_scalar(TOKEN_UPSERT)
         .bind(name)
         .fetch_one(&mut *tokens)
@@ -254,11 +253,7 @@ async fn main() {
         })
         .await;
         for (label, lock, name, opts) in distlock {
-            m.measure(label, async |_| {
-                let g = lock.acquire(name, opts).await.expect("acquire");
-                assert!(g.release().await.expect("release"));
-            })
-            .await;
+            m.measure_lock(label, lock, name, opts).await;
         }
     }
     m.print();

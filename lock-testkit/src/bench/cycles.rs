@@ -28,6 +28,7 @@
 
 use std::time::{Duration, Instant};
 
+use lock_core::{DistributedLock, LockOptions};
 use rustix::time::{ClockId, clock_gettime};
 
 use super::{percentiles, us};
@@ -122,6 +123,26 @@ impl Cycles {
                 .push(cpu / u32::try_from(self.block).unwrap_or(u32::MAX));
             variant.segments.push(segments / self.block as f64);
         }
+    }
+
+    /// [`measure`](Self::measure) a block of distlock cycles: acquire
+    /// `name` on `lock` with `opts`, then release it, which must find it
+    /// still held.
+    pub async fn measure_lock(
+        &mut self,
+        label: &str,
+        lock: &dyn DistributedLock,
+        name: &str,
+        opts: &LockOptions,
+    ) {
+        self.measure(label, async |_| {
+            let guard = lock.acquire(name, opts).await.expect("acquire");
+            assert!(
+                guard.release().await.expect("release"),
+                "released a lock no longer held"
+            );
+        })
+        .await;
     }
 
     /// The figures of the variant `label`, if it was measured.
