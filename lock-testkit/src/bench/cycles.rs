@@ -270,4 +270,18 @@ mod tests {
         assert!(m.compare("a", "b").is_some());
         assert!(m.compare("a", "c").is_none());
     }
+
+    #[tokio::test]
+    async fn a_lock_cycle_acquires_and_releases() {
+        let lock = lock_core::MemoryLock::new();
+        let opts = LockOptions::new().wait(lock_core::Wait::No);
+        let mut m = Cycles::new("memory", 5);
+        m.measure_lock("memory", &lock, "bench/memory", &opts).await;
+        assert_eq!(m.variants[0].wall.len(), 5);
+        let free = lock.try_acquire("bench/memory", &opts).await;
+        assert!(
+            matches!(free, Ok(Some(_))),
+            "every cycle released: {free:?}"
+        );
+    }
 }
