@@ -160,18 +160,24 @@ impl Cycles {
     /// Print every variant's figures, in the order they were first measured.
     pub fn print(&self) {
         let blocks = self.variants.first().map_or(0, |v| v.cpu.len());
+        let width = self
+            .variants
+            .iter()
+            .map(|v| v.label.len())
+            .max()
+            .unwrap_or(0);
         println!(
             "\n{}: uncontended cycle, {blocks} rounds of {} cycles per variant, interleaved",
             self.title, self.block
         );
         println!(
-            "  {:<48} {:>9} {:>9} {:>12} {:>12}",
+            "  {:<width$} {:>9} {:>9} {:>12} {:>12}",
             "", "p50 µs", "p99 µs", "CPU µs/cycle", "segs/cycle"
         );
         for v in &self.variants {
             if let Some(f) = self.figures(&v.label) {
                 println!(
-                    "  {:<48} {:>9.1} {:>9.1} {:>12.1} {:>12.1}",
+                    "  {:<width$} {:>9.1} {:>9.1} {:>12.1} {:>12.1}",
                     v.label,
                     us(f.wall.0),
                     us(f.wall.1),
