@@ -8,7 +8,7 @@ use lock_core::LockError;
 use lock_core::raw::GuardHandle;
 use zookeeper_client::Error as ZkError;
 
-use crate::session::{Session, retrying, retrying_resendable, zk_error};
+use crate::session::{Session, retrying_resendable, zk_error};
 
 /// Our node in a lock's queue.
 pub(crate) struct ZkHandle {
@@ -105,7 +105,7 @@ impl GuardHandle for ZkHandle {
     }
 
     async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
-        match retrying(|| self.session.client.check_stat(&self.path)).await {
+        match retrying_resendable(|| self.session.client.check_stat(&self.path)).await {
             Ok(stat) => Ok(stat.is_some()),
             Err(ZkError::SessionExpired | ZkError::ClientClosed) => Ok(false),
             Err(e) => Err(zk_error("checking a lock node", e)),

@@ -36,7 +36,7 @@ use zookeeper_client::EventType;
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
 use crate::queue::{catch_up, enqueue, queue, synced_queue};
-use crate::session::{Session, retrying, zk_error};
+use crate::session::{Session, retrying, retrying_resendable, zk_error};
 use crate::url::ZkUrl;
 
 /// The client crate, re-exported so that `with_client` gets the same version.
@@ -80,7 +80,9 @@ const CAPABILITIES: Capabilities = Capabilities {
 ///   connection are sent again once the client reconnects; a lost create
 ///   is looked up by its id first, and a lost delete that finds the node
 ///   gone counts as done. A waiter whose session expires queues again on a
-///   fresh session while its wait allows.
+///   fresh session while its wait allows; a fresh session that cannot
+///   connect at once (the server just back, the network still cut) is
+///   started again with the request's backoff, within the wait.
 /// - **Crash release**: the node is ephemeral, so a crashed holder's lock
 ///   ends with its session. A lock acquired without auto-renewal also ends
 ///   when its TTL runs out: the client deletes its node then.
@@ -160,6 +162,12 @@ impl Default for ZkConfig {
 /// How many sessions one waiting acquisition may go through: a waiter whose
 /// session expires joins the queue again on a fresh one.
 const SESSIONS_PER_ACQUIRE: usize = 3;
+
+/// How many times one acquisition tries to start a fresh session whose
+/// connection fails for a transient reason (the server just back, a
+/// connect that times out), the request's backoff between tries; the
+/// wait's deadline bounds the tries too.
+const STARTS_PER_SESSION: u32 = 6;
 
 impl ZkLock {
     /// Connect to `zk://[user:password@]host:port[,host:port…][/root][?session_timeout_ms=…]`.
@@ -257,6 +265,36 @@ impl ZkLock {
         Ok(fresh)
     }
 
+    /// [`session`](Self::session) for an acquisition: a transient failure
+    /// to start a fresh session is tried again, with the request's backoff,
+    /// while the wait (until `deadline`) allows, at most
+    /// [`STARTS_PER_SESSION`] times.
+    async fn session_within(
+        &self,
+        opts: &LockOptions,
+        deadline: Option<Instant>,
+    ) -> Result<Arc<Session>, LockError> {
+        let mut tries = 0;
+        loop {
+            match self.session().await {
+                Err(e)
+                    if e.is_transient()
+                        && self.inner.url.is_some()
+                        && tries + 1 < STARTS_PER_SESSION =>
+                {
+                    let pause = opts.backoff.delay(tries);
+                    if deadline.is_some_and(|d| Instant::now() + pause >= d) {
+                        return Err(e);
+                    }
+                    tracing::info!(error = %e, "starting a zookeeper session failed; trying again while the wait allows");
+                    tokio::time::sleep(pause).await;
+                    tries += 1;
+                }
+                done => return done,
+            }
+        }
+    }
+
     fn current(&self) -> Arc<Session> {
         Arc::clone(&self.inner.session.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -282,7 +320,7 @@ impl ZkLock {
         let dir = lock_node(&self.inner.root, name);
         let mut sessions = 0;
         loop {
-            let session = self.session().await?;
+            let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
             sessions += 1;
             match self.attempt(&session, name, &dir, opts, deadline).await {
@@ -338,7 +376,7 @@ impl ZkLock {
                 return Ok(None);
             }
             let pred = format!("{dir}/{}", queue[at - 1]);
-            let (stat, watcher) = retrying(|| client.check_and_watch_stat(&pred))
+            let (stat, watcher) = retrying_resendable(|| client.check_and_watch_stat(&pred))
                 .await
                 .map_err(|e| zk_error("watching the predecessor", e))?;
             if stat.is_none() {
@@ -465,7 +503,7 @@ impl RawLock for ZkLock {
                 return Ok(LockInfo::free().with_waiters(Some(0)));
             };
             let path = format!("{dir}/{first}");
-            let stat = retrying(|| session.client.check_stat(&path))
+            let stat = retrying_resendable(|| session.client.check_stat(&path))
                 .await
                 .map_err(|e| zk_error("reading the holder's node", e))?;
             if let Some(stat) = stat {

@@ -7,7 +7,7 @@ use lock_core::LockError;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use crate::path::{attempt_prefix, is_attempt, sequence};
-use crate::session::{Session, retrying, zk_error};
+use crate::session::{Session, retrying, retrying_resendable, zk_error};
 
 /// How many times the lock node may vanish between creating it and
 /// creating our child in it (an empty lock node is a container, which the
@@ -16,7 +16,7 @@ const RECREATE_LIMIT: usize = 8;
 
 /// The lock children of `dir` in sequence order (none if `dir` is missing).
 pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, LockError> {
-    let mut children = match retrying(|| client.list_children(dir)).await {
+    let mut children = match retrying_resendable(|| client.list_children(dir)).await {
         Ok(c) => c,
         Err(ZkError::NoNode) => Vec::new(),
         Err(e) => return Err(zk_error("listing the queue", e)),
@@ -32,7 +32,7 @@ pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, Loc
 /// read a follower's stale tree and miss a grant the leader has already
 /// committed; reads after this see at least what the leader had.
 pub(crate) async fn catch_up(client: &Client, dir: &str) -> Result<(), LockError> {
-    match retrying(|| client.sync(dir)).await {
+    match retrying_resendable(|| client.sync(dir)).await {
         Ok(()) | Err(ZkError::NoNode) => Ok(()),
         Err(e) => Err(zk_error("syncing with the leader", e)),
     }
@@ -122,7 +122,7 @@ async fn find(client: &Client, dir: &str, id: &str) -> Result<Option<Enqueued>, 
         return Ok(None);
     };
     let path = format!("{dir}/{child}");
-    let stat = retrying(|| client.check_stat(&path))
+    let stat = retrying_resendable(|| client.check_stat(&path))
         .await
         .map_err(|e| zk_error("reading our node", e))?;
     Ok(stat.map(|stat| Enqueued {

@@ -180,8 +180,10 @@ where
 
 /// [`retrying`] for a request that is also safe to send again after the
 /// client itself gave up on its connection (no reply in time), whatever
-/// became of the session: a delete, which a session that ended meanwhile
-/// answers with `SessionExpired`.
+/// became of the session, because a session that ended meanwhile answers
+/// it with `SessionExpired`: a read (a waiter keeps its place in the queue
+/// through a connection the client dropped), or a delete that takes a
+/// missing node on its second sending as done.
 pub(crate) async fn retrying_resendable<T, F, Fut>(send: F) -> Result<T, zookeeper_client::Error>
 where
     F: FnMut() -> Fut,

@@ -358,3 +358,56 @@ async fn a_release_the_client_gave_up_on_is_sent_again() {
         "the lock's node outlived its release"
     );
 }
+
+/// A waiter cut off from the server for longer than its session loses the
+/// session (its client gives it up 1.4 session timeouts after it last
+/// heard from the server), and the fresh session it then needs cannot
+/// connect while the partition lasts. It starts one again, with the
+/// request's backoff, while its wait allows: once the network heals it
+/// queues again and gets the lock when the holder releases, instead of
+/// failing on the first connect that timed out.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_fresh_session_that_cannot_connect_at_once() {
+    let session = Duration::from_secs(2);
+    let (root, _dir) = fresh_root("fresh-session");
+    let direct = format!("{}{root}", env("DISTLOCK_TEST_ZK_URL"));
+    let proxy = TcpProxy::start(&upstream()).await;
+    let waiter_client = ZkLock::connect(&format!(
+        "zk://{}{root}?session_timeout_ms={}",
+        proxy.addr(),
+        session.as_millis()
+    ))
+    .await
+    .expect("connect through the proxy");
+    let (holder_client, holder) = direct_holder(&direct).await;
+    let first = holder.fencing_token().expect("token");
+    let waiting = wait_for_job(waiter_client);
+    until_queued(&holder_client, &waiting, "the waiter never queued").await;
+    proxy.partition();
+    // The session is given up after 1.4 session timeouts, and the first
+    // fresh session's connect times out one session timeout later: both
+    // happen while the partition lasts.
+    tokio::time::sleep(session * 3).await;
+    proxy.heal();
+    until_queued(
+        &holder_client,
+        &waiting,
+        "the waiter never queued on a fresh session",
+    )
+    .await;
+    assert!(holder.release().await.expect("release"));
+    let (_client, g) = waiting.await.expect("waiter task");
+    let g = g.expect("the waiter gets the lock on a fresh session");
+    assert!(g.fencing_token().expect("token") > first);
+    assert!(g.release().await.expect("release"));
+}
+
+/// Wait (up to 20 s, or `what` fails the case) until one acquisition of
+/// lock `job` waits behind its holder, or until the waiting task ended.
+async fn until_queued<T>(locks: &ZkLock, waiting: &tokio::task::JoinHandle<T>, what: &str) {
+    let start = Instant::now();
+    while !waiting.is_finished() && locks.queued("job").await.expect("queued") != 1 {
+        assert!(start.elapsed() < Duration::from_secs(20), "{what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
