@@ -107,7 +107,11 @@ impl GuardHandle for ZkHandle {
     async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
         match retrying_resendable(|| self.session.client.check_stat(&self.path)).await {
             Ok(stat) => Ok(stat.is_some()),
-            Err(ZkError::SessionExpired | ZkError::ClientClosed) => Ok(false),
+            Err(e @ (ZkError::SessionExpired | ZkError::ClientClosed)) => {
+                // Gone with the session: its reason, not a take-over.
+                self.session.ended(&e);
+                Ok(false)
+            }
             Err(e) => Err(zk_error("checking a lock node", e)),
         }
     }

@@ -132,6 +132,18 @@ impl Session {
         guards.leases.push(Arc::downgrade(lease));
     }
 
+    /// The session ended, as a request's answer (`SessionExpired`,
+    /// `ClientClosed`) shows, perhaps before the state watcher has seen
+    /// it: every guard's `lost()` fires with the session's reason,
+    /// confirmed, whichever of the two reports first.
+    pub fn ended(&self, e: &zookeeper_client::Error) {
+        let detail = match e {
+            zookeeper_client::Error::SessionExpired => "ZooKeeper session expired",
+            _ => "ZooKeeper session closed",
+        };
+        self.lose_all(LossKind::Confirmed, detail);
+    }
+
     fn lose_all(&self, kind: LossKind, detail: &str) {
         for lease in self.guards().leases.iter().filter_map(Weak::upgrade) {
             lease.mark_lost(LossReason::ConnectionLost {
