@@ -954,7 +954,7 @@ impl SessionSql for MySqlSession {
         conn: &mut Self::Conn,
         name: &str,
         idle: Duration,
-    ) -> Result<bool, sqlx::Error> {
+    ) -> Result<Option<u64>, sqlx::Error> {
         if conn.wait_timeout != Some(secs_ceil(idle)) {
             self.keep(conn, idle).await?;
         }
@@ -963,11 +963,12 @@ impl SessionSql for MySqlSession {
                 .bind(name.as_bytes())
                 .fetch_one(&mut conn.conn)
                 .await?;
-        Ok(granted == Some(1))
-    }
-
-    async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
-        self.tokens.advance(&mut conn.conn, name).await
+        if granted != Some(1) {
+            return Ok(None);
+        }
+        // The token in a statement of its own (an upsert whose answer is
+        // the insert id); its failure leaves the lock to the caller.
+        self.tokens.advance(&mut conn.conn, name).await.map(Some)
     }
 
     async fn unlock(

@@ -151,16 +151,27 @@ struct Statements {
     insert: String,
     lock_row: String,
     lock_row_nowait: String,
+    /// Wait for the advisory lock, then the grant's token: see
+    /// [`Statements::new`].
     advisory: String,
+    /// One attempt at the advisory lock, then the grant's token.
     advisory_try: String,
     advisory_unlock: String,
     /// Unlock on a shared session that holds other locks (its timeouts stay).
     advisory_unlock_one: String,
+    /// Row mode's token, drawn after the row is locked.
     draw_token: String,
 }
 
 impl Statements {
-    fn new(table: &Identifier) -> Self {
+    /// The statements on lock table `table`. Each advisory lock statement
+    /// answers one row: NULL unless granted, else the grant's token (0
+    /// without `fencing`). With `fencing` the token's counter is advanced
+    /// in the same statement, so a grant costs one round trip and its
+    /// token is committed before the answer; a session advisory lock
+    /// outlives the abort of the statement that took it, so a caller whose
+    /// statement failed gives the lock back (or closes the connection).
+    fn new(table: &Identifier, fencing: bool) -> Self {
         let t = table.as_str();
         let lock = |nowait: &str| {
             format!(
@@ -169,23 +180,30 @@ impl Statements {
             )
         };
         let key = "hashtextextended('distlock:' || $1, 0)";
+        let draw_token = format!(
+            "INSERT INTO {t}_tokens (name, token) SELECT $1, nextval('{t}_fence') FROM l WHERE l.got \
+             ON CONFLICT (name) DO UPDATE SET token = {t}_tokens.token + 1 RETURNING token"
+        );
+        let grant = |locked: String| match fencing {
+            true => format!(
+                "WITH l AS (SELECT {locked} AS got), t AS ({draw_token}) SELECT (SELECT token FROM t)"
+            ),
+            false => format!("SELECT CASE WHEN {locked} THEN 0::bigint END"),
+        };
         Statements {
             insert: format!("INSERT INTO {t} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
             lock_row: lock(""),
             lock_row_nowait: lock(" NOWAIT"),
-            advisory: format!(
-                "SELECT CASE WHEN set_config('lock_timeout', $2, false) IS NOT NULL \
+            advisory: grant(format!(
+                "set_config('lock_timeout', $2, false) IS NOT NULL \
                  AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
-                 AND pg_advisory_lock({key}) IS NOT NULL THEN 0::bigint END"
-            ),
-            advisory_try: format!(
-                "SELECT CASE WHEN set_config('idle_session_timeout', $2, false) IS NOT NULL \
-                 AND pg_try_advisory_lock({key}) THEN 0::bigint END"
-            ),
-            draw_token: format!(
-                "INSERT INTO {t}_tokens (name, token) VALUES ($1, nextval('{t}_fence')) \
-                 ON CONFLICT (name) DO UPDATE SET token = {t}_tokens.token + 1 RETURNING token"
-            ),
+                 AND pg_advisory_lock({key}) IS NOT NULL"
+            )),
+            advisory_try: grant(format!(
+                "set_config('idle_session_timeout', $2, false) IS NOT NULL \
+                 AND pg_try_advisory_lock({key})"
+            )),
+            draw_token: format!("WITH l AS (SELECT true AS got) {draw_token}"),
             advisory_unlock: format!(
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
@@ -281,7 +299,7 @@ impl PgLock {
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
-        let sql = Statements::new(&table);
+        let sql = Statements::new(&table, config.fencing);
         let sessions = match config.mode {
             SqlMode::Advisory => config.sessions,
             SqlMode::Row => 0,
@@ -291,7 +309,6 @@ impl PgLock {
             PgSession {
                 options: options.clone(),
                 sql: sql.clone(),
-                fencing: config.fencing,
             },
             sessions,
         );
@@ -384,36 +401,24 @@ impl PgLock {
         Ok(pid)
     }
 
-    /// The token of a grant just made on `pinned`: `name`'s counter,
-    /// advanced by a committed statement (a name's first token comes from
-    /// the sequence, above every token of the earlier sequence-only
-    /// scheme). Only a holder of `name` advances it, so tokens strictly
-    /// increase; the commit flushes the WAL before the answer, so they keep
-    /// increasing across a crash of the server. On the lock's own
-    /// connection in advisory mode; in row mode, whose lock is an open
-    /// transaction, on the client's side connection. All rows are read, so the answer is taken
-    /// only once the commit is done.
-    async fn draw_token(
-        &self,
-        pinned: &mut Pinned<Postgres>,
-        name: &str,
-    ) -> Result<i64, LockError> {
+    /// The token of a row-mode grant: `name`'s counter, advanced by a
+    /// committed statement (a name's first token comes from the sequence,
+    /// above every token of the earlier sequence-only scheme). Only a
+    /// holder of `name` advances it, so tokens strictly increase; the
+    /// commit flushes the WAL before the answer, so they keep increasing
+    /// across a crash of the server. The lock is an open transaction, so
+    /// the token is drawn on the client's side connection. (An advisory
+    /// grant advances the same counter in its lock statement.)
+    async fn draw_row_token(&self, name: &str) -> Result<i64, LockError> {
         if !self.inner.fencing {
             return Ok(0);
         }
-        let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
         let sql = self.inner.sql.draw_token.as_str();
-        match self.inner.mode {
-            SqlMode::Advisory => advance_token(sql, &mut **pinned.conn(BACKEND)?, name)
-                .await
-                .map_err(failed),
-            SqlMode::Row => self
-                .inner
-                .side
-                .run(async |conn| advance_token(sql, conn, name).await)
-                .await
-                .map_err(failed),
-        }
+        self.inner
+            .side
+            .run(async |conn| advance_token(sql, conn, name).await)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))
     }
 
     /// Lock `name` on a connection of its own: the connection (inside the
@@ -489,25 +494,30 @@ impl PgLock {
                             }
                             return Err(failed(e));
                         }
-                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory.as_str()))
+                        let lock = sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory.as_str()))
                             .bind(name)
                             .bind(format!("{wait}ms"))
-                            .bind(format!("{ttl_ms}ms"))
-                            .fetch_optional(&mut **conn)
-                            .await
+                            .bind(format!("{ttl_ms}ms"));
+                        committed_answer(lock, conn).await
                     }
                     None => {
-                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_try.as_str()))
-                            .bind(name)
-                            .bind(format!("{ttl_ms}ms"))
-                            .fetch_optional(&mut **conn)
-                            .await
+                        let lock =
+                            sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_try.as_str()))
+                                .bind(name)
+                                .bind(format!("{ttl_ms}ms"));
+                        committed_answer(lock, conn).await
                     }
                 },
             };
             match token {
-                Ok(Some(Some(_granted))) => {
-                    let token = self.draw_token(&mut pinned, name).await?;
+                Ok(Some(Some(granted))) => {
+                    // An advisory lock statement answers with the token;
+                    // a row lock's is drawn now. A failure closes the
+                    // connection, and the lock goes with it.
+                    let token = match inner.mode {
+                        SqlMode::Advisory => granted,
+                        SqlMode::Row => self.draw_row_token(name).await?,
+                    };
                     return Ok(Some((pinned, token, sent_at)));
                 }
                 // Advisory: not granted (try). Row: no row yet — create it
@@ -552,6 +562,22 @@ impl PgLock {
                     stale_left -= 1;
                     pinned.close();
                     pinned = inner.pool.pinned().await.map_err(taken)?;
+                }
+                Err(e) if inner.mode == SqlMode::Advisory && !connection_lost(&e) => {
+                    // The statement may have taken the lock before it
+                    // failed (its token's write refused), and a session's
+                    // advisory lock outlives the statement's abort: give
+                    // it back before answering, so that it is free then.
+                    let unlocked: Result<bool, _> =
+                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_unlock.as_str()))
+                            .bind(name)
+                            .fetch_one(&mut **conn)
+                            .await;
+                    match unlocked {
+                        Ok(_) => pinned.put_back(),
+                        Err(_) => pinned.close(),
+                    }
+                    return Err(failed(e));
                 }
                 Err(e) => return Err(failed(e)),
             }
@@ -904,8 +930,6 @@ impl GuardHandle for PgHandle {
 struct PgSession {
     options: PgConnectOptions,
     sql: Statements,
-    /// Whether grants draw fencing tokens.
-    fencing: bool,
 }
 
 #[async_trait]
@@ -921,24 +945,19 @@ impl SessionSql for PgSession {
         conn: &mut Self::Conn,
         name: &str,
         idle: Duration,
-    ) -> Result<bool, sqlx::Error> {
-        // NULL unless granted.
-        let granted: Option<i64> =
-            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
-                .bind(name)
-                .bind(format!("{}ms", idle.as_millis().max(1)))
-                .fetch_one(&mut *conn)
-                .await?;
-        Ok(granted.is_some())
-    }
-
-    async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error> {
-        if !self.fencing {
-            return Ok(0);
+    ) -> Result<Option<u64>, sqlx::Error> {
+        let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
+            .bind(name)
+            .bind(format!("{}ms", idle.as_millis().max(1)));
+        match committed_answer(lock, conn).await? {
+            Some(Some(token)) => u64::try_from(token)
+                .map(Some)
+                .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}"))),
+            Some(None) => Ok(None),
+            None => Err(sqlx::Error::Protocol(
+                "an advisory lock statement returned no row".into(),
+            )),
         }
-        let token = advance_token(&self.sql.draw_token, conn, name).await?;
-        u64::try_from(token)
-            .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}")))
     }
 
     async fn unlock(
@@ -970,6 +989,21 @@ impl SessionSql for PgSession {
             .await
             .map(|_| ())
     }
+}
+
+/// The first row of the answer to `query` on `conn`. Every row is read,
+/// so the answer is taken only once the statement's commit is done (a
+/// token is never handed out that a failed commit could hand out again).
+async fn committed_answer(
+    query: sqlx::query::QueryScalar<
+        '_,
+        Postgres,
+        Option<i64>,
+        <Postgres as sqlx::Database>::Arguments,
+    >,
+    conn: &mut sqlx::PgConnection,
+) -> Result<Option<Option<i64>>, sqlx::Error> {
+    Ok(query.fetch_all(conn).await?.into_iter().next())
 }
 
 /// Advance `name`'s token counter with the statement `sql` on `conn`: the

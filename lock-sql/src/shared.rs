@@ -83,17 +83,17 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     async fn open(&self) -> Result<Self::Conn, sqlx::Error>;
 
     /// Set the session's idle bound to `idle`, then one attempt at `name`,
-    /// not waiting: whether it was granted.
+    /// not waiting: if granted, the grant's fencing token, `name`'s counter
+    /// advanced durably before answering (0 where grants draw none). A
+    /// failure may leave `name` locked on the session (an advisory lock
+    /// outlives the abort of the statement that took it): the caller gives
+    /// it back.
     async fn try_lock(
         &self,
         conn: &mut Self::Conn,
         name: &str,
         idle: Duration,
-    ) -> Result<bool, sqlx::Error>;
-
-    /// Advance `name`'s fencing token (durably, before answering); only
-    /// its holder calls this.
-    async fn draw_token(&self, conn: &mut Self::Conn, name: &str) -> Result<u64, sqlx::Error>;
+    ) -> Result<Option<u64>, sqlx::Error>;
 
     /// Give `name` back (`last`: the session holds no other lock); whether
     /// the session held it.
@@ -515,18 +515,18 @@ impl<S: SessionSql> Session<S> {
         }
     }
 
-    /// One attempt at `name` and, if granted, its token; a grant whose
-    /// token cannot be drawn is given back before answering.
+    /// One attempt at `name` and, if granted, its token; a failed attempt,
+    /// which may have locked `name` before failing (a token that could not
+    /// be drawn), gives it back before answering.
     async fn attempt(&mut self, name: &str, bound: Duration) -> Attempt {
-        match self.sql.try_lock(&mut self.conn, name, bound).await {
-            Ok(true) => {}
-            Ok(false) => return Attempt::Busy,
-            Err(e) => return Attempt::failure(e),
-        }
-        let failure = match self.sql.draw_token(&mut self.conn, name).await {
-            Ok(token) => return Attempt::Granted(token),
+        let failure = match self.sql.try_lock(&mut self.conn, name, bound).await {
+            Ok(Some(token)) => return Attempt::Granted(token),
+            Ok(None) => return Attempt::Busy,
             Err(e) => e,
         };
+        if connection_lost(&failure) {
+            return Attempt::Broken(failure);
+        }
         match self.sql.unlock(&mut self.conn, name, false).await {
             Ok(_) => Attempt::failure(failure),
             Err(_) => Attempt::Broken(failure),

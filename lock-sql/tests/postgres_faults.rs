@@ -364,3 +364,63 @@ async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
     )
     .await;
 }
+
+/// An advisory grant draws its token in the lock's own statement. When the
+/// token's write fails (here a trigger refuses every write to the token
+/// table), the acquisition fails and the lock is free again at once: a
+/// shared session gives it back, a connection of its own is closed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
+    let _serial = SERIAL.lock().await;
+    let table = format!("poison_{}", std::process::id());
+    let url = |more: &str| {
+        format!(
+            "{}?connect_timeout_ms=2000&mode=advisory&table={table}{more}",
+            env("DISTLOCK_TEST_POSTGRES_URL")
+        )
+    };
+    // Without fencing no token is written: it tells whether the lock is free.
+    let probe = PgLock::connect(&url("&fencing=false"))
+        .await
+        .expect("connect the probe");
+    let admin = sqlx::PgPool::connect(&env("DISTLOCK_TEST_POSTGRES_URL"))
+        .await
+        .expect("connect for the trigger");
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "CREATE OR REPLACE FUNCTION {table}_refuse() RETURNS trigger LANGUAGE plpgsql \
+         AS $$ BEGIN RAISE EXCEPTION 'token write refused'; END $$; \
+         CREATE OR REPLACE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table}_tokens \
+         FOR EACH ROW EXECUTE FUNCTION {table}_refuse()"
+    )))
+    .execute(&admin)
+    .await
+    .expect("create the trigger");
+    let shared = PgLock::connect(&url("")).await.expect("connect");
+    let own = PgLock::connect(&url("&sessions=0")).await.expect("connect");
+    let once = LockOptions::new().wait(Wait::No);
+    let waiting = LockOptions::new().wait_timeout(Duration::from_secs(5));
+    for (how, locks, opts) in [
+        ("on a shared session", &shared, &once),
+        ("on a connection of its own, one attempt", &own, &once),
+        ("on a connection of its own, waiting", &own, &waiting),
+    ] {
+        let name = unique("token-refused");
+        let failed = locks.acquire(&name, opts).await;
+        assert!(
+            matches!(&failed, Err(LockError::Backend { .. })),
+            "{how}: a grant without its token answered {failed:?}"
+        );
+        let g = probe
+            .acquire(&name, &LockOptions::new().wait(Wait::No))
+            .await
+            .unwrap_or_else(|e| panic!("{how}: the failed grant left the lock held: {e}"));
+        assert!(g.release().await.expect("release"));
+    }
+    sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
+        "DROP TABLE {table}_tokens, {table}; DROP SEQUENCE {table}_fence; \
+         DROP FUNCTION {table}_refuse()"
+    )))
+    .execute(&admin)
+    .await
+    .expect("drop the case's tables");
+}
