@@ -30,14 +30,16 @@
 //! advisory lock user of the database; row mode has neither caveat.
 //!
 //! **Fencing tokens** are a per-name counter in `TABLE_tokens`, advanced
-//! after the grant by one committed upsert (a name's first token comes
-//! from the sequence `TABLE_fence`, so it starts above every token the
-//! earlier sequence-only scheme handed out).
+//! by one committed upsert (a name's first token comes from the sequence
+//! `TABLE_fence`, so it starts above every token the earlier sequence-only
+//! scheme handed out). In advisory mode the upsert is part of the lock's
+//! own statement, which answers with the token: a grant is one round trip.
+//! In row mode it follows the grant.
 //!
 //! **Tokens across a server crash.** A sequence read in a transaction that
 //! never commits is not flushed to the WAL; after a crash it could restart
 //! below tokens already handed out. The counter's upsert commits before
-//! the grant is reported (advisory mode: on the lock's connection; row
+//! the grant is reported (advisory mode: in the lock's statement; row
 //! mode, whose lock is an open transaction: on another pooled one), and a
 //! commit flushes the WAL under the default `synchronous_commit = on`.
 //! With `synchronous_commit = off` tokens are not safe across a crash.
