@@ -7,7 +7,7 @@ use lock_core::LockError;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use crate::path::{attempt_prefix, is_attempt, sequence};
-use crate::session::{Session, retrying, retrying_resendable, zk_error};
+use crate::session::{Session, connection_dropped, retrying, retrying_resendable, zk_error};
 
 /// How many times the lock node may vanish between creating it and
 /// creating our child in it (an empty lock node is a container, which the
@@ -99,9 +99,11 @@ async fn create(session: &Session, dir: &str, id: &str) -> Result<Enqueued, Lock
                     Err(e) => return Err(zk_error("creating the lock node", e)),
                 }
             }
-            Err(ZkError::ConnectionLoss) if lost < RECREATE_LIMIT => {
+            Err(e) if connection_dropped(&e) && lost < RECREATE_LIMIT => {
                 lost += 1;
-                // The create may have landed before the connection dropped.
+                // The create may have landed before the connection dropped
+                // (or before the client gave up on it): look, then create
+                // again only if it did not.
                 if let Some(found) = find(client, dir, id).await? {
                     tracing::debug!(path = %found.path, "found our node after a lost create reply");
                     return Ok(found);

@@ -201,10 +201,13 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, zookeeper_client::Error>>,
 {
-    retrying_on(send, |e| {
-        connection_failed(e) || connection_ended_by_client(e)
-    })
-    .await
+    retrying_on(send, connection_dropped).await
+}
+
+/// The request's connection is gone, whatever became of the request: it
+/// failed, or the client ended it itself (no reply in time).
+pub(crate) fn connection_dropped(e: &zookeeper_client::Error) -> bool {
+    connection_failed(e) || connection_ended_by_client(e)
 }
 
 async fn retrying_on<T, F, Fut>(
@@ -260,7 +263,7 @@ fn connection_ended_by_client(e: &zookeeper_client::Error) -> bool {
 /// else (`NoAuth`, …) a backend error.
 pub(crate) fn zk_error(doing: &str, e: zookeeper_client::Error) -> LockError {
     use zookeeper_client::Error as E;
-    if connection_failed(&e) || connection_ended_by_client(&e) {
+    if connection_dropped(&e) {
         return LockError::unavailable(BACKEND, doing.to_string(), e);
     }
     match e {

@@ -411,3 +411,34 @@ async fn until_queued<T>(locks: &ZkLock, waiting: &tokio::task::JoinHandle<T>, w
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
+
+/// A create that gets no reply (the connection stays open and silent
+/// longer than the client waits for a reply, as under a stalled network)
+/// is looked up once the client has reconnected and sent again only if it
+/// did not land: a lost request and a lost reply both end in exactly one
+/// node, which holds the lock, instead of an acquisition failed on the
+/// client's own "no response" error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_the_client_gave_up_on_is_looked_up_then_sent_again() {
+    for loss in [
+        lock_testkit::tcp_proxy::Loss::Replies,
+        lock_testkit::tcp_proxy::Loss::Request,
+    ] {
+        let Setup {
+            dir,
+            proxy,
+            proxied: client,
+            ..
+        } = setup("silent-create").await;
+        proxy.arm(loss, creates_a_lock_child, Duration::from_secs(3));
+        let g = client
+            .acquire("job", &LockOptions::new().wait(Wait::No))
+            .await;
+        assert_eq!(proxy.fired(), 1, "{loss:?}: the create went unanswered");
+        let g = g.unwrap_or_else(|e| panic!("{loss:?}: the acquisition failed: {e:?}"));
+        let raw = raw_client().await;
+        let left = children(&raw, &dir).await;
+        assert_eq!(left.len(), 1, "{loss:?}: one node: {left:?}");
+        assert!(g.release().await.expect("release"));
+    }
+}
