@@ -90,15 +90,8 @@ impl Session {
                 let Some(session) = watched.upgrade() else {
                     return;
                 };
-                let (kind, detail) = match state {
-                    SessionState::Disconnected => {
-                        (LossKind::Suspected, "disconnected from ZooKeeper")
-                    }
-                    SessionState::Expired => (LossKind::Confirmed, "ZooKeeper session expired"),
-                    SessionState::Closed | SessionState::AuthFailed => {
-                        (LossKind::Confirmed, "ZooKeeper session closed")
-                    }
-                    _ => continue,
+                let Some((kind, detail)) = loss_of(state) else {
+                    continue;
                 };
                 tracing::warn!(
                     ?state,
@@ -137,11 +130,13 @@ impl Session {
     /// it: every guard's `lost()` fires with the session's reason,
     /// confirmed, whichever of the two reports first.
     pub fn ended(&self, e: &zookeeper_client::Error) {
-        let detail = match e {
-            zookeeper_client::Error::SessionExpired => "ZooKeeper session expired",
-            _ => "ZooKeeper session closed",
+        let state = match e {
+            zookeeper_client::Error::SessionExpired => SessionState::Expired,
+            _ => SessionState::Closed,
         };
-        self.lose_all(LossKind::Confirmed, detail);
+        if let Some((kind, detail)) = loss_of(state) {
+            self.lose_all(kind, detail);
+        }
     }
 
     fn lose_all(&self, kind: LossKind, detail: &str) {
@@ -178,6 +173,19 @@ fn tls_options(files: &TlsFiles) -> Result<zookeeper_client::TlsOptions, LockErr
             .map_err(|e| bad(&format!("client identity in {}", cert.display()), e))?;
     }
     Ok(options)
+}
+
+/// What a session state means for the session's locks: lost, suspected
+/// or confirmed, and why; `None` for a state that loses nothing.
+fn loss_of(state: SessionState) -> Option<(LossKind, &'static str)> {
+    match state {
+        SessionState::Disconnected => Some((LossKind::Suspected, "disconnected from ZooKeeper")),
+        SessionState::Expired => Some((LossKind::Confirmed, "ZooKeeper session expired")),
+        SessionState::Closed | SessionState::AuthFailed => {
+            Some((LossKind::Confirmed, "ZooKeeper session closed"))
+        }
+        _ => None,
+    }
 }
 
 /// Run the idempotent request `send` again while it fails with a dropped
