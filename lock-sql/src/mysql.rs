@@ -1038,4 +1038,38 @@ mod tests {
             .expect("free once the unclaimed grant is dropped");
         assert!(g.release().await.expect("release"));
     }
+
+    /// An acquisition on a shared session dropped while its statement is
+    /// on its way (one poll, then a zero timeout) leaves the session's
+    /// connection whole and the lock free: the statement runs to its end
+    /// on the runtime, and its grant goes back.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_acquisition_dropped_mid_statement_leaves_the_lock_free() {
+        let (a, b) = (advisory().await, advisory().await);
+        let stamp = format!("{:?}", std::time::SystemTime::now());
+        let quick = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .wait(Wait::Up(Duration::from_secs(3)));
+        // Open a's session, so the next attempt sends its statement at once.
+        let warm = a
+            .acquire(&format!("warm/{stamp}"), &quick)
+            .await
+            .expect("warm");
+        assert!(warm.release().await.expect("release"));
+        let name = format!("dropped/{stamp}");
+        let attempt = a.inner.shared.try_lock(&name, Duration::from_secs(60));
+        let dropped = tokio::time::timeout(Duration::ZERO, attempt).await;
+        assert!(dropped.is_err(), "an attempt takes a round trip");
+        let g = b
+            .acquire(&name, &quick)
+            .await
+            .expect("free once the dropped attempt's statement has ended");
+        assert!(g.release().await.expect("release"));
+        // a's session carries on.
+        let again = a
+            .acquire(&format!("again/{stamp}"), &quick)
+            .await
+            .expect("a's session is whole");
+        assert!(again.release().await.expect("release"));
+    }
 }

@@ -9,11 +9,15 @@
 //! a pooled connection of its own, as before, so the server still does the
 //! waiting, in arrival order, and wakes the next waiter itself.
 //!
-//! Each shared session is owned by one task that runs its statements one
-//! after another. Callers send it commands and wait for the answer, so a
-//! caller that gives up (a cancelled acquisition, a dropped guard) never
-//! leaves half a statement on a connection that carries other locks; a
-//! grant whose caller has gone is given back at once.
+//! A session's statements run one after another, under its mutex. An
+//! acquisition or a release runs its statement in the caller's own task
+//! (no hand-over to another task and back), and a statement once sent
+//! runs to its end even if its caller gives up (a cancelled acquisition, a
+//! dropped guard): the rest of it is handed to the runtime
+//! ([`RunToEnd`]), so no connection that carries other locks is left with
+//! half a statement, and a grant whose caller has gone is given back at
+//! once. Each session also has a task of its own, for what no caller
+//! waits on: renewals, leases run out, grants nobody claimed.
 //!
 //! - **Renewals are batched**: all renewals waiting for a session are
 //!   answered by one statement (which proves the session, and so every
@@ -34,14 +38,18 @@
 
 use std::collections::HashMap;
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
 use lock_core::raw::GuardHandle;
-use tokio::sync::{mpsc, oneshot};
+use tokio::runtime::Handle;
+use tokio::sync::{Mutex, Notify, mpsc, oneshot};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
@@ -113,20 +121,13 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
 /// new session might do better.
 type LockReply = Result<Option<Grant>, (LockError, bool)>;
 
+/// What a session's task is asked to do.
 enum Command {
-    Lock {
-        name: String,
-        idle: Duration,
-        /// The session's own queue, for a grant its caller never takes.
-        session: mpsc::UnboundedSender<Command>,
-        reply: oneshot::Sender<LockReply>,
-    },
-    /// Give `name` back if the session holds it under grant `id`.
-    Unlock {
-        name: String,
-        id: u64,
-        reply: oneshot::Sender<bool>,
-    },
+    /// Give `name` back if the session holds it under grant `id` (a grant
+    /// nobody claimed).
+    Unlock { name: String, id: u64 },
+    /// Renew `name` under grant `id`, the session's idle bound at least
+    /// `idle`; whether the session still holds it.
     Renew {
         name: String,
         id: u64,
@@ -136,11 +137,11 @@ enum Command {
 }
 
 /// A grant on its way to its caller. A caller that is gone by then (an
-/// acquisition cancelled after the session answered but before the answer
-/// was read) drops it unclaimed, and the lock goes back to the session at
-/// once instead of staying held by nobody until its lease runs out.
+/// acquisition cancelled while its statement ran) drops it unclaimed, and
+/// the lock goes back to the session at once instead of staying held by
+/// nobody until its lease runs out.
 pub(crate) struct Grant {
-    session: mpsc::UnboundedSender<Command>,
+    commands: mpsc::UnboundedSender<Command>,
     name: String,
     /// The session's number for this grant (fencing tokens may be off).
     id: u64,
@@ -149,11 +150,11 @@ pub(crate) struct Grant {
 }
 
 impl Grant {
-    /// The caller takes the lock: its handle and token.
-    fn claim(mut self) -> (SharedHandle, u64) {
+    /// The caller takes the lock on `session`: its handle and token.
+    fn claim<S: SessionSql>(mut self, session: Arc<SessionRef<S>>) -> (SharedHandle<S>, u64) {
         self.claimed = true;
         let handle = SharedHandle {
-            session: self.session.clone(),
+            session,
             name: std::mem::take(&mut self.name),
             id: self.id,
         };
@@ -166,12 +167,103 @@ impl Drop for Grant {
         if self.claimed {
             return;
         }
-        let (reply, _) = oneshot::channel();
-        let _ = self.session.send(Command::Unlock {
+        let _ = self.commands.send(Command::Unlock {
             name: std::mem::take(&mut self.name),
             id: self.id,
-            reply,
         });
+    }
+}
+
+/// A statement on a shared session that runs to its end whatever its
+/// caller does: polled in the caller's task while the caller waits, handed
+/// to the runtime if the caller drops it unfinished.
+struct RunToEnd<T: Send + 'static> {
+    statement: Option<Pin<Box<dyn Future<Output = T> + Send>>>,
+    runtime: Handle,
+}
+
+impl<T: Send + 'static> RunToEnd<T> {
+    fn new(runtime: &Handle, statement: impl Future<Output = T> + Send + 'static) -> Self {
+        RunToEnd {
+            statement: Some(Box::pin(statement)),
+            runtime: runtime.clone(),
+        }
+    }
+}
+
+impl<T: Send + 'static> Future for RunToEnd<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let this = self.get_mut();
+        let Some(statement) = this.statement.as_mut() else {
+            return Poll::Pending;
+        };
+        let answer = std::task::ready!(statement.as_mut().poll(cx));
+        this.statement = None;
+        Poll::Ready(answer)
+    }
+}
+
+impl<T: Send + 'static> Drop for RunToEnd<T> {
+    fn drop(&mut self) {
+        if let Some(statement) = self.statement.take() {
+            // The answer goes nowhere; a grant in it is given back. Should
+            // the runtime be shutting down, the statement is dropped half
+            // way, and the session ends at its next use (`Session::begin`).
+            // The task runs detached: its handle is not needed.
+            drop(self.runtime.spawn(async move {
+                drop(statement.await);
+            }));
+        }
+    }
+}
+
+/// One shared session as its users see it: its state (run by whoever holds
+/// its mutex: a caller's statement, or the session's task) and its task's
+/// queue.
+pub(crate) struct SessionRef<S: SessionSql> {
+    state: Arc<Mutex<Session<S>>>,
+    commands: mpsc::UnboundedSender<Command>,
+    /// Set when the session has ended (its connection closed).
+    ended: Arc<AtomicBool>,
+    runtime: Handle,
+}
+
+impl<S: SessionSql> SessionRef<S> {
+    /// Whether the session can take statements.
+    fn alive(&self) -> bool {
+        !self.ended.load(Ordering::Acquire) && !self.commands.is_closed()
+    }
+
+    /// One attempt at `name`, its idle bound at least `idle`.
+    async fn lock(&self, name: &str, idle: Duration) -> LockReply {
+        let mut session = Arc::clone(&self.state).lock_owned().await;
+        let commands = self.commands.clone();
+        let name = name.to_string();
+        RunToEnd::new(&self.runtime, async move {
+            let Some((id, token)) = session.lock(&name, idle).await? else {
+                return Ok(None);
+            };
+            Ok(Some(Grant {
+                commands,
+                name,
+                id,
+                token,
+                claimed: false,
+            }))
+        })
+        .await
+    }
+
+    /// Give `name` back if the session holds it under grant `id`.
+    async fn unlock(&self, name: &str, id: u64) -> bool {
+        let mut session = Arc::clone(&self.state).lock_owned().await;
+        let name = name.to_string();
+        RunToEnd::new(&self.runtime, async move {
+            session.unlock_grant(&name, id).await
+        })
+        .await
     }
 }
 
@@ -180,7 +272,7 @@ impl Drop for Grant {
 pub(crate) struct SharedSessions<S: SessionSql> {
     backend: &'static str,
     sql: Arc<S>,
-    slots: Vec<tokio::sync::Mutex<Option<mpsc::UnboundedSender<Command>>>>,
+    slots: Vec<Mutex<Option<Arc<SessionRef<S>>>>>,
     next: AtomicUsize,
 }
 
@@ -190,7 +282,7 @@ impl<S: SessionSql> SharedSessions<S> {
         SharedSessions {
             backend,
             sql: Arc::new(sql),
-            slots: (0..count).map(|_| tokio::sync::Mutex::new(None)).collect(),
+            slots: (0..count).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
     }
@@ -214,26 +306,14 @@ impl<S: SessionSql> SharedSessions<S> {
         // one is opened for the next try.
         for _ in 0..3 {
             let session = self.session(slot).await?;
-            let (reply, answer) = oneshot::channel();
-            let sent = session.send(Command::Lock {
-                name: name.to_string(),
-                idle,
-                session: session.clone(),
-                reply,
-            });
-            if sent.is_err() {
-                continue;
-            }
-            match answer.await {
-                Ok(Ok(Some(grant))) => {
-                    let (handle, token) = grant.claim();
+            match session.lock(name, idle).await {
+                Ok(Some(grant)) => {
+                    let (handle, token) = grant.claim(session);
                     return Ok(Some((Arc::new(handle), token)));
                 }
-                Ok(Ok(None)) => return Ok(None),
-                Ok(Err((e, true))) => last_error = Some(e),
-                Ok(Err((e, false))) => return Err(e),
-                // The session's task ended before answering.
-                Err(_) => {}
+                Ok(None) => return Ok(None),
+                Err((e, true)) => last_error = Some(e),
+                Err((e, false)) => return Err(e),
             }
         }
         Err(last_error.unwrap_or_else(|| LockError::Unavailable {
@@ -247,21 +327,11 @@ impl<S: SessionSql> SharedSessions<S> {
     /// answers it: a grant nobody has claimed yet.
     #[cfg(all(test, feature = "mysql"))]
     pub(crate) async fn grant_unclaimed(&self, name: &str, idle: Duration) -> Option<Grant> {
-        let session = self.session(0).await.ok()?;
-        let (reply, answer) = oneshot::channel();
-        session
-            .send(Command::Lock {
-                name: name.to_string(),
-                idle,
-                session: session.clone(),
-                reply,
-            })
-            .ok()?;
-        answer.await.ok()?.ok()?
+        self.session(0).await.ok()?.lock(name, idle).await.ok()?
     }
 
     /// Slot `i`'s session, opened if there is none (or it was lost).
-    async fn session(&self, i: usize) -> Result<mpsc::UnboundedSender<Command>, LockError> {
+    async fn session(&self, i: usize) -> Result<Arc<SessionRef<S>>, LockError> {
         let Some(slot) = self.slots.get(i) else {
             return Err(LockError::Backend {
                 backend: self.backend,
@@ -270,33 +340,43 @@ impl<S: SessionSql> SharedSessions<S> {
             });
         };
         let mut slot = slot.lock().await;
-        if let Some(tx) = slot.as_ref().filter(|tx| !tx.is_closed()) {
-            return Ok(tx.clone());
+        if let Some(session) = slot.as_ref().filter(|s| s.alive()) {
+            return Ok(Arc::clone(session));
         }
-        let runtime =
-            tokio::runtime::Handle::try_current().map_err(|_| LockError::Unavailable {
-                backend: self.backend,
-                reason: "a shared session needs a Tokio runtime".into(),
-                source: None,
-            })?;
+        let runtime = Handle::try_current().map_err(|_| LockError::Unavailable {
+            backend: self.backend,
+            reason: "a shared session needs a Tokio runtime".into(),
+            source: None,
+        })?;
         let conn = self
             .sql
             .open()
             .await
             .map_err(|e| map_sqlx(self.backend, "opening a shared session", e))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        let session = Session {
+        let (commands, queue) = mpsc::unbounded_channel();
+        let wake = Arc::new(Notify::new());
+        let ended = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Mutex::new(Session {
             backend: self.backend,
             sql: Arc::clone(&self.sql),
-            conn,
+            conn: Some(conn),
+            midway: false,
             held: HashMap::new(),
             idle: Duration::ZERO,
-            earliest: None,
+            timer: None,
             grants: 0,
-        };
-        runtime.spawn(session.serve(rx));
-        *slot = Some(tx.clone());
-        Ok(tx)
+            wake: Arc::clone(&wake),
+            ended: Arc::clone(&ended),
+        }));
+        runtime.spawn(serve(Arc::clone(&state), wake, queue));
+        let session = Arc::new(SessionRef {
+            state,
+            commands,
+            ended,
+            runtime,
+        });
+        *slot = Some(Arc::clone(&session));
+        Ok(session)
     }
 }
 
@@ -312,41 +392,31 @@ impl<S: SessionSql> fmt::Debug for SharedSessions<S> {
 /// A lock held on a shared session, under the session's number for its
 /// grant (so a stale handle never gives back a later grant of the same
 /// name).
-struct SharedHandle {
-    session: mpsc::UnboundedSender<Command>,
+struct SharedHandle<S: SessionSql> {
+    session: Arc<SessionRef<S>>,
     name: String,
     id: u64,
 }
 
-impl SharedHandle {
-    /// Send a command answered with a yes or no; no answer (the session is
-    /// gone, and the lock with it) is a no.
-    async fn ask(&self, command: impl FnOnce(oneshot::Sender<bool>) -> Command) -> bool {
-        let (reply, answer) = oneshot::channel();
-        if self.session.send(command(reply)).is_err() {
-            return false;
-        }
-        answer.await.unwrap_or(false)
-    }
-}
-
 #[async_trait]
-impl GuardHandle for SharedHandle {
+impl<S: SessionSql> GuardHandle for SharedHandle<S> {
     async fn release(&self) -> Result<bool, LockError> {
-        let (name, id) = (self.name.clone(), self.id);
-        Ok(self.ask(|reply| Command::Unlock { name, id, reply }).await)
+        Ok(self.session.unlock(&self.name, self.id).await)
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let (name, id) = (self.name.clone(), self.id);
-        Ok(self
-            .ask(|reply| Command::Renew {
-                name,
-                id,
-                idle: ttl,
-                reply,
-            })
-            .await)
+        let (reply, answer) = oneshot::channel();
+        let renew = Command::Renew {
+            name: self.name.clone(),
+            id: self.id,
+            idle: ttl,
+            reply,
+        };
+        // No answer (the session is gone, and the lock with it) is a no.
+        if self.session.commands.send(renew).is_err() {
+            return Ok(false);
+        }
+        Ok(answer.await.unwrap_or(false))
     }
 }
 
@@ -359,69 +429,134 @@ struct Held {
     idle: Duration,
 }
 
-/// The session's task: its connection and the locks on it.
+/// A shared session's connection and the locks on it.
 struct Session<S: SessionSql> {
     backend: &'static str,
     sql: Arc<S>,
-    conn: S::Conn,
+    /// `None` once the session has ended.
+    conn: Option<S::Conn>,
+    /// An operation is under way (or was dropped half way, leaving the
+    /// connection's state unknown).
+    midway: bool,
     held: HashMap<String, Held>,
     /// The idle bound last set on the server.
     idle: Duration,
-    /// No lock runs out before this (a lower bound: renewals only move
-    /// leases later).
-    earliest: Option<Instant>,
+    /// When the session's task next looks for leases run out; no lock's
+    /// lease runs out before it (renewals only move leases later).
+    timer: Option<Instant>,
     /// Grants made so far: the next grant's number.
     grants: u64,
+    /// Wakes the session's task (an earlier timer, or the end).
+    wake: Arc<Notify>,
+    ended: Arc<AtomicBool>,
 }
 
-/// The connection is gone or in an unknown state: the task ends, and the
-/// server frees every lock of the session with it.
+/// The connection is gone or in an unknown state: the session ends, and
+/// the server frees every lock of the session with it.
 struct Broken;
 
-impl<S: SessionSql> Session<S> {
-    async fn serve(mut self, mut commands: mpsc::UnboundedReceiver<Command>) {
-        let mut batch = Vec::with_capacity(64);
-        loop {
-            let expiry = self.earliest;
-            let received = tokio::select! {
-                n = commands.recv_many(&mut batch, MAX_BATCH) => n,
-                () = sleep_until_some(expiry) => {
-                    if self.expire().await.is_err() {
-                        break;
-                    }
-                    continue;
+/// A session's task: renewals and unclaimed grants from its queue, and
+/// leases run out, until the session ends or every sender (the client and
+/// all its guards) is gone.
+async fn serve<S: SessionSql>(
+    state: Arc<Mutex<Session<S>>>,
+    wake: Arc<Notify>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+) {
+    let mut batch = Vec::with_capacity(64);
+    loop {
+        let timer = {
+            let session = state.lock().await;
+            if session.conn.is_none() {
+                break;
+            }
+            session.timer
+        };
+        tokio::select! {
+            n = commands.recv_many(&mut batch, MAX_BATCH) => {
+                if n == 0 {
+                    break;
                 }
-            };
-            // Every sender is gone: the client and all its guards.
-            if received == 0 {
-                break;
+                state.lock().await.run(&mut batch).await;
             }
-            if self.run(&mut batch).await.is_err() {
-                break;
-            }
+            () = wake.notified() => {}
+            () = sleep_until_some(timer) => state.lock().await.expire().await,
         }
-        tracing::debug!(
-            backend = self.backend,
-            locks = self.held.len(),
-            "a shared session ended"
-        );
+    }
+    let mut session = state.lock().await;
+    tracing::debug!(
+        backend = session.backend,
+        locks = session.held.len(),
+        "a shared session ended"
+    );
+    session.end();
+}
+
+impl<S: SessionSql> Session<S> {
+    /// Start an operation: false if the session has ended. One dropped
+    /// half way before it (the runtime shutting down) left the connection
+    /// in an unknown state, and the session ends now.
+    fn begin(&mut self) -> bool {
+        if self.midway {
+            tracing::debug!(
+                backend = self.backend,
+                "a shared session's statement was dropped half way"
+            );
+            self.end();
+        }
+        self.midway = self.conn.is_some();
+        self.midway
     }
 
-    /// Acquisitions and releases in order, then one statement for all the
-    /// renewals.
-    async fn run(&mut self, batch: &mut Vec<Command>) -> Result<(), Broken> {
+    /// Close the connection (the server frees every lock on it) and stop
+    /// the session's task.
+    fn end(&mut self) {
+        self.conn = None;
+        self.midway = false;
+        self.ended.store(true, Ordering::Release);
+        self.wake.notify_one();
+    }
+
+    /// The session's connection, while it lasts.
+    fn conn(&mut self) -> Result<&mut S::Conn, Broken> {
+        self.conn.as_mut().ok_or(Broken)
+    }
+
+    /// Give back every lock whose lease ran out without a renewal (a guard
+    /// leaked while the client goes on).
+    async fn expire(&mut self) {
+        if !self.begin() {
+            return;
+        }
+        let now = Instant::now();
+        let expired: Vec<String> = self
+            .held
+            .iter()
+            .filter(|(_, h)| h.until <= now)
+            .map(|(name, _)| name.clone())
+            .collect();
+        for name in expired {
+            tracing::debug!(backend = self.backend, lock = %name, "an unrenewed lock ran out on its shared session");
+            if self.unlock(&name).await.is_err() {
+                self.end();
+                return;
+            }
+        }
+        self.timer = self.held.values().map(|h| h.until).min();
+        self.midway = false;
+    }
+
+    /// Unclaimed grants given back, in order, then one statement for all
+    /// the renewals.
+    async fn run(&mut self, batch: &mut Vec<Command>) {
         let mut renewals = Vec::new();
+        let live = self.begin();
         for command in batch.drain(..) {
             match command {
-                Command::Lock {
-                    name,
-                    idle,
-                    session,
-                    reply,
-                } => self.lock(name, idle, session, reply).await?,
-                Command::Unlock { name, id, reply } => {
-                    let ours = self.holds(&name, id) && self.unlock(&name).await?;
-                    let _ = reply.send(ours);
+                Command::Unlock { name, id } => {
+                    if live && self.holds(&name, id) && self.unlock(&name).await.is_err() {
+                        self.end();
+                    }
                 }
                 Command::Renew {
                     name,
@@ -431,8 +566,10 @@ impl<S: SessionSql> Session<S> {
                 } => renewals.push((name, id, idle, reply)),
             }
         }
-        if renewals.is_empty() {
-            return Ok(());
+        // A session that has ended holds nothing: every renewal is a no.
+        if renewals.is_empty() || self.conn.is_none() {
+            self.midway = false;
+            return;
         }
         for (name, id, idle, _) in &renewals {
             if let Some(held) = self.held.get_mut(name).filter(|h| h.id == *id) {
@@ -440,9 +577,15 @@ impl<S: SessionSql> Session<S> {
             }
         }
         let idle = self.held.values().map(|h| h.idle).max().unwrap_or_default();
-        if let Err(e) = self.sql.keep(&mut self.conn, idle).await {
+        let sql = Arc::clone(&self.sql);
+        let kept = match self.conn() {
+            Ok(conn) => sql.keep(conn, idle).await,
+            Err(Broken) => return,
+        };
+        if let Err(e) = kept {
             tracing::debug!(backend = self.backend, error = %e, "renewing on a shared session failed");
-            return Err(Broken);
+            self.end();
+            return;
         }
         self.idle = idle;
         let done = Instant::now();
@@ -456,7 +599,7 @@ impl<S: SessionSql> Session<S> {
             };
             let _ = reply.send(ours);
         }
-        Ok(())
+        self.midway = false;
     }
 
     /// Whether the session holds `name` under grant `id`.
@@ -464,53 +607,73 @@ impl<S: SessionSql> Session<S> {
         self.held.get(name).is_some_and(|h| h.id == id)
     }
 
+    /// Give `name` back if the session holds it under grant `id`; whether
+    /// it did.
+    async fn unlock_grant(&mut self, name: &str, id: u64) -> bool {
+        if !self.holds(name, id) || !self.begin() {
+            return false;
+        }
+        let ours = match self.unlock(name).await {
+            Ok(ours) => ours,
+            Err(Broken) => {
+                self.end();
+                false
+            }
+        };
+        self.midway = false;
+        ours
+    }
+
+    /// One attempt at `name`: the grant's number and token if granted.
     async fn lock(
         &mut self,
-        name: String,
+        name: &str,
         idle: Duration,
-        session: mpsc::UnboundedSender<Command>,
-        reply: oneshot::Sender<LockReply>,
-    ) -> Result<(), Broken> {
-        if self.held.contains_key(&name) {
-            let _ = reply.send(Ok(None));
-            return Ok(());
+    ) -> Result<Option<(u64, u64)>, (LockError, bool)> {
+        if !self.begin() {
+            let ended = LockError::Unavailable {
+                backend: self.backend,
+                reason: "acquiring a lock: the shared session has ended".into(),
+                source: None,
+            };
+            return Err((ended, true));
+        }
+        let answer = self.grant(name, idle).await;
+        self.midway = false;
+        answer
+    }
+
+    async fn grant(
+        &mut self,
+        name: &str,
+        idle: Duration,
+    ) -> Result<Option<(u64, u64)>, (LockError, bool)> {
+        if self.held.contains_key(name) {
+            return Ok(None);
         }
         let bound = self.idle.max(idle);
-        match self.attempt(&name, bound).await {
+        match self.attempt(name, bound).await {
             Attempt::Granted(token) => {
                 self.idle = bound;
                 let until = Instant::now() + idle;
-                self.earliest = Some(self.earliest.map_or(until, |e| e.min(until)));
+                if self.timer.is_none_or(|t| until < t) {
+                    self.timer = Some(until);
+                    self.wake.notify_one();
+                }
                 let id = self.grants;
                 self.grants += 1;
-                self.held.insert(name.clone(), Held { id, until, idle });
-                let grant = Grant {
-                    session,
-                    name,
-                    id,
-                    token,
-                    claimed: false,
-                };
-                if let Err(Ok(Some(mut grant))) = reply.send(Ok(Some(grant))) {
-                    // Nobody is waiting for it any more.
-                    grant.claimed = true;
-                    self.unlock(&grant.name).await?;
-                }
-                Ok(())
+                self.held.insert(name.to_string(), Held { id, until, idle });
+                Ok(Some((id, token)))
             }
             Attempt::Busy => {
                 self.idle = bound;
-                let _ = reply.send(Ok(None));
-                Ok(())
+                Ok(None)
             }
-            Attempt::Failed(e) => {
-                let _ = reply.send(Err((map_sqlx(self.backend, "acquiring a lock", e), false)));
-                Ok(())
-            }
+            Attempt::Failed(e) => Err((map_sqlx(self.backend, "acquiring a lock", e), false)),
             Attempt::Broken(e) => {
                 tracing::debug!(backend = self.backend, error = %e, "a shared session broke");
-                let _ = reply.send(Err((map_sqlx(self.backend, "acquiring a lock", e), true)));
-                Err(Broken)
+                self.end();
+                Err((map_sqlx(self.backend, "acquiring a lock", e), true))
             }
         }
     }
@@ -519,7 +682,11 @@ impl<S: SessionSql> Session<S> {
     /// which may have locked `name` before failing (a token that could not
     /// be drawn), gives it back before answering.
     async fn attempt(&mut self, name: &str, bound: Duration) -> Attempt {
-        let failure = match self.sql.try_lock(&mut self.conn, name, bound).await {
+        let sql = Arc::clone(&self.sql);
+        let Ok(conn) = self.conn() else {
+            return Attempt::Broken(sqlx::Error::WorkerCrashed);
+        };
+        let failure = match sql.try_lock(conn, name, bound).await {
             Ok(Some(token)) => return Attempt::Granted(token),
             Ok(None) => return Attempt::Busy,
             Err(e) => e,
@@ -527,7 +694,7 @@ impl<S: SessionSql> Session<S> {
         if connection_lost(&failure) {
             return Attempt::Broken(failure);
         }
-        match self.sql.unlock(&mut self.conn, name, false).await {
+        match sql.unlock(conn, name, false).await {
             Ok(_) => Attempt::failure(failure),
             Err(_) => Attempt::Broken(failure),
         }
@@ -539,11 +706,11 @@ impl<S: SessionSql> Session<S> {
             return Ok(false);
         }
         let last = self.held.is_empty();
-        match self.sql.unlock(&mut self.conn, name, last).await {
+        let sql = Arc::clone(&self.sql);
+        match sql.unlock(self.conn()?, name, last).await {
             Ok(ours) => {
                 if last {
                     self.idle = Duration::ZERO;
-                    self.earliest = None;
                 }
                 Ok(ours)
             }
@@ -552,24 +719,6 @@ impl<S: SessionSql> Session<S> {
                 Err(Broken)
             }
         }
-    }
-
-    /// Give back every lock whose lease ran out without a renewal (a guard
-    /// leaked while the client goes on).
-    async fn expire(&mut self) -> Result<(), Broken> {
-        let now = Instant::now();
-        let expired: Vec<String> = self
-            .held
-            .iter()
-            .filter(|(_, h)| h.until <= now)
-            .map(|(name, _)| name.clone())
-            .collect();
-        for name in expired {
-            tracing::debug!(backend = self.backend, lock = %name, "an unrenewed lock ran out on its shared session");
-            self.unlock(&name).await?;
-        }
-        self.earliest = self.held.values().map(|h| h.until).min();
-        Ok(())
     }
 }
 
