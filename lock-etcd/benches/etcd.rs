@@ -9,7 +9,12 @@
 //! Compacts the history first (etcd slows down as it grows). Measures, in
 //! interleaved blocks (`lock_testkit::bench::cycles`): a round trip (a
 //! `get`); the raw floor (a put-if-absent transaction and a delete, on one
-//! lease, plain etcd-client); the built-in Lock RPC (lock + unlock);
+//! lease, plain etcd-client); the raw floor of a lock that lapses on the
+//! server after its TTL whether or not its client lives on (as one with
+//! `auto_renew(false)` does): a lease granted for it, the put, and the
+//! lease revoked, which deletes the key, blindly or (as distlock's release
+//! answers whether the lock was still held) after a read-only transaction
+//! checks the key is ours; the built-in Lock RPC (lock + unlock);
 //! distlock acquire + release on its session lease, with and without the
 //! guard's renewal. Then 8 tasks with a client each and 1 ms of work inside
 //! the lock: acquisitions and hand-offs per second, hand-off latency (also
@@ -29,6 +34,8 @@ const BLOCK: usize = 50;
 const ROUNDS: usize = 20;
 const RTT: &str = "round trip: get";
 const FLOOR: &str = "raw floor: put-if-absent txn + delete";
+const OWN_LEASE_FLOOR: &str = "raw floor, a lease of its own: grant + put-if-absent txn + revoke";
+const OWN_LEASE_CHECKED: &str = "the same, checking the key is ours before the revoke";
 const PEER: &str = "etcd Lock RPC: lock + unlock";
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
@@ -77,6 +84,42 @@ async fn main() {
             raw.delete(key.as_str(), None).await.expect("delete");
         })
         .await;
+        m.measure(OWN_LEASE_FLOOR, async |i| {
+            let key = format!("/bench/raw-own/{i}");
+            let own = raw.lease_grant(30, None).await.expect("lease").id();
+            let put = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    "x",
+                    Some(PutOptions::new().with_lease(own)),
+                )]);
+            assert!(raw.txn(put).await.expect("txn").succeeded());
+            raw.lease_revoke(own).await.expect("revoke");
+        })
+        .await;
+        m.measure(OWN_LEASE_CHECKED, async |i| {
+            let key = format!("/bench/raw-own/{i}");
+            let own = raw.lease_grant(30, None).await.expect("lease").id();
+            let put = Txn::new()
+                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+                .and_then([TxnOp::put(
+                    key.as_str(),
+                    "x",
+                    Some(PutOptions::new().with_lease(own)),
+                )]);
+            let put = raw.txn(put).await.expect("txn");
+            assert!(put.succeeded());
+            let rev = put.header().expect("header").revision();
+            let check = Txn::new().when([Compare::create_revision(
+                key.as_str(),
+                CompareOp::Equal,
+                rev,
+            )]);
+            assert!(raw.txn(check).await.expect("check").succeeded());
+            raw.lease_revoke(own).await.expect("revoke");
+        })
+        .await;
         m.measure(PEER, async |_| {
             let held = raw
                 .lock(
@@ -97,6 +140,8 @@ async fn main() {
         m.compare(ours, FLOOR);
         m.compare(ours, PEER);
     }
+    m.compare(OURS_UNRENEWED, OWN_LEASE_FLOOR);
+    m.compare(OURS_UNRENEWED, OWN_LEASE_CHECKED);
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();
