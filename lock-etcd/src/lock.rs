@@ -8,8 +8,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, SortOrder,
-    SortTarget, Txn, TxnOp,
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
 };
 use lock_core::raw::{
     GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Watchdog,
@@ -59,10 +58,13 @@ fn capabilities(min_lease: Duration) -> Capabilities {
 /// - **Acquire** is one transaction: put `PREFIX/NAME/LEASE-OWNER` if
 ///   absent and read the first key under `PREFIX/NAME/` by create revision.
 ///   The lowest create revision holds the lock. A waiter watches only the
-///   key just before its own (no herd, no polling), from the revision it
-///   read plus one, and after each deletion checks again; before reporting
-///   success it checks that its own key still exists, so a waiter whose
-///   lease expired while queued never believes it holds the lock.
+///   key just before its own and its own key (no herd, no polling), in one
+///   watcher from the revision it read plus one. When the key before it
+///   was the first and goes, with its own still there (events come in
+///   revision order), it holds the lock; after any other deletion it
+///   reads its place again, checking its own key still exists. Either way
+///   a waiter whose lease expired while queued never believes it holds
+///   the lock.
 /// - **Fencing token**: the key's create revision, global and strictly
 ///   increasing. [`EtcdLock::fencing_compare`] gives the transaction
 ///   comparison that guards your own etcd writes with the lock.
@@ -247,7 +249,7 @@ impl EtcdLock {
         let mut first = requests::get(
             &self.inner.client,
             &dir,
-            first_by_creation(&dir),
+            queue::first_by_creation(&dir),
             "reading a lock's holder",
         )
         .await?;
@@ -409,9 +411,18 @@ impl EtcdLock {
                 }
                 Step::Wait(Place {
                     predecessor: Some(pred),
+                    next_in_line,
                     read_at,
                 }) => match self.await_turn(&handle, &pred, read_at + 1, deadline).await {
                     Ok(Turn::OursGone) => return Err(queue::place_lost(name)),
+                    // The first key went, and ours had not gone before it
+                    // (the watch reports both in revision order): ours is
+                    // first now.
+                    Ok(Turn::PredecessorGone) if next_in_line => Ok(Step::Wait(Place {
+                        predecessor: None,
+                        next_in_line: false,
+                        read_at,
+                    })),
                     // Usually we are first now; one read settles it.
                     Ok(Turn::PredecessorGone | Turn::Ended) => Ok(Step::Reread),
                     Err(e) => Err(e),
@@ -454,7 +465,7 @@ impl EtcdLock {
         from: i64,
         deadline: Option<Instant>,
     ) -> Result<Turn, LockError> {
-        let mut watch = queue::watch(&self.inner.client, predecessor, from).await?;
+        let mut watch = queue::watch(&self.inner.client, predecessor, &handle.key, from).await?;
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -473,7 +484,7 @@ impl EtcdLock {
             };
             tokio::select! {
                 message = watch.message() => {
-                    if let Some(turn) = queue::turn(message, predecessor) {
+                    if let Some(turn) = queue::turn(message, predecessor, &handle.key) {
                         return Ok(turn);
                     }
                 }
@@ -523,15 +534,6 @@ fn place_gone(name: &str) -> LockError {
         ),
         source: None,
     }
-}
-
-/// Get options for the first key (lowest create revision) under `dir`.
-fn first_by_creation(dir: &str) -> GetOptions {
-    GetOptions::new()
-        .with_range(keys::range_end(dir))
-        .with_sort(SortTarget::Create, SortOrder::Ascend)
-        .with_limit(1)
-        .with_keys_only()
 }
 
 #[async_trait]

@@ -1,11 +1,14 @@
 //! A key's place in its lock's queue, and waiting for its turn.
 //!
 //! The queue is the keys under the lock's directory, ordered by create
-//! revision. A waiter watches only the key just before its own (so a
-//! release wakes one waiter, not all). When that key is deleted, the waiter
-//! reads its place again in one transaction that also checks its own key
-//! still exists: a waiter whose lease expired while queued learns it there
-//! and never reports success.
+//! revision. A waiter watches only the key just before its own, and its
+//! own key (so a release wakes one waiter, not all), in one watcher, whose
+//! events come in revision order. When the key before it is deleted, the
+//! waiter holds the lock if that key was the first in the queue and its
+//! own key was not deleted first (a waiter whose lease expired while
+//! queued learns it there and never reports success); otherwise it reads
+//! its place again, in one transaction that also checks its own key still
+//! exists.
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
@@ -22,6 +25,9 @@ use crate::requests;
 pub(crate) struct Place {
     /// The key created just before ours; `None` when ours is first.
     pub(crate) predecessor: Option<Vec<u8>>,
+    /// The predecessor is the first key: once it is deleted, ours is
+    /// (keys created later come after ours).
+    pub(crate) next_in_line: bool,
     /// The revision the place was read at.
     pub(crate) read_at: i64,
 }
@@ -31,7 +37,8 @@ pub(crate) struct Place {
 pub(crate) enum Turn {
     /// The predecessor was deleted.
     PredecessorGone,
-    /// Our own lease is gone (a keep-alive found it expired or revoked).
+    /// Our own key or lease is gone (deleted, or a keep-alive found the
+    /// lease expired or revoked).
     OursGone,
     /// The watch ended or was cancelled (compaction): read the place again.
     Ended,
@@ -73,6 +80,8 @@ pub(crate) async fn enqueue(
         rev,
         Place {
             predecessor: predecessor.filter(|_| count > 1),
+            // Ours and the predecessor are all the keys there are.
+            next_in_line: count == 2,
             read_at: rev,
         },
     ))
@@ -93,16 +102,30 @@ pub(crate) async fn place(
         .with_keys_only();
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, rev)])
-        .and_then([TxnOp::get(dir, Some(before_us))]);
+        .and_then([
+            TxnOp::get(dir, Some(before_us)),
+            TxnOp::get(dir, Some(first_by_creation(dir))),
+        ]);
     let resp = requests::txn(client, txn, "reading the queue").await?;
     if !resp.succeeded() {
         return Ok(None);
     }
-    let (kvs, _) = get_result(&resp, 0);
+    let predecessor = get_result(&resp, 0).0.into_iter().next();
+    let first = get_result(&resp, 1).0.into_iter().next();
     Ok(Some(Place {
-        predecessor: kvs.into_iter().next(),
+        next_in_line: predecessor.is_some() && predecessor == first,
+        predecessor,
         read_at: resp.header().map_or(0, |h| h.revision()),
     }))
+}
+
+/// Get options for the first key (lowest create revision) under `dir`.
+pub(crate) fn first_by_creation(dir: &str) -> GetOptions {
+    GetOptions::new()
+        .with_range(keys::range_end(dir))
+        .with_sort(SortTarget::Create, SortOrder::Ascend)
+        .with_limit(1)
+        .with_keys_only()
 }
 
 /// The keys (and the count before the limit) of the get at `op`.
@@ -116,25 +139,38 @@ fn get_result(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
     }
 }
 
-/// A watch for the deletion of `predecessor` only, from revision `from`:
+/// A watch for the deletion of `predecessor` and of our own `key`, in one
+/// watcher (so its events come in revision order), from revision `from`:
 /// the revision our place was read at plus one, so nothing is missed and
 /// the watch is served live rather than by etcd's slower catch-up of
-/// watches that start in the past.
+/// watches that start in the past. Its range is the keys between the two,
+/// whose other deletions are passed over.
 pub(crate) async fn watch(
     client: &Client,
     predecessor: &[u8],
+    key: &str,
     from: i64,
 ) -> Result<WatchStream, LockError> {
+    let (low, high) = if predecessor < key.as_bytes() {
+        (predecessor, key.as_bytes())
+    } else {
+        (key.as_bytes(), predecessor)
+    };
+    let mut end = high.to_vec();
+    end.push(0);
     let options = WatchOptions::new()
+        .with_range(end)
         .with_start_revision(from)
         .with_filters([WatchFilterType::NoPut]);
-    requests::watch(client, predecessor, options).await
+    requests::watch(client, low, options).await
 }
 
-/// The next turn a watch from [`watch`] reports, if its message has one.
+/// The next turn a watch from [`watch`] reports, if its message has one:
+/// the first of the two keys deleted.
 pub(crate) fn turn(
     message: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
     predecessor: &[u8],
+    key: &str,
 ) -> Option<Turn> {
     let resp = match message {
         Ok(Some(resp)) => resp,
@@ -147,8 +183,10 @@ pub(crate) fn turn(
         if event.event_type() != EventType::Delete {
             continue;
         }
-        if event.kv().is_some_and(|kv| kv.key() == predecessor) {
-            return Some(Turn::PredecessorGone);
+        match event.kv().map(|kv| kv.key()) {
+            Some(k) if k == key.as_bytes() => return Some(Turn::OursGone),
+            Some(k) if k == predecessor => return Some(Turn::PredecessorGone),
+            _ => {}
         }
     }
     None
