@@ -8,7 +8,10 @@
 //!
 //! Measures, in interleaved blocks (`lock_testkit::bench::cycles`): PING to
 //! the first node; the raw floor on five nodes (`SET NX PX` on all, done at
-//! a majority, then a compare-and-delete the same way); lock-redis
+//! a majority, then a compare-and-delete the same way); Redlock's own two
+//! node scripts (lock-redis's, with the fencing counter and the waiters'
+//! queue) sent the same way with plain redis-rs, which parts what the
+//! scripts cost on five servers from the client around them; lock-redis
 //! acquire+release on the first node; Redlock acquire+release with N = 1,
 //! 3, 5, and N = 5 with the guard's renewal; rslock lock+unlock with N = 5.
 //! Then 8 tasks with a client each, 1 ms of work inside the lock and a 1 ms
@@ -21,6 +24,7 @@ use std::time::{Duration, Instant};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
+use lock_redis::raw::{ACQUIRE, RELEASE};
 use lock_redlock::Redlock;
 use lock_testkit::bench::cycles::Cycles;
 use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
@@ -30,6 +34,7 @@ const BLOCK: usize = 50;
 const ROUNDS: usize = 20;
 const RTT: &str = "round trip: PING, first node";
 const FLOOR: &str = "raw floor N=5: SET NX PX + CAD, at a majority";
+const SCRIPTS: &str = "Redlock's two node scripts, plain redis-rs, N=5, at a majority";
 const SINGLE: &str = "lock-redis, first node, auto-renew off";
 /// Redlock with N = 1, 3, 5, auto-renew off.
 const SETS: [&str; 3] = [
@@ -124,6 +129,38 @@ async fn main() {
             majority(deletes).await;
         })
         .await;
+        m.measure(SCRIPTS, async |i| {
+            let token = format!("{i:032x}");
+            let token = &token;
+            let acquires = conns.iter_mut().map(|c| async move {
+                ACQUIRE
+                    .key("bench:{s}")
+                    .key("bench:{s}:fence")
+                    .key("bench:{s}:queue")
+                    .key("bench:{s}:handoff")
+                    .arg(token)
+                    .arg(30_000)
+                    .arg("")
+                    .arg(30_000)
+                    .arg("")
+                    .invoke_async::<(i64, i64)>(c)
+                    .await
+            });
+            majority(acquires).await;
+            let releases = conns.iter_mut().map(|c| async move {
+                RELEASE
+                    .key("bench:{s}")
+                    .key("bench:{s}:queue")
+                    .key("bench:{s}:handoff")
+                    .arg(token)
+                    .arg("bench:{s}:released")
+                    .arg(1_000)
+                    .invoke_async::<i64>(c)
+                    .await
+            });
+            majority(releases).await;
+        })
+        .await;
         m.measure(SINGLE, async |_| {
             let g = single
                 .acquire("bench:single", &unrenewed)
@@ -153,6 +190,9 @@ async fn main() {
         m.compare(ours, FLOOR);
         m.compare(ours, PEER);
     }
+    m.compare(SCRIPTS, FLOOR);
+    m.compare(OURS, SCRIPTS);
+    m.compare(SETS[2], SCRIPTS);
     m.compare(SETS[0], SINGLE);
     m.compare(SETS[2], SETS[0]);
 
