@@ -54,6 +54,20 @@ async fn raw_client() -> Client {
         .expect("etcd client")
 }
 
+/// Put `key` on `lease` if it is absent (it must be): the put's revision.
+async fn put_if_absent(raw: &mut Client, key: &str, lease: i64) -> i64 {
+    let put = Txn::new()
+        .when([Compare::create_revision(key, CompareOp::Equal, 0)])
+        .and_then([TxnOp::put(
+            key,
+            "x",
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    let put = raw.txn(put).await.expect("txn");
+    assert!(put.succeeded());
+    put.header().expect("header").revision()
+}
+
 #[tokio::main]
 async fn main() {
     let locks = EtcdLock::connect(&url()).await.expect("distlock");
@@ -73,44 +87,21 @@ async fn main() {
         .await;
         m.measure(FLOOR, async |i| {
             let key = format!("/bench/raw/{i}");
-            let put = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.as_str(),
-                    "x",
-                    Some(PutOptions::new().with_lease(lease)),
-                )]);
-            assert!(raw.txn(put).await.expect("txn").succeeded());
+            put_if_absent(&mut raw, &key, lease).await;
             raw.delete(key.as_str(), None).await.expect("delete");
         })
         .await;
         m.measure(OWN_LEASE_FLOOR, async |i| {
             let key = format!("/bench/raw-own/{i}");
             let own = raw.lease_grant(30, None).await.expect("lease").id();
-            let put = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.as_str(),
-                    "x",
-                    Some(PutOptions::new().with_lease(own)),
-                )]);
-            assert!(raw.txn(put).await.expect("txn").succeeded());
+            put_if_absent(&mut raw, &key, own).await;
             raw.lease_revoke(own).await.expect("revoke");
         })
         .await;
         m.measure(OWN_LEASE_CHECKED, async |i| {
             let key = format!("/bench/raw-own/{i}");
             let own = raw.lease_grant(30, None).await.expect("lease").id();
-            let put = Txn::new()
-                .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
-                .and_then([TxnOp::put(
-                    key.as_str(),
-                    "x",
-                    Some(PutOptions::new().with_lease(own)),
-                )]);
-            let put = raw.txn(put).await.expect("txn");
-            assert!(put.succeeded());
-            let rev = put.header().expect("header").revision();
+            let rev = put_if_absent(&mut raw, &key, own).await;
             let check = Txn::new().when([Compare::create_revision(
                 key.as_str(),
                 CompareOp::Equal,
