@@ -14,10 +14,15 @@
 //! inside the lock, once with a 1 ms pause after each release (contention)
 //! and once re-acquiring at once (barging): acquisitions per second,
 //! hand-offs per second between different tasks, hand-off latency (also in
-//! round trips), and per-task min/max acquisitions (fairness).
+//! round trips), and per-task min/max acquisitions (fairness), against
+//! rslock and against a hand-written notified lock (`SET NX PX`; a waiter
+//! subscribes to a channel the release publishes on): the hand-off a
+//! notification allows on this server and machine.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+use futures_util::StreamExt;
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
@@ -41,6 +46,67 @@ const RELEASE_LUA: &str = include_str!("../src/release.lua");
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
+
+/// The hand-written notified lock's release: compare-and-delete, then a
+/// message to the waiters.
+const NOTIFYING_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
+     redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '') return 1 end return 0";
+
+/// One task of the hand-written notified lock: `SET NX PX`; if refused,
+/// wait for a release message (or 10 ms) and try again; hold for `WORK`,
+/// release with [`NOTIFYING_RELEASE`], pause for `pause`; until `end`.
+async fn notified_task(
+    client: redis::Client,
+    t: usize,
+    end: Instant,
+    pause: Duration,
+    log: lock_testkit::bench::TurnLog,
+) {
+    let (key, channel) = ("bench:notified", "bench:notified:released");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(channel).await.expect("subscribe");
+    let mut released = pubsub.on_message();
+    let release = redis::Script::new(NOTIFYING_RELEASE);
+    let mut n = 0u64;
+    while Instant::now() < end {
+        n += 1;
+        let token = format!("{t}:{n}");
+        loop {
+            let set: Option<String> = redis::cmd("SET")
+                .arg(key)
+                .arg(&token)
+                .arg("NX")
+                .arg("PX")
+                .arg(30_000)
+                .query_async(&mut conn)
+                .await
+                .expect("SET");
+            if set.is_some() {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(10), released.next()).await;
+        }
+        let granted = Instant::now();
+        tokio::time::sleep(WORK).await;
+        let let_go = Instant::now();
+        let ours: i64 = release
+            .key(key)
+            .key(channel)
+            .arg(&token)
+            .invoke_async(&mut conn)
+            .await
+            .expect("release");
+        assert_eq!(ours, 1);
+        log.lock().expect("log").push((granted, let_go, t));
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
 
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_REDIS_URL")
@@ -191,17 +257,32 @@ async fn main() {
             }
         })
         .await;
+        let notified = contend(TASKS, RUN, |t, end, log| {
+            notified_task(client.clone(), t, end, pause, log)
+        })
+        .await;
         print_runs(
             &format!("{TASKS} tasks, a client each; {scenario}"),
             RUN,
-            &[("distlock", &ours), ("rslock", &theirs)],
+            &[
+                ("distlock", &ours),
+                ("rslock", &theirs),
+                ("notified", &notified),
+            ],
         );
         let (acquisitions, handoffs) = ratios(&ours, &theirs);
         println!(
             "  distlock / rslock: {acquisitions:.2}x acquisitions/s, {handoffs:.1}x hand-offs/s"
         );
         if let Some(rtt) = m.figures(RTT) {
-            print_handoff_round_trips(&[("distlock", &ours), ("rslock", &theirs)], rtt.wall.0);
+            print_handoff_round_trips(
+                &[
+                    ("distlock", &ours),
+                    ("rslock", &theirs),
+                    ("notified", &notified),
+                ],
+                rtt.wall.0,
+            );
         }
     }
 }
