@@ -58,13 +58,13 @@ fn capabilities(min_lease: Duration) -> Capabilities {
 /// - **Acquire** is one transaction: put `PREFIX/NAME/LEASE-OWNER` if
 ///   absent and read the first key under `PREFIX/NAME/` by create revision.
 ///   The lowest create revision holds the lock. A waiter watches only the
-///   key just before its own and its own key (no herd, no polling), in one
-///   watcher from the revision it read plus one. When the key before it
-///   was the first and goes, with its own still there (events come in
-///   revision order), it holds the lock; after any other deletion it
-///   reads its place again, checking its own key still exists. Either way
-///   a waiter whose lease expired while queued never believes it holds
-///   the lock.
+///   key just before its own (no herd, no polling) from the revision it
+///   read plus one, and, when that key is the first, its own key too, in
+///   the same watcher. When the first key goes with its own still there
+///   (events come in revision order), it holds the lock; after any other
+///   deletion it reads its place again, checking its own key still
+///   exists. Either way a waiter whose lease expired while queued never
+///   believes it holds the lock.
 /// - **Fencing token**: the key's create revision, global and strictly
 ///   increasing. [`EtcdLock::fencing_compare`] gives the transaction
 ///   comparison that guards your own etcd writes with the lock.
@@ -413,7 +413,10 @@ impl EtcdLock {
                     predecessor: Some(pred),
                     next_in_line,
                     read_at,
-                }) => match self.await_turn(&handle, &pred, read_at + 1, deadline).await {
+                }) => match self
+                    .await_turn(&handle, &pred, next_in_line, read_at + 1, deadline)
+                    .await
+                {
                     Ok(Turn::OursGone) => return Err(queue::place_lost(name)),
                     // The first key went, and ours had not gone before it
                     // (the watch reports both in revision order): ours is
@@ -462,10 +465,14 @@ impl EtcdLock {
         &self,
         handle: &EtcdHandle,
         predecessor: &[u8],
+        next_in_line: bool,
         from: i64,
         deadline: Option<Instant>,
     ) -> Result<Turn, LockError> {
-        let mut watch = queue::watch(&self.inner.client, predecessor, &handle.key, from).await?;
+        // Our own key matters only where its predecessor's deletion alone
+        // would make it the holder.
+        let ours = next_in_line.then_some(handle.key.as_str());
+        let mut watch = queue::watch(&self.inner.client, predecessor, ours, from).await?;
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -484,7 +491,7 @@ impl EtcdLock {
             };
             tokio::select! {
                 message = watch.message() => {
-                    if let Some(turn) = queue::turn(message, predecessor, &handle.key) {
+                    if let Some(turn) = queue::turn(message, predecessor, ours) {
                         return Ok(turn);
                     }
                 }

@@ -1,14 +1,14 @@
 //! A key's place in its lock's queue, and waiting for its turn.
 //!
 //! The queue is the keys under the lock's directory, ordered by create
-//! revision. A waiter watches only the key just before its own, and its
-//! own key (so a release wakes one waiter, not all), in one watcher, whose
-//! events come in revision order. When the key before it is deleted, the
-//! waiter holds the lock if that key was the first in the queue and its
-//! own key was not deleted first (a waiter whose lease expired while
-//! queued learns it there and never reports success); otherwise it reads
-//! its place again, in one transaction that also checks its own key still
-//! exists.
+//! revision. A waiter watches only the key just before its own (so a
+//! release wakes one waiter, not all) and, when that key is the first, its
+//! own key too, in one watcher, whose events come in revision order. When
+//! the first key is deleted while the waiter's own is still there, the
+//! waiter holds the lock (a waiter whose lease expired while queued sees
+//! its own key go first, and never reports success); after any other
+//! deletion it reads its place again, in one transaction that also checks
+//! its own key still exists.
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
@@ -139,38 +139,45 @@ fn get_result(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
     }
 }
 
-/// A watch for the deletion of `predecessor` and of our own `key`, in one
-/// watcher (so its events come in revision order), from revision `from`:
-/// the revision our place was read at plus one, so nothing is missed and
-/// the watch is served live rather than by etcd's slower catch-up of
-/// watches that start in the past. Its range is the keys between the two,
-/// whose other deletions are passed over.
+/// A watch for the deletion of `predecessor` and, given `ours` (our own
+/// key, watched when the predecessor is the first key), of our own key, in
+/// one watcher (so its events come in revision order), from revision
+/// `from`: the revision our place was read at plus one, so nothing is
+/// missed and the watch is served live rather than by etcd's slower
+/// catch-up of watches that start in the past. Watching both takes the
+/// range between the two keys, whose other deletions are passed over;
+/// the keys there were created after ours, and are deleted before our
+/// turn only by a waiter giving up.
 pub(crate) async fn watch(
     client: &Client,
     predecessor: &[u8],
-    key: &str,
+    ours: Option<&str>,
     from: i64,
 ) -> Result<WatchStream, LockError> {
-    let (low, high) = if predecessor < key.as_bytes() {
-        (predecessor, key.as_bytes())
-    } else {
-        (key.as_bytes(), predecessor)
-    };
-    let mut end = high.to_vec();
-    end.push(0);
-    let options = WatchOptions::new()
-        .with_range(end)
+    let mut options = WatchOptions::new()
         .with_start_revision(from)
         .with_filters([WatchFilterType::NoPut]);
-    requests::watch(client, low, options).await
+    let mut start = predecessor;
+    if let Some(ours) = ours {
+        let (low, high) = if predecessor < ours.as_bytes() {
+            (predecessor, ours.as_bytes())
+        } else {
+            (ours.as_bytes(), predecessor)
+        };
+        let mut end = high.to_vec();
+        end.push(0);
+        options = options.with_range(end);
+        start = low;
+    }
+    requests::watch(client, start, options).await
 }
 
 /// The next turn a watch from [`watch`] reports, if its message has one:
-/// the first of the two keys deleted.
+/// the first of the watched keys deleted.
 pub(crate) fn turn(
     message: Result<Option<etcd_client::WatchResponse>, etcd_client::Error>,
     predecessor: &[u8],
-    key: &str,
+    ours: Option<&str>,
 ) -> Option<Turn> {
     let resp = match message {
         Ok(Some(resp)) => resp,
@@ -184,7 +191,7 @@ pub(crate) fn turn(
             continue;
         }
         match event.kv().map(|kv| kv.key()) {
-            Some(k) if k == key.as_bytes() => return Some(Turn::OursGone),
+            Some(k) if ours.is_some_and(|o| k == o.as_bytes()) => return Some(Turn::OursGone),
             Some(k) if k == predecessor => return Some(Turn::PredecessorGone),
             _ => {}
         }
