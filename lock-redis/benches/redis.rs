@@ -52,6 +52,20 @@ const WORK: Duration = Duration::from_millis(1);
 const NOTIFYING_RELEASE: &str = "if redis.call('GET', KEYS[1]) == ARGV[1] then \
      redis.call('DEL', KEYS[1]) redis.call('PUBLISH', KEYS[2], '') return 1 end return 0";
 
+/// `SET key token NX PX 30000`: whether it was set.
+async fn set_nx(conn: &mut redis::aio::MultiplexedConnection, key: &str, token: &str) -> bool {
+    let set: Option<String> = redis::cmd("SET")
+        .arg(key)
+        .arg(token)
+        .arg("NX")
+        .arg("PX")
+        .arg(30_000)
+        .query_async(conn)
+        .await
+        .expect("SET");
+    set.is_some()
+}
+
 /// One task of the hand-written notified lock: `SET NX PX`; if refused,
 /// wait for a release message (or 10 ms) and try again; hold for `WORK`,
 /// release with [`NOTIFYING_RELEASE`], pause for `pause`; until `end`.
@@ -76,16 +90,7 @@ async fn notified_task(
         n += 1;
         let token = format!("{t}:{n}");
         loop {
-            let set: Option<String> = redis::cmd("SET")
-                .arg(key)
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut conn)
-                .await
-                .expect("SET");
-            if set.is_some() {
+            if set_nx(&mut conn, key, &token).await {
                 break;
             }
             let _ = tokio::time::timeout(Duration::from_millis(10), released.next()).await;
@@ -146,16 +151,7 @@ async fn main() {
         .await;
         m.measure(FLOOR, async |i| {
             let token = format!("{i:032x}");
-            let set: Option<String> = redis::cmd("SET")
-                .arg("bench:raw")
-                .arg(&token)
-                .arg("NX")
-                .arg("PX")
-                .arg(30_000)
-                .query_async(&mut conn)
-                .await
-                .expect("SET");
-            assert!(set.is_some());
+            assert!(set_nx(&mut conn, "bench:raw", &token).await);
             let _: i64 = cad
                 .key("bench:raw")
                 .arg(&token)
