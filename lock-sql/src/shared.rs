@@ -451,10 +451,6 @@ struct Session<S: SessionSql> {
     ended: Arc<AtomicBool>,
 }
 
-/// The connection is gone or in an unknown state: the session ends, and
-/// the server frees every lock of the session with it.
-struct Broken;
-
 /// A session's task: renewals and unclaimed grants from its queue, and
 /// leases run out, until the session ends or every sender (the client and
 /// all its guards) is gone.
@@ -517,11 +513,6 @@ impl<S: SessionSql> Session<S> {
         self.wake.notify_one();
     }
 
-    /// The session's connection, while it lasts.
-    fn conn(&mut self) -> Result<&mut S::Conn, Broken> {
-        self.conn.as_mut().ok_or(Broken)
-    }
-
     /// Give back every lock whose lease ran out without a renewal (a guard
     /// leaked while the client goes on).
     async fn expire(&mut self) {
@@ -537,8 +528,8 @@ impl<S: SessionSql> Session<S> {
             .collect();
         for name in expired {
             tracing::debug!(backend = self.backend, lock = %name, "an unrenewed lock ran out on its shared session");
-            if self.unlock(&name).await.is_err() {
-                self.end();
+            self.unlock(&name).await;
+            if self.conn.is_none() {
                 return;
             }
         }
@@ -554,8 +545,8 @@ impl<S: SessionSql> Session<S> {
         for command in batch.drain(..) {
             match command {
                 Command::Unlock { name, id } => {
-                    if live && self.holds(&name, id) && self.unlock(&name).await.is_err() {
-                        self.end();
+                    if live && self.holds(&name, id) {
+                        self.unlock(&name).await;
                     }
                 }
                 Command::Renew {
@@ -578,11 +569,10 @@ impl<S: SessionSql> Session<S> {
         }
         let idle = self.held.values().map(|h| h.idle).max().unwrap_or_default();
         let sql = Arc::clone(&self.sql);
-        let kept = match self.conn() {
-            Ok(conn) => sql.keep(conn, idle).await,
-            Err(Broken) => return,
+        let Some(conn) = self.conn.as_mut() else {
+            return;
         };
-        if let Err(e) = kept {
+        if let Err(e) = sql.keep(conn, idle).await {
             tracing::debug!(backend = self.backend, error = %e, "renewing on a shared session failed");
             self.end();
             return;
@@ -613,13 +603,7 @@ impl<S: SessionSql> Session<S> {
         if !self.holds(name, id) || !self.begin() {
             return false;
         }
-        let ours = match self.unlock(name).await {
-            Ok(ours) => ours,
-            Err(Broken) => {
-                self.end();
-                false
-            }
-        };
+        let ours = self.unlock(name).await;
         self.midway = false;
         ours
     }
@@ -683,7 +667,7 @@ impl<S: SessionSql> Session<S> {
     /// be drawn), gives it back before answering.
     async fn attempt(&mut self, name: &str, bound: Duration) -> Attempt {
         let sql = Arc::clone(&self.sql);
-        let Ok(conn) = self.conn() else {
+        let Some(conn) = self.conn.as_mut() else {
             return Attempt::Broken(sqlx::Error::WorkerCrashed);
         };
         let failure = match sql.try_lock(conn, name, bound).await {
@@ -700,23 +684,29 @@ impl<S: SessionSql> Session<S> {
         }
     }
 
-    /// Give `name` back if the session holds it.
-    async fn unlock(&mut self, name: &str) -> Result<bool, Broken> {
+    /// Give `name` back if the session holds it: whether it was ours. A
+    /// failure leaves the connection's state unknown: the session ends,
+    /// and the server frees every lock on it.
+    async fn unlock(&mut self, name: &str) -> bool {
         if self.held.remove(name).is_none() {
-            return Ok(false);
+            return false;
         }
         let last = self.held.is_empty();
         let sql = Arc::clone(&self.sql);
-        match sql.unlock(self.conn()?, name, last).await {
+        let Some(conn) = self.conn.as_mut() else {
+            return false;
+        };
+        match sql.unlock(conn, name, last).await {
             Ok(ours) => {
                 if last {
                     self.idle = Duration::ZERO;
                 }
-                Ok(ours)
+                ours
             }
             Err(e) => {
                 tracing::debug!(backend = self.backend, error = %e, "releasing on a shared session failed");
-                Err(Broken)
+                self.end();
+                false
             }
         }
     }
