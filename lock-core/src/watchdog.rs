@@ -11,7 +11,9 @@
 //! Registering and dropping a registration touch the schedule under a mutex
 //! and wake the task only when its timer must move earlier: the steady
 //! acquire–release cycle of a busy client, whose new locks fall due after
-//! the ones already scheduled, costs no wake-up and no context switch.
+//! the ones already scheduled, costs no wake-up and no context switch. Once
+//! the schedule is empty the timer stays armed for a second, so that locks
+//! released before the task looked at them do not wake it one by one.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -44,6 +46,9 @@ struct Shared {
     schedule: Mutex<Schedule>,
     /// Wakes the driver when its timer must move earlier (or on drop).
     wake: Arc<Notify>,
+    /// How many times the driver has looked at the schedule.
+    #[cfg(test)]
+    turns: std::sync::atomic::AtomicU64,
 }
 
 impl Drop for Shared {
@@ -392,17 +397,47 @@ enum Outcome {
 /// The shortest pause between retries of a renewal that could not reach the server.
 const MIN_RETRY: Duration = Duration::from_millis(20);
 
+/// How long the task keeps its timer armed once its schedule is empty.
+const LINGER: Duration = Duration::from_secs(1);
+
 async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
     let mut inflight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
+    // Until when the timer stays armed over an empty schedule.
+    let mut linger: Option<Instant> = None;
     loop {
         let next = {
             let Some(shared) = shared.upgrade() else {
                 break;
             };
             let mut s = shared.schedule();
-            s.start_due(Instant::now(), &mut inflight);
-            let next = s.next_due();
+            let now = Instant::now();
+            s.start_due(now, &mut inflight);
+            let next = match s.next_due() {
+                Some(due) => {
+                    linger = None;
+                    Some(due)
+                }
+                // Nothing scheduled: the timer stays armed for LINGER, so
+                // that the locks of a client acquiring and releasing in a
+                // loop, registered and gone again before this task looks,
+                // find it armed and do not wake it one by one.
+                None => match linger {
+                    Some(until) if until > now => Some(until),
+                    Some(_) => {
+                        linger = None;
+                        None
+                    }
+                    None => {
+                        linger = Some(now + LINGER);
+                        linger
+                    }
+                },
+            };
             s.armed = next;
+            #[cfg(test)]
+            shared
+                .turns
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             next
         };
         tokio::select! {
@@ -431,4 +466,44 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
     }
     // Let in-flight releases of expired locks finish; renewals no longer matter.
     while inflight.next().await.is_some() {}
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use async_trait::async_trait;
+
+    use super::*;
+
+    /// A lock that is always still ours.
+    struct Held;
+
+    #[async_trait]
+    impl GuardHandle for Held {
+        async fn release(&self) -> Result<bool, LockError> {
+            Ok(true)
+        }
+
+        async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {
+            Ok(true)
+        }
+    }
+
+    /// Locks registered and dropped again before the task looks at them (a
+    /// client acquiring and releasing in a loop) wake the task once, not
+    /// once per lock: its timer stays armed over the empty schedule.
+    #[tokio::test(flavor = "current_thread")]
+    async fn locks_gone_before_the_task_looks_wake_it_once() {
+        let watchdog = Watchdog::new();
+        let handle: Arc<dyn GuardHandle> = Arc::new(Held);
+        for _ in 0..100 {
+            let lease = Arc::new(LeaseState::lease(Instant::now(), Duration::from_secs(30)));
+            drop(watchdog.watch(&handle, &lease));
+            // The task runs now, and finds nothing scheduled.
+            tokio::task::yield_now().await;
+        }
+        let turns = watchdog.shared.turns.load(Ordering::Relaxed);
+        assert!(turns <= 2, "the task looked {turns} times for 100 locks");
+    }
 }
