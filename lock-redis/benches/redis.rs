@@ -17,7 +17,10 @@
 //! round trips), and per-task min/max acquisitions (fairness), against
 //! rslock and against a hand-written notified lock (`SET NX PX`; a waiter
 //! subscribes to a channel the release publishes on): the hand-off a
-//! notification allows on this server and machine.
+//! notification allows on this server and machine; and against a fair
+//! notified lock (distlock's own scripts on plain redis-rs: the queue, the
+//! hand-off to its head, a message to that waiter only), to part the cost
+//! of first-come-first-served order from the client library's.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -105,6 +108,87 @@ async fn notified_task(
             .invoke_async(&mut conn)
             .await
             .expect("release");
+        assert_eq!(ours, 1);
+        log.lock().expect("log").push((granted, let_go, t));
+        if !pause.is_zero() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
+
+/// One task of a hand-written *fair* notified lock: distlock's own acquire
+/// and release scripts on plain redis-rs. A refused acquisition joins the
+/// queue under the task's waiter id; a release hands the lock to the head
+/// of the queue and publishes its id, and only that waiter tries again (or
+/// after 10 ms). The same protocol as distlock's, without the library.
+async fn fair_task(
+    client: redis::Client,
+    t: usize,
+    end: Instant,
+    pause: Duration,
+    log: lock_testkit::bench::TurnLog,
+) {
+    let (lock, fence, queue, handoff, channel) = (
+        "bench:{f}",
+        "bench:{f}:fence",
+        "bench:{f}:queue",
+        "bench:{f}:handoff",
+        "bench:{f}:released",
+    );
+    let waiter = format!("waiter-{t}");
+    let mut conn = client
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub.subscribe(channel).await.expect("subscribe");
+    let mut released = pubsub.on_message();
+    let (acquire, release) = (
+        redis::Script::new(ACQUIRE_LUA),
+        redis::Script::new(RELEASE_LUA),
+    );
+    let mut n = 0u64;
+    while Instant::now() < end {
+        n += 1;
+        let owner = format!("{t}:{n}");
+        loop {
+            let (granted, _): (i64, i64) = acquire
+                .key(lock)
+                .key(fence)
+                .key(queue)
+                .key(handoff)
+                .arg(&owner)
+                .arg(30_000)
+                .arg(&waiter)
+                .arg(30_000)
+                .invoke_async(&mut conn)
+                .await
+                .expect("acquire script");
+            if granted == 1 {
+                break;
+            }
+            let _ = tokio::time::timeout(Duration::from_millis(10), async {
+                while let Some(message) = released.next().await {
+                    if message.get_payload::<String>().ok().as_deref() == Some(waiter.as_str()) {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
+        let granted = Instant::now();
+        tokio::time::sleep(WORK).await;
+        let let_go = Instant::now();
+        let ours: i64 = release
+            .key(lock)
+            .key(queue)
+            .key(handoff)
+            .arg(&owner)
+            .arg(channel)
+            .arg(1_000)
+            .invoke_async(&mut conn)
+            .await
+            .expect("release script");
         assert_eq!(ours, 1);
         log.lock().expect("log").push((granted, let_go, t));
         if !pause.is_zero() {
@@ -257,6 +341,10 @@ async fn main() {
             notified_task(client.clone(), t, end, pause, log)
         })
         .await;
+        let fair = contend(TASKS, RUN, |t, end, log| {
+            fair_task(client.clone(), t, end, pause, log)
+        })
+        .await;
         print_runs(
             &format!("{TASKS} tasks, a client each; {scenario}"),
             RUN,
@@ -264,6 +352,7 @@ async fn main() {
                 ("distlock", &ours),
                 ("rslock", &theirs),
                 ("notified", &notified),
+                ("queued", &fair),
             ],
         );
         let (acquisitions, handoffs) = ratios(&ours, &theirs);
@@ -276,6 +365,7 @@ async fn main() {
                     ("distlock", &ours),
                     ("rslock", &theirs),
                     ("notified", &notified),
+                    ("queued", &fair),
                 ],
                 rtt.wall.0,
             );
