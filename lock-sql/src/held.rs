@@ -16,8 +16,21 @@ use tokio::sync::Mutex;
 
 use lock_core::LockError;
 
-/// Connections checked out of sqlx's pool and kept for the next lock.
-type Idle<DB> = std::sync::Mutex<Vec<PoolConnection<DB>>>;
+/// Connections checked out of sqlx's pool and kept for the next lock, with
+/// the bounds last set on each.
+type Idle<DB> = std::sync::Mutex<Vec<(PoolConnection<DB>, Option<Bounds>)>>;
+
+/// The lock wait and idle bounds (whole seconds) a backend last set on a
+/// connection's session, remembered with the connection while it stays with
+/// the client, so that the next lock on it with the same bounds need not
+/// set them again. `None` wherever they are not known.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Bounds {
+    /// How long a lock statement waits.
+    pub(crate) wait_secs: u64,
+    /// How long the server lets the session idle.
+    pub(crate) idle_secs: u64,
+}
 
 /// sqlx's pool with a cache of clean connections in front of it. Cached
 /// connections are not pinged: one that died while idle fails its first
@@ -89,12 +102,13 @@ impl<DB: Database> Warm<DB> {
         }
         let slot = Slot(Arc::clone(&self.out));
         let cached = self.idle.lock().unwrap_or_else(|e| e.into_inner()).pop();
-        let conn = match cached {
-            Some(conn) => conn,
-            None => self.pool.acquire().await.map_err(NoConnection::Pool)?,
+        let (conn, bounds) = match cached {
+            Some(cached) => cached,
+            None => (self.pool.acquire().await.map_err(NoConnection::Pool)?, None),
         };
         Ok(Pinned {
             conn: Some(conn),
+            bounds,
             home: Arc::downgrade(&self.idle),
             slot: Some(slot),
         })
@@ -122,6 +136,9 @@ impl Drop for Slot {
 /// A pooled connection closed on drop unless [`put_back`](Self::put_back).
 pub(crate) struct Pinned<DB: Database> {
     conn: Option<PoolConnection<DB>>,
+    /// The bounds set on the connection's session, if known; kept with it
+    /// in the cache.
+    pub(crate) bounds: Option<Bounds>,
     /// The cache a clean connection goes back to.
     home: Weak<Idle<DB>>,
     /// Counted as out until the lock's connection is given up.
@@ -146,7 +163,9 @@ impl<DB: Database> Pinned<DB> {
         if let Some(conn) = self.conn.take()
             && let Some(home) = self.home.upgrade()
         {
-            home.lock().unwrap_or_else(|e| e.into_inner()).push(conn);
+            home.lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push((conn, self.bounds));
         }
         self.slot = None;
     }
@@ -200,6 +219,8 @@ pub(crate) async fn touch<DB: Database>(
     statement: impl AsyncFnOnce(&mut PoolConnection<DB>) -> Result<(), sqlx::Error>,
 ) -> Result<bool, LockError> {
     let mut pinned = held.lock().await;
+    // A renewal may move a bound.
+    pinned.bounds = None;
     let Some(conn) = pinned.conn.as_mut() else {
         return Ok(false);
     };

@@ -53,7 +53,7 @@ use sqlx::{AssertSqlSafe, ConnectOptions, MySql, Row};
 use tokio::time::Instant;
 
 use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, Pinned, Side, Warm};
+use crate::held::{self, Bounds, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::pinned_or_shared::{self, PinnedOrShared};
 use crate::shared::{SessionSql, SharedSessions};
@@ -565,10 +565,7 @@ impl MySqlLock {
             };
             let sent_at = Instant::now();
             let outcome = match self.inner.mode {
-                SqlMode::Row => {
-                    self.lock_row(pinned.conn(BACKEND)?, name, wait_secs, ttl)
-                        .await
-                }
+                SqlMode::Row => self.lock_row(&mut pinned, name, wait_secs, ttl).await?,
                 SqlMode::Advisory => {
                     self.lock_advisory(pinned.conn(BACKEND)?, name, wait_secs.unwrap_or(0), ttl)
                         .await
@@ -608,32 +605,51 @@ impl MySqlLock {
     /// rolled back otherwise. `wait_secs: None` means NOWAIT.
     async fn lock_row(
         &self,
-        conn: &mut PoolConnection<MySql>,
+        pinned: &mut Pinned<MySql>,
         name: &str,
         wait_secs: Option<u64>,
         ttl_secs: u64,
+    ) -> Result<Result<bool, sqlx::Error>, LockError> {
+        let bounds = Bounds {
+            wait_secs: wait_secs.unwrap_or(1),
+            idle_secs: ttl_secs,
+        };
+        let app_pool = self.inner.restore.is_some();
+        let (isolation, idle) = (self.inner.isolation_var, self.inner.idle_var);
+        let begin = row_begin(isolation, idle, app_pool, pinned.bounds, bounds);
+        // After a first transaction with these bounds (the name's row was
+        // missing and has been made): the bounds are set.
+        let again = row_begin(isolation, idle, app_pool, Some(bounds), bounds);
+        // Unknown until the SET has been answered.
+        pinned.bounds = None;
+        let remember = (!app_pool).then_some(bounds);
+        let conn = pinned.conn(BACKEND)?;
+        let outcome = self
+            .lock_row_on(conn, name, wait_secs, [begin, again])
+            .await;
+        if outcome.is_ok() {
+            pinned.bounds = remember;
+        }
+        Ok(outcome)
+    }
+
+    /// [`lock_row`](Self::lock_row) on `conn`, opening the transaction with
+    /// `begin`, and with `again` after a first one.
+    async fn lock_row_on(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        name: &str,
+        wait_secs: Option<u64>,
+        [begin, again]: [String; 2],
     ) -> Result<bool, sqlx::Error> {
         let t = self.inner.table.as_str();
-        // Numbers only: nothing a caller controls is spliced. READ
-        // COMMITTED: looking for a row that does not exist yet takes no
-        // gap lock, so a concurrent first use of another name, or of this
-        // one, never waits on it. The isolation variable assigned without
-        // a scope (`@@name`) holds for the next transaction only, as `SET
-        // TRANSACTION` does, and so goes in the same `SET`: one answer
-        // fewer per acquisition.
-        let begin = format!(
-            "SET @@{} = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = {}, \
-             SESSION {} = {ttl_secs}; START TRANSACTION",
-            self.inner.isolation_var,
-            wait_secs.unwrap_or(1),
-            self.inner.idle_var
-        );
         let select = format!(
             "SELECT name FROM {t} WHERE name = ? FOR UPDATE{}",
             if wait_secs.is_some() { "" } else { " NOWAIT" }
         );
+        let mut begin = begin;
         loop {
-            sqlx::raw_sql(AssertSqlSafe(begin.clone()))
+            sqlx::raw_sql(AssertSqlSafe(std::mem::replace(&mut begin, again.clone())))
                 .execute(&mut **conn)
                 .await?;
             match sqlx::query(AssertSqlSafe(select.clone()))
@@ -879,6 +895,43 @@ impl fmt::Debug for MySqlLock {
     }
 }
 
+/// The statement that opens a row lock's transaction with `bounds` on a
+/// session whose bounds are `set` (if known); `isolation` and `idle` are
+/// the server's variables for the isolation level and the idle bound.
+/// Numbers only: nothing a caller controls is spliced. READ COMMITTED:
+/// looking for a row that does not exist yet takes no gap lock, so a
+/// concurrent first use of another name, or of this one, never waits on
+/// it. On the client's own pool that is the session's level, set with the
+/// bounds when they change, and a session whose bounds are already right
+/// only starts the transaction. On the application's pool (`app_pool`) the
+/// level is set for the next transaction only (the isolation variable
+/// assigned without a scope, `@@name`), with the bounds, each time.
+fn row_begin(
+    isolation: &str,
+    idle: &str,
+    app_pool: bool,
+    set: Option<Bounds>,
+    bounds: Bounds,
+) -> String {
+    let Bounds {
+        wait_secs,
+        idle_secs,
+    } = bounds;
+    if app_pool {
+        format!(
+            "SET @@{isolation} = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = \
+             {wait_secs}, SESSION {idle} = {idle_secs}; START TRANSACTION"
+        )
+    } else if set == Some(bounds) {
+        "START TRANSACTION".to_string()
+    } else {
+        format!(
+            "SET SESSION {isolation} = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = \
+             {wait_secs}, SESSION {idle} = {idle_secs}; START TRANSACTION"
+        )
+    }
+}
+
 struct MySqlHandle {
     inner: Arc<Inner>,
     name: String,
@@ -1051,24 +1104,54 @@ mod tests {
         panic!("connection {thread}'s transaction never showed in innodb_trx");
     }
 
+    /// The connection holding `name`'s row lock, and its transaction's
+    /// isolation level and id.
+    async fn holder_transaction(lock: &MySqlLock, name: &str) -> (u64, String, String) {
+        let holder = lock
+            .row_holder(name)
+            .await
+            .expect("searching the holder")
+            .expect("held");
+        let (level, id) = transaction_of(lock, holder, None).await;
+        (holder, level, id)
+    }
+
     /// A row lock's transaction runs at READ COMMITTED (looking for a
-    /// name's missing row takes no gap lock), set for that transaction
-    /// only: the connection's next transaction is back at the session's
-    /// level.
+    /// name's missing row takes no gap lock), also the next one on the same
+    /// connection, whose bounds were set already and which only starts its
+    /// transaction. On the application's pool, the level holds for the
+    /// lock's own transaction only: the connection's next transaction is
+    /// back at the session's level. (One test: searches for a holder from
+    /// tests running side by side would keep InnoDB's snapshot stale.)
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_row_lock_runs_at_read_committed_for_its_transaction_only() {
+    async fn row_locks_run_at_read_committed() {
         let lock = MySqlLock::connect(&url()).await.expect("connect");
         let name = format!("isolation/{:?}", std::time::SystemTime::now());
+        let opts = LockOptions::new().ttl(Duration::from_secs(30));
+        let mut holders = Vec::new();
+        for _ in 0..2 {
+            let g = lock.acquire(&name, &opts).await.expect("acquire");
+            let (holder, level, _) = holder_transaction(&lock, &name).await;
+            assert_eq!(level, "READ COMMITTED");
+            holders.push(holder);
+            assert!(g.release().await.expect("release"));
+        }
+        assert_eq!(holders[0], holders[1], "the lock's connection was cached");
+
+        let pool = sqlx::mysql::MySqlPoolOptions::new()
+            .max_connections(5)
+            .connect(&url())
+            .await
+            .expect("the application's pool");
+        let lock = MySqlLock::with_pool(pool, crate::SqlConfig::default())
+            .await
+            .expect("connect");
+        let name = format!("isolation/app/{:?}", std::time::SystemTime::now());
         let g = lock
             .acquire(&name, &LockOptions::new().ttl(Duration::from_secs(30)))
             .await
             .expect("acquire");
-        let holder = lock
-            .row_holder(&name)
-            .await
-            .expect("searching the holder")
-            .expect("held");
-        let (level, id) = transaction_of(&lock, holder, None).await;
+        let (holder, level, id) = holder_transaction(&lock, &name).await;
         assert_eq!(level, "READ COMMITTED");
         assert!(g.release().await.expect("release"));
 
@@ -1084,6 +1167,10 @@ mod tests {
             .fetch_one(&mut **conn)
             .await
             .expect("session level");
+        assert_ne!(
+            session, "READ-COMMITTED",
+            "the session's own level is the server's default"
+        );
         sqlx::raw_sql("START TRANSACTION")
             .execute(&mut **conn)
             .await
@@ -1098,15 +1185,36 @@ mod tests {
         .expect("the name's row, locked again");
         let (next, _) = transaction_of(&lock, holder, Some(&id)).await;
         assert_eq!(next, session.replace('-', " "));
-        assert_ne!(
-            next, "READ COMMITTED",
-            "the session's own level is the server's default"
-        );
         sqlx::raw_sql("ROLLBACK")
             .execute(&mut **conn)
             .await
             .expect("rollback");
         pinned.put_back();
+    }
+
+    /// A connection keeps the bounds last set on it only where they are
+    /// the request's own: a row lock on a connection whose wait or idle
+    /// bound differs, or is unknown, sets them again; on the application's
+    /// pool everything is set for each transaction.
+    #[test]
+    fn a_row_lock_sets_bounds_unless_they_are_the_sessions_already() {
+        use super::{Bounds, row_begin};
+        let b = |wait_secs, idle_secs| Bounds {
+            wait_secs,
+            idle_secs,
+        };
+        let begin =
+            |app_pool, set, bounds| row_begin("tx_isolation", "idle_var", app_pool, set, bounds);
+        let full = "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION \
+                    innodb_lock_wait_timeout = 7, SESSION idle_var = 30; START TRANSACTION";
+        assert_eq!(begin(false, None, b(7, 30)), full);
+        assert_eq!(begin(false, Some(b(1, 30)), b(7, 30)), full);
+        assert_eq!(begin(false, Some(b(7, 10)), b(7, 30)), full);
+        assert_eq!(begin(false, Some(b(7, 30)), b(7, 30)), "START TRANSACTION");
+        let app = "SET @@tx_isolation = 'READ-COMMITTED', SESSION \
+                   innodb_lock_wait_timeout = 7, SESSION idle_var = 30; START TRANSACTION";
+        assert_eq!(begin(true, Some(b(7, 30)), b(7, 30)), app);
+        assert_eq!(begin(true, None, b(7, 30)), app);
     }
 
     /// A grant on a shared session whose caller was cancelled after the
