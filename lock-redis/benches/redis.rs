@@ -8,7 +8,9 @@
 //!
 //! Measures, in interleaved blocks (`lock_testkit::bench::cycles`): PING;
 //! the raw floor (`SET NX PX` plus a compare-and-delete script, plain
-//! redis-rs); distlock's two scripts sent with plain redis-rs; distlock
+//! redis-rs); the floor with a fencing token (`SET NX PX` and `INCR` in
+//! one script, then compare-and-delete: the cheapest hand-written lock with
+//! distlock's guarantees); distlock's two scripts sent with plain redis-rs; distlock
 //! acquire+release with and without the guard's renewal; rslock
 //! lock+unlock. Then, for 8 tasks with a client each and 1 ms of work
 //! inside the lock, once with a 1 ms pause after each release (contention)
@@ -38,6 +40,11 @@ const ROUNDS: usize = 20;
 const RTT: &str = "round trip: PING";
 const FLOOR: &str = "raw floor: SET NX PX + compare-and-delete";
 const SCRIPTS: &str = "distlock's two scripts, plain redis-rs";
+const FENCED_FLOOR: &str = "floor with a token: SET NX PX + INCR script, compare-and-delete";
+/// The cheapest hand-written lock with a fencing token: `SET NX PX` and, if
+/// granted, `INCR` of the name's counter, in one script.
+const FENCED_ACQUIRE: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
+     return redis.call('INCR', KEYS[2]) end return 0";
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const PEER: &str = "rslock lock + unlock";
@@ -221,6 +228,7 @@ async fn main() {
     // distlock's own two scripts, sent with plain redis-rs calls: what the
     // scripts cost on the server, apart from the client library around them.
     let acquire_script = redis::Script::new(ACQUIRE_LUA);
+    let fenced_acquire = redis::Script::new(FENCED_ACQUIRE);
     let release_script = redis::Script::new(RELEASE_LUA);
 
     let mut m = Cycles::new("redis", BLOCK);
@@ -238,6 +246,25 @@ async fn main() {
             assert!(set_nx(&mut conn, "bench:raw", &token).await);
             let _: i64 = cad
                 .key("bench:raw")
+                .arg(&token)
+                .invoke_async(&mut conn)
+                .await
+                .expect("CAD");
+        })
+        .await;
+        m.measure(FENCED_FLOOR, async |i| {
+            let token = format!("{i:032x}");
+            let fence: i64 = fenced_acquire
+                .key("bench:fenced")
+                .key("bench:fenced:fence")
+                .arg(&token)
+                .arg(30_000)
+                .invoke_async(&mut conn)
+                .await
+                .expect("acquire with a token");
+            assert!(fence > 0);
+            let _: i64 = cad
+                .key("bench:fenced")
                 .arg(&token)
                 .invoke_async(&mut conn)
                 .await
@@ -292,9 +319,11 @@ async fn main() {
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
         m.compare(ours, FLOOR);
+        m.compare(ours, FENCED_FLOOR);
         m.compare(ours, PEER);
     }
     m.compare(SCRIPTS, FLOOR);
+    m.compare(SCRIPTS, FENCED_FLOOR);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();
