@@ -123,6 +123,92 @@ async fn notified_task(
     }
 }
 
+/// The keys (and release channel) of one lock under distlock's scripts.
+struct ScriptKeys {
+    lock: &'static str,
+    fence: &'static str,
+    queue: &'static str,
+    handoff: &'static str,
+    channel: &'static str,
+}
+
+/// The uncontended "scripts alone" lock's keys.
+const SCRIPTS_KEYS: ScriptKeys = ScriptKeys {
+    lock: "bench:{s}",
+    fence: "bench:{s}:fence",
+    queue: "bench:{s}:queue",
+    handoff: "bench:{s}:handoff",
+    channel: "bench:{s}:released",
+};
+
+/// The queued notified lock's keys.
+const QUEUED_KEYS: ScriptKeys = ScriptKeys {
+    lock: "bench:{f}",
+    fence: "bench:{f}:fence",
+    queue: "bench:{f}:queue",
+    handoff: "bench:{f}:handoff",
+    channel: "bench:{f}:released",
+};
+
+/// distlock's acquire script for `owner` (a `waiter` id, or `""`, queues
+/// if refused): whether it was granted.
+async fn script_acquire(
+    script: &redis::Script,
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &ScriptKeys,
+    owner: &str,
+    waiter: &str,
+) -> bool {
+    let (granted, _): (i64, i64) = script
+        .key(keys.lock)
+        .key(keys.fence)
+        .key(keys.queue)
+        .key(keys.handoff)
+        .arg(owner)
+        .arg(30_000)
+        .arg(waiter)
+        .arg(30_000)
+        .invoke_async(conn)
+        .await
+        .expect("acquire script");
+    granted == 1
+}
+
+/// distlock's release script for `owner`: whether it was still theirs.
+async fn script_release(
+    script: &redis::Script,
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &ScriptKeys,
+    owner: &str,
+) -> bool {
+    let released: i64 = script
+        .key(keys.lock)
+        .key(keys.queue)
+        .key(keys.handoff)
+        .arg(owner)
+        .arg(keys.channel)
+        .arg(1_000)
+        .invoke_async(conn)
+        .await
+        .expect("release script");
+    released == 1
+}
+
+/// The floors' release: delete `key` if it still holds `token`.
+async fn compare_and_delete(
+    cad: &redis::Script,
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    token: &str,
+) {
+    let _: i64 = cad
+        .key(key)
+        .arg(token)
+        .invoke_async(conn)
+        .await
+        .expect("CAD");
+}
+
 /// One task of a hand-written *fair* notified lock: distlock's own acquire
 /// and release scripts on plain redis-rs. A refused acquisition joins the
 /// queue under the task's waiter id; a release hands the lock to the head
@@ -135,20 +221,16 @@ async fn fair_task(
     pause: Duration,
     log: lock_testkit::bench::TurnLog,
 ) {
-    let (lock, fence, queue, handoff, channel) = (
-        "bench:{f}",
-        "bench:{f}:fence",
-        "bench:{f}:queue",
-        "bench:{f}:handoff",
-        "bench:{f}:released",
-    );
     let waiter = format!("waiter-{t}");
     let mut conn = client
         .get_multiplexed_async_connection()
         .await
         .expect("connect");
     let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
-    pubsub.subscribe(channel).await.expect("subscribe");
+    pubsub
+        .subscribe(QUEUED_KEYS.channel)
+        .await
+        .expect("subscribe");
     let mut released = pubsub.on_message();
     let (acquire, release) = (
         redis::Script::new(ACQUIRE_LUA),
@@ -159,19 +241,7 @@ async fn fair_task(
         n += 1;
         let owner = format!("{t}:{n}");
         loop {
-            let (granted, _): (i64, i64) = acquire
-                .key(lock)
-                .key(fence)
-                .key(queue)
-                .key(handoff)
-                .arg(&owner)
-                .arg(30_000)
-                .arg(&waiter)
-                .arg(30_000)
-                .invoke_async(&mut conn)
-                .await
-                .expect("acquire script");
-            if granted == 1 {
+            if script_acquire(&acquire, &mut conn, &QUEUED_KEYS, &owner, &waiter).await {
                 break;
             }
             let _ = tokio::time::timeout(Duration::from_millis(10), async {
@@ -186,17 +256,7 @@ async fn fair_task(
         let granted = Instant::now();
         tokio::time::sleep(WORK).await;
         let let_go = Instant::now();
-        let ours: i64 = release
-            .key(lock)
-            .key(queue)
-            .key(handoff)
-            .arg(&owner)
-            .arg(channel)
-            .arg(1_000)
-            .invoke_async(&mut conn)
-            .await
-            .expect("release script");
-        assert_eq!(ours, 1);
+        assert!(script_release(&release, &mut conn, &QUEUED_KEYS, &owner).await);
         log.lock().expect("log").push((granted, let_go, t));
         if !pause.is_zero() {
             tokio::time::sleep(pause).await;
@@ -244,12 +304,7 @@ async fn main() {
         m.measure(FLOOR, async |i| {
             let token = format!("{i:032x}");
             assert!(set_nx(&mut conn, "bench:raw", &token).await);
-            let _: i64 = cad
-                .key("bench:raw")
-                .arg(&token)
-                .invoke_async(&mut conn)
-                .await
-                .expect("CAD");
+            compare_and_delete(&cad, &mut conn, "bench:raw", &token).await;
         })
         .await;
         m.measure(FENCED_FLOOR, async |i| {
@@ -263,45 +318,13 @@ async fn main() {
                 .await
                 .expect("acquire with a token");
             assert!(fence > 0);
-            let _: i64 = cad
-                .key("bench:fenced")
-                .arg(&token)
-                .invoke_async(&mut conn)
-                .await
-                .expect("CAD");
+            compare_and_delete(&cad, &mut conn, "bench:fenced", &token).await;
         })
         .await;
         m.measure(SCRIPTS, async |i| {
             let token = format!("{i:032x}");
-            let (lock, fence, queue, handoff) = (
-                "bench:{s}",
-                "bench:{s}:fence",
-                "bench:{s}:queue",
-                "bench:{s}:handoff",
-            );
-            let (granted, _): (i64, i64) = acquire_script
-                .key(lock)
-                .key(fence)
-                .key(queue)
-                .key(handoff)
-                .arg(&token)
-                .arg(30_000)
-                .arg("")
-                .arg(30_000)
-                .invoke_async(&mut conn)
-                .await
-                .expect("acquire script");
-            assert_eq!(granted, 1);
-            let _: i64 = release_script
-                .key(lock)
-                .key(queue)
-                .key(handoff)
-                .arg(&token)
-                .arg("bench:{s}:released")
-                .arg(1_000)
-                .invoke_async(&mut conn)
-                .await
-                .expect("release script");
+            assert!(script_acquire(&acquire_script, &mut conn, &SCRIPTS_KEYS, &token, "").await);
+            script_release(&release_script, &mut conn, &SCRIPTS_KEYS, &token).await;
         })
         .await;
         for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
