@@ -1163,10 +1163,13 @@ mod tests {
             .await
             .expect("connection id");
         assert_eq!(thread, holder, "the lock's connection was cached");
-        let session: String = sqlx::query_scalar("SELECT @@SESSION.tx_isolation")
-            .fetch_one(&mut **conn)
-            .await
-            .expect("session level");
+        let session: String = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT @@SESSION.{}",
+            lock.inner.isolation_var
+        )))
+        .fetch_one(&mut **conn)
+        .await
+        .expect("session level");
         assert_ne!(
             session, "READ-COMMITTED",
             "the session's own level is the server's default"
