@@ -19,7 +19,7 @@
 //! round trips), and per-task min/max acquisitions (fairness), against
 //! rslock and against a hand-written notified lock (`SET NX PX`; a waiter
 //! subscribes to a channel the release publishes on): the hand-off a
-//! notification allows on this server and machine; and against a fair
+//! notification allows on this server and machine; and against a queued
 //! notified lock (distlock's own scripts on plain redis-rs: the queue, the
 //! hand-off to its head, a message to that waiter only), to part the cost
 //! of first-come-first-served order from the client library's.
@@ -209,12 +209,12 @@ async fn compare_and_delete(
         .expect("CAD");
 }
 
-/// One task of a hand-written *fair* notified lock: distlock's own acquire
+/// One task of the hand-written queued notified lock: distlock's own acquire
 /// and release scripts on plain redis-rs. A refused acquisition joins the
 /// queue under the task's waiter id; a release hands the lock to the head
 /// of the queue and publishes its id, and only that waiter tries again (or
 /// after 10 ms). The same protocol as distlock's, without the library.
-async fn fair_task(
+async fn queued_task(
     client: redis::Client,
     t: usize,
     end: Instant,
@@ -393,8 +393,8 @@ async fn main() {
             notified_task(client.clone(), t, end, pause, log)
         })
         .await;
-        let fair = contend(TASKS, RUN, |t, end, log| {
-            fair_task(client.clone(), t, end, pause, log)
+        let queued = contend(TASKS, RUN, |t, end, log| {
+            queued_task(client.clone(), t, end, pause, log)
         })
         .await;
         print_runs(
@@ -404,7 +404,7 @@ async fn main() {
                 ("distlock", &ours),
                 ("rslock", &theirs),
                 ("notified", &notified),
-                ("queued", &fair),
+                ("queued", &queued),
             ],
         );
         let (acquisitions, handoffs) = ratios(&ours, &theirs);
@@ -417,7 +417,7 @@ async fn main() {
                     ("distlock", &ours),
                     ("rslock", &theirs),
                     ("notified", &notified),
-                    ("queued", &fair),
+                    ("queued", &queued),
                 ],
                 rtt.wall.0,
             );

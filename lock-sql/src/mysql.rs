@@ -619,14 +619,12 @@ impl MySqlLock {
         let begin = row_begin(isolation, idle, app_pool, pinned.bounds, bounds);
         // After a first transaction with these bounds (the name's row was
         // missing and has been made): the bounds are set.
-        let again = row_begin(isolation, idle, app_pool, Some(bounds), bounds);
+        let again = || row_begin(isolation, idle, app_pool, Some(bounds), bounds);
         // Unknown until the SET has been answered.
         pinned.bounds = None;
         let remember = (!app_pool).then_some(bounds);
         let conn = pinned.conn(BACKEND)?;
-        let outcome = self
-            .lock_row_on(conn, name, wait_secs, [begin, again])
-            .await;
+        let outcome = self.lock_row_on(conn, name, wait_secs, begin, again).await;
         if outcome.is_ok() {
             pinned.bounds = remember;
         }
@@ -634,13 +632,14 @@ impl MySqlLock {
     }
 
     /// [`lock_row`](Self::lock_row) on `conn`, opening the transaction with
-    /// `begin`, and with `again` after a first one.
+    /// `begin`, and with `again()` after a first one.
     async fn lock_row_on(
         &self,
         conn: &mut PoolConnection<MySql>,
         name: &str,
         wait_secs: Option<u64>,
-        [begin, again]: [String; 2],
+        begin: String,
+        again: impl Fn() -> String,
     ) -> Result<bool, sqlx::Error> {
         let t = self.inner.table.as_str();
         let select = format!(
@@ -649,7 +648,7 @@ impl MySqlLock {
         );
         let mut begin = begin;
         loop {
-            sqlx::raw_sql(AssertSqlSafe(std::mem::replace(&mut begin, again.clone())))
+            sqlx::raw_sql(AssertSqlSafe(std::mem::take(&mut begin)))
                 .execute(&mut **conn)
                 .await?;
             match sqlx::query(AssertSqlSafe(select.clone()))
@@ -662,6 +661,7 @@ impl MySqlLock {
                     // First use of this name: create its row (committed,
                     // outside any lock) and try again.
                     sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
+                    begin = again();
                     match sqlx::query(AssertSqlSafe(format!(
                         "INSERT IGNORE INTO {t} (name) VALUES (?)"
                     )))
