@@ -1033,12 +1033,7 @@ impl SessionSql for MySqlSession {
         self.tokens.advance(&mut conn.conn, name).await.map(Some)
     }
 
-    async fn unlock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        _last: bool,
-    ) -> Result<bool, sqlx::Error> {
+    async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
         let released: Option<i64> =
             sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
                 .bind(name.as_bytes())

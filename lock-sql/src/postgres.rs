@@ -159,8 +159,11 @@ struct Statements {
     /// One attempt at the advisory lock, then the grant's token.
     advisory_try: String,
     advisory_unlock: String,
-    /// Unlock on a shared session that holds other locks (its timeouts stay).
-    advisory_unlock_one: String,
+    /// Unlock on a shared session (its timeouts stay).
+    advisory_unlock_shared: String,
+    /// One attempt at the advisory lock on a shared session whose idle
+    /// bound is already the one wanted, then the grant's token.
+    advisory_try_kept: String,
     /// Row mode's token, drawn after the row is locked.
     draw_token: String,
 }
@@ -210,7 +213,8 @@ impl Statements {
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
             ),
-            advisory_unlock_one: format!("SELECT pg_advisory_unlock({key})"),
+            advisory_unlock_shared: format!("SELECT pg_advisory_unlock({key})"),
+            advisory_try_kept: grant(format!("pg_try_advisory_lock({key})")),
         }
     }
 }
@@ -934,12 +938,24 @@ struct PgSession {
     sql: Statements,
 }
 
+/// A shared session's connection and the `idle_session_timeout` last set
+/// on it, so that a lock whose lease is the session's bound already sends
+/// the lock alone.
+struct PgSessionConn {
+    conn: sqlx::PgConnection,
+    /// `None` until set, and while a statement setting it is under way.
+    idle: Option<Duration>,
+}
+
 #[async_trait]
 impl SessionSql for PgSession {
-    type Conn = sqlx::PgConnection;
+    type Conn = PgSessionConn;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        self.options.connect().await
+        Ok(PgSessionConn {
+            conn: self.options.connect().await?,
+            idle: None,
+        })
     }
 
     async fn try_lock(
@@ -948,10 +964,20 @@ impl SessionSql for PgSession {
         name: &str,
         idle: Duration,
     ) -> Result<Option<u64>, sqlx::Error> {
-        let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
-            .bind(name)
-            .bind(format!("{}ms", idle.as_millis().max(1)));
-        match committed_answer(lock, conn).await? {
+        let answer = if conn.idle == Some(idle) {
+            let lock =
+                sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try_kept.as_str())).bind(name);
+            committed_answer(lock, &mut conn.conn).await?
+        } else {
+            conn.idle = None;
+            let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
+                .bind(name)
+                .bind(format!("{}ms", idle.as_millis().max(1)));
+            let answer = committed_answer(lock, &mut conn.conn).await?;
+            conn.idle = Some(idle);
+            answer
+        };
+        match answer {
             Some(Some(token)) => u64::try_from(token)
                 .map(Some)
                 .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}"))),
@@ -962,34 +988,22 @@ impl SessionSql for PgSession {
         }
     }
 
-    async fn unlock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        last: bool,
-    ) -> Result<bool, sqlx::Error> {
-        if last {
-            let (ours, _, _): (bool, String, String) =
-                sqlx::query_as(AssertSqlSafe(self.sql.advisory_unlock.as_str()))
-                    .bind(name)
-                    .fetch_one(&mut *conn)
-                    .await?;
-            Ok(ours)
-        } else {
-            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_one.as_str()))
-                .bind(name)
-                .fetch_one(&mut *conn)
-                .await
-        }
+    async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_shared.as_str()))
+            .bind(name)
+            .fetch_one(&mut conn.conn)
+            .await
     }
 
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
         let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
+        conn.idle = None;
         sqlx::raw_sql(AssertSqlSafe(touch))
-            .execute(&mut *conn)
-            .await
-            .map(|_| ())
+            .execute(&mut conn.conn)
+            .await?;
+        conn.idle = Some(idle);
+        Ok(())
     }
 }
 
@@ -1023,4 +1037,73 @@ async fn advance_token(
     rows.first()
         .copied()
         .ok_or_else(|| sqlx::Error::Protocol("drawing a fencing token returned no row".into()))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::time::Duration;
+
+    use sqlx::postgres::PgConnectOptions;
+
+    use super::{PgSession, PgSessionConn, Statements};
+    use crate::shared::SessionSql;
+    use crate::url_opts::SqlConfig;
+
+    /// The idle bound the server holds for the session.
+    async fn bound(conn: &mut PgSessionConn) -> String {
+        sqlx::query_scalar("SHOW idle_session_timeout")
+            .fetch_one(&mut conn.conn)
+            .await
+            .expect("show the idle bound")
+    }
+
+    /// A shared session sets its idle bound only when a lock asks for
+    /// another, and keeps it when its last lock is given back.
+    #[tokio::test]
+    async fn a_shared_session_sets_its_idle_bound_only_when_it_changes() {
+        let url = std::env::var("DISTLOCK_TEST_POSTGRES_URL")
+            .expect("DISTLOCK_TEST_POSTGRES_URL (scripts/services.sh env)");
+        let session = PgSession {
+            options: PgConnectOptions::from_str(&url).expect("the test server's URL"),
+            sql: Statements::new(&SqlConfig::default().table, false),
+        };
+        let mut conn = session.open().await.expect("open a session");
+        let name = format!("idle-bound-{}", std::process::id());
+        let lock = async |conn: &mut PgSessionConn, secs| {
+            let granted = session
+                .try_lock(conn, &name, Duration::from_secs(secs))
+                .await
+                .expect("lock");
+            assert_eq!(granted, Some(0), "a free name is granted, without a token");
+            let shown = bound(conn).await;
+            assert!(
+                session.unlock(conn, &name).await.expect("unlock"),
+                "the session held the name"
+            );
+            assert_eq!(
+                bound(conn).await,
+                shown,
+                "the bound stays when the lock is given back"
+            );
+            shown
+        };
+        assert_eq!(
+            lock(&mut conn, 30).await,
+            "30s",
+            "a new session's bound is set"
+        );
+        // Changed behind the client's back: a lock of the same lease
+        // sends no statement for the bound, so the change shows.
+        sqlx::raw_sql("SET idle_session_timeout = 5000")
+            .execute(&mut conn.conn)
+            .await
+            .expect("change the bound");
+        assert_eq!(
+            lock(&mut conn, 30).await,
+            "5s",
+            "an unchanged bound is not set again"
+        );
+        assert_eq!(lock(&mut conn, 20).await, "20s", "a changed bound is set");
+    }
 }

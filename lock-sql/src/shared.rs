@@ -24,7 +24,12 @@
 //!   lock on it, alive and sets the session's idle bound).
 //! - **A hung client** (no statements for a while) is bounded by the
 //!   server's idle timeout (`idle_session_timeout`, `wait_timeout`), set
-//!   to the longest lease among the session's locks.
+//!   to the longest lease among the session's locks. The bound is set only
+//!   when it changes (a session that takes locks of one lease sends no
+//!   statement for it after the first), and stays when the session's last
+//!   lock is given back: a client quiet for longer than that finds the
+//!   session ended by the server, and its next acquisition opens a new one
+//!   (as after any lost session).
 //! - **An abandoned lock** (a guard leaked while the client goes on) is
 //!   given back by the session's task when its lease has run out without a
 //!   renewal, as a connection of its own would be ended by the server.
@@ -90,9 +95,10 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     /// Open a session.
     async fn open(&self) -> Result<Self::Conn, sqlx::Error>;
 
-    /// Set the session's idle bound to `idle`, then one attempt at `name`,
-    /// not waiting: if granted, the grant's fencing token, `name`'s counter
-    /// advanced durably before answering (0 where grants draw none). A
+    /// The session's idle bound at `idle` (set only if the session's is
+    /// another, or not known), then one attempt at `name`, not waiting: if
+    /// granted, the grant's fencing token, `name`'s counter advanced
+    /// durably before answering (0 where grants draw none). A
     /// failure may leave `name` locked on the session (an advisory lock
     /// outlives the abort of the statement that took it): the caller gives
     /// it back.
@@ -103,14 +109,9 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
         idle: Duration,
     ) -> Result<Option<u64>, sqlx::Error>;
 
-    /// Give `name` back (`last`: the session holds no other lock); whether
-    /// the session held it.
-    async fn unlock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        last: bool,
-    ) -> Result<bool, sqlx::Error>;
+    /// Give `name` back; whether the session held it. The session's idle
+    /// bound stays as it is.
+    async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error>;
 
     /// One statement proving the session alive, setting its idle bound to
     /// `idle`.
@@ -439,7 +440,9 @@ struct Session<S: SessionSql> {
     /// connection's state unknown).
     midway: bool,
     held: HashMap<String, Held>,
-    /// The idle bound last set on the server.
+    /// The idle bound the session's locks need: the longest lease asked
+    /// for since it last held nothing (the statements keep the server's
+    /// own setting, see [`SessionSql::try_lock`]).
     idle: Duration,
     /// When the session's task next looks for leases run out; no lock's
     /// lease runs out before it (renewals only move leases later).
@@ -678,7 +681,7 @@ impl<S: SessionSql> Session<S> {
         if connection_lost(&failure) {
             return Attempt::Broken(failure);
         }
-        match sql.unlock(conn, name, false).await {
+        match sql.unlock(conn, name).await {
             Ok(_) => Attempt::failure(failure),
             Err(_) => Attempt::Broken(failure),
         }
@@ -691,18 +694,15 @@ impl<S: SessionSql> Session<S> {
         if self.held.remove(name).is_none() {
             return false;
         }
-        let last = self.held.is_empty();
+        if self.held.is_empty() {
+            self.idle = Duration::ZERO;
+        }
         let sql = Arc::clone(&self.sql);
         let Some(conn) = self.conn.as_mut() else {
             return false;
         };
-        match sql.unlock(conn, name, last).await {
-            Ok(ours) => {
-                if last {
-                    self.idle = Duration::ZERO;
-                }
-                ours
-            }
+        match sql.unlock(conn, name).await {
+            Ok(ours) => ours,
             Err(e) => {
                 tracing::debug!(backend = self.backend, error = %e, "releasing on a shared session failed");
                 self.end();

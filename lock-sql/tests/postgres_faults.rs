@@ -320,6 +320,14 @@ async fn a_lost_session_loses_exactly_its_locks() {
     .await;
 }
 
+/// See `common::a_quiet_session_ended_by_the_server_is_replaced`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_quiet_session_ended_by_the_server_is_replaced() {
+    let _serial = SERIAL.lock().await;
+    common::a_quiet_session_ended_by_the_server_is_replaced(&advisory(1).await, &advisory(1).await)
+        .await;
+}
+
 /// See `common::a_leaked_guard_expires_beside_renewed_locks`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_guard_expires_beside_renewed_locks() {

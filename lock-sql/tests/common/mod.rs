@@ -233,3 +233,38 @@ pub async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl Distri
     let second = second.expect("granted after the release");
     assert!(second.release().await.expect("release"));
 }
+
+/// Advisory mode, one shared session: the session keeps the idle bound of
+/// its last lock when that lock is given back, so a client quiet for longer
+/// finds the session ended by the server; its next acquisition opens a new
+/// session and is granted as if nothing had happened, and the lock it gets
+/// is held (refused to `other`).
+pub async fn a_quiet_session_ended_by_the_server_is_replaced(
+    locks: &impl DistributedLock,
+    other: &impl DistributedLock,
+) {
+    let opts = LockOptions::new()
+        .ttl(Duration::from_secs(1))
+        .wait(Wait::No)
+        .auto_renew(false);
+    let first = unique("quiet");
+    let g = locks.acquire(&first, &opts).await.expect("acquire");
+    assert!(g.release().await.expect("release"));
+    // Past the session's idle bound (1 s; the server looks about once a
+    // second).
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let name = unique("after-quiet");
+    let g = locks
+        .acquire(&name, &opts)
+        .await
+        .expect("an acquisition after a quiet spell is granted");
+    assert!(
+        other
+            .try_acquire(&name, &opts)
+            .await
+            .expect("probe")
+            .is_none(),
+        "the lock granted after a quiet spell is not held on the server"
+    );
+    assert!(g.release().await.expect("release"), "still ours");
+}
