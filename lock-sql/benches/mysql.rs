@@ -99,14 +99,18 @@ async fn raw_row_plain(conn: &mut MySqlConnection, name: &str) {
         .expect("end");
 }
 
-/// The hand-written advisory lock without a fencing token.
-async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
+/// `GET_LOCK` on `name` as a hand-written lock names it.
+async fn get_lock(conn: &mut MySqlConnection, name: &str) {
     let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 50)")
         .bind(name.as_bytes())
         .fetch_one(&mut *conn)
         .await
         .expect("lock");
     assert_eq!(granted, Some(1));
+}
+
+/// `RELEASE_LOCK` of what [`get_lock`] took.
+async fn release_lock(conn: &mut MySqlConnection, name: &str) {
     let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
         .bind(name.as_bytes())
         .fetch_one(&mut *conn)
@@ -115,25 +119,18 @@ async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
     assert_eq!(released, Some(1));
 }
 
+/// The hand-written advisory lock without a fencing token.
+async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
+    get_lock(conn, name).await;
+    release_lock(conn, name).await;
+}
+
 /// The cheapest hand-written advisory lock with a durable fencing token:
 /// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
 async fn durable_advisory(conn: &mut MySqlConnection, name: &str) {
-    let granted: Option<i64> =
-        sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
-            .bind(name.as_bytes())
-            .bind(50u64)
-            .fetch_one(&mut *conn)
-            .await
-            .expect("lock");
-    assert_eq!(granted, Some(1));
+    get_lock(conn, name).await;
     assert!(draw_token(conn, name).await > 0);
-    let released: Option<i64> =
-        sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
-            .bind(name.as_bytes())
-            .fetch_one(&mut *conn)
-            .await
-            .expect("unlock");
-    assert_eq!(released, Some(1));
+    release_lock(conn, name).await;
 }
 
 #[tokio::main]

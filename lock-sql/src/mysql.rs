@@ -13,8 +13,8 @@
 //!
 //! **Advisory mode** (`mode=advisory`): `GET_LOCK` on a name derived from
 //! the lock name (`dl:` and 61 hex digits of its SHA-256, computed by the
-//! server from the bind parameter: the 64-character limit never truncates
-//! two names into one). A hung holder is bounded by the session's
+//! client and sent as a bind parameter: the 64-character limit never
+//! truncates two names into one; see [`advisory_key`]). A hung holder is bounded by the session's
 //! `wait_timeout`. A lock granted without waiting is taken on one of a few
 //! long-lived sessions shared by the client's locks (`sessions`, default
 //! 2), so a client can hold thousands; an acquisition that has to wait
@@ -349,14 +349,14 @@ impl MySqlLock {
     /// The server connection holding `name`.
     async fn holder_id(&self, name: &str) -> Result<Option<u64>, LockError> {
         match self.inner.mode {
-            SqlMode::Advisory => Ok(sqlx::query_scalar::<_, Option<i64>>(
-                "SELECT IS_USED_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
-            )
-            .bind(name.as_bytes())
-            .fetch_one(self.inner.pool.pool())
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
-            .and_then(|id| u64::try_from(id).ok())),
+            SqlMode::Advisory => Ok(
+                sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
+                    .bind(advisory_key(name))
+                    .fetch_one(self.inner.pool.pool())
+                    .await
+                    .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
+                    .and_then(|id| u64::try_from(id).ok()),
+            ),
             SqlMode::Row => self.row_holder(name).await,
         }
     }
@@ -720,12 +720,11 @@ impl MySqlLock {
         wait_secs: u64,
         ttl_secs: u64,
     ) -> Result<bool, sqlx::Error> {
-        let granted: Option<i64> =
-            sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), ?)")
-                .bind(name.as_bytes())
-                .bind(wait_secs.min(FOREVER_SECS))
-                .fetch_one(&mut **conn)
-                .await?;
+        let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, ?)")
+            .bind(advisory_key(name))
+            .bind(wait_secs.min(FOREVER_SECS))
+            .fetch_one(&mut **conn)
+            .await?;
         if granted != Some(1) {
             return Ok(false);
         }
@@ -948,13 +947,11 @@ impl GuardHandle for MySqlHandle {
                     .execute(&mut **conn)
                     .await
                     .map(|_| true)?,
-                SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>(
-                    "SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))",
-                )
-                .bind(self.name.as_bytes())
-                .fetch_one(&mut **conn)
-                .await
-                .map(|released| released == Some(1))?,
+                SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>("SELECT RELEASE_LOCK(?)")
+                    .bind(advisory_key(&self.name))
+                    .fetch_one(&mut **conn)
+                    .await
+                    .map(|released| released == Some(1))?,
             };
             // Released either way; a connection that fails this is broken,
             // and is replaced when its next statement fails.
@@ -1020,11 +1017,10 @@ impl SessionSql for MySqlSession {
         if conn.wait_timeout != Some(secs_ceil(idle)) {
             self.keep(conn, idle).await?;
         }
-        let granted: Option<i64> =
-            sqlx::query_scalar("SELECT GET_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)), 0)")
-                .bind(name.as_bytes())
-                .fetch_one(&mut conn.conn)
-                .await?;
+        let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
+            .bind(advisory_key(name))
+            .fetch_one(&mut conn.conn)
+            .await?;
         if granted != Some(1) {
             return Ok(None);
         }
@@ -1034,11 +1030,10 @@ impl SessionSql for MySqlSession {
     }
 
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
-        let released: Option<i64> =
-            sqlx::query_scalar("SELECT RELEASE_LOCK(CONCAT('dl:', LEFT(SHA2(?, 256), 61)))")
-                .bind(name.as_bytes())
-                .fetch_one(&mut conn.conn)
-                .await?;
+        let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
+            .bind(advisory_key(name))
+            .fetch_one(&mut conn.conn)
+            .await?;
         Ok(released == Some(1))
     }
 
@@ -1052,6 +1047,26 @@ impl SessionSql for MySqlSession {
         conn.wait_timeout = Some(secs);
         Ok(())
     }
+}
+
+/// The server's name for advisory lock `name`: `dl:` and the first 61 hex
+/// digits of its SHA-256, so any name fits `GET_LOCK`'s 64 characters and
+/// no two names are cut to one. The same name as the server's
+/// `CONCAT('dl:', LEFT(SHA2(name, 256), 61))`, computed here so that the
+/// server runs no hash per statement.
+fn advisory_key(name: &str) -> String {
+    use std::fmt::Write;
+
+    use sha2::Digest;
+
+    let mut key = String::with_capacity(64);
+    key.push_str("dl:");
+    for byte in sha2::Sha256::digest(name.as_bytes()) {
+        // Writing to a String cannot fail.
+        let _ = write!(key, "{byte:02x}");
+    }
+    key.truncate(64);
+    key
 }
 
 #[cfg(test)]
@@ -1074,6 +1089,30 @@ mod tests {
         MySqlLock::connect(&format!("{}?mode=advisory&sessions=1", url()))
             .await
             .expect("connect")
+    }
+
+    /// The client's advisory key is the one the server computed for
+    /// earlier versions, so clients of both exclude each other: short,
+    /// long, non-ASCII and binary-looking names.
+    #[tokio::test]
+    async fn advisory_keys_are_the_servers_sha2_names() {
+        let pool = sqlx::MySqlPool::connect(&url()).await.expect("connect");
+        let long = "n".repeat(300);
+        for name in [
+            "a",
+            "jobs/nightly report",
+            long.as_str(),
+            "名前/über",
+            "\u{0}x",
+        ] {
+            let server: String = sqlx::query_scalar("SELECT CONCAT('dl:', LEFT(SHA2(?, 256), 61))")
+                .bind(name.as_bytes())
+                .fetch_one(&pool)
+                .await
+                .expect("the server's name");
+            assert_eq!(super::advisory_key(name), server, "{name:?}");
+            assert_eq!(server.len(), 64, "{name:?}");
+        }
     }
 
     /// The isolation level and id of connection `thread`'s open InnoDB
