@@ -14,11 +14,12 @@
 //! **Advisory mode** (`mode=advisory`): `GET_LOCK` on a name derived from
 //! the lock name (`dl:` and 61 hex digits of its SHA-256, computed by the
 //! client and sent as a bind parameter: the 64-character limit never
-//! truncates two names into one; see [`advisory_key`]). A hung holder is bounded by the session's
-//! `wait_timeout`. A lock granted without waiting is taken on one of a few
-//! long-lived sessions shared by the client's locks (`sessions`, default
-//! 2), so a client can hold thousands; an acquisition that has to wait
-//! does so on a pooled connection of its own (see the `shared` module).
+//! truncates two names into one; see [`advisory_key`]). A hung holder is
+//! bounded by the session's `wait_timeout`. A lock granted without
+//! waiting is taken on one of a few long-lived sessions shared by the
+//! client's locks (`sessions`, default 2), so a client can hold
+//! thousands; an acquisition that has to wait does so on a pooled
+//! connection of its own (see the `shared` module).
 //!
 //! **Fencing tokens**: a per-name counter in `TABLE_tokens`, advanced
 //! after the grant by one committed statement (`INSERT … ON DUPLICATE KEY

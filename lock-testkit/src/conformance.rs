@@ -250,6 +250,7 @@ macro_rules! conformance_suite {
                 racing_on_a_new_name,
                 validity_never_outlasts_the_lease,
                 waiters_are_served_in_arrival_order,
+                a_waiter_behind_a_cancelled_one_waits_for_the_holder,
                 notified_waiters_do_not_poll,
                 cancellation_at_any_point_leaves_the_lock_free,
                 many_locks_held_at_once,
@@ -1350,6 +1351,40 @@ pub async fn waiters_are_served_in_arrival_order(h: Harness) {
             "each waiter is served once: {order:?}"
         );
     }
+}
+
+/// A waiter that gives up leaves the one behind it waiting for the holder,
+/// not granted: the holder, then two waiters queued one after the other
+/// (alternating clients), the first cancelled; the second is still waiting
+/// while the holder holds, and is served once it releases.
+pub async fn a_waiter_behind_a_cancelled_one_waits_for_the_holder(h: Harness) {
+    let name = unique_name("behind-cancelled");
+    let o = opts(10_000, Wait::Up(Duration::from_secs(20)), false);
+    let holder = h.lock.acquire(&name, &o).await.expect("holder");
+    let first = {
+        let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { other.acquire(&name, &o).await })
+    };
+    await_queued(&h, &name, 1).await;
+    let second = {
+        let (lock, name, o) = (h.lock.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { lock.acquire(&name, &o).await })
+    };
+    await_queued(&h, &name, 2).await;
+    first.abort();
+    assert!(first.await.is_err_and(|e| e.is_cancelled()));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !second.is_finished(),
+        "the waiter behind a cancelled one was served while the lock was held"
+    );
+    assert!(holder.release().await.expect("release"));
+    let g = tokio::time::timeout(Duration::from_secs(20), second)
+        .await
+        .expect("the waiter is served once the holder releases")
+        .expect("waiter task")
+        .expect("the waiter acquires");
+    assert!(g.release().await.expect("release"));
 }
 
 /// Where capabilities say waiters are notified, a release wakes the waiter
