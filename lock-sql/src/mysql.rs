@@ -990,50 +990,39 @@ struct MySqlSession {
     tokens: Arc<TokenCounter>,
 }
 
-/// A shared session's connection and the `wait_timeout` last set on it, so
-/// that an attempt sets it only when it changes: a grant is then the one
-/// `GET_LOCK` round trip.
-struct SessionConn {
-    conn: sqlx::MySqlConnection,
-    wait_timeout: Option<u64>,
-}
-
 #[async_trait]
 impl SessionSql for MySqlSession {
-    type Conn = SessionConn;
+    type Conn = sqlx::MySqlConnection;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        Ok(SessionConn {
-            conn: self.options.connect().await?,
-            wait_timeout: None,
-        })
+        self.options.connect().await
     }
 
     async fn try_lock(
         &self,
         conn: &mut Self::Conn,
         name: &str,
-        idle: Duration,
+        set_idle: Option<Duration>,
     ) -> Result<Option<u64>, sqlx::Error> {
-        if conn.wait_timeout != Some(secs_ceil(idle)) {
+        if let Some(idle) = set_idle {
             self.keep(conn, idle).await?;
         }
         let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
             .bind(advisory_key(name))
-            .fetch_one(&mut conn.conn)
+            .fetch_one(&mut *conn)
             .await?;
         if granted != Some(1) {
             return Ok(None);
         }
         // The token in a statement of its own (an upsert whose answer is
         // the insert id); its failure leaves the lock to the caller.
-        self.tokens.advance(&mut conn.conn, name).await.map(Some)
+        self.tokens.advance(conn, name).await.map(Some)
     }
 
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
         let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
             .bind(advisory_key(name))
-            .fetch_one(&mut conn.conn)
+            .fetch_one(&mut *conn)
             .await?;
         Ok(released == Some(1))
     }
@@ -1041,11 +1030,9 @@ impl SessionSql for MySqlSession {
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
         let secs = secs_ceil(idle);
-        conn.wait_timeout = None;
         sqlx::raw_sql(AssertSqlSafe(format!("SET SESSION wait_timeout = {secs}")))
-            .execute(&mut conn.conn)
+            .execute(conn)
             .await?;
-        conn.wait_timeout = Some(secs);
         Ok(())
     }
 }
@@ -1114,6 +1101,56 @@ mod tests {
             assert_eq!(super::advisory_key(name), server, "{name:?}");
             assert_eq!(server.len(), 64, "{name:?}");
         }
+    }
+
+    /// A shared session sets `wait_timeout` only when a lock's lease asks
+    /// for another, and keeps it when its last lock is given back.
+    #[tokio::test]
+    async fn a_shared_session_sets_its_wait_timeout_only_when_it_changes() {
+        let lock = advisory().await;
+        let name = format!("wait-timeout-{}", std::process::id());
+        // The bound the server holds for the shared session.
+        let bound = async || -> u64 {
+            lock.inner
+                .shared
+                .on_connection(async |conn| {
+                    sqlx::query_scalar("SELECT @@SESSION.wait_timeout")
+                        .fetch_one(conn)
+                        .await
+                        .expect("read the bound")
+                })
+                .await
+                .expect("the session is open")
+        };
+        let cycle = async |secs| {
+            let opts = LockOptions::new()
+                .ttl(Duration::from_secs(secs))
+                .auto_renew(false);
+            let guard = lock.acquire(&name, &opts).await.expect("acquire");
+            let shown = bound().await;
+            assert!(guard.release().await.expect("release"), "held");
+            assert_eq!(
+                bound().await,
+                shown,
+                "the bound stays when the lock is given back"
+            );
+            shown
+        };
+        assert_eq!(cycle(30).await, 30, "a new session's bound is set");
+        // Changed behind the client's back: a lock of the same lease
+        // sends no statement for the bound, so the change shows.
+        lock.inner
+            .shared
+            .on_connection(async |conn| {
+                sqlx::raw_sql("SET SESSION wait_timeout = 5")
+                    .execute(conn)
+                    .await
+                    .expect("change the bound")
+            })
+            .await
+            .expect("the session is open");
+        assert_eq!(cycle(30).await, 5, "an unchanged bound is not set again");
+        assert_eq!(cycle(20).await, 20, "a changed bound is set");
     }
 
     /// The isolation level and id of connection `thread`'s open InnoDB

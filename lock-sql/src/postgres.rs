@@ -938,44 +938,32 @@ struct PgSession {
     sql: Statements,
 }
 
-/// A shared session's connection and the `idle_session_timeout` last set
-/// on it, so that a lock whose lease is the session's bound already sends
-/// the lock alone.
-struct PgSessionConn {
-    conn: sqlx::PgConnection,
-    /// `None` until set, and while a statement setting it is under way.
-    idle: Option<Duration>,
-}
-
 #[async_trait]
 impl SessionSql for PgSession {
-    type Conn = PgSessionConn;
+    type Conn = sqlx::PgConnection;
 
     async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        Ok(PgSessionConn {
-            conn: self.options.connect().await?,
-            idle: None,
-        })
+        self.options.connect().await
     }
 
     async fn try_lock(
         &self,
         conn: &mut Self::Conn,
         name: &str,
-        idle: Duration,
+        set_idle: Option<Duration>,
     ) -> Result<Option<u64>, sqlx::Error> {
-        let answer = if conn.idle == Some(idle) {
-            let lock =
-                sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try_kept.as_str())).bind(name);
-            committed_answer(lock, &mut conn.conn).await?
-        } else {
-            conn.idle = None;
-            let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
-                .bind(name)
-                .bind(format!("{}ms", idle.as_millis().max(1)));
-            let answer = committed_answer(lock, &mut conn.conn).await?;
-            conn.idle = Some(idle);
-            answer
+        let answer = match set_idle {
+            None => {
+                let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try_kept.as_str()))
+                    .bind(name);
+                committed_answer(lock, conn).await?
+            }
+            Some(idle) => {
+                let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
+                    .bind(name)
+                    .bind(format!("{}ms", idle.as_millis().max(1)));
+                committed_answer(lock, conn).await?
+            }
         };
         match answer {
             Some(Some(token)) => u64::try_from(token)
@@ -991,18 +979,14 @@ impl SessionSql for PgSession {
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
         sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_shared.as_str()))
             .bind(name)
-            .fetch_one(&mut conn.conn)
+            .fetch_one(conn)
             .await
     }
 
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
         let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
-        conn.idle = None;
-        sqlx::raw_sql(AssertSqlSafe(touch))
-            .execute(&mut conn.conn)
-            .await?;
-        conn.idle = Some(idle);
+        sqlx::raw_sql(AssertSqlSafe(touch)).execute(conn).await?;
         Ok(())
     }
 }
@@ -1046,17 +1030,9 @@ mod tests {
 
     use sqlx::postgres::PgConnectOptions;
 
-    use super::{PgSession, PgSessionConn, Statements};
-    use crate::shared::SessionSql;
+    use super::{PgSession, Statements};
+    use crate::shared::SharedSessions;
     use crate::url_opts::SqlConfig;
-
-    /// The idle bound the server holds for the session.
-    async fn bound(conn: &mut PgSessionConn) -> String {
-        sqlx::query_scalar("SHOW idle_session_timeout")
-            .fetch_one(&mut conn.conn)
-            .await
-            .expect("show the idle bound")
-    }
 
     /// A shared session sets its idle bound only when a lock asks for
     /// another, and keeps it when its last lock is given back.
@@ -1064,46 +1040,59 @@ mod tests {
     async fn a_shared_session_sets_its_idle_bound_only_when_it_changes() {
         let url = std::env::var("DISTLOCK_TEST_POSTGRES_URL")
             .expect("DISTLOCK_TEST_POSTGRES_URL (scripts/services.sh env)");
-        let session = PgSession {
-            options: PgConnectOptions::from_str(&url).expect("the test server's URL"),
-            sql: Statements::new(&SqlConfig::default().table, false),
-        };
-        let mut conn = session.open().await.expect("open a session");
-        let name = format!("idle-bound-{}", std::process::id());
-        let lock = async |conn: &mut PgSessionConn, secs| {
-            let granted = session
-                .try_lock(conn, &name, Duration::from_secs(secs))
+        let sessions = SharedSessions::new(
+            "postgres",
+            PgSession {
+                options: PgConnectOptions::from_str(&url).expect("the test server's URL"),
+                sql: Statements::new(&SqlConfig::default().table, false),
+            },
+            1,
+        );
+        // The idle bound the server holds for the session.
+        let bound = async || {
+            sessions
+                .on_connection(async |conn| {
+                    sqlx::query_scalar::<_, String>("SHOW idle_session_timeout")
+                        .fetch_one(conn)
+                        .await
+                        .expect("show the idle bound")
+                })
                 .await
-                .expect("lock");
-            assert_eq!(granted, Some(0), "a free name is granted, without a token");
-            let shown = bound(conn).await;
+                .expect("the session is open")
+        };
+        let name = format!("idle-bound-{}", std::process::id());
+        let lock = async |secs| {
+            let (handle, token) = sessions
+                .try_lock(&name, Duration::from_secs(secs))
+                .await
+                .expect("lock")
+                .expect("a free name is granted");
+            assert_eq!(token, 0, "no token is drawn");
+            let shown = bound().await;
             assert!(
-                session.unlock(conn, &name).await.expect("unlock"),
+                handle.release().await.expect("unlock"),
                 "the session held the name"
             );
             assert_eq!(
-                bound(conn).await,
+                bound().await,
                 shown,
                 "the bound stays when the lock is given back"
             );
             shown
         };
-        assert_eq!(
-            lock(&mut conn, 30).await,
-            "30s",
-            "a new session's bound is set"
-        );
+        assert_eq!(lock(30).await, "30s", "a new session's bound is set");
         // Changed behind the client's back: a lock of the same lease
         // sends no statement for the bound, so the change shows.
-        sqlx::raw_sql("SET idle_session_timeout = 5000")
-            .execute(&mut conn.conn)
+        sessions
+            .on_connection(async |conn| {
+                sqlx::raw_sql("SET idle_session_timeout = 5000")
+                    .execute(conn)
+                    .await
+                    .expect("change the bound")
+            })
             .await
-            .expect("change the bound");
-        assert_eq!(
-            lock(&mut conn, 30).await,
-            "5s",
-            "an unchanged bound is not set again"
-        );
-        assert_eq!(lock(&mut conn, 20).await, "20s", "a changed bound is set");
+            .expect("the session is open");
+        assert_eq!(lock(30).await, "5s", "an unchanged bound is not set again");
+        assert_eq!(lock(20).await, "20s", "a changed bound is set");
     }
 }

@@ -95,8 +95,8 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     /// Open a session.
     async fn open(&self) -> Result<Self::Conn, sqlx::Error>;
 
-    /// The session's idle bound at `idle` (set only if the session's is
-    /// another, or not known), then one attempt at `name`, not waiting: if
+    /// The session's idle bound set to `set_idle` if given (`None`: the
+    /// server has it already), then one attempt at `name`, not waiting: if
     /// granted, the grant's fencing token, `name`'s counter advanced
     /// durably before answering (0 where grants draw none). A
     /// failure may leave `name` locked on the session (an advisory lock
@@ -106,7 +106,7 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
         &self,
         conn: &mut Self::Conn,
         name: &str,
-        idle: Duration,
+        set_idle: Option<Duration>,
     ) -> Result<Option<u64>, sqlx::Error>;
 
     /// Give `name` back; whether the session held it. The session's idle
@@ -331,6 +331,18 @@ impl<S: SessionSql> SharedSessions<S> {
         self.session(0).await.ok()?.lock(name, idle).await.ok()?
     }
 
+    /// `f` run on the first session's connection (opened if there is
+    /// none), between statements: a test's view of the server's state.
+    #[cfg(test)]
+    pub(crate) async fn on_connection<T>(
+        &self,
+        f: impl AsyncFnOnce(&mut S::Conn) -> T,
+    ) -> Option<T> {
+        let session = self.session(0).await.ok()?;
+        let mut state = session.state.lock().await;
+        Some(f(state.conn.as_mut()?).await)
+    }
+
     /// Slot `i`'s session, opened if there is none (or it was lost).
     async fn session(&self, i: usize) -> Result<Arc<SessionRef<S>>, LockError> {
         let Some(slot) = self.slots.get(i) else {
@@ -364,6 +376,7 @@ impl<S: SessionSql> SharedSessions<S> {
             midway: false,
             held: HashMap::new(),
             idle: Duration::ZERO,
+            server_idle: None,
             timer: None,
             grants: 0,
             wake: Arc::clone(&wake),
@@ -441,9 +454,13 @@ struct Session<S: SessionSql> {
     midway: bool,
     held: HashMap<String, Held>,
     /// The idle bound the session's locks need: the longest lease asked
-    /// for since it last held nothing (the statements keep the server's
-    /// own setting, see [`SessionSql::try_lock`]).
+    /// for since it last held nothing.
     idle: Duration,
+    /// The idle bound last set on the server for this session, which
+    /// keeps it when the session empties: an attempt sets it only when
+    /// it changes. `None` until set, while a statement setting it is under
+    /// way, and after one failed (its effect unknown).
+    server_idle: Option<Duration>,
     /// When the session's task next looks for leases run out; no lock's
     /// lease runs out before it (renewals only move leases later).
     timer: Option<Instant>,
@@ -575,12 +592,14 @@ impl<S: SessionSql> Session<S> {
         let Some(conn) = self.conn.as_mut() else {
             return;
         };
+        self.server_idle = None;
         if let Err(e) = sql.keep(conn, idle).await {
             tracing::debug!(backend = self.backend, error = %e, "renewing on a shared session failed");
             self.end();
             return;
         }
         self.idle = idle;
+        self.server_idle = Some(idle);
         let done = Instant::now();
         for (name, id, idle, reply) in renewals {
             let ours = match self.held.get_mut(&name).filter(|h| h.id == id) {
@@ -673,9 +692,16 @@ impl<S: SessionSql> Session<S> {
         let Some(conn) = self.conn.as_mut() else {
             return Attempt::Broken(sqlx::Error::WorkerCrashed);
         };
-        let failure = match sql.try_lock(conn, name, bound).await {
-            Ok(Some(token)) => return Attempt::Granted(token),
-            Ok(None) => return Attempt::Busy,
+        let set_idle = (self.server_idle != Some(bound)).then_some(bound);
+        self.server_idle = None;
+        let failure = match sql.try_lock(conn, name, set_idle).await {
+            Ok(answer) => {
+                self.server_idle = Some(bound);
+                return match answer {
+                    Some(token) => Attempt::Granted(token),
+                    None => Attempt::Busy,
+                };
+            }
             Err(e) => e,
         };
         if connection_lost(&failure) {
