@@ -62,9 +62,9 @@ fn capabilities(min_lease: Duration) -> Capabilities {
 ///   read plus one, and, when that key is the first, its own key too, in
 ///   the same watcher. When the first key goes with its own still there
 ///   (events come in revision order), it holds the lock; after any other
-///   deletion it reads its place again, checking its own key still
-///   exists. Either way a waiter whose lease expired while queued never
-///   believes it holds the lock.
+///   deletion it reads its place as of that deletion's revision, checking
+///   its own key was still there. Either way a waiter whose lease expired
+///   while queued never believes it holds the lock.
 /// - **Fencing token**: the key's create revision, global and strictly
 ///   increasing. [`EtcdLock::fencing_compare`] gives the transaction
 ///   comparison that guards your own etcd writes with the lock.
@@ -421,15 +421,26 @@ impl EtcdLock {
                     // The first key went, and ours had not gone before it
                     // (the watch reports both in revision order): ours is
                     // first now.
-                    Ok(Turn::PredecessorGone) if next_in_line => Ok(Step::Wait(Place {
+                    Ok(Turn::PredecessorGone(_)) if next_in_line => Ok(Step::Wait(Place {
                         predecessor: None,
                         next_in_line: false,
                         read_at,
                     })),
                     // Usually we are first now; one read settles it.
-                    Ok(Turn::PredecessorGone | Turn::Ended) => Ok(Step::Reread),
+                    Ok(Turn::PredecessorGone(at)) => Ok(Step::RereadAt(at)),
+                    Ok(Turn::Ended) => Ok(Step::Reread),
                     Err(e) => Err(e),
                 },
+                Step::RereadAt(at) => {
+                    match queue::place_at(client, &handle.dir, &handle.key, rev, at).await {
+                        Ok(Some(place)) => Ok(Step::Wait(place)),
+                        Ok(None) => return Err(queue::place_lost(name)),
+                        Err(e) => {
+                            tracing::debug!(lock = %name, error = %e, "the queue as of a deletion could not be read; reading it now");
+                            Ok(Step::Reread)
+                        }
+                    }
+                }
                 Step::Reread => match queue::place(client, &handle.dir, &handle.key, rev).await {
                     Ok(Some(place)) => Ok(Step::Wait(place)),
                     Ok(None) => return Err(queue::place_lost(name)),
@@ -523,7 +534,9 @@ impl EtcdLock {
 enum Step {
     /// Wait from this place.
     Wait(Place),
-    /// Read the place again.
+    /// Read the place as of a deletion's revision.
+    RereadAt(i64),
+    /// Read the place again, now.
     Reread,
 }
 

@@ -7,8 +7,10 @@
 //! the first key is deleted while the waiter's own is still there, the
 //! waiter holds the lock (a waiter whose lease expired while queued sees
 //! its own key go first, and never reports success); after any other
-//! deletion it reads its place again, in one transaction that also checks
-//! its own key still exists.
+//! deletion of its predecessor it reads its place as of that deletion's
+//! revision (from the member's own store: the waiter is usually first
+//! then), and after a watch that ended, its place now, in one transaction
+//! that also checks its own key still exists.
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
@@ -35,8 +37,8 @@ pub(crate) struct Place {
 /// What ended a wait on the predecessor.
 #[derive(Debug, PartialEq, Eq)]
 pub(crate) enum Turn {
-    /// The predecessor was deleted.
-    PredecessorGone,
+    /// The predecessor was deleted, at this revision.
+    PredecessorGone(i64),
     /// Our own key or lease is gone (deleted, or a keep-alive found the
     /// lease expired or revoked).
     OursGone,
@@ -94,29 +96,77 @@ pub(crate) async fn place(
     key: &str,
     rev: i64,
 ) -> Result<Option<Place>, LockError> {
-    let before_us = GetOptions::new()
-        .with_range(keys::range_end(dir))
-        .with_max_create_revision(rev - 1)
-        .with_sort(SortTarget::Create, SortOrder::Descend)
-        .with_limit(1)
-        .with_keys_only();
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, rev)])
         .and_then([
-            TxnOp::get(dir, Some(before_us)),
+            TxnOp::get(dir, Some(created_before(dir, rev))),
             TxnOp::get(dir, Some(first_by_creation(dir))),
         ]);
     let resp = requests::txn(client, txn, "reading the queue").await?;
     if !resp.succeeded() {
         return Ok(None);
     }
-    let predecessor = get_result(&resp, 0).0.into_iter().next();
-    let first = get_result(&resp, 1).0.into_iter().next();
-    Ok(Some(Place {
+    let read_at = resp.header().map_or(0, |h| h.revision());
+    Ok(Some(place_from(&resp, 0, read_at)))
+}
+
+/// Our place as it was at revision `at` (that of a deletion the watch
+/// reported), or `None` if our key (created at `rev`) was gone by then.
+///
+/// The store at a past revision is the same on every member, and the
+/// member that reported the deletion has applied it, so the read is served
+/// from that member's own store (serializable), without waiting for the
+/// writes still being agreed on (a release's re-acquisition, say). It says
+/// no more than the watch's event would: what held at `at`; keys ahead of
+/// ours are never created later, so a place first at `at` stays first. An
+/// error (the request went to a member that has not applied `at`, or `at`
+/// was compacted) calls for [`place`].
+pub(crate) async fn place_at(
+    client: &Client,
+    dir: &str,
+    key: &str,
+    rev: i64,
+    at: i64,
+) -> Result<Option<Place>, LockError> {
+    let at_rev = |options: GetOptions| options.with_revision(at).with_serializable();
+    // No comparison: a transaction of serializable reads only is served
+    // by the member alone.
+    let txn = Txn::new().and_then([
+        TxnOp::get(key, Some(at_rev(GetOptions::new().with_keys_only()))),
+        TxnOp::get(dir, Some(at_rev(created_before(dir, rev)))),
+        TxnOp::get(dir, Some(at_rev(first_by_creation(dir)))),
+    ]);
+    let resp = requests::txn(client, txn, "reading the queue").await?;
+    let ours_then = match resp.op_responses().into_iter().next() {
+        Some(TxnOpResponse::Get(get)) => get.kvs().first().map(|kv| kv.create_revision()),
+        _ => None,
+    };
+    if ours_then != Some(rev) {
+        return Ok(None);
+    }
+    Ok(Some(place_from(&resp, 1, at)))
+}
+
+/// The place read at `read_at` by the gets at `op` (the key created just
+/// before ours) and `op + 1` (the first key) of `resp`.
+fn place_from(resp: &TxnResponse, op: usize, read_at: i64) -> Place {
+    let predecessor = get_result(resp, op).0.into_iter().next();
+    let first = get_result(resp, op + 1).0.into_iter().next();
+    Place {
         next_in_line: predecessor.is_some() && predecessor == first,
         predecessor,
-        read_at: resp.header().map_or(0, |h| h.revision()),
-    }))
+        read_at,
+    }
+}
+
+/// Get options for the key under `dir` created last before revision `rev`.
+fn created_before(dir: &str, rev: i64) -> GetOptions {
+    GetOptions::new()
+        .with_range(keys::range_end(dir))
+        .with_max_create_revision(rev - 1)
+        .with_sort(SortTarget::Create, SortOrder::Descend)
+        .with_limit(1)
+        .with_keys_only()
 }
 
 /// Get options for the first key (lowest create revision) under `dir`.
@@ -190,10 +240,13 @@ pub(crate) fn turn(
         if event.event_type() != EventType::Delete {
             continue;
         }
-        match event.kv().map(|kv| kv.key()) {
-            Some(k) if ours.is_some_and(|o| k == o.as_bytes()) => return Some(Turn::OursGone),
-            Some(k) if k == predecessor => return Some(Turn::PredecessorGone),
-            _ => {}
+        let Some(kv) = event.kv() else { continue };
+        if ours.is_some_and(|o| kv.key() == o.as_bytes()) {
+            return Some(Turn::OursGone);
+        }
+        if kv.key() == predecessor {
+            // A deletion's event carries its revision as the key's.
+            return Some(Turn::PredecessorGone(kv.mod_revision()));
         }
     }
     None
@@ -204,5 +257,89 @@ pub(crate) fn place_lost(name: &str) -> LockError {
     LockError::Lost {
         name: name.to_string(),
         reason: LossReason::TakenOver,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use etcd_client::Client;
+
+    use super::{Place, place_at};
+
+    /// A put's revision.
+    async fn put(client: &mut Client, key: &str) -> i64 {
+        let put = client.put(key, "x", None).await.expect("put");
+        put.header().expect("header").revision()
+    }
+
+    /// A delete's revision.
+    async fn delete(client: &mut Client, key: &str) -> i64 {
+        let deleted = client.delete(key, None).await.expect("delete");
+        deleted.header().expect("header").revision()
+    }
+
+    fn shape(place: Option<Place>) -> Option<(Option<String>, bool)> {
+        place.map(|p| {
+            let predecessor = p
+                .predecessor
+                .map(|k| String::from_utf8(k).expect("an ASCII key"));
+            (predecessor, p.next_in_line)
+        })
+    }
+
+    /// The place read as of a deletion is the queue as it was then,
+    /// whatever happened after: keys deleted later still stand ahead, a
+    /// key of ours deleted later still stands, and one deleted before is
+    /// gone. A revision the member has not reached is an error (the
+    /// caller reads the place now).
+    #[tokio::test]
+    async fn a_place_is_read_as_it_was_at_a_revision() {
+        let url = std::env::var("DISTLOCK_TEST_ETCD_URL")
+            .expect("DISTLOCK_TEST_ETCD_URL (scripts/services.sh env)");
+        let client = Client::connect([url.replace("etcd://", "http://")], None)
+            .await
+            .expect("connect");
+        let mut c = client.clone();
+        let dir = format!("/distlock-test/place-at-{}/", std::process::id());
+        let (a, b, ours, later) = (
+            format!("{dir}a"),
+            format!("{dir}b"),
+            format!("{dir}c"),
+            format!("{dir}d"),
+        );
+        // Created in this order: b ahead of a ahead of ours, then later.
+        put(&mut c, &b).await;
+        put(&mut c, &a).await;
+        let rev = put(&mut c, &ours).await;
+        put(&mut c, &later).await;
+        let a_gone = delete(&mut c, &a).await;
+        let b_gone = delete(&mut c, &b).await;
+        let ours_gone = delete(&mut c, &ours).await;
+
+        let at = async |revision| {
+            shape(
+                place_at(&client, &dir, &ours, rev, revision)
+                    .await
+                    .expect("read"),
+            )
+        };
+        assert_eq!(
+            at(a_gone).await,
+            Some((Some(b.clone()), true)),
+            "with a gone, b is the predecessor and first"
+        );
+        assert_eq!(
+            at(b_gone).await,
+            Some((None, false)),
+            "with both gone, ours was first (deleted since)"
+        );
+        assert_eq!(at(ours_gone).await, None, "ours was gone");
+        assert!(
+            place_at(&client, &dir, &ours, rev, ours_gone + 1_000_000)
+                .await
+                .is_err(),
+            "a future revision is an error"
+        );
+        c.delete(later.as_str(), None).await.expect("clean up");
     }
 }
