@@ -16,6 +16,7 @@ use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
+use crate::loss::LeaseState;
 use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
 
@@ -322,6 +323,27 @@ pub fn granted_too_late(
     }
 }
 
+/// The lease of a grant of `name` answered now to a request sent at
+/// `sent_at` under `opts`, or, if its validity deadline (the TTL less the
+/// safety margin, counted from `sent_at`) has already passed, the error of
+/// a grant too late to be of use ([`granted_too_late`]), which the backend
+/// gives back and reports as [`Attempt::TooLate`]. No guard is ever handed
+/// out already past its deadline.
+pub fn lease_if_in_time(
+    backend: &'static str,
+    name: &str,
+    sent_at: Instant,
+    opts: &LockOptions,
+) -> Result<LeaseState, LockError> {
+    let lease = LeaseState::granted(sent_at, opts);
+    match lease.deadline() {
+        Some(deadline) if deadline <= Instant::now() => {
+            Err(granted_too_late(backend, name, sent_at.elapsed(), opts.ttl))
+        }
+        _ => Ok(lease),
+    }
+}
+
 /// The checks every backend makes before touching its server: the name is
 /// acceptable ([`validate_name`]) and the options fit the backend
 /// ([`LockOptions::validate`]).
@@ -406,6 +428,32 @@ mod tests {
 
     use super::*;
     use crate::memory::MemoryLock;
+
+    /// A grant is in time until its validity deadline (the TTL less the
+    /// safety margin), not until its TTL: inside the margin it is too late.
+    #[test]
+    fn a_grant_is_in_time_until_its_validity_deadline() {
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(10))
+            .safety_margin(Duration::from_secs(2));
+        let now = Instant::now();
+        let sent = |ago: Duration| now.checked_sub(ago).expect("a monotonic clock this old");
+        let in_time = |ago| lease_if_in_time("test", "n", sent(ago), &opts);
+        let lease = in_time(Duration::from_secs(7)).expect("in time");
+        assert!(lease.deadline().is_some_and(|d| d > now));
+        let late = in_time(Duration::from_secs(9)).expect_err("inside the margin: too late");
+        assert!(
+            matches!(
+                late,
+                LockError::Unavailable {
+                    backend: "test",
+                    ..
+                }
+            ),
+            "{late:?}"
+        );
+        assert!(in_time(Duration::from_secs(11)).is_err());
+    }
 
     /// A backend over the in-process one that counts what the request
     /// path asks of it, and keeps the default polling `wait`.

@@ -389,17 +389,18 @@ impl EtcdLock {
             Err(e) => return Err(e),
         };
         *handle.rev.lock().unwrap_or_else(|e| e.into_inner()) = rev;
-        if first_place.predecessor.is_none() {
-            pending.disarm();
-            return Ok(Some(self.guard(name, handle, rev, opts)));
-        }
-        if !wait {
+        if first_place.predecessor.is_some() && !wait {
             let _ = pending.give_back().await;
             return Ok(None);
         }
         let mut step = Step::Wait(first_place);
         loop {
+            // The lease's validity deadline passed (an answer that came
+            // too late, a wait longer than a lease of our own could be
+            // kept alive): no guard is handed out past it. The key goes
+            // before the caller hears.
             if handle.state.lost_now().is_some() {
+                let _ = pending.give_back().await;
                 return Err(queue::place_lost(name));
             }
             let next = match step {

@@ -336,3 +336,19 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
     )
     .await;
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a lease of the lock's own (2 s), its grant answered 2.5 s after the
+/// request (the client's requests bounded by 10 s).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    let url = format!("{}?request_timeout_ms=10000", env("DISTLOCK_TEST_ETCD_URL"));
+    lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+        async || EtcdLock::connect(&url).await.expect("connect"),
+        &["etcd"],
+        LockOptions::new().ttl(Duration::from_secs(2)),
+        Duration::from_millis(2500),
+    )
+    .await;
+}

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, Wakeups, Watchdog, granted_too_late, validate_name,
+    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Wakeups,
+    Watchdog, lease_if_in_time, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -222,20 +222,19 @@ impl RedisLock {
                 .map(Duration::from_millis);
             return Ok(Attempt::Held { expires_in });
         }
-        let took = sent_at.elapsed();
-        if took >= opts.ttl {
+        let lease = match lease_if_in_time(BACKEND, name, sent_at, opts) {
+            Ok(lease) => Arc::new(lease),
             // Granted too late to be of use: the lease may already be over.
-            let _ = handle.release().await;
-            return Ok(Attempt::TooLate(granted_too_late(
-                BACKEND, name, took, opts.ttl,
-            )));
-        }
+            Err(too_late) => {
+                let _ = handle.release().await;
+                return Ok(Attempt::TooLate(too_late));
+            }
+        };
         let token = u64::try_from(value).map_err(|_| LockError::Backend {
             backend: BACKEND,
             reason: format!("fencing counter of {name:?} is not positive ({value})"),
             source: None,
         })?;
-        let lease = Arc::new(LeaseState::granted(sent_at, opts));
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
             guard.renewed_by(&self.watchdog)

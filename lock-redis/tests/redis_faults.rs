@@ -320,3 +320,24 @@ async fn a_killed_holder_frees_the_lock() {
     )
     .await;
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a 1 s lease valid for 750 ms (a 250 ms margin), its grant answered
+/// 850 ms after the request, inside the margin.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    let url = format!(
+        "{}/0?response_timeout_ms=5000",
+        env("DISTLOCK_TEST_REDIS_URL")
+    );
+    lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+        async || RedisLock::connect(&url).await.expect("connect"),
+        &["redis"],
+        LockOptions::new()
+            .ttl(Duration::from_secs(1))
+            .safety_margin(Duration::from_millis(400)),
+        Duration::from_millis(850),
+    )
+    .await;
+}

@@ -563,3 +563,18 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
     )
     .await;
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a majority of the masters frozen for 1.3 s under a 1 s lease, each
+/// node waited for up to 5 s.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+        async || client_with(Duration::from_secs(5)).await,
+        &["redlock1", "redlock2", "redlock3"],
+        LockOptions::new().ttl(Duration::from_secs(1)),
+        Duration::from_millis(1300),
+    )
+    .await;
+}

@@ -36,8 +36,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, UrlOptions, Wakeups, Watchdog, acquire_by_polling, granted_too_late, validate_name,
+    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    UrlOptions, Wakeups, Watchdog, acquire_by_polling, lease_if_in_time, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -511,15 +511,15 @@ impl SqliteLock {
             ticket.served();
         }
         let handle = pending.disarm();
-        let took = sent_at.elapsed();
-        if took >= opts.ttl {
+        let lease = match lease_if_in_time(BACKEND, name, sent_at, opts) {
+            Ok(lease) => Arc::new(lease),
             // Granted too late to be of use: give it back rather than hold a
             // lease that may already be expired.
-            let _ = handle.release().await;
-            return Ok(Attempt::TooLate(granted_too_late(
-                BACKEND, name, took, opts.ttl,
-            )));
-        }
+            Err(too_late) => {
+                let _ = handle.release().await;
+                return Ok(Attempt::TooLate(too_late));
+            }
+        };
         let fence = match u64::try_from(fence) {
             Ok(f) => f,
             Err(_) => {
@@ -531,7 +531,6 @@ impl SqliteLock {
                 });
             }
         };
-        let lease = Arc::new(LeaseState::granted(sent_at, opts));
         let token = Some(fence).filter(|_| self.inner.fencing);
         let guard = LockGuard::new(name, token, self.raw_capabilities(), lease, handle);
         Ok(Attempt::Acquired(if opts.auto_renew {
@@ -1102,6 +1101,54 @@ mod tests {
         }
         let next = locks
             .try_acquire("slow", &opts)
+            .await
+            .expect("try")
+            .expect("the late grant was given back");
+        assert!(next.release().await.expect("release"));
+    }
+
+    /// A grant that comes back inside its safety margin (after the
+    /// lease's validity deadline, before its TTL) is too late as well: a
+    /// guard already past its deadline is never handed out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_past_its_validity_deadline_is_unavailable_not_held() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("l.db");
+        let locks = SqliteLock::open(&path, SqliteConfig::default())
+            .await
+            .expect("open");
+        // Valid for 1 s less a margin of a quarter of it: 750 ms.
+        let opts = LockOptions::new()
+            .ttl(Duration::from_secs(1))
+            .safety_margin(Duration::from_millis(400))
+            .wait(Wait::No)
+            .auto_renew(false);
+        let mut blocking = holding_the_write_lock(&path).await;
+        let attempt = {
+            let (locks, opts) = (locks.clone(), opts.clone());
+            tokio::spawn(async move {
+                let sent_at = Instant::now();
+                (locks.try_acquire("margin", &opts).await, sent_at.elapsed())
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(850)).await;
+        release_the_write_lock(&mut blocking).await;
+        let (answer, took) = attempt.await.expect("attempt task");
+        // Only a grant inside the window says anything.
+        assert!(
+            took > Duration::from_millis(750) && took < Duration::from_secs(1),
+            "the grant came back {took:?} after the request"
+        );
+        match answer {
+            Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
+            Ok(Some(g)) => panic!(
+                "a guard past its deadline was handed out (lost: {:?})",
+                g.is_lost()
+            ),
+            other => panic!("expected Unavailable, got {other:?}"),
+        }
+        let next = locks
+            .try_acquire("margin", &opts)
             .await
             .expect("try")
             .expect("the late grant was given back");

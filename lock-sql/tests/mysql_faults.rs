@@ -403,3 +403,20 @@ async fn a_row_force_release_leaves_no_probe_in_the_queue() {
     assert!(newcomer.release().await.expect("release"));
     drop(g);
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a 1 s lease, its grant answered 1.3 s after the request (the grant is
+/// confirmed, and its lease counted from the confirmation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+            async || client(mode).await,
+            &["mysql"],
+            LockOptions::new().ttl(Duration::from_secs(1)),
+            Duration::from_millis(1300),
+        )
+        .await;
+    }
+}

@@ -432,3 +432,20 @@ async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
     .await
     .expect("drop the case's tables");
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a 1 s lease, its grant answered 1.3 s after the request (the grant is
+/// confirmed, and its lease counted from the confirmation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    for mode in ["row", "advisory"] {
+        lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+            async || client_in(mode).await,
+            &["postgres"],
+            LockOptions::new().ttl(Duration::from_secs(1)),
+            Duration::from_millis(1300),
+        )
+        .await;
+    }
+}

@@ -326,6 +326,87 @@ pub async fn frozen_server_bounds_waits_and_releases<L, F>(
     acquires_again(&locks, &opts.wait(Wait::No), Duration::from_secs(60)).await;
 }
 
+/// A grant answered after its lease's validity deadline is never handed
+/// out as held: with `servers` frozen (SIGSTOP: the request waits,
+/// unanswered) for `freeze` while a single unrenewed attempt (`opts`) is
+/// under way, the attempt either hands out a guard that is still valid (a
+/// backend that confirms a slow grant counts its lease from the
+/// confirmation) or reports a transient error and gives the grant back,
+/// so that the name is free at once. Never a guard already past its
+/// deadline, and never "held": nobody else holds the lock. `connect`'s
+/// client must bound its requests by more than `freeze`, so that the
+/// grant is answered, not timed out; a `freeze` inside the safety margin
+/// (after the validity deadline, before the TTL) is the narrow case.
+pub async fn a_grant_answered_past_its_deadline_is_not_handed_out<L, F>(
+    connect: F,
+    servers: &[&str],
+    opts: lock_core::LockOptions,
+    freeze: Duration,
+) where
+    L: lock_core::DistributedLock + 'static,
+    F: AsyncFn() -> L,
+{
+    let locks = std::sync::Arc::new(connect().await);
+    let opts = opts.wait(lock_core::Wait::No).auto_renew(false);
+    // Connections and sessions are open before the freeze.
+    acquires_again(locks.as_ref(), &opts, Duration::from_secs(10)).await;
+    let name = unique("late-grant");
+    let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
+    for server in servers {
+        services(&["pause", server]);
+    }
+    let attempt = {
+        let (locks, name, opts) = (std::sync::Arc::clone(&locks), name.clone(), opts.clone());
+        tokio::spawn(async move {
+            let start = tokio::time::Instant::now();
+            let answer = locks.try_acquire(&name, &opts).await;
+            (answer, start.elapsed())
+        })
+    };
+    tokio::time::sleep(freeze).await;
+    for server in servers {
+        services(&["resume", server]);
+    }
+    drop(restore);
+    let (answer, took) = tokio::time::timeout(Duration::from_secs(30), attempt)
+        .await
+        .expect("the attempt returns once the servers are resumed")
+        .expect("attempt task");
+    assert!(
+        took >= freeze,
+        "the attempt returned {took:?} after its request, before the servers were resumed ({answer:?})"
+    );
+    match answer {
+        Ok(Some(guard)) => {
+            assert_eq!(
+                guard.is_lost(),
+                None,
+                "a guard answered {took:?} after its request was handed out already lost"
+            );
+            assert!(
+                guard
+                    .validity_deadline()
+                    .is_some_and(|d| d > tokio::time::Instant::now()),
+                "a guard answered {took:?} after its request was handed out past its deadline"
+            );
+            assert!(
+                guard.release().await.expect("release"),
+                "the guard held the lock"
+            );
+        }
+        Ok(None) => panic!("reported held {took:?} after the request, but nobody holds the lock"),
+        Err(e) => {
+            assert!(e.is_transient(), "a late grant's error is transient: {e:?}");
+            let again = locks
+                .try_acquire(&name, &opts)
+                .await
+                .expect("try again")
+                .expect("the late grant was given back");
+            assert!(again.release().await.expect("release"));
+        }
+    }
+}
+
 /// A little beyond each bound, for this loaded machine's scheduling.
 const SCHEDULING_SLACK: Duration = Duration::from_millis(500);
 

@@ -688,3 +688,20 @@ async fn an_operator_on_a_lagging_follower_sees_the_latest_grant() {
         drop(guard);
     }
 }
+
+/// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+/// a lock of 1 s on a 6 s session, its grant answered 1.3 s after the
+/// request (the grant is confirmed, and its lease counted from the
+/// confirmation).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+    let _serial = SERIAL.lock().await;
+    let url = format!("{}?session_timeout_ms=6000", env("DISTLOCK_TEST_ZK_URL"));
+    lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+        async || ZkLock::connect(&url).await.expect("connect"),
+        &["zk"],
+        LockOptions::new().ttl(Duration::from_secs(1)),
+        Duration::from_millis(1300),
+    )
+    .await;
+}
