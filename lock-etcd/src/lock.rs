@@ -434,7 +434,12 @@ impl EtcdLock {
                 },
                 Step::RereadAt(at) => {
                     match queue::place_at(client, &handle.dir, &handle.key, rev, at).await {
-                        Ok(Some(place)) => Ok(Step::Wait(place)),
+                        Ok(Some(place)) if place.predecessor.is_none() => Ok(Step::Wait(place)),
+                        // Still waiting (a waiter ahead gave up): a watch
+                        // from that revision, already past, would be served
+                        // by etcd's slower catch-up; the place now starts
+                        // a live one.
+                        Ok(Some(_)) => Ok(Step::Reread),
                         Ok(None) => return Err(queue::place_lost(name)),
                         Err(e) => {
                             tracing::debug!(lock = %name, error = %e, "the queue as of a deletion could not be read; reading it now");

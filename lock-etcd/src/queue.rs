@@ -9,8 +9,9 @@
 //! its own key go first, and never reports success); after any other
 //! deletion of its predecessor it reads its place as of that deletion's
 //! revision (from the member's own store: the waiter is usually first
-//! then), and after a watch that ended, its place now, in one transaction
-//! that also checks its own key still exists.
+//! then), and, if it still waits, or after a watch that ended, its place
+//! now, in one transaction that also checks its own key still exists (so
+//! that its next watch starts at the present, served live).
 
 use etcd_client::{
     Client, Compare, CompareOp, EventType, GetOptions, PutOptions, SortOrder, SortTarget, Txn,
