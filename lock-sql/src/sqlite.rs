@@ -1074,37 +1074,55 @@ mod tests {
             .expect("rollback");
     }
 
-    /// A single attempt whose grant comes back after its TTL (the database
-    /// was locked by another writer meanwhile) gives the lock back and
-    /// says so with a transient error, not "held": nobody holds it.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_grant_too_late_for_its_ttl_is_unavailable_not_held() {
+    /// A single attempt under `opts` on a new database, made while another
+    /// connection holds the database's write lock for `hold`. Checks that
+    /// its answer is the transient error, not a guard (a grant that came
+    /// too late is given back: the name is free at once), and returns how
+    /// long after its request the answer came.
+    async fn a_grant_held_up_for(opts: LockOptions, hold: Duration) -> Duration {
         let dir = tempfile::tempdir().expect("tempdir");
         let path = dir.path().join("l.db");
         let locks = SqliteLock::open(&path, SqliteConfig::default())
             .await
             .expect("open");
-        let opts = LockOptions::new()
-            .ttl(Duration::from_millis(300))
-            .wait(Wait::No)
-            .auto_renew(false);
         let mut blocking = holding_the_write_lock(&path).await;
         let attempt = {
             let (locks, opts) = (locks.clone(), opts.clone());
-            tokio::spawn(async move { locks.try_acquire("slow", &opts).await })
+            tokio::spawn(async move {
+                let sent_at = Instant::now();
+                (locks.try_acquire("late", &opts).await, sent_at.elapsed())
+            })
         };
-        tokio::time::sleep(Duration::from_millis(500)).await;
+        tokio::time::sleep(hold).await;
         release_the_write_lock(&mut blocking).await;
-        match attempt.await.expect("attempt task") {
+        let (answer, took) = attempt.await.expect("attempt task");
+        match answer {
             Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
+            Ok(Some(g)) => panic!(
+                "a guard answered {took:?} after its request was handed out (lost: {:?})",
+                g.is_lost()
+            ),
             other => panic!("expected Unavailable, got {other:?}"),
         }
         let next = locks
-            .try_acquire("slow", &opts)
+            .try_acquire("late", &opts)
             .await
             .expect("try")
             .expect("the late grant was given back");
         assert!(next.release().await.expect("release"));
+        took
+    }
+
+    /// A single attempt whose grant comes back after its TTL (the database
+    /// was locked by another writer meanwhile) gives the lock back and
+    /// says so with a transient error, not "held": nobody holds it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_grant_too_late_for_its_ttl_is_unavailable_not_held() {
+        let opts = LockOptions::new()
+            .ttl(Duration::from_millis(300))
+            .wait(Wait::No)
+            .auto_renew(false);
+        a_grant_held_up_for(opts, Duration::from_millis(500)).await;
     }
 
     /// A grant that comes back inside its safety margin (after the
@@ -1112,47 +1130,18 @@ mod tests {
     /// guard already past its deadline is never handed out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_grant_past_its_validity_deadline_is_unavailable_not_held() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("l.db");
-        let locks = SqliteLock::open(&path, SqliteConfig::default())
-            .await
-            .expect("open");
-        // Valid for 1 s less a margin of a quarter of it: 750 ms.
+        // Valid for 1 s less a margin of 400 ms: 600 ms.
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(1))
             .safety_margin(Duration::from_millis(400))
             .wait(Wait::No)
             .auto_renew(false);
-        let mut blocking = holding_the_write_lock(&path).await;
-        let attempt = {
-            let (locks, opts) = (locks.clone(), opts.clone());
-            tokio::spawn(async move {
-                let sent_at = Instant::now();
-                (locks.try_acquire("margin", &opts).await, sent_at.elapsed())
-            })
-        };
-        tokio::time::sleep(Duration::from_millis(850)).await;
-        release_the_write_lock(&mut blocking).await;
-        let (answer, took) = attempt.await.expect("attempt task");
-        // Only a grant inside the window says anything.
+        let took = a_grant_held_up_for(opts, Duration::from_millis(850)).await;
+        // Only a grant inside the margin says anything.
         assert!(
             took > Duration::from_millis(750) && took < Duration::from_secs(1),
             "the grant came back {took:?} after the request"
         );
-        match answer {
-            Err(LockError::Unavailable { backend, .. }) => assert_eq!(backend, BACKEND),
-            Ok(Some(g)) => panic!(
-                "a guard past its deadline was handed out (lost: {:?})",
-                g.is_lost()
-            ),
-            other => panic!("expected Unavailable, got {other:?}"),
-        }
-        let next = locks
-            .try_acquire("margin", &opts)
-            .await
-            .expect("try")
-            .expect("the late grant was given back");
-        assert!(next.release().await.expect("release"));
     }
 
     #[tokio::test]
