@@ -1,6 +1,7 @@
 //! Faults against the etcd servers of `scripts/services.sh`: a holder
 //! process killed with SIGKILL, the 3-member cluster losing its leader and
-//! then its majority, leases revoked behind a holder's and a waiter's back.
+//! then its majority, leases revoked behind a holder's and a waiter's back;
+//! and the waiters' watches: one release wakes one waiter of sixteen.
 //!
 //! These tests stop servers, so they run one at a time (a shared mutex) in
 //! this binary, apart from the conformance suite, and restart every member
@@ -351,4 +352,90 @@ async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
         Duration::from_millis(2500),
     )
     .await;
+}
+
+/// The watch events the etcd server at `base` has sent, from its own
+/// counter (`etcd_debugging_mvcc_events_total` on `/metrics`).
+fn events_sent(base: &str) -> u64 {
+    use std::io::{Read, Write};
+    let addr = upstreams_of(base).remove(0);
+    let mut conn = std::net::TcpStream::connect(&addr).expect("connect for /metrics");
+    write!(
+        conn,
+        "GET /metrics HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"
+    )
+    .expect("request /metrics");
+    let mut report = String::new();
+    conn.read_to_string(&mut report).expect("read /metrics");
+    report
+        .lines()
+        .find_map(|line| line.strip_prefix("etcd_debugging_mvcc_events_total "))
+        .and_then(|value| value.trim().parse::<f64>().ok())
+        .map(|value| value as u64)
+        .expect("etcd_debugging_mvcc_events_total in /metrics")
+}
+
+/// 16 waiters on four clients, each watching only the key just before its
+/// own: one release sends one watch event and wakes one waiter, not the
+/// herd (counted by the server).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_release_wakes_one_waiter() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let _serial = SERIAL.lock().await;
+    let base = env("DISTLOCK_TEST_ETCD_URL");
+    let name = unique("herd");
+    let locks = client(&base).await;
+    let holder = locks
+        .acquire(&name, &session_opts())
+        .await
+        .expect("acquire");
+    let mut clients = Vec::new();
+    for _ in 0..4 {
+        clients.push(client(&base).await);
+    }
+    let granted = Arc::new(AtomicUsize::new(0));
+    let mut waiters = Vec::new();
+    for i in 0..16 {
+        let (other, name, granted) = (clients[i % 4].clone(), name.clone(), granted.clone());
+        waiters.push(tokio::spawn(async move {
+            let o = on_session(SESSION).wait_timeout(Duration::from_secs(60));
+            let g = other.acquire(&name, &o).await.expect("waiter acquires");
+            granted.fetch_add(1, Ordering::SeqCst);
+            // Hold until the test has counted, then pass it on.
+            tokio::time::sleep(Duration::from_millis(1500)).await;
+            g.release().await.expect("release");
+        }));
+        // Queue in a known order.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+    }
+    let queued_by = Instant::now() + Duration::from_secs(10);
+    while locks.queued(&name).await.expect("queued") < 16 {
+        assert!(Instant::now() < queued_by, "the 16 waiters never queued");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Every waiter's watch is in place once its reads are done.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = events_sent(&base);
+    assert!(holder.release().await.expect("release"));
+    let granted_by = Instant::now() + Duration::from_secs(5);
+    while granted.load(Ordering::SeqCst) == 0 {
+        assert!(
+            Instant::now() < granted_by,
+            "no waiter was granted the lock"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let sent = events_sent(&base) - before;
+    assert_eq!(
+        granted.load(Ordering::SeqCst),
+        1,
+        "exactly one waiter got the lock"
+    );
+    assert_eq!(sent, 1, "one release sent {sent} watch events");
+    eprintln!("etcd faults: 16 waiters; one release sent {sent} watch event and woke 1 waiter");
+    for w in waiters {
+        w.abort();
+    }
 }
