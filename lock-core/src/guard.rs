@@ -10,7 +10,9 @@ use tokio::time::Instant;
 
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
+use crate::lock::lease_if_in_time;
 use crate::loss::{LeaseState, LossReason};
+use crate::options::LockOptions;
 use crate::options::validate_ttl;
 use crate::watchdog::{Registration, Watchdog};
 
@@ -66,6 +68,29 @@ impl PendingGrant {
     /// leaves behind can be handed the lock.
     pub async fn give_back(self) -> Result<bool, LockError> {
         self.disarm().release().await
+    }
+
+    /// A grant of `name`, answered now to a request sent at `sent_at` under
+    /// `opts`: the handle and its lease, counted from `sent_at`. If the
+    /// lease's validity deadline (the TTL less the safety margin) has
+    /// already passed, the grant is given back, in line, and the error of a
+    /// grant too late to be of use comes back instead (transient; a backend
+    /// reports it as [`Attempt::TooLate`](crate::raw::Attempt::TooLate)):
+    /// no guard is ever handed out already past its deadline.
+    pub async fn grant_in_time(
+        self,
+        backend: &'static str,
+        name: &str,
+        sent_at: Instant,
+        opts: &LockOptions,
+    ) -> Result<(Arc<dyn GuardHandle>, Arc<LeaseState>), LockError> {
+        match lease_if_in_time(backend, name, sent_at, opts) {
+            Ok(lease) => Ok((self.disarm(), Arc::new(lease))),
+            Err(too_late) => {
+                let _ = self.give_back().await;
+                Err(too_late)
+            }
+        }
     }
 }
 

@@ -74,7 +74,7 @@ pub mod raw {
     pub use crate::guard::{GuardHandle, PendingGrant, RawGuard, confirmed_lease_start};
     pub use crate::lock::{
         Attempt, RawLock, Request, acquire_by_polling, check_request, granted_too_late,
-        lease_if_in_time, wait_deadline,
+        wait_deadline,
     };
     pub use crate::loss::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,

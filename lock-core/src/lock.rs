@@ -326,10 +326,10 @@ pub fn granted_too_late(
 /// The lease of a grant of `name` answered now to a request sent at
 /// `sent_at` under `opts`, or, if its validity deadline (the TTL less the
 /// safety margin, counted from `sent_at`) has already passed, the error of
-/// a grant too late to be of use ([`granted_too_late`]), which the backend
-/// gives back and reports as [`Attempt::TooLate`]. No guard is ever handed
-/// out already past its deadline.
-pub fn lease_if_in_time(
+/// a grant too late to be of use ([`granted_too_late`]). Backends reach it
+/// through [`PendingGrant::grant_in_time`](crate::raw::PendingGrant::grant_in_time),
+/// which also gives such a grant back.
+pub(crate) fn lease_if_in_time(
     backend: &'static str,
     name: &str,
     sent_at: Instant,

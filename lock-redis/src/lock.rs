@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Wakeups,
-    Watchdog, lease_if_in_time, validate_name,
+    Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -214,21 +214,19 @@ impl RedisLock {
             .invoke_async(&mut conn)
             .await
             .map_err(|e| map_redis("acquiring a lock", e))?;
-        let handle = pending.disarm();
         if granted != 1 {
+            drop(pending.disarm());
             let expires_in = u64::try_from(value)
                 .ok()
                 .filter(|&ms| ms > 0)
                 .map(Duration::from_millis);
             return Ok(Attempt::Held { expires_in });
         }
-        let lease = match lease_if_in_time(BACKEND, name, sent_at, opts) {
-            Ok(lease) => Arc::new(lease),
-            // Granted too late to be of use: the lease may already be over.
-            Err(too_late) => {
-                let _ = handle.release().await;
-                return Ok(Attempt::TooLate(too_late));
-            }
+        let (handle, lease) = match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
+            Ok(granted) => granted,
+            // Granted too late to be of use (and given back): the lease may
+            // already be over.
+            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
         };
         let token = u64::try_from(value).map_err(|_| LockError::Backend {
             backend: BACKEND,

@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    UrlOptions, Wakeups, Watchdog, acquire_by_polling, lease_if_in_time, validate_name,
+    UrlOptions, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -510,15 +510,11 @@ impl SqliteLock {
         if let Some(ticket) = ticket {
             ticket.served();
         }
-        let handle = pending.disarm();
-        let lease = match lease_if_in_time(BACKEND, name, sent_at, opts) {
-            Ok(lease) => Arc::new(lease),
-            // Granted too late to be of use: give it back rather than hold a
-            // lease that may already be expired.
-            Err(too_late) => {
-                let _ = handle.release().await;
-                return Ok(Attempt::TooLate(too_late));
-            }
+        let (handle, lease) = match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
+            Ok(granted) => granted,
+            // Granted too late to be of use: given back rather than held on
+            // a lease that may already be expired.
+            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
         };
         let fence = match u64::try_from(fence) {
             Ok(f) => f,
