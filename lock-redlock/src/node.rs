@@ -5,6 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::FutureExt;
 use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_redis::raw::{
@@ -122,21 +123,25 @@ impl Node {
 
     /// Run `fut` against this node, failing with `Unavailable` after the
     /// node timeout.
-    async fn bounded<T>(
+    fn bounded<T>(
         &self,
-        doing: &str,
+        doing: &'static str,
         fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, LockError> {
-        self.bounded_by(self.timeout, doing, fut).await
+    ) -> impl Future<Output = Result<T, LockError>> {
+        self.bounded_by(self.timeout, doing, fut)
     }
 
-    async fn bounded_by<T>(
+    /// `fut` bounded by `limit`. A combinator rather than an `async fn`:
+    /// the request's future is held once, inside the timeout, not also as
+    /// an argument of each enclosing future; every node's request is moved
+    /// into the fan-out whole, so its size is copied on every request.
+    fn bounded_by<T>(
         &self,
         limit: Duration,
-        doing: &str,
+        doing: &'static str,
         fut: impl Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, LockError> {
-        match tokio::time::timeout(limit, fut).await {
+    ) -> impl Future<Output = Result<T, LockError>> {
+        tokio::time::timeout(limit, fut).map(move |reply| match reply {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(map_error(
                 BACKEND,
@@ -148,7 +153,7 @@ impl Node {
                 reason: format!("{doing} on {}: no answer within {limit:?}", self.display),
                 source: None,
             }),
-        }
+        })
     }
 
     /// `SET lock owner NX PX ttl` and, if granted, `INCR` of the counter
@@ -345,5 +350,41 @@ impl Node {
             })
             .await?;
         subscriber.subscribe(&channel).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every node's request is moved whole into the fan-out (and its task
+    /// allocation is that size), once per node per request: a request that
+    /// held its redis future twice over (as an `async fn` argument nested
+    /// in another) measured 1416 bytes for an acquire and cost a fifth more
+    /// client instructions per cycle than the bare scripts.
+    #[tokio::test]
+    async fn a_node_request_holds_its_redis_future_once() {
+        let url = crate::config::parse_url("redlock://127.0.0.1:1").expect("url");
+        let config = RedlockConfig::default();
+        let node = Arc::new(Node::new(&url.nodes[0], &config).expect("node"));
+        let lock = Arc::new(LockRef {
+            keys: lock_redis::raw::Keys::new("size").all("n"),
+            owner: String::new(),
+        });
+        let mut conn = node.conn.clone();
+        let call = ACQUIRE.prepare_invoke();
+        let bare = std::mem::size_of_val(&call.invoke_async::<(i64, i64)>(&mut conn))
+            + std::mem::size_of_val(&tokio::time::timeout(Duration::ZERO, async {}));
+        let acquire = Arc::clone(&node).acquire(Arc::clone(&lock), Duration::from_secs(1), None);
+        let release = Arc::clone(&node).release(lock, None);
+        for (what, size) in [
+            ("acquire", std::mem::size_of_val(&acquire)),
+            ("release", std::mem::size_of_val(&release)),
+        ] {
+            assert!(
+                size < 2 * bare,
+                "a node's {what} is {size} bytes; its redis request under a timeout is {bare}"
+            );
+        }
     }
 }
