@@ -11,7 +11,11 @@
 //! a majority, then a compare-and-delete the same way); Redlock's own two
 //! node scripts (lock-redis's, with the fencing counter and the waiters'
 //! queue) sent the same way with plain redis-rs, which parts what the
-//! scripts cost on five servers from the client around them; lock-redis
+//! scripts cost on five servers from the client around them; the same
+//! through reconnecting connections (`ConnectionManager`, as Redlock keeps
+//! one per node, so that a node that restarts is used again) with each
+//! request under the node timeout (so that a slow node never delays the
+//! outcome), which parts those two needs from the rest; lock-redis
 //! acquire+release on the first node; Redlock acquire+release with N = 1,
 //! 3, 5, and N = 5 with the guard's renewal; rslock lock+unlock with N = 5.
 //! Then 8 tasks with a client each, 1 ms of work inside the lock and a 1 ms
@@ -25,9 +29,10 @@ use futures_util::stream::{FuturesUnordered, StreamExt};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redis::raw::{ACQUIRE, RELEASE};
-use lock_redlock::Redlock;
+use lock_redlock::{Redlock, RedlockConfig};
 use lock_testkit::bench::cycles::Cycles;
 use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
+use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
 const BLOCK: usize = 50;
@@ -35,6 +40,8 @@ const ROUNDS: usize = 20;
 const RTT: &str = "round trip: PING, first node";
 const FLOOR: &str = "raw floor N=5: SET NX PX + CAD, at a majority";
 const SCRIPTS: &str = "Redlock's two node scripts, plain redis-rs, N=5, at a majority";
+const MANAGED: &str =
+    "the same through reconnecting connections, each request under the node timeout";
 const SINGLE: &str = "lock-redis, first node, auto-renew off";
 /// Redlock with N = 1, 3, 5, auto-renew off.
 const SETS: [&str; 3] = [
@@ -92,6 +99,22 @@ async fn main() {
                 .expect("connect"),
         );
     }
+    // Reconnecting connections set up as Redlock sets up its own.
+    let config = RedlockConfig::default();
+    let mut managed = Vec::new();
+    for host in &hosts[..5] {
+        let settings = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(config.connect_timeout))
+            .set_response_timeout(Some(config.node_timeout.max(config.connect_timeout)))
+            .set_number_of_retries(0);
+        managed.push(
+            redis::Client::open(format!("redis://{host}"))
+                .expect("client")
+                .get_connection_manager_with_config(settings)
+                .await
+                .expect("connect"),
+        );
+    }
     let cad = redis::Script::new(
         "if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('DEL', KEYS[1]) end return 0",
     );
@@ -129,36 +152,10 @@ async fn main() {
             majority(deletes).await;
         })
         .await;
-        m.measure(SCRIPTS, async |i| {
-            let token = format!("{i:032x}");
-            let token = &token;
-            let acquires = conns.iter_mut().map(|c| async move {
-                ACQUIRE
-                    .key("bench:{s}")
-                    .key("bench:{s}:fence")
-                    .key("bench:{s}:queue")
-                    .key("bench:{s}:handoff")
-                    .arg(token)
-                    .arg(30_000)
-                    .arg("")
-                    .arg(30_000)
-                    .arg("")
-                    .invoke_async::<(i64, i64)>(c)
-                    .await
-            });
-            majority(acquires).await;
-            let releases = conns.iter_mut().map(|c| async move {
-                RELEASE
-                    .key("bench:{s}")
-                    .key("bench:{s}:queue")
-                    .key("bench:{s}:handoff")
-                    .arg(token)
-                    .arg("bench:{s}:released")
-                    .arg(1_000)
-                    .invoke_async::<i64>(c)
-                    .await
-            });
-            majority(releases).await;
+        m.measure(SCRIPTS, async |i| scripts(&mut conns, i, None).await)
+            .await;
+        m.measure(MANAGED, async |i| {
+            scripts(&mut managed, i, Some(config.node_timeout)).await;
         })
         .await;
         m.measure(SINGLE, async |_| {
@@ -193,6 +190,9 @@ async fn main() {
     m.compare(SCRIPTS, FLOOR);
     m.compare(OURS, SCRIPTS);
     m.compare(SETS[2], SCRIPTS);
+    m.compare(MANAGED, SCRIPTS);
+    m.compare(OURS, MANAGED);
+    m.compare(SETS[2], MANAGED);
     m.compare(SETS[0], SINGLE);
     m.compare(SETS[2], SETS[0]);
 
@@ -235,6 +235,59 @@ async fn main() {
     if let Some(rtt) = m.figures(RTT) {
         print_handoff_round_trips(&[("distlock", &ours), ("rslock", &theirs)], rtt.wall.0);
     }
+}
+
+/// One cycle of Redlock's two node scripts on `conns` (five nodes), each
+/// done at a majority; each request under `bound` if given.
+async fn scripts<C: ConnectionLike + Send>(conns: &mut [C], i: usize, bound: Option<Duration>) {
+    let token = format!("{i:032x}");
+    let token = &token;
+    let acquires = conns.iter_mut().map(|c| async move {
+        let mut call = ACQUIRE.prepare_invoke();
+        call.key("bench:{s}")
+            .key("bench:{s}:fence")
+            .key("bench:{s}:queue")
+            .key("bench:{s}:handoff")
+            .arg(token)
+            .arg(30_000)
+            .arg("")
+            .arg(30_000)
+            .arg("");
+        let request = call.invoke_async::<(i64, i64)>(c);
+        match bound {
+            Some(limit) => tokio::time::timeout(limit, request)
+                .await
+                .unwrap_or_else(|_| Err(timed_out())),
+            None => request.await,
+        }
+    });
+    majority(acquires).await;
+    let releases = conns.iter_mut().map(|c| async move {
+        let mut call = RELEASE.prepare_invoke();
+        call.key("bench:{s}")
+            .key("bench:{s}:queue")
+            .key("bench:{s}:handoff")
+            .arg(token)
+            .arg("bench:{s}:released")
+            .arg(1_000);
+        let request = call.invoke_async::<i64>(c);
+        match bound {
+            Some(limit) => tokio::time::timeout(limit, request)
+                .await
+                .unwrap_or_else(|_| Err(timed_out())),
+            None => request.await,
+        }
+    });
+    majority(releases).await;
+}
+
+/// A request's failure for want of an answer within the node timeout.
+fn timed_out() -> redis::RedisError {
+    std::io::Error::new(
+        std::io::ErrorKind::TimedOut,
+        "no answer within the node timeout",
+    )
+    .into()
 }
 
 /// Wait for a majority of `replies` (each must succeed); the others are
