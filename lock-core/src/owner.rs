@@ -16,7 +16,14 @@ impl OwnerToken {
 
     /// The token as 32 lowercase hex digits, the form stored on servers.
     pub fn to_hex(&self) -> String {
-        format!("{:032x}", self.0)
+        // On every acquire, so without `fmt`: a nibble per digit, most
+        // significant first, as `{:032x}` writes them.
+        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        let mut digits = [0u8; 32];
+        for (i, digit) in digits.iter_mut().enumerate() {
+            *digit = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
+        }
+        std::str::from_utf8(&digits).unwrap_or_default().to_owned()
     }
 
     /// The raw 128 bits.
@@ -34,5 +41,26 @@ impl fmt::Display for OwnerToken {
 impl fmt::Debug for OwnerToken {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "OwnerToken({:032x})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OwnerToken;
+
+    #[test]
+    fn hex_is_32_lowercase_digits_most_significant_first() {
+        for bits in [
+            0,
+            1,
+            0xab,
+            u128::MAX,
+            0x0123_4567_89ab_cdef << 64,
+            rand::random(),
+        ] {
+            let token = OwnerToken(bits);
+            assert_eq!(token.to_hex(), format!("{bits:032x}"));
+            assert_eq!(token.to_hex(), token.to_string());
+        }
     }
 }
