@@ -22,13 +22,17 @@ impl Keys {
         let mut out = String::with_capacity(self.prefix.len() + name.len() + 2);
         out.push_str(&self.prefix);
         out.push('{');
-        for c in name.chars() {
-            match c {
-                '%' => out.push_str("%25"),
-                '{' => out.push_str("%7B"),
-                '}' => out.push_str("%7D"),
-                c => out.push(c),
+        if name.contains(['%', '{', '}']) {
+            for c in name.chars() {
+                match c {
+                    '%' => out.push_str("%25"),
+                    '{' => out.push_str("%7B"),
+                    '}' => out.push_str("%7D"),
+                    c => out.push(c),
+                }
             }
+        } else {
+            out.push_str(name);
         }
         out.push('}');
         out
@@ -47,11 +51,12 @@ impl Keys {
     /// All names of one lock, escaping the name once.
     pub fn all(&self, name: &str) -> LockKeys {
         let tag = self.tag(name);
+        let with = |suffix: &str| [tag.as_str(), suffix].concat();
         LockKeys {
-            fence: format!("{tag}:fence"),
-            queue: format!("{tag}:queue"),
-            handoff: format!("{tag}:handoff"),
-            channel: format!("{tag}:released"),
+            fence: with(":fence"),
+            queue: with(":queue"),
+            handoff: with(":handoff"),
+            channel: with(":released"),
             lock: tag,
         }
     }
