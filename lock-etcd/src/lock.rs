@@ -68,7 +68,10 @@ fn capabilities(min_lease: Duration) -> Capabilities {
 /// - **Fencing token**: the key's create revision, global and strictly
 ///   increasing. [`EtcdLock::fencing_compare`] gives the transaction
 ///   comparison that guards your own etcd writes with the lock.
-/// - **Release** deletes the key only if its create revision is ours.
+/// - **Release** deletes the key, a plain delete as the Lock RPC's unlock:
+///   the key's name holds the acquisition's random owner token and only
+///   that acquisition ever writes it, so a key of that name is ours, and
+///   the count deleted says whether we still held it.
 ///
 /// TTLs are whole seconds on etcd, and the server grants at least its own
 /// minimum (`capabilities().min_lease`); shorter TTLs are rounded up.
@@ -722,22 +725,15 @@ impl Drop for EtcdHandle {
 
 #[async_trait]
 impl GuardHandle for EtcdHandle {
-    /// Delete our key if its create revision is ours (any key of this
-    /// acquisition, if it was never confirmed); `true` if it was.
+    /// Delete our key; `true` if it was still there. No comparison is
+    /// needed: the key's name holds this acquisition's owner token, and only
+    /// this acquisition writes it (put if absent; moved to a longer lease
+    /// only while its create revision is ours), so whatever key of that name
+    /// exists is ours, whether or not we learnt its revision.
     async fn release(&self) -> Result<bool, LockError> {
-        let rev = self.rev();
-        let compare = if rev > 0 {
-            Compare::create_revision(self.key.as_str(), CompareOp::Equal, rev)
-        } else {
-            // The put may have landed without our learning its revision.
-            Compare::value(self.key.as_str(), CompareOp::Equal, self.owner.as_str())
-        };
-        let txn = Txn::new()
-            .when([compare])
-            .and_then([TxnOp::delete(self.key.as_str(), None)]);
-        let resp = requests::txn(&self.inner.client, txn, "releasing a lock").await?;
+        let held = requests::delete(&self.inner.client, &self.key, "releasing a lock").await?;
         self.revoke_own(&self.current_lease());
-        Ok(resp.succeeded())
+        Ok(held)
     }
 
     /// Keep the key's lease alive for at least `ttl`: a keep-alive if the

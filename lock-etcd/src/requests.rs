@@ -58,6 +58,16 @@ pub(crate) async fn get(
     .await
 }
 
+/// Delete one key: whether it was there.
+pub(crate) async fn delete(client: &Client, key: &str, doing: &str) -> Result<bool, LockError> {
+    let resp = retry(doing, || {
+        let mut kv = client.kv_client();
+        async move { kv.delete(key, None).await }
+    })
+    .await?;
+    Ok(resp.deleted() > 0)
+}
+
 /// A lease of `secs` seconds.
 pub(crate) async fn grant(
     client: &Client,
