@@ -25,6 +25,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::{Either, FutureExt};
 use futures_util::stream::{FuturesUnordered, StreamExt};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
@@ -253,13 +254,7 @@ async fn scripts<C: ConnectionLike + Send>(conns: &mut [C], i: usize, bound: Opt
             .arg("")
             .arg(30_000)
             .arg("");
-        let request = call.invoke_async::<(i64, i64)>(c);
-        match bound {
-            Some(limit) => tokio::time::timeout(limit, request)
-                .await
-                .unwrap_or_else(|_| Err(timed_out())),
-            None => request.await,
-        }
+        bounded(bound, call.invoke_async::<(i64, i64)>(c)).await
     });
     majority(acquires).await;
     let releases = conns.iter_mut().map(|c| async move {
@@ -270,24 +265,30 @@ async fn scripts<C: ConnectionLike + Send>(conns: &mut [C], i: usize, bound: Opt
             .arg(token)
             .arg("bench:{s}:released")
             .arg(1_000);
-        let request = call.invoke_async::<i64>(c);
-        match bound {
-            Some(limit) => tokio::time::timeout(limit, request)
-                .await
-                .unwrap_or_else(|_| Err(timed_out())),
-            None => request.await,
-        }
+        bounded(bound, call.invoke_async::<i64>(c)).await
     });
     majority(releases).await;
 }
 
-/// A request's failure for want of an answer within the node timeout.
-fn timed_out() -> redis::RedisError {
-    std::io::Error::new(
-        std::io::ErrorKind::TimedOut,
-        "no answer within the node timeout",
-    )
-    .into()
+/// `request` under `bound` if given, a timeout being a failed reply. A
+/// combinator, not an `async fn`, so that the request's future is held
+/// once (as Redlock's own node requests are).
+fn bounded<T>(
+    bound: Option<Duration>,
+    request: impl Future<Output = redis::RedisResult<T>>,
+) -> impl Future<Output = redis::RedisResult<T>> {
+    match bound {
+        Some(limit) => Either::Left(tokio::time::timeout(limit, request).map(|reply| {
+            reply.unwrap_or_else(|_| {
+                Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "no answer within the node timeout",
+                )
+                .into())
+            })
+        })),
+        None => Either::Right(request),
+    }
 }
 
 /// Wait for a majority of `replies` (each must succeed); the others are
