@@ -343,6 +343,9 @@ async fn main() {
     for ours in [OURS, OURS_UNRENEWED] {
         m.compare(ours, FLOOR);
         m.compare(ours, FENCED_FLOOR);
+        // The hand-written lock with the same guarantees: a fencing token,
+        // waiters served in arrival order, a release waking the next one.
+        m.compare(ours, SCRIPTS);
         m.compare(ours, PEER);
     }
     m.compare(SCRIPTS, FLOOR);
