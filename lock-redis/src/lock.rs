@@ -282,35 +282,44 @@ impl RawLock for RedisLock {
             .and_then(|subscriber| subscriber.join_subscribed(&channel));
         let first = subscription.as_ref().map(|_| waiter.as_str());
         let wake = self.inner.wakeups.subscribe(&waiter);
+        // Listening before each attempt: a hand-off published while the
+        // attempt is in flight is not missed (`notify_one` keeps a permit for
+        // it, and a reconnect's `notify_waiters` finds this one enabled).
+        let woken = wake.notified();
+        tokio::pin!(woken);
+        woken.as_mut().enable();
         let mut queued = QueuedWaiter {
             lock: self.clone(),
             name: name.to_string(),
             waiter: first.map(str::to_string),
         };
-        match self.attempt(name, opts, first).await? {
+        // The answer of an attempt that queued us, to wait on before the
+        // next one; `None`: attempt (again) with our waiter id first.
+        let mut answered = match self.attempt(name, opts, first).await? {
             Attempt::Acquired(guard) => {
                 queued.waiter = None;
                 return Ok(Some(guard));
             }
-            Attempt::Held { .. } | Attempt::TooLate(_) => {}
-        }
+            Attempt::Held { expires_in } => first.map(|_| expires_in),
+            Attempt::TooLate(_) => None,
+        };
         if subscription.is_none() {
             subscription = Some(self.subscriber().await?.subscribe(&channel).await?);
         }
         let _subscription = subscription;
         queued.waiter = Some(waiter.clone());
         loop {
-            let woken = wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
-            let expires_in = match self.attempt(name, opts, Some(&waiter)).await? {
-                Attempt::Acquired(guard) => {
-                    queued.waiter = None; // the acquire script dequeued us
-                    return Ok(Some(guard));
-                }
-                Attempt::Held { expires_in } => expires_in,
-                // Free, but granted too late: again at once.
-                Attempt::TooLate(_) => Some(Duration::ZERO),
+            let expires_in = match answered.take() {
+                Some(expires_in) => expires_in,
+                None => match self.attempt(name, opts, Some(&waiter)).await? {
+                    Attempt::Acquired(guard) => {
+                        queued.waiter = None; // the acquire script dequeued us
+                        return Ok(Some(guard));
+                    }
+                    Attempt::Held { expires_in } => expires_in,
+                    // Free, but granted too late: again at once.
+                    Attempt::TooLate(_) => Some(Duration::ZERO),
+                },
             };
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
@@ -322,9 +331,11 @@ impl RawLock for RedisLock {
                 until = until.min(d);
             }
             tokio::select! {
-                _ = woken => {}
+                _ = woken.as_mut() => {}
                 _ = tokio::time::sleep_until(until) => {}
             }
+            woken.set(wake.notified());
+            woken.as_mut().enable();
         }
     }
 

@@ -284,6 +284,73 @@ async fn acquisitions_cost_few_commands() {
     );
 }
 
+/// A waiter on a busy lock (its channel still subscribed from the last
+/// wait) joins the queue with its first script and, once the release hands
+/// it the lock, takes it with its second: two scripts, no third to look
+/// again before it waits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_queued_waiter_costs_two_scripts() {
+    let _serial = SERIAL.lock().await;
+    let raw = redis::Client::open(env("DISTLOCK_TEST_REDIS_URL")).expect("client");
+    let mut admin = raw
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection");
+    let (holder, waiter) = (client().await, client().await);
+    let name = unique("queued-waiter");
+    let now = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let waiting = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(10));
+    // Once by hand-off, so that the waiter's client has subscribed the
+    // lock's channel (it lingers after the wait) and loaded the scripts.
+    let held = holder.acquire(&name, &now).await.expect("acquire");
+    let waited = {
+        let (waiter, name, waiting) = (waiter.clone(), name.clone(), waiting.clone());
+        tokio::spawn(async move { waiter.acquire(&name, &waiting).await })
+    };
+    wait_until_queued(&holder, &name, 1).await;
+    assert!(held.release().await.expect("release"));
+    let handed = waited.await.expect("task").expect("handed the lock");
+    assert!(handed.release().await.expect("release"));
+
+    let held = holder.acquire(&name, &now).await.expect("acquire");
+    let _: () = redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async(&mut admin)
+        .await
+        .expect("RESETSTAT");
+    let waited = {
+        let (waiter, name) = (waiter.clone(), name.clone());
+        tokio::spawn(async move { waiter.acquire(&name, &waiting).await })
+    };
+    wait_until_queued(&holder, &name, 1).await;
+    // Time for a script the waiter might send after joining the queue.
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(held.release().await.expect("release"));
+    let handed = waited.await.expect("task").expect("handed the lock");
+    let calls: Vec<(String, u64)> = command_calls(&mut admin)
+        .await
+        .into_iter()
+        .filter(|(c, _)| !SCRIPT_INTERNALS.contains(&c.as_str()) && c != "zcard")
+        .collect();
+    assert_eq!(
+        calls,
+        vec![("evalsha".to_string(), 3)],
+        "the waiter's two scripts (queue, take) and the holder's release, nothing else"
+    );
+    assert!(handed.release().await.expect("release"));
+}
+
+/// Until `name`'s queue holds `n` waiters (at most 5 s).
+async fn wait_until_queued(locks: &RedisLock, name: &str, n: usize) {
+    let give_up = Instant::now() + Duration::from_secs(5);
+    while locks.queued(name).await.expect("queued") < n {
+        assert!(Instant::now() < give_up, "no waiter joined the queue");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
