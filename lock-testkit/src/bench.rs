@@ -48,6 +48,11 @@ pub struct Run {
     pub handoff_latency: (Duration, Duration),
     /// The fewest and the most turns any one task took (fairness).
     pub per_task: (usize, usize),
+    /// The process's CPU time over the run (every thread: the contenders'
+    /// clients, their connections' tasks), when it was measured ([`contend`]
+    /// does): divided by the turns, what one contended turn costs the
+    /// client.
+    pub cpu: Option<Duration>,
 }
 
 /// Run `tasks` tasks until `run` has passed: task `t` is `make(t, end, log)`
@@ -59,6 +64,7 @@ where
     Fut: Future<Output = ()> + Send + 'static,
 {
     let log: TurnLog = Arc::new(Mutex::new(Vec::new()));
+    let cpu_before = cycles::process_cpu_time();
     let end = Instant::now() + run;
     let handles: Vec<_> = (0..tasks)
         .map(|t| tokio::spawn(make(t, end, log.clone())))
@@ -68,8 +74,12 @@ where
             std::panic::resume_unwind(e.into_panic());
         }
     }
+    let cpu = cycles::process_cpu_time().saturating_sub(cpu_before);
     let log = std::mem::take(&mut *log.lock().unwrap_or_else(|e| e.into_inner()));
-    analyse(vec![log], tasks)
+    Run {
+        cpu: Some(cpu),
+        ..analyse(vec![log], tasks)
+    }
 }
 
 /// The figures of the turns of `tasks` contenders, recorded in one or more
@@ -104,22 +114,27 @@ pub fn analyse(slices: Vec<Vec<Turn>>, tasks: usize) -> Run {
             counts.iter().copied().min().unwrap_or(0),
             counts.iter().copied().max().unwrap_or(0),
         ),
+        cpu: None,
     }
 }
 
 /// Print contention runs of length `run` as a table: acquisitions and
-/// hand-offs per second, hand-off p50/p99 and per-task min/max, one row per
-/// `(label, run)`.
+/// hand-offs per second, hand-off p50/p99, per-task min/max and, where it
+/// was measured, the client's CPU time per turn, one row per `(label, run)`.
 pub fn print_runs(title: &str, run: Duration, rows: &[(&str, &Run)]) {
     let secs = run.as_secs_f64();
     println!("\n{title} ({run:?})");
     println!(
-        "  {:<10} {:>10} {:>12} {:>24} {:>18}",
-        "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max"
+        "  {:<10} {:>10} {:>12} {:>24} {:>18} {:>14}",
+        "", "acq/s", "handoffs/s", "handoff p50 / p99 (µs)", "per task min/max", "CPU/turn (µs)"
     );
     for (label, r) in rows {
+        let cpu = r.cpu.map_or_else(
+            || "-".to_string(),
+            |cpu| format!("{:.1}", us(cpu) / r.acquisitions.max(1) as f64),
+        );
         println!(
-            "  {label:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {}",
+            "  {label:<10} {:>10.1} {:>12.1} {:>11.1} / {:>10.1} {:>10} / {:<6} {cpu:>8}",
             r.acquisitions as f64 / secs,
             r.handoffs as f64 / secs,
             us(r.handoff_latency.0),

@@ -223,7 +223,7 @@ pub struct Ratios {
 }
 
 /// CPU time the whole process has used.
-fn process_cpu_time() -> Duration {
+pub(crate) fn process_cpu_time() -> Duration {
     let t = clock_gettime(ClockId::ProcessCPUTime);
     Duration::new(
         u64::try_from(t.tv_sec).unwrap_or(0),
