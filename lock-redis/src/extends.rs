@@ -11,6 +11,7 @@ use lock_core::raw::{BatchFn, Batcher};
 use redis::aio::ConnectionManager;
 
 use crate::error::map_error;
+use crate::script_call::ScriptCall;
 use crate::scripts::EXTEND;
 
 /// The most leases one script run touches: a few hundred microseconds of
@@ -41,23 +42,23 @@ pub fn extend_batcher(
         let mut conn = conn.clone();
         let doing = Arc::clone(&doing);
         Box::pin(async move {
-            let mut call = EXTEND.prepare_invoke();
+            let keys: Vec<&str> = items.iter().map(|x| x.key.as_str()).collect();
+            let mut call = ScriptCall::new(&EXTEND, &keys, 2 * items.len());
             for x in &items {
-                call.key(&x.key)
-                    .arg(&x.owner)
+                call.arg(&x.owner)
                     .arg(u64::try_from(x.ttl.as_millis()).unwrap_or(u64::MAX));
             }
-            let replies: Vec<i64> =
-                match tokio::time::timeout(limit, call.invoke_async(&mut conn)).await {
-                    Ok(reply) => reply.map_err(|e| map_error(backend, &doing, e))?,
-                    Err(_) => {
-                        return Err(LockError::Unavailable {
-                            backend,
-                            reason: format!("{doing}: no answer within {limit:?}"),
-                            source: None,
-                        });
-                    }
-                };
+            let replies: Vec<i64> = match tokio::time::timeout(limit, call.invoke(&mut conn)).await
+            {
+                Ok(reply) => reply.map_err(|e| map_error(backend, &doing, e))?,
+                Err(_) => {
+                    return Err(LockError::Unavailable {
+                        backend,
+                        reason: format!("{doing}: no answer within {limit:?}"),
+                        source: None,
+                    });
+                }
+            };
             Ok(replies.into_iter().map(|r| r == 1).collect())
         })
     });

@@ -17,6 +17,7 @@ mod error;
 mod extends;
 mod keys;
 mod lock;
+mod script_call;
 mod scripts;
 mod state;
 mod subscriber;
@@ -31,6 +32,7 @@ pub mod raw {
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};
+    pub use crate::script_call::ScriptCall;
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
     pub use crate::state::{LockState, read_state};
     pub use crate::subscriber::{Subscriber, Subscription};

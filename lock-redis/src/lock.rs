@@ -21,6 +21,7 @@ use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
 use crate::keys::{Keys, LockKeys};
+use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
 use crate::state::read_state;
 use crate::subscriber::Subscriber;
@@ -198,12 +199,13 @@ impl RedisLock {
         let inner = &self.inner;
         let owner = OwnerToken::random();
         let handle = Arc::new(self.handle(name, owner));
-        let mut call = ACQUIRE.prepare_invoke();
-        call.key(&handle.keys.lock)
-            .key(&handle.keys.fence)
-            .key(&handle.keys.queue)
-            .key(&handle.keys.handoff)
-            .arg(&handle.owner)
+        let keys = &handle.keys;
+        let mut call = ScriptCall::new(
+            &ACQUIRE,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.handoff],
+            4,
+        );
+        call.arg(&handle.owner)
             .arg(opts.ttl.as_millis() as u64)
             .arg(waiter.unwrap_or_default())
             .arg(QUEUE_TTL.as_millis() as u64);
@@ -211,7 +213,7 @@ impl RedisLock {
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
         let (granted, value): (i64, i64) = call
-            .invoke_async(&mut conn)
+            .invoke(&mut conn)
             .await
             .map_err(|e| map_redis("acquiring a lock", e))?;
         if granted != 1 {
@@ -454,17 +456,15 @@ impl Drop for QueuedWaiter {
 /// Take `waiter` out of `name`'s queue, passing on a hand-off made to it.
 async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
     let mut conn = inner.conn.clone();
-    let mut call = WITHDRAW.prepare_invoke();
     let keys = inner.keys.all(&name);
-    call.key(&keys.queue)
-        .key(&keys.handoff)
-        .arg(&waiter)
+    let mut call = ScriptCall::new(&WITHDRAW, &[&keys.queue, &keys.handoff], 3);
+    call.arg(&waiter)
         .arg(&keys.channel)
         .arg(inner.config.handoff_window.as_millis() as u64);
     let done = within(
         &inner.config,
         "withdrawing a waiter",
-        call.invoke_async::<i64>(&mut conn),
+        call.invoke::<i64>(&mut conn),
     )
     .await;
     if !matches!(done, Ok(Ok(_))) {
@@ -483,15 +483,13 @@ struct RedisHandle {
 impl GuardHandle for RedisHandle {
     async fn release(&self) -> Result<bool, LockError> {
         let mut conn = self.inner.conn.clone();
-        let mut call = RELEASE.prepare_invoke();
-        call.key(&self.keys.lock)
-            .key(&self.keys.queue)
-            .key(&self.keys.handoff)
-            .arg(&self.owner)
+        let keys = &self.keys;
+        let mut call = ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 3);
+        call.arg(&self.owner)
             .arg(&self.keys.channel)
             .arg(self.inner.config.handoff_window.as_millis() as u64);
         let released: i64 = call
-            .invoke_async(&mut conn)
+            .invoke(&mut conn)
             .await
             .map_err(|e| map_redis("releasing a lock", e))?;
         Ok(released == 1)

@@ -1,4 +1,5 @@
-//! The Lua scripts, run with EVALSHA (reloaded automatically on NOSCRIPT).
+//! The Lua scripts, run with EVALSHA (loaded again on NOSCRIPT) through
+//! [`ScriptCall`](crate::script_call::ScriptCall).
 //! Names, tokens and ids travel only as KEYS and ARGV, never spliced into code.
 //!
 //! Hand-off: a waiter's id joins the lock's queue atomically with its

@@ -129,6 +129,16 @@ async fn frozen_holder_loses_its_lock_to_a_later_token() {
     .await;
 }
 
+/// A plain connection to the server, for its statistics and commands the
+/// lock never sends.
+async fn admin() -> redis::aio::MultiplexedConnection {
+    redis::Client::open(env("DISTLOCK_TEST_REDIS_URL"))
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("admin connection")
+}
+
 /// Commands the scripts run inside the server (counted by commandstats, but
 /// not round trips).
 const SCRIPT_INTERNALS: &[&str] = &[
@@ -160,11 +170,7 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_cost_few_commands() {
     let _serial = SERIAL.lock().await;
-    let raw = redis::Client::open(env("DISTLOCK_TEST_REDIS_URL")).expect("client");
-    let mut admin = raw
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection");
+    let mut admin = admin().await;
     let locks = client().await;
     let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
     let name = unique("commands");
@@ -291,11 +297,7 @@ async fn acquisitions_cost_few_commands() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_costs_two_scripts() {
     let _serial = SERIAL.lock().await;
-    let raw = redis::Client::open(env("DISTLOCK_TEST_REDIS_URL")).expect("client");
-    let mut admin = raw
-        .get_multiplexed_async_connection()
-        .await
-        .expect("admin connection");
+    let mut admin = admin().await;
     let (holder, waiter) = (client().await, client().await);
     let name = unique("queued-waiter");
     let now = LockOptions::new().auto_renew(false).wait(Wait::No);
@@ -340,6 +342,38 @@ async fn a_queued_waiter_costs_two_scripts() {
         "the waiter's two scripts (queue, take) and the holder's release, nothing else"
     );
     assert!(handed.release().await.expect("release"));
+}
+
+/// Scripts the server forgot (`SCRIPT FLUSH`, as after a restart or on a
+/// new replica) are loaded again: acquire, release and a renewal all work
+/// after a flush, each on its first run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_the_server_forgot_are_loaded_again() {
+    let _serial = SERIAL.lock().await;
+    let mut admin = admin().await;
+    let locks = client().await;
+    let name = unique("flushed");
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let flush = async |admin: &mut redis::aio::MultiplexedConnection| {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(admin)
+            .await
+            .expect("SCRIPT FLUSH");
+    };
+    flush(&mut admin).await;
+    let held = locks.acquire(&name, &opts).await.expect("acquire");
+    assert!(held.fencing_token().is_some());
+    flush(&mut admin).await;
+    held.extend(Duration::from_secs(5))
+        .await
+        .expect("the renewal went through");
+    flush(&mut admin).await;
+    assert!(held.release().await.expect("release"));
+    assert!(
+        !locks.inspect(&name).await.expect("inspect").held,
+        "released on the server"
+    );
 }
 
 /// Until `name`'s queue holds `n` waiters (at most 5 s).

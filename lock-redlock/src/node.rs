@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, RELEASE, Subscriber, Subscription, WITHDRAW,
-    extend_batcher, map_error, read_state,
+    ACQUIRE, Extension, LockKeys, LockState, RELEASE, ScriptCall, Subscriber, Subscription,
+    WITHDRAW, extend_batcher, map_error, read_state,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -166,20 +166,19 @@ impl Node {
         waiter: Option<Arc<Waiter>>,
     ) -> Result<NodeGrant, LockError> {
         let keys = &lock.keys;
-        let mut call = ACQUIRE.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.fence)
-            .key(&keys.queue)
-            .key(&keys.handoff)
-            .arg(&lock.owner)
+        let mut call = ScriptCall::new(
+            &ACQUIRE,
+            &[&keys.lock, &keys.fence, &keys.queue, &keys.handoff],
+            5,
+        );
+        call.arg(&lock.owner)
             .arg(ttl.as_millis() as u64)
             .arg(waiter.as_ref().map_or("", |w| w.id.as_str()))
             .arg(QUEUE_TTL.as_millis() as u64)
             .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()));
         let mut conn = self.conn.clone();
-        let (granted, value): (i64, i64) = self
-            .bounded("acquiring", call.invoke_async(&mut conn))
-            .await?;
+        let (granted, value): (i64, i64) =
+            self.bounded("acquiring", call.invoke(&mut conn)).await?;
         if granted == 1 {
             let token = u64::try_from(value)
                 .ok()
@@ -209,14 +208,11 @@ impl Node {
         lock: Arc<LockRef>,
         token: u64,
     ) -> Result<bool, LockError> {
-        let mut call = FENCE.prepare_invoke();
-        call.key(&lock.keys.lock)
-            .key(&lock.keys.fence)
-            .arg(&lock.owner)
-            .arg(token);
+        let mut call = ScriptCall::new(&FENCE, &[&lock.keys.lock, &lock.keys.fence], 2);
+        call.arg(&lock.owner).arg(token);
         let mut conn = self.conn.clone();
         let done: i64 = self
-            .bounded("writing the fencing token", call.invoke_async(&mut conn))
+            .bounded("writing the fencing token", call.invoke(&mut conn))
             .await?;
         Ok(done == 1)
     }
@@ -231,11 +227,8 @@ impl Node {
         rejoin: Option<Arc<Waiter>>,
     ) -> Result<bool, LockError> {
         let keys = &lock.keys;
-        let mut call = RELEASE.prepare_invoke();
-        call.key(&keys.lock)
-            .key(&keys.queue)
-            .key(&keys.handoff)
-            .arg(&lock.owner)
+        let mut call = ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 6);
+        call.arg(&lock.owner)
             .arg(&keys.channel)
             .arg(self.handoff_window.as_millis() as u64);
         if let Some(w) = &rejoin {
@@ -247,11 +240,7 @@ impl Node {
         // Nobody waits for a release once a majority confirmed it, so a
         // slow node may take longer here: an answer beats a guess.
         let released: i64 = self
-            .bounded_by(
-                self.release_timeout,
-                "releasing",
-                call.invoke_async(&mut conn),
-            )
+            .bounded_by(self.release_timeout, "releasing", call.invoke(&mut conn))
             .await?;
         Ok(released == 1)
     }
@@ -263,15 +252,13 @@ impl Node {
         waiter: Arc<Waiter>,
     ) -> Result<(), LockError> {
         let keys = &lock.keys;
-        let mut call = WITHDRAW.prepare_invoke();
-        call.key(&keys.queue)
-            .key(&keys.handoff)
-            .arg(&waiter.id)
+        let mut call = ScriptCall::new(&WITHDRAW, &[&keys.queue, &keys.handoff], 3);
+        call.arg(&waiter.id)
             .arg(&keys.channel)
             .arg(self.handoff_window.as_millis() as u64);
         let mut conn = self.conn.clone();
         let _: i64 = self
-            .bounded("withdrawing a waiter", call.invoke_async(&mut conn))
+            .bounded("withdrawing a waiter", call.invoke(&mut conn))
             .await?;
         Ok(())
     }
@@ -372,8 +359,8 @@ mod tests {
             owner: String::new(),
         });
         let mut conn = node.conn.clone();
-        let call = ACQUIRE.prepare_invoke();
-        let bare = std::mem::size_of_val(&call.invoke_async::<(i64, i64)>(&mut conn))
+        let call = ScriptCall::new(&ACQUIRE, &[], 0);
+        let bare = std::mem::size_of_val(&call.invoke::<(i64, i64)>(&mut conn))
             + std::mem::size_of_val(&tokio::time::timeout(Duration::ZERO, async {}));
         let acquire = Arc::clone(&node).acquire(Arc::clone(&lock), Duration::from_secs(1), None);
         let release = Arc::clone(&node).release(lock, None);
