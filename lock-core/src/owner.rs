@@ -16,13 +16,11 @@ impl OwnerToken {
 
     /// The token as 32 lowercase hex digits, the form stored on servers.
     pub fn to_hex(&self) -> String {
-        // On every acquire, so without `fmt`: a nibble per digit, most
-        // significant first, as `{:032x}` writes them.
-        const DIGITS: &[u8; 16] = b"0123456789abcdef";
+        // On every acquire, so without `fmt`: the bytes most significant
+        // first, as `{:032x}` writes them. 16 bytes fill the 32 digits
+        // exactly, so the encoding cannot fail.
         let mut digits = [0u8; 32];
-        for (i, digit) in digits.iter_mut().enumerate() {
-            *digit = DIGITS[((self.0 >> (124 - 4 * i)) & 0xf) as usize];
-        }
+        let _ = hex::encode_to_slice(self.0.to_be_bytes(), &mut digits);
         std::str::from_utf8(&digits).unwrap_or_default().to_owned()
     }
 
