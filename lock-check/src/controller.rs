@@ -147,7 +147,9 @@ impl Fleet {
             if Instant::now() >= until {
                 return None;
             }
-            tokio::time::sleep(Duration::from_millis(10)).await;
+            // A group whose holds are short and rare (a rollout's phase
+            // with few grants) may hold for a few milliseconds only.
+            tokio::time::sleep(Duration::from_millis(1)).await;
         }
     }
 }
