@@ -42,7 +42,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
-    confirmed_lease_start, validate_name, wait_deadline,
+    confirmed_lease_start, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -541,17 +541,16 @@ impl MySqlLock {
             .map_err(|e| e.into_error(BACKEND, "acquiring a lock"))
     }
 
-    /// Lock `name` on a connection of its own: the connection, the token
-    /// and when it was asked; `None` if not granted within `opts.wait`.
+    /// Lock `req.name` on a connection of its own: the connection, the
+    /// token and when it was asked; `None` if not granted by the request's
+    /// deadline.
     async fn lock(
         &self,
-        name: &str,
-        opts: &LockOptions,
+        req: Request<'_>,
     ) -> Result<Option<(Pinned<MySql>, u64, Instant)>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let mut pinned = self.acquire_conn().await?;
-        let start = Instant::now();
-        let deadline = wait_deadline(start, opts.wait);
         let ttl = secs_ceil(opts.ttl);
         let backoff = Backoff::default();
         let mut stale_left = 8;
@@ -810,21 +809,13 @@ impl PinnedOrShared for MySqlLock {
         self.inner.shared.enabled()
     }
 
-    async fn on_shared(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        self.try_shared(name, opts).await
+    async fn on_shared(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.try_shared(req.name, req.opts).await
     }
 
-    async fn on_pinned(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let locked = self.lock(name, opts).await?;
-        self.guard_pinned(name, opts, locked).await
+    async fn on_pinned(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let locked = self.lock(req).await?;
+        self.guard_pinned(req.name, req.opts, locked).await
     }
 }
 

@@ -3,10 +3,14 @@
 //! has to be waited for is queued on a connection of its own, where the
 //! server keeps arrival order. A shared session's attempt never jumps that
 //! queue: the server refuses it while anyone waits.
+//!
+//! Both ways are handed the caller's [`Request`], so the wait's deadline is
+//! the one set when the acquisition began: time spent on the shared
+//! session's attempt and on the pool's checkout counts against the wait.
 
 use async_trait::async_trait;
 use lock_core::raw::Request;
-use lock_core::{LockError, LockGuard, LockOptions, Wait};
+use lock_core::{LockError, LockGuard, Wait};
 
 /// The two ways a Postgres or MySQL lock takes a lock.
 #[async_trait]
@@ -15,18 +19,11 @@ pub(crate) trait PinnedOrShared: Send + Sync {
     fn shares_sessions(&self) -> bool;
 
     /// One attempt on a shared session, without waiting.
-    async fn on_shared(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError>;
+    async fn on_shared(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError>;
 
-    /// On a connection of its own, waiting as `opts.wait` says.
-    async fn on_pinned(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError>;
+    /// On a connection of its own, waiting until `req`'s deadline
+    /// (a single attempt for [`Wait::No`]).
+    async fn on_pinned(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError>;
 }
 
 /// One attempt, without waiting.
@@ -35,10 +32,15 @@ pub(crate) async fn attempt_once<L: PinnedOrShared>(
     req: Request<'_>,
 ) -> Result<Option<LockGuard>, LockError> {
     let opts = req.opts.clone().wait(Wait::No);
+    let once = Request {
+        opts: &opts,
+        deadline: Some(req.start),
+        ..req
+    };
     if locks.shares_sessions() {
-        locks.on_shared(req.name, &opts).await
+        locks.on_shared(once).await
     } else {
-        locks.on_pinned(req.name, &opts).await
+        locks.on_pinned(once).await
     }
 }
 
@@ -49,9 +51,9 @@ pub(crate) async fn wait<L: PinnedOrShared>(
     req: Request<'_>,
 ) -> Result<Option<LockGuard>, LockError> {
     if locks.shares_sessions()
-        && let Some(guard) = locks.on_shared(req.name, req.opts).await?
+        && let Some(guard) = locks.on_shared(req).await?
     {
         return Ok(Some(guard));
     }
-    locks.on_pinned(req.name, req.opts).await
+    locks.on_pinned(req).await
 }

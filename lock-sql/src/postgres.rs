@@ -61,8 +61,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog, check_request,
-    confirmed_lease_start, validate_name, wait_deadline,
+    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
+    confirmed_lease_start, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Wait,
@@ -427,22 +427,21 @@ impl PgLock {
             .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))
     }
 
-    /// Lock `name` on a connection of its own: the connection (inside the
-    /// lock transaction, in row mode), the token and when it was asked.
+    /// Lock `req.name` on a connection of its own: the connection (inside
+    /// the lock transaction, in row mode), the token and when it was asked.
     /// `Ok(None)`: held by someone else (a single attempt), or the wait ran
-    /// out (`Timeout` is made by the caller).
+    /// out at the request's deadline (`Timeout` is made by the caller).
     async fn lock(
         &self,
-        name: &str,
-        opts: &LockOptions,
+        req: Request<'_>,
     ) -> Result<Option<(Pinned<Postgres>, i64, Instant)>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let inner = &self.inner;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
         let mut pinned = inner.pool.pinned().await.map_err(taken)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
         let sent_at = Instant::now();
-        let deadline = wait_deadline(sent_at, opts.wait);
         // Pooled connections are not pinged before use (that would cost a
         // round trip per acquisition); one that died while idle fails its
         // first statement, and another is taken instead.
@@ -617,21 +616,13 @@ impl PinnedOrShared for PgLock {
         self.inner.shared.enabled()
     }
 
-    async fn on_shared(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        self.try_shared(name, opts).await
+    async fn on_shared(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        self.try_shared(req.name, req.opts).await
     }
 
-    async fn on_pinned(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let locked = self.lock(name, opts).await?;
-        self.guard_pinned(name, opts, locked).await
+    async fn on_pinned(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let locked = self.lock(req).await?;
+        self.guard_pinned(req.name, req.opts, locked).await
     }
 }
 
@@ -803,18 +794,14 @@ impl PgLock {
                 "the lock's transaction exists in row mode only (mode=row)",
             ));
         }
-        check_request(name, opts, &CAPABILITIES)?;
-        let start = Instant::now();
-        match self.lock(name, opts).await? {
+        let req = Request::checked(name, opts, &CAPABILITIES)?;
+        match self.lock(req).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
                 name: name.to_string(),
                 token: u64::try_from(token).ok().filter(|_| self.inner.fencing),
                 conn,
             }),
-            None => Err(LockError::Timeout {
-                name: name.to_string(),
-                waited: start.elapsed(),
-            }),
+            None => Err(req.timeout()),
         }
     }
 }

@@ -77,3 +77,132 @@ mod mysql_advisory {
     use super::*;
     lock_testkit::network_fault_matrix!(mysql("advisory"));
 }
+
+/// The wait counts from the call: a client whose new connection is slow to
+/// reach the server (the pool has none idle) spends that time out of the
+/// caller's wait, not on top of it. A lock held elsewhere, a connect delay
+/// longer than the wait: the acquisition ends at about the delay (one
+/// attempt once connected), not at the delay plus the whole wait.
+mod slow_connections {
+    use std::sync::Arc;
+    use std::time::{Duration, Instant};
+
+    use lock_core::{DistributedLock, LockError, LockOptions, Wait};
+    use lock_sql::{MySqlLock, PgLock};
+    use lock_testkit::faults::{env, unique, upstreams_of, with_upstreams};
+    use lock_testkit::tcp_proxy::TcpProxy;
+
+    const CONNECT_DELAY: Duration = Duration::from_millis(1500);
+    const WAIT: Duration = Duration::from_secs(1);
+
+    async fn slow_connect_counts_against_the_wait<F, Fut>(env_var: &str, connect: F)
+    where
+        F: Fn(String) -> Fut,
+        Fut: Future<Output = Arc<dyn DistributedLock>>,
+    {
+        let url = env(env_var);
+        let upstream = upstreams_of(&url).remove(0);
+        let proxy = TcpProxy::start(&upstream).await;
+        let via = with_upstreams(&url, &[proxy.addr().to_string()]);
+        let client = connect(format!("{via}?connect_timeout_ms=5000&sessions=0")).await;
+        let other = connect(format!("{url}?sessions=0")).await;
+        let opts = LockOptions::new().ttl(Duration::from_secs(10));
+        // Hold locks until one of them needed a new connection: then none
+        // is idle, and the client's next acquisition connects anew. (The
+        // first may connect for its token alone, on the side connection.)
+        let first = client
+            .acquire(&unique("kept"), &opts)
+            .await
+            .expect("a lock");
+        let mut kept = vec![first];
+        loop {
+            let before = proxy.connections();
+            let guard = client
+                .acquire(&unique("kept"), &opts)
+                .await
+                .expect("a lock");
+            kept.push(guard);
+            if proxy.connections() > before {
+                break;
+            }
+            assert!(kept.len() < 64, "the client never connected anew");
+        }
+        let name = unique("slow-connect");
+        let held = other.acquire(&name, &opts).await.expect("the holder");
+        let connected = proxy.connections();
+        proxy.delay_new_connections(CONNECT_DELAY);
+        let start = Instant::now();
+        let outcome = client
+            .acquire(&name, &opts.clone().wait(Wait::Up(WAIT)))
+            .await;
+        let took = start.elapsed();
+        assert!(
+            matches!(outcome, Err(LockError::Timeout { .. })),
+            "{outcome:?}"
+        );
+        eprintln!(
+            "took {took:?}; connections {connected} -> {}",
+            proxy.connections()
+        );
+        assert!(
+            proxy.connections() > connected,
+            "the acquisition did not connect anew: the scenario did not happen"
+        );
+        assert!(
+            took < CONNECT_DELAY + WAIT / 2,
+            "the wait of {WAIT:?} began after the {CONNECT_DELAY:?} connect: it took {took:?}"
+        );
+        assert!(held.release().await.expect("release"));
+        for guard in kept {
+            assert!(guard.release().await.expect("release"));
+        }
+    }
+
+    fn pg(
+        mode: &'static str,
+    ) -> impl Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn DistributedLock>>>> {
+        move |url| {
+            Box::pin(async move {
+                Arc::new(
+                    PgLock::connect(&format!("{url}&mode={mode}"))
+                        .await
+                        .expect("connect"),
+                ) as Arc<dyn DistributedLock>
+            })
+        }
+    }
+
+    fn my(
+        mode: &'static str,
+    ) -> impl Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn DistributedLock>>>> {
+        move |url| {
+            Box::pin(async move {
+                Arc::new(
+                    MySqlLock::connect(&format!("{url}&mode={mode}"))
+                        .await
+                        .expect("connect"),
+                ) as Arc<dyn DistributedLock>
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn postgres_row() {
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", pg("row")).await;
+    }
+
+    #[tokio::test]
+    async fn postgres_advisory() {
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", pg("advisory")).await;
+    }
+
+    #[tokio::test]
+    async fn mysql_row() {
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", my("row")).await;
+    }
+
+    #[tokio::test]
+    async fn mysql_advisory() {
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", my("advisory")).await;
+    }
+}

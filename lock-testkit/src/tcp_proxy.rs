@@ -3,7 +3,9 @@
 //! a chosen client request (or loses that request itself), then drops the
 //! connection, as a network that fails around a write would; or it
 //! partitions the client from the server: nothing is forwarded either way
-//! and nothing is closed, as a cable pulled out would.
+//! and nothing is closed, as a cable pulled out would; or it makes new
+//! connections slow to reach the server, as a loaded server or a long
+//! handshake would.
 //!
 //! The proxy knows nothing of any protocol: the test gives a predicate over
 //! the bytes the client sends (one read's worth, which is a whole request
@@ -56,6 +58,7 @@ struct Shared {
     connections: AtomicUsize,
     fired: AtomicUsize,
     partitioned: AtomicBool,
+    connect_delay: Mutex<Duration>,
 }
 
 /// A running proxy; it stops (and drops its connections) when dropped.
@@ -86,12 +89,21 @@ impl TcpProxy {
                     cut_off.push(client);
                     continue;
                 }
-                let Ok(server) = TcpStream::connect(&upstream).await else {
-                    continue; // the client sees its connection closed
-                };
-                accepting.connections.fetch_add(1, Ordering::SeqCst);
+                let delay = *accepting
+                    .connect_delay
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner());
+                let shared = Arc::clone(&accepting);
+                let upstream = upstream.clone();
                 pumps.retain(|p: &JoinHandle<()>| !p.is_finished());
-                pumps.push(tokio::spawn(serve(client, server, Arc::clone(&accepting))));
+                pumps.push(tokio::spawn(async move {
+                    tokio::time::sleep(delay).await;
+                    let Ok(server) = TcpStream::connect(&upstream).await else {
+                        return; // the client sees its connection closed
+                    };
+                    shared.connections.fetch_add(1, Ordering::SeqCst);
+                    serve(client, server, shared).await;
+                }));
             }
             for pump in pumps {
                 pump.abort();
@@ -152,6 +164,17 @@ impl TcpProxy {
     /// connections reach the server.
     pub fn heal(&self) {
         self.shared.partitioned.store(false, Ordering::SeqCst);
+    }
+
+    /// Connections accepted from now on reach the server only `delay`
+    /// after the client connected (nothing they send is lost; it waits);
+    /// `Duration::ZERO` forwards them at once again.
+    pub fn delay_new_connections(&self, delay: Duration) {
+        *self
+            .shared
+            .connect_delay
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = delay;
     }
 
     /// Count the client writes for which `matches` holds, from now on (to
