@@ -16,7 +16,7 @@
 #   scripts/services.sh pid NAME       print the server's process id
 #
 # Server names: redis, redlock1..redlock5, postgres, mysql, etcd, etcd1..etcd3,
-# zk, zk1..zk3. Tests that stop and restart a server call this script with
+# etcdauth (authentication on: user root, password distlock), zk, zk1..zk3. Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
 # State lives in $DISTLOCK_SERVICES_DIR (default /var/tmp/distlock-services).
@@ -34,6 +34,9 @@ ETCD_PORT=12379
 ETCD_PEER_PORT=12380
 ETCD_CLUSTER_PORTS=(12401 12402 12403)
 ETCD_CLUSTER_PEER_PORTS=(12411 12412 12413)
+ETCD_AUTH_PORT=12431
+ETCD_AUTH_PEER_PORT=12432
+ETCD_ROOT_PASSWORD=distlock
 ZK_PORT=12181
 ZK_TLS_PORT=12191
 ZK_ENSEMBLE_PORTS=(12182 12183 12184)
@@ -47,7 +50,7 @@ DB_NAME=distlock
 PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
     protobuf-compiler libprotobuf-dev curl openssl)
 
-ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 zk zk1 zk2 zk3)
+ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -179,6 +182,8 @@ start_postgres() {
     if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_roles WHERE rolname='$DB_USER'")" != 1 ]; then
         "${psql[@]}" -c "CREATE ROLE $DB_USER LOGIN PASSWORD '$DB_PASSWORD'"
     fi
+    # The password test makes a role of its own.
+    "${psql[@]}" -c "ALTER ROLE $DB_USER CREATEROLE"
     if [ "$("${psql[@]}" -c "SELECT 1 FROM pg_database WHERE datname='$DB_NAME'")" != 1 ]; then
         "${psql[@]}" -c "CREATE DATABASE $DB_NAME OWNER $DB_USER"
     fi
@@ -203,11 +208,14 @@ start_mysql() {
 CREATE DATABASE IF NOT EXISTS $DB_NAME;
 CREATE USER IF NOT EXISTS '$DB_USER'@'localhost' IDENTIFIED BY '$DB_PASSWORD';
 CREATE USER IF NOT EXISTS '$DB_USER'@'127.0.0.1' IDENTIFIED BY '$DB_PASSWORD';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost';
-GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1';
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'localhost' WITH GRANT OPTION;
+GRANT ALL ON $DB_NAME.* TO '$DB_USER'@'127.0.0.1' WITH GRANT OPTION;
 -- The fault hook finds a row lock's holder in information_schema.innodb_trx.
 GRANT PROCESS ON *.* TO '$DB_USER'@'localhost';
 GRANT PROCESS ON *.* TO '$DB_USER'@'127.0.0.1';
+-- The password test makes a user of its own.
+GRANT CREATE USER ON *.* TO '$DB_USER'@'localhost';
+GRANT CREATE USER ON *.* TO '$DB_USER'@'127.0.0.1';
 SQL
 }
 ready_mysql() { mariadb-admin --no-defaults --socket="$(dir_of mysql)/mysql.sock" -uroot ping >/dev/null; }
@@ -217,6 +225,7 @@ ready_mysql() { mariadb-admin --no-defaults --socket="$(dir_of mysql)/mysql.sock
 etcd_ports() { # client peer
     case $1 in
         etcd) echo "$ETCD_PORT $ETCD_PEER_PORT" ;;
+        etcdauth) echo "$ETCD_AUTH_PORT $ETCD_AUTH_PEER_PORT" ;;
         etcd[1-3]) local i=$(( ${1#etcd} - 1 )); echo "${ETCD_CLUSTER_PORTS[$i]} ${ETCD_CLUSTER_PEER_PORTS[$i]}" ;;
     esac
 }
@@ -225,8 +234,8 @@ start_etcd() {
     local name=$1 d client peer cluster token
     d=$(dir_of "$name"); read -r client peer <<<"$(etcd_ports "$name")"
     mkdir -p "$d"
-    if [ "$name" = etcd ]; then
-        cluster="etcd=http://$HOST:$peer"; token=distlock-single
+    if [ "$name" = etcd ] || [ "$name" = etcdauth ]; then
+        cluster="$name=http://$HOST:$peer"; token="distlock-$name"
     else
         cluster=""
         for i in 1 2 3; do cluster+="${cluster:+,}etcd$i=http://$HOST:${ETCD_CLUSTER_PEER_PORTS[$((i - 1))]}"; done
@@ -241,7 +250,25 @@ start_etcd() {
 ready_etcd() {
     local client
     read -r client _ <<<"$(etcd_ports "$1")"
-    curl -sf --max-time 2 "http://$HOST:$client/health" | grep -q '"health":"true"'
+    if [ "$1" = etcdauth ]; then
+        # Its health check needs credentials once authentication is on.
+        curl -sf --max-time 2 "http://$HOST:$client/version" | grep -q etcdserver
+    else
+        curl -sf --max-time 2 "http://$HOST:$client/health" | grep -q '"health":"true"'
+    fi
+}
+
+# Turn authentication on in the etcdauth server (once: its data directory
+# keeps it), through the JSON gateway: user root with the root role.
+etcd_auth_on() {
+    local api="http://$HOST:$ETCD_AUTH_PORT/v3/auth"
+    if curl -sf --max-time 5 -X POST "$api/user/add" \
+        -d "{\"name\":\"root\",\"password\":\"$ETCD_ROOT_PASSWORD\"}" >/dev/null; then
+        curl -sf --max-time 5 -X POST "$api/user/grant" -d '{"user":"root","role":"root"}' >/dev/null
+        curl -sf --max-time 5 -X POST "$api/enable" -d '{}' >/dev/null
+    fi
+    # Either it was just turned on or it already was: an anonymous request is refused.
+    ! curl -sf --max-time 5 -X POST "$api/user/list" -d '{}' >/dev/null
 }
 
 # --------------------------------------------------------------- zookeeper --
@@ -325,7 +352,7 @@ kind_of() {
         redis | redlock[1-5]) echo redis ;;
         postgres) echo postgres ;;
         mysql) echo mysql ;;
-        etcd | etcd[1-3]) echo etcd ;;
+        etcd | etcd[1-3] | etcdauth) echo etcd ;;
         zk | zk[1-3]) echo zk ;;
         *) die "unknown server '$1' (known: ${ALL[*]})" ;;
     esac
@@ -400,6 +427,7 @@ print_env() {
     echo "DISTLOCK_TEST_MYSQL_URL=mysql://$DB_USER:$DB_PASSWORD@$HOST:$MYSQL_PORT/$DB_NAME"
     echo "DISTLOCK_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT"
     echo "DISTLOCK_TEST_ETCD_CLUSTER_URL=etcd://$etcd_cluster"
+    echo "DISTLOCK_TEST_ETCD_AUTH_URL=etcd://root:$ETCD_ROOT_PASSWORD@$HOST:$ETCD_AUTH_PORT"
     echo "DISTLOCK_TEST_ZK_URL=zk://$HOST:$ZK_PORT"
     echo "DISTLOCK_TEST_ZK_ENSEMBLE_URL=zk://$zk_ensemble"
     echo "DISTLOCK_TEST_ZK_TLS_URL=zk+tls://$HOST:$ZK_TLS_PORT?tls_ca=$STATE/zk-tls/ca.pem"
@@ -421,6 +449,7 @@ up() {
         wait_until "$s" 120 is_up "$s" || failed+=("$s")
     done
     [ ${#failed[@]} -eq 0 ] || die "not answering: ${failed[*]}"
+    etcd_auth_on || die "could not turn authentication on in etcdauth"
     log "all ${#ALL[@]} servers up in $((SECONDS - started))s (state in $STATE)"
 }
 

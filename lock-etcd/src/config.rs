@@ -126,13 +126,13 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let (user, hosts) = match authority.rsplit_once('@') {
         Some((userinfo, hosts)) => {
             let (u, p) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            let decode = |s: &str| {
-                url::form_urlencoded::parse(format!("x={s}").as_bytes())
-                    .next()
-                    .map(|(_, v)| v.into_owned())
-                    .unwrap_or_default()
-            };
-            (Some((decode(u), decode(p))), hosts)
+            // Percent-escapes only: user-info is not form data, so `+`
+            // and `&` are the password's own characters.
+            let user = lock_core::raw::percent_decode(u)
+                .map_err(|e| invalid(format!("the user name: {e}")))?;
+            let password = lock_core::raw::percent_decode(p)
+                .map_err(|e| invalid(format!("the password: {e}")))?;
+            (Some((user, password)), hosts)
         }
         None => (None, authority),
     };
@@ -186,6 +186,9 @@ mod tests {
         assert_eq!(p.config.prefix, "/app/locks");
         assert_eq!(p.config.session_ttl, Duration::from_secs(5));
         assert_eq!(p.user, Some(("u".to_string(), "p@ss".to_string())));
+        // User-info is not form data: `+`, `&` and `=` are kept.
+        let q = parse_url("etcd://u+v:p+q&r=s t!%@h:1").expect("valid");
+        assert_eq!(q.user, Some(("u+v".to_string(), "p+q&r=s t!%".to_string())));
         assert_eq!(p.display, "etcd://127.0.0.1:2379,h2:2380/app/locks");
         let tls = parse_url("etcd+https://h:2379").expect("valid");
         assert!(tls.tls && tls.endpoints[0].starts_with("https://"));
