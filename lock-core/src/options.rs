@@ -61,7 +61,11 @@ impl Backoff {
         let grown = self.initial.as_secs_f64() * self.multiplier.powi(attempt.min(64) as i32);
         let capped = grown.min(self.max.as_secs_f64());
         let cut = self.jitter * rand::random::<f64>();
-        Duration::from_secs_f64((capped * (1.0 - cut)).max(0.0))
+        // Seconds as `f64` round `Duration::MAX` up past itself, and a
+        // growth factor can reach infinity: anything not representable
+        // (or not a number) is the largest delay.
+        Duration::try_from_secs_f64((capped * (1.0 - cut)).max(0.0))
+            .map_or(self.max, |d| d.min(self.max))
     }
 
     fn validate(&self) -> Result<(), LockError> {
@@ -199,4 +203,61 @@ pub fn validate_ttl(ttl: Duration, caps: &Capabilities) -> Result<(), LockError>
     }
     debug_assert!(drift_allowance(ttl) < ttl);
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn duration() -> impl Strategy<Value = Duration> {
+        prop_oneof![
+            Just(Duration::ZERO),
+            Just(Duration::MAX),
+            any::<u64>().prop_map(Duration::from_nanos),
+            (any::<u64>(), 0u32..1_000_000_000).prop_map(|(s, n)| Duration::new(s, n)),
+        ]
+    }
+
+    fn factor() -> impl Strategy<Value = f64> {
+        prop_oneof![
+            Just(f64::NAN),
+            Just(f64::INFINITY),
+            Just(f64::NEG_INFINITY),
+            Just(f64::MAX),
+            Just(0.0),
+            Just(1.0),
+            any::<f64>(),
+            0.0f64..=1.0,
+            1.0f64..1e12,
+        ]
+    }
+
+    proptest! {
+        /// Any backoff, valid or not, at any attempt: a delay no longer
+        /// than its `max`, never a panic.
+        #[test]
+        fn a_delay_never_panics_and_never_passes_max(
+            initial in duration(),
+            max in duration(),
+            multiplier in factor(),
+            jitter in factor(),
+            attempt in any::<u32>(),
+        ) {
+            let b = Backoff { initial, max, multiplier, jitter };
+            prop_assert!(b.delay(attempt) <= max);
+        }
+    }
+
+    #[test]
+    fn a_growth_past_what_a_duration_holds_is_the_largest_delay() {
+        let b = Backoff {
+            initial: Duration::from_millis(1),
+            max: Duration::MAX,
+            multiplier: 1e10,
+            jitter: 0.0,
+        };
+        assert!(b.validate().is_ok());
+        assert_eq!(b.delay(40), Duration::MAX);
+    }
 }

@@ -243,6 +243,7 @@ macro_rules! conformance_suite {
                 drop_releases,
                 names_are_independent_and_distinct,
                 invalid_input_is_typed,
+                options_at_their_limits_never_panic,
                 reentrant_owner_counts,
                 grant_after_long_wait_is_valid,
                 very_long_waits_work,
@@ -1030,6 +1031,75 @@ pub async fn invalid_input_is_typed(h: Harness) {
         Err(LockError::InvalidOptions { .. })
     ));
     assert!(g.release().await.expect("release"));
+}
+
+/// Options at the edges of their types (the largest durations, a backoff
+/// that grows past what a `Duration` holds, no jitter and full jitter)
+/// give a lock, a timeout or a typed error, never a panic, both while the
+/// lock is held (the waits poll or are woken with those backoffs) and when
+/// it is free.
+pub async fn options_at_their_limits_never_panic(h: Harness) {
+    let name = unique_name("limits");
+    let max_ttl = h.lock.capabilities().max_ttl;
+    let huge = [
+        Backoff {
+            initial: Duration::from_nanos(1),
+            max: Duration::MAX,
+            multiplier: 1e10,
+            jitter: 0.0,
+        },
+        Backoff {
+            initial: Duration::from_millis(1),
+            max: Duration::MAX,
+            multiplier: f64::MAX,
+            jitter: 1.0,
+        },
+        Backoff {
+            initial: Duration::MAX,
+            max: Duration::MAX,
+            multiplier: 1.0,
+            jitter: 0.5,
+        },
+    ];
+    let mut edge = Vec::new();
+    for backoff in huge {
+        for ttl in [max_ttl, Duration::from_secs(10)] {
+            for margin in [Duration::MAX, Duration::ZERO] {
+                edge.push(
+                    LockOptions::new()
+                        .ttl(ttl)
+                        .backoff(backoff.clone())
+                        .safety_margin(margin)
+                        .auto_renew(false),
+                );
+            }
+        }
+    }
+    let held = h
+        .lock
+        .acquire(&name, &opts(10_000, Wait::No, false))
+        .await
+        .expect("the holder");
+    for o in &edge {
+        let waited = o.clone().wait(Wait::Up(Duration::from_millis(150)));
+        match h.other.acquire(&name, &waited).await {
+            Err(LockError::Timeout { .. } | LockError::InvalidOptions { .. }) => {}
+            other => panic!("a held lock, {o:?}: {other:?}"),
+        }
+        match h.other.try_acquire(&name, o).await {
+            Ok(None) | Err(LockError::InvalidOptions { .. }) => {}
+            other => panic!("a held lock, {o:?}: {other:?}"),
+        }
+    }
+    assert!(held.release().await.expect("release"));
+    for o in &edge {
+        let o = o.clone().wait(Wait::Up(Duration::MAX));
+        match h.lock.acquire(&name, &o).await {
+            Ok(g) => assert!(g.release().await.expect("release")),
+            Err(LockError::InvalidOptions { .. }) => {}
+            Err(e) => panic!("a free lock, {o:?}: {e:?}"),
+        }
+    }
 }
 
 /// One owner may nest acquisitions; another owner waits until the count
