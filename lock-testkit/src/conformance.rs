@@ -1068,7 +1068,7 @@ pub async fn options_at_their_limits_never_panic(h: Harness) {
                 edge.push(
                     LockOptions::new()
                         .ttl(ttl)
-                        .backoff(backoff.clone())
+                        .backoff(backoff)
                         .safety_margin(margin)
                         .auto_renew(false),
                 );
