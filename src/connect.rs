@@ -3,38 +3,12 @@
 use std::fmt;
 use std::sync::Arc;
 
-use lock_core::{DistributedLock, LockError, MemoryLock};
+use lock_core::raw::LockUrl;
+use lock_core::{DistributedLock, LockError, redact_url};
 use lock_layers::Layer;
 
-use lock_core::redact_url;
-
-use crate::epoch::{EpochLock, split_epoch};
-use crate::migrate::MigratingLock;
-
-/// The URL schemes `connect` knows, with the cargo feature each needs.
-pub const SCHEMES: &[(&str, &str)] = &[
-    ("memory", "memory"),
-    ("sqlite", "sqlite"),
-    ("redis", "redis"),
-    ("rediss", "redis"),
-    ("redlock", "redlock"),
-    ("postgres", "postgres"),
-    ("postgresql", "postgres"),
-    ("mysql", "mysql"),
-    ("mariadb", "mysql"),
-    ("etcd", "etcd"),
-    ("etcd+https", "etcd"),
-    ("zk", "zookeeper"),
-    ("zk+tls", "zookeeper"),
-    ("migrate", "migrate"),
-];
-
-fn invalid(url: &str, reason: impl Into<String>) -> LockError {
-    LockError::InvalidUrl {
-        url: redact_url(url),
-        reason: reason.into(),
-    }
-}
+use crate::epoch::{EPOCH_OPTION, EpochLock, parse_epoch};
+use crate::registry;
 
 /// Build a lock service from a URL; the scheme picks the backend.
 ///
@@ -68,16 +42,23 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 /// # Ok(()) }
 /// ```
 pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
-    let is_migrate = url
-        .get(..10)
-        .is_some_and(|s| s.eq_ignore_ascii_case("migrate://"));
-    if is_migrate {
-        return Ok(Arc::new(MigratingLock::connect(url).await?));
+    let invalid = |reason: String| LockError::InvalidUrl {
+        url: redact_url(url),
+        reason,
+    };
+    let scheme = LockUrl::scheme_of(url)?;
+    let backend = registry::backend(&scheme).map_err(invalid)?;
+    if !backend.takes_epoch {
+        return (backend.build)(url).await;
     }
-    let (stripped, epoch) = split_epoch(url).map_err(|reason| invalid(url, reason))?;
-    let lock = connect_backend(&stripped).await.map_err(|e| match e {
+    let (stripped, epoch) = LockUrl::take_option(url, EPOCH_OPTION)?;
+    let epoch = epoch
+        .map(|v| parse_epoch(&v))
+        .transpose()
+        .map_err(invalid)?;
+    let lock = (backend.build)(&stripped).await.map_err(|e| match e {
         // Name the URL as the caller wrote it.
-        LockError::InvalidUrl { reason, .. } => invalid(url, reason),
+        LockError::InvalidUrl { reason, .. } => invalid(reason),
         other => other,
     })?;
     Ok(match epoch {
@@ -142,54 +123,4 @@ pub async fn connect_with(
         .layers
         .iter()
         .fold(lock, |inner, layer| layer.layer(inner)))
-}
-
-async fn connect_backend(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return Err(invalid(
-            url,
-            "expected SCHEME://…, e.g. sqlite:///var/lib/app/locks.db",
-        ));
-    };
-    let scheme = scheme.to_ascii_lowercase();
-    let Some(&(_, feature)) = SCHEMES.iter().find(|(s, _)| *s == scheme) else {
-        let known: Vec<&str> = SCHEMES.iter().map(|(s, _)| *s).collect();
-        return Err(invalid(
-            url,
-            format!("unknown scheme `{scheme}` (known: {})", known.join(", ")),
-        ));
-    };
-    match feature {
-        "memory" => {
-            if !rest.is_empty() {
-                return Err(invalid(url, "memory:// takes no host, path or options"));
-            }
-            Ok(Arc::new(MemoryLock::new()))
-        }
-        #[cfg(feature = "sqlite")]
-        "sqlite" => Ok(Arc::new(lock_sql::SqliteLock::connect(url).await?)),
-        #[cfg(feature = "redis")]
-        "redis" => Ok(Arc::new(lock_redis::RedisLock::connect(url).await?)),
-        #[cfg(feature = "redlock")]
-        "redlock" => Ok(Arc::new(lock_redlock::Redlock::connect(url).await?)),
-        #[cfg(feature = "etcd")]
-        "etcd" => Ok(Arc::new(lock_etcd::EtcdLock::connect(url).await?)),
-        #[cfg(feature = "postgres")]
-        "postgres" => Ok(Arc::new(lock_sql::PgLock::connect(url).await?)),
-        #[cfg(feature = "mysql")]
-        "mysql" => Ok(Arc::new(lock_sql::MySqlLock::connect(url).await?)),
-        #[cfg(feature = "zookeeper")]
-        "zookeeper" => Ok(Arc::new(lock_zk::ZkLock::connect(url).await?)),
-        _ => Err(unavailable_backend(url, feature)),
-    }
-}
-
-/// The error for a known scheme whose backend is not compiled in.
-fn unavailable_backend(url: &str, feature: &str) -> LockError {
-    invalid(
-        url,
-        format!(
-            "the `{feature}` backend is not compiled in: enable the distlock cargo feature `{feature}` (or `full`)"
-        ),
-    )
 }

@@ -102,38 +102,11 @@ impl DistributedLock for EpochLock {
     }
 }
 
-/// `url` without its `fencing_epoch` option, and the epoch if one was given.
-/// The option is looked for in the query after the user-info (a password
-/// may hold a `?`).
-pub fn split_epoch(url: &str) -> Result<(String, Option<u16>), String> {
-    let authority_end = url.rfind('@').unwrap_or(0);
-    let Some(q) = url[authority_end..].find('?').map(|i| i + authority_end) else {
-        return Ok((url.to_string(), None));
-    };
-    let (base, query) = (&url[..q], &url[q + 1..]);
-    let mut epoch = None;
-    let mut kept = Vec::new();
-    for pair in query.split('&') {
-        match pair.split_once('=') {
-            Some((EPOCH_OPTION, value)) => {
-                let n: u16 = value.parse().map_err(|_| {
-                    format!(
-                        "`{EPOCH_OPTION}` must be a whole number from 0 to 65535, got `{value}`"
-                    )
-                })?;
-                if epoch.replace(n).is_some() {
-                    return Err(format!("`{EPOCH_OPTION}` given twice"));
-                }
-            }
-            _ => kept.push(pair),
-        }
-    }
-    let url = if kept.is_empty() {
-        base.to_string()
-    } else {
-        format!("{base}?{}", kept.join("&"))
-    };
-    Ok((url, epoch))
+/// The value of a `fencing_epoch` option.
+pub(crate) fn parse_epoch(value: &str) -> Result<u16, String> {
+    value.parse().map_err(|_| {
+        format!("`{EPOCH_OPTION}` must be a whole number from 0 to 65535, got `{value}`")
+    })
 }
 
 #[cfg(test)]
@@ -141,21 +114,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_epoch_option_is_taken_out_of_the_url() {
-        assert_eq!(
-            split_epoch("etcd://h:1/p?fencing_epoch=2&session_ttl_s=5"),
-            Ok(("etcd://h:1/p?session_ttl_s=5".to_string(), Some(2)))
-        );
-        assert_eq!(
-            split_epoch("redis://:pa?ss@h:1?fencing_epoch=1"),
-            Ok(("redis://:pa?ss@h:1".to_string(), Some(1)))
-        );
-        assert_eq!(
-            split_epoch("sqlite:///x.db"),
-            Ok(("sqlite:///x.db".to_string(), None))
-        );
-        assert!(split_epoch("etcd://h?fencing_epoch=x").is_err());
-        assert!(split_epoch("etcd://h?fencing_epoch=70000").is_err());
-        assert!(split_epoch("etcd://h?fencing_epoch=1&fencing_epoch=2").is_err());
+    fn epochs_are_16_bit_numbers() {
+        assert_eq!(parse_epoch("2"), Ok(2));
+        assert_eq!(parse_epoch("65535"), Ok(65535));
+        for bad in ["x", "70000", "-1", ""] {
+            assert!(parse_epoch(bad).is_err(), "{bad}");
+        }
     }
 }

@@ -30,11 +30,12 @@
 mod connect;
 mod epoch;
 mod migrate;
+mod registry;
 
 /// Layers for any lock: tracing spans, metrics, retries (`lock-layers`).
 pub use lock_layers as layers;
 
-pub use connect::{ConnectOptions, SCHEMES, connect, connect_with};
+pub use connect::{ConnectOptions, connect, connect_with};
 pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
 pub use lock_core::redact_url;
 pub use lock_core::{
@@ -63,6 +64,7 @@ pub use lock_sql::{SqliteConfig, SqliteLock};
 #[cfg(feature = "zookeeper")]
 pub use lock_zk::{ZkConfig, ZkLock, zookeeper_client};
 pub use migrate::MigratingLock;
+pub use registry::{Scheme, schemes};
 
 /// The README's examples, compiled as doctests so they stay true.
 #[cfg(doctest)]

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::{
-    GuardHandle, LeaseState, RawGuard, RawLock, Request, UrlOptions, async_trait, granted_too_late,
+    GuardHandle, LeaseState, LockUrl, RawGuard, RawLock, Request, async_trait, granted_too_late,
 };
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
@@ -384,32 +384,25 @@ fn invalid(url: &str, reason: impl Into<String>) -> LockError {
 }
 
 /// The nested URLs of `migrate://?from=…&to=…`.
-fn parse(url: &str) -> Result<(String, String), LockError> {
-    let parsed = url::Url::parse(url).map_err(|e| invalid(url, e.to_string()))?;
-    if parsed.host_str().is_some_and(|h| !h.is_empty())
-        || !matches!(parsed.path(), "" | "/")
-        || parsed.username() != ""
-    {
-        return Err(invalid(
-            url,
-            "expected migrate://?from=OLD_URL&to=NEW_URL (no host or path)",
-        ));
+fn parse(raw: &str) -> Result<(String, String), LockError> {
+    let url = LockUrl::parse(raw)?;
+    url.expect_scheme(&["migrate"])?;
+    if !url.hosts().is_empty() || !matches!(url.path(), "" | "/") || url.user().is_some() {
+        return Err(url.invalid("expected migrate://?from=OLD_URL&to=NEW_URL (no host or path)"));
     }
-    let mut options = UrlOptions::parse(&redact_url(url), parsed.query().unwrap_or(""))?;
+    let mut options = url.options()?;
     let (from, to) = (options.text("from")?, options.text("to")?);
     options.finish()?;
     let (Some(from), Some(to)) = (from, to) else {
-        return Err(invalid(
-            url,
-            "both `from` and `to` are required: migrate://?from=OLD_URL&to=NEW_URL",
-        ));
+        return Err(
+            url.invalid("both `from` and `to` are required: migrate://?from=OLD_URL&to=NEW_URL")
+        );
     };
     for (which, nested) in [("from", &from), ("to", &to)] {
         if nested.to_ascii_lowercase().starts_with("migrate:") {
-            return Err(invalid(
-                url,
-                format!("`{which}` is itself a migrate:// URL; migrate one step at a time"),
-            ));
+            return Err(url.invalid(format!(
+                "`{which}` is itself a migrate:// URL; migrate one step at a time"
+            )));
         }
     }
     Ok((from, to))

@@ -18,6 +18,7 @@ mod error;
 mod guard;
 mod info;
 mod lock;
+mod lock_url;
 mod loss;
 mod memory;
 mod name;
@@ -25,7 +26,6 @@ mod options;
 mod owner;
 mod reentrant;
 mod url_options;
-mod url_text;
 mod wakeup;
 mod watchdog;
 
@@ -34,12 +34,12 @@ pub use error::{BoxError, LockError};
 pub use guard::{LockGuard, RELEASE_PATIENCE};
 pub use info::LockInfo;
 pub use lock::{DistributedLock, WAIT_OVERRUN};
+pub use lock_url::redact_url;
 pub use loss::{LossKind, LossReason};
 pub use memory::MemoryLock;
 pub use name::MAX_NAME_BYTES;
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait};
 pub use reentrant::{LockOwner, ReentrantGuard};
-pub use url_text::redact_url;
 
 pub mod raw {
     //! For backend authors: the pieces a backend is built from, none of which
@@ -63,10 +63,11 @@ pub mod raw {
     //! - [`Wakeups`] wakes waiters by name; [`acquire_by_polling`] builds a
     //!   wait from single attempts; [`check_request`] and [`wait_deadline`]
     //!   are the checks and the deadline a [`Request`] is made with.
-    //! - [`validate_name`], [`validate_ttl`], [`percent_decode`] and
-    //!   [`encode_userinfo`] check and read what a URL or a caller hands in;
+    //! - [`LockUrl`] is a backend URL parsed once (scheme, decoded
+    //!   credentials, hosts, path, query) and shown without its password;
     //!   [`UrlOptions`] reads every backend URL's query options the same
     //!   way (typed, durations with units, unknown options refused).
+    //! - [`validate_name`] and [`validate_ttl`] check what a caller hands in.
     //! - [`async_trait`](macro@async_trait) is the attribute every implementation of
     //!   [`RawLock`] and [`GuardHandle`] carries.
 
@@ -76,6 +77,7 @@ pub mod raw {
         Attempt, RawLock, Request, acquire_by_polling, check_request, granted_too_late,
         wait_deadline,
     };
+    pub use crate::lock_url::{HostPort, LockUrl};
     pub use crate::loss::{
         DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,
         drift_allowance, drift_allowance_with, safety_margin, validity_deadline,
@@ -84,7 +86,6 @@ pub mod raw {
     pub use crate::options::validate_ttl;
     pub use crate::owner::OwnerToken;
     pub use crate::url_options::UrlOptions;
-    pub use crate::url_text::{encode_userinfo, parse_flag, percent_decode};
     pub use crate::wakeup::Wakeups;
     pub use crate::watchdog::{Registration, Watchdog};
     pub use async_trait::async_trait;

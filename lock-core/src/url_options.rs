@@ -40,6 +40,9 @@ pub struct UrlOptions {
     pairs: Vec<(String, String)>,
     /// The names asked for so far, for the unknown-option error.
     known: Vec<&'static str>,
+    /// Whether `shown` shows the query as written, so that errors may
+    /// quote its values (a query the redaction hid may hold credentials).
+    values_shown: bool,
 }
 
 impl UrlOptions {
@@ -52,13 +55,15 @@ impl UrlOptions {
             shown: shown.to_string(),
             pairs: Vec::new(),
             known: Vec::new(),
+            values_shown: query.is_empty() || shown.ends_with(&format!("?{query}")),
         };
         for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             if key.is_empty() {
                 return Err(options.invalid("an option without a name".into()));
             }
             if options.pairs.iter().any(|(k, _)| *k == key) {
-                return Err(options.invalid(format!("option `{key}` is given twice")));
+                let key = options.name(&key);
+                return Err(options.invalid(format!("option {key} is given twice")));
             }
             options.pairs.push((key.into_owned(), value.into_owned()));
         }
@@ -93,7 +98,10 @@ impl UrlOptions {
         };
         match read(&value) {
             Some(v) => Ok(Some(v)),
-            None => Err(self.invalid(format!("`{key}` must be {expected}, got {value:?}"))),
+            None => {
+                let value = self.value(&value);
+                Err(self.invalid(format!("`{key}` must be {expected}, got {value}")))
+            }
         }
     }
 
@@ -104,7 +112,7 @@ impl UrlOptions {
 
     /// Take option `key` as yes or no (`true`/`false`, `on`/`off`, `1`/`0`).
     pub fn flag(&mut self, key: &'static str) -> Result<Option<bool>, LockError> {
-        self.parsed(key, "true or false", crate::url_text::parse_flag)
+        self.parsed(key, "true or false", parse_flag)
     }
 
     /// Take option `key` as a duration with its unit (`250ms`, `5s`,
@@ -131,9 +139,12 @@ impl UrlOptions {
                 Err(_) if value.parse::<u64>().is_ok() => Err(self.invalid(format!(
                     "`{key}` needs a unit, for example `{value}ms` or `{value}s`"
                 ))),
-                Err(e) => Err(self.invalid(format!(
-                    "`{key}` must be a duration such as `250ms` or `5s`, got {value:?}: {e}"
-                ))),
+                Err(e) => {
+                    let value = self.value(&value);
+                    Err(self.invalid(format!(
+                        "`{key}` must be a duration such as `250ms` or `5s`, got {value}: {e}"
+                    )))
+                }
             };
         }
         let by_unit: [(String, Unit); 2] =
@@ -141,8 +152,9 @@ impl UrlOptions {
         for (name, unit) in by_unit {
             if let Some(value) = self.take(&name) {
                 let n: u64 = value.parse().map_err(|_| {
+                    let value = self.value(&value);
                     self.invalid(format!(
-                        "`{name}` must be a whole number, got {value:?} (or write `{key}=` with a unit)"
+                        "`{name}` must be a whole number, got {value} (or write `{key}=` with a unit)"
                     ))
                 })?;
                 return Ok(Some(unit(n)));
@@ -157,7 +169,8 @@ impl UrlOptions {
         match self.pairs.first() {
             None => Ok(()),
             Some((key, _)) => Err(self.invalid(format!(
-                "unknown option `{key}` (known: {})",
+                "unknown option {} (known: {})",
+                self.name(key),
                 self.known.join(", ")
             ))),
         }
@@ -169,9 +182,40 @@ impl UrlOptions {
         self.pairs
     }
 
+    /// An option's name as errors quote it: `` `name` `` if it is a plain
+    /// word, else not at all (it may be a piece of a password).
+    fn name(&self, key: &str) -> String {
+        let plain = key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
+        if plain {
+            format!("`{key}`")
+        } else {
+            "whose name is not a plain word".to_string()
+        }
+    }
+
+    /// A value as errors quote it, if the URL as shown shows it.
+    fn value(&self, value: &str) -> String {
+        if self.values_shown {
+            format!("{value:?}")
+        } else {
+            "a value not shown here".to_string()
+        }
+    }
+
     fn take(&mut self, key: &str) -> Option<String> {
         let i = self.pairs.iter().position(|(k, _)| k == key)?;
         Some(self.pairs.remove(i).1)
+    }
+}
+
+/// A URL option's yes or no: `true`/`false`, `on`/`off` or `1`/`0`.
+fn parse_flag(value: &str) -> Option<bool> {
+    match value {
+        "true" | "on" | "1" => Some(true),
+        "false" | "off" | "0" => Some(false),
+        _ => None,
     }
 }
 
@@ -228,7 +272,8 @@ mod tests {
 
     #[test]
     fn values_are_decoded_and_typed() {
-        let mut o = UrlOptions::parse("x://h", "p=a%2Fb+c&n=7&f=off&x=2").expect("valid");
+        let mut o = UrlOptions::parse("x://h?p=a%2Fb+c&n=7&f=off&x=2", "p=a%2Fb+c&n=7&f=off&x=2")
+            .expect("valid");
         assert_eq!(o.text("p").unwrap().as_deref(), Some("a/b c"));
         assert_eq!(o.number::<u32>("n").unwrap(), Some(7));
         assert_eq!(o.flag("f").unwrap(), Some(false));

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::raw::UrlOptions;
+use lock_core::raw::LockUrl;
 
 /// Settings for an [`EtcdLock`](crate::EtcdLock).
 #[derive(Clone, PartialEq, Eq)]
@@ -106,41 +106,21 @@ pub(crate) struct ParsedUrl {
 /// (`session_ttl=10s`); the older `session_ttl_s`, `connect_timeout_ms` and
 /// `request_timeout_ms` are accepted too.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
-    let raw = &lock_core::raw::encode_userinfo(raw);
-    let (scheme, rest) = raw.split_once("://").unwrap_or(("", raw));
-    let shown = lock_core::redact_url(raw);
-    let invalid = |reason: String| LockError::InvalidUrl {
-        url: shown.clone(),
-        reason,
-    };
-    let tls = match scheme {
-        "etcd" => false,
-        "etcd+https" => true,
-        _ => return Err(invalid("expected an etcd:// or etcd+https:// URL".into())),
-    };
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, path) = match rest.find('/') {
-        Some(i) => rest.split_at(i),
-        None => (rest, ""),
-    };
-    let (user, hosts) = match authority.rsplit_once('@') {
-        Some((userinfo, hosts)) => {
-            let (u, p) = userinfo.split_once(':').unwrap_or((userinfo, ""));
-            // Percent-escapes only: user-info is not form data, so `+`
-            // and `&` are the password's own characters.
-            let user = lock_core::raw::percent_decode(u)
-                .map_err(|e| invalid(format!("the user name: {e}")))?;
-            let password = lock_core::raw::percent_decode(p)
-                .map_err(|e| invalid(format!("the password: {e}")))?;
-            (Some((user, password)), hosts)
-        }
-        None => (None, authority),
-    };
+    let url = LockUrl::parse(raw)?;
+    url.expect_scheme(&["etcd", "etcd+https"])?;
+    let tls = url.scheme() == "etcd+https";
+    let user = url.user().map(|user| {
+        (
+            user.to_string(),
+            url.password().unwrap_or_default().to_string(),
+        )
+    });
     let mut config = EtcdConfig::default();
+    let path = url.path();
     if !path.is_empty() && path != "/" {
         config.prefix = path.trim_end_matches('/').to_string();
     }
-    let mut options = UrlOptions::parse(&shown, query)?;
+    let mut options = url.options()?;
     for (key, setting) in [
         ("session_ttl", &mut config.session_ttl),
         ("connect_timeout", &mut config.connect_timeout),
@@ -152,18 +132,16 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     }
     options.finish()?;
     config.validate()?;
-    let mut endpoints = Vec::new();
-    for host in hosts.split(',') {
-        let (name, port) = host
-            .rsplit_once(':')
-            .ok_or_else(|| invalid(format!("member {host:?} needs host:port")))?;
-        if name.is_empty() || port.parse::<u16>().is_err() {
-            return Err(invalid(format!("member {host:?} needs host:port")));
-        }
-        endpoints.push(format!("{}://{host}", if tls { "https" } else { "http" }));
+    if url.hosts().iter().any(|h| h.port.is_none()) {
+        return Err(url.invalid("every member needs host:port"));
     }
+    let members = url.host_ports(2379)?;
+    let endpoints = members
+        .iter()
+        .map(|m| format!("{}://{m}", if tls { "https" } else { "http" }))
+        .collect();
     Ok(ParsedUrl {
-        display: format!("{scheme}://{hosts}{}", config.prefix),
+        display: format!("{}://{}{}", url.scheme(), members.join(","), config.prefix),
         endpoints,
         user,
         tls,

@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::raw::UrlOptions;
+use lock_core::raw::{HostPort, LockUrl};
 
 /// Settings for a [`RedisLock`](crate::RedisLock).
 #[derive(Clone, PartialEq, Eq)]
@@ -92,41 +92,25 @@ impl RedisConfig {
 /// A parsed connection URL: what to hand the redis client (our own query
 /// options removed, RESP3 requested) and our settings. Not `Debug`: the
 /// client URL carries the password.
-pub struct ParsedUrl {
+pub(crate) struct ParsedUrl {
     /// The URL for `redis::Client::open`, credentials included.
-    pub client_url: String,
+    pub(crate) client_url: String,
     /// Our settings, from the query options.
-    pub config: RedisConfig,
+    pub(crate) config: RedisConfig,
     /// `scheme://host:port/db`, safe to show.
-    pub display: String,
+    pub(crate) display: String,
 }
 
 /// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&handoff_window=…]`
 /// (or `rediss://` for TLS). Durations carry their unit (`250ms`, `2s`);
 /// the older `*_ms` names (whole milliseconds) are accepted too.
-pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
-    let raw = &lock_core::raw::encode_userinfo(raw);
-    let invalid = |reason: String| LockError::InvalidUrl {
-        url: lock_core::redact_url(raw),
-        reason,
-    };
-    let mut url = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
-    if !matches!(url.scheme(), "redis" | "rediss") {
-        return Err(invalid("expected a redis:// or rediss:// URL".into()));
-    }
-    let host = url
-        .host_str()
-        .filter(|h| !h.is_empty())
-        .ok_or_else(|| invalid("the URL names no host".into()))?
-        .to_string();
-    let db = url.path().trim_start_matches('/').to_string();
-    if !db.is_empty() && db.parse::<u16>().is_err() {
-        return Err(invalid(format!(
-            "the path must be a database number, got {db:?}"
-        )));
-    }
+pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
+    let url = LockUrl::parse(raw)?;
+    url.expect_scheme(&["redis", "rediss"])?;
+    let host = url.single_host()?;
+    let db = database(&url)?;
     let mut config = RedisConfig::default();
-    let mut options = UrlOptions::parse(&lock_core::redact_url(raw), url.query().unwrap_or(""))?;
+    let mut options = url.options()?;
     if let Some(prefix) = options.text("prefix")? {
         config.prefix = prefix;
     }
@@ -144,19 +128,34 @@ pub fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     options.text("protocol")?;
     options.finish()?;
     config.validate()?;
-    url.set_query(None);
-    url.query_pairs_mut().append_pair("protocol", "resp3");
-    let port = url.port().unwrap_or(6379);
-    let display = format!(
-        "{}://{host}:{port}/{}",
-        url.scheme(),
-        if db.is_empty() { "0" } else { db.as_str() }
-    );
+    let tls = url.scheme() == "rediss";
     Ok(ParsedUrl {
-        client_url: url.to_string(),
+        client_url: client_url(&url, tls, host, db),
         config,
-        display,
+        display: format!("{}://{}/{db}", url.scheme(), host.with_default_port(6379)),
     })
+}
+
+/// The database number a Redis URL's path names (`/3`); 0 without a path.
+pub fn database(url: &LockUrl) -> Result<u16, LockError> {
+    let db = url.path().trim_start_matches('/');
+    if db.is_empty() {
+        return Ok(0);
+    }
+    db.parse()
+        .map_err(|_| url.invalid(format!("the path must be a database number, got {db:?}")))
+}
+
+/// The URL `redis::Client::open` takes for one server: `url`'s
+/// credentials, `host` (port 6379 if none), database `db`, RESP3, TLS
+/// (`rediss://`) if `tls`. Not for display: it holds the password.
+pub fn client_url(url: &LockUrl, tls: bool, host: &HostPort, db: u16) -> String {
+    format!(
+        "{}://{}{}/{db}?protocol=resp3",
+        if tls { "rediss" } else { "redis" },
+        url.userinfo_for_client(),
+        host.with_default_port(6379)
+    )
 }
 
 /// Make sure rustls has a process-wide crypto provider before a TLS

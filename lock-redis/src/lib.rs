@@ -28,7 +28,7 @@ pub mod raw {
     //! renewal batching and shared subscriber that lock-redlock runs on each
     //! of its masters. Not needed to use [`RedisLock`](crate::RedisLock).
 
-    pub use crate::config::{ParsedUrl, check_client, ensure_tls_provider, parse_url};
+    pub use crate::config::{check_client, client_url, database, ensure_tls_provider};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};

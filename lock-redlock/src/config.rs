@@ -4,8 +4,8 @@ use std::fmt;
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::raw::{DEFAULT_DRIFT_FACTOR, UrlOptions};
-use lock_redis::raw::{ParsedUrl, parse_url as parse_node_url};
+use lock_core::raw::{DEFAULT_DRIFT_FACTOR, LockUrl};
+use lock_redis::raw::{client_url, database};
 
 /// Settings for a [`Redlock`](crate::Redlock).
 #[derive(Clone, PartialEq)]
@@ -118,28 +118,11 @@ pub(crate) struct ParsedRedlockUrl {
 /// Every node shares the credentials, database and options; `tls=true`
 /// connects to every node with TLS (as `rediss://`).
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
-    let raw = &lock_core::raw::encode_userinfo(raw);
-    let shown = lock_core::redact_url(raw);
-    let invalid = |reason: String| LockError::InvalidUrl {
-        url: shown.clone(),
-        reason,
-    };
-    let rest = raw
-        .strip_prefix("redlock://")
-        .ok_or_else(|| invalid("expected a redlock:// URL".into()))?;
-    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-    let (authority, db) = rest.split_once('/').unwrap_or((rest, ""));
-    let (userinfo, hosts) = match authority.rsplit_once('@') {
-        Some((u, h)) => (Some(u), h),
-        None => (None, authority),
-    };
-    if !db.is_empty() && db.parse::<u16>().is_err() {
-        return Err(invalid(format!(
-            "the path must be a database number, got {db:?}"
-        )));
-    }
+    let url = LockUrl::parse(raw)?;
+    url.expect_scheme(&["redlock"])?;
+    let db = database(&url)?;
     let mut config = RedlockConfig::default();
-    let mut options = UrlOptions::parse(&shown, query)?;
+    let mut options = url.options()?;
     if let Some(prefix) = options.text("prefix")? {
         config.prefix = prefix;
     }
@@ -163,42 +146,20 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
     let tls = options.flag("tls")?.unwrap_or(false);
     options.finish()?;
     config.validate()?;
-    let hosts: Vec<&str> = hosts.split(',').collect();
-    let n = hosts.len();
+    let n = url.hosts().len();
     if !(n == 1 || (n >= 3 && n % 2 == 1)) {
-        return Err(invalid(format!(
+        return Err(url.invalid(format!(
             "Redlock needs an odd number of nodes, at least 3 (or 1 for testing), got {n}"
         )));
     }
-    let scheme = if tls { "rediss" } else { "redis" };
-    let mut nodes = Vec::with_capacity(n);
-    for host in hosts {
-        if host.is_empty() {
-            return Err(invalid("an empty host in the node list".into()));
-        }
-        // Each node is a plain Redis URL, checked by lock-redis's parser.
-        let node = format!(
-            "{scheme}://{}{host}/{db}?connect_timeout={}us&response_timeout={}us",
-            userinfo.map(|u| format!("{u}@")).unwrap_or_default(),
-            config.connect_timeout.as_micros(),
-            config.node_timeout.as_micros(),
-        );
-        let ParsedUrl {
-            client_url,
-            display,
-            ..
-        } = parse_node_url(&node).map_err(|e| match e {
-            LockError::InvalidUrl { reason, .. } => invalid(format!("node {host:?}: {reason}")),
-            other => other,
-        })?;
-        nodes.push(NodeUrl {
-            client_url,
-            display: display
-                .trim_start_matches("redis://")
-                .trim_start_matches("rediss://")
-                .to_string(),
-        });
-    }
+    let nodes = url
+        .hosts()
+        .iter()
+        .map(|host| NodeUrl {
+            client_url: client_url(&url, tls, host, db),
+            display: format!("{}/{db}", host.with_default_port(6379)),
+        })
+        .collect();
     // The prefix rules are lock-redis's.
     lock_redis::RedisConfig {
         prefix: config.prefix.clone(),

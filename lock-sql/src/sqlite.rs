@@ -36,8 +36,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    UrlOptions, Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Attempt, Batcher, GuardHandle, LockUrl, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -843,26 +843,16 @@ impl SqliteHandle {
 }
 
 /// Split `sqlite://PATH?query` into a path and settings.
-fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
-    let invalid = |reason: String| LockError::InvalidUrl {
-        url: lock_core::redact_url(&url.chars().take(200).collect::<String>()),
-        reason,
-    };
-    let rest = url
-        .strip_prefix("sqlite://")
-        .ok_or_else(|| invalid("expected `sqlite://PATH`".into()))?;
-    if rest.contains('@') {
-        // Everything up to the last `@` would be a user-info part, which a
-        // file has no use for; quoting any of it could show a password.
+fn parse_url(raw: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
+    let url = LockUrl::parse_file(raw)?;
+    url.expect_scheme(&["sqlite"])?;
+    let invalid = |reason: String| url.invalid(reason);
+    if url.user().is_some() {
         return Err(invalid(
             "a sqlite:// URL takes no user or password (write an `@` in the path as %40)".into(),
         ));
     }
-    let (path, query) = match rest.split_once('?') {
-        Some((p, q)) => (p, Some(q)),
-        None => (rest, None),
-    };
-    let path = lock_core::raw::percent_decode(path).map_err(invalid)?;
+    let path = url.path().to_string();
     if path.is_empty() {
         return Err(invalid(
             "the database path is empty (use `sqlite:///abs/path.db` or `sqlite://rel/path.db`)"
@@ -870,10 +860,7 @@ fn parse_url(url: &str) -> Result<(PathBuf, SqliteConfig), LockError> {
         ));
     }
     let mut config = SqliteConfig::default();
-    let mut options = UrlOptions::parse(
-        &lock_core::redact_url(&url.chars().take(200).collect::<String>()),
-        query.unwrap_or(""),
-    )?;
+    let mut options = url.options()?;
     if let Some(name) = options.text("table")? {
         config.table = Identifier::new(&name)?;
     }

@@ -4,7 +4,7 @@
 use std::time::Duration;
 
 use lock_core::LockError;
-use lock_core::raw::UrlOptions;
+use lock_core::raw::LockUrl;
 
 use crate::ident::Identifier;
 
@@ -104,25 +104,11 @@ const DEFAULT_SESSIONS: usize = 2;
 
 impl SqlUrl {
     pub(crate) fn parse(raw: &str, schemes: &[&str]) -> Result<Self, LockError> {
-        let raw = &lock_core::raw::encode_userinfo(raw);
-        let mut url = url::Url::parse(raw).map_err(|e| LockError::InvalidUrl {
-            url: lock_core::redact_url(raw),
-            reason: format!("not a URL: {e}"),
-        })?;
-        let _ = url.set_password(url.password().map(|_| "***"));
-        let display = {
-            let mut shown = url.clone();
-            shown.set_query(None);
-            shown.to_string()
-        };
-        let invalid = |reason: String| LockError::InvalidUrl {
-            url: display.clone(),
-            reason,
-        };
-        if !schemes.contains(&url.scheme()) {
-            return Err(invalid(format!("expected a {}:// URL", schemes[0])));
-        }
-        let mut options = UrlOptions::parse(&display, url.query().unwrap_or(""))?;
+        let url = LockUrl::parse(raw)?;
+        let display = url.without_query().shown().to_string();
+        let invalid = |reason: String| url.invalid(reason);
+        url.expect_scheme(schemes)?;
+        let mut options = url.options()?;
         let table = match options.text("table")? {
             Some(name) => {
                 let table = Identifier::new(&name)?;
@@ -160,13 +146,17 @@ impl SqlUrl {
         };
         // The rest is the driver's own (`sslmode`, `application_name`, …).
         let rest = options.into_rest();
-        let mut client = url::Url::parse(raw).map_err(|e| invalid(format!("not a URL: {e}")))?;
-        client.set_query(None);
+        let mut client_url = url.without_query().to_url_with_credentials();
         if !rest.is_empty() {
-            client.query_pairs_mut().extend_pairs(rest);
+            client_url.push('?');
+            client_url.push_str(
+                &url::form_urlencoded::Serializer::new(String::new())
+                    .extend_pairs(rest)
+                    .finish(),
+            );
         }
         Ok(SqlUrl {
-            client_url: client.to_string(),
+            client_url,
             display,
             table,
             mode,

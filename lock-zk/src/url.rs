@@ -5,8 +5,8 @@ use std::fmt;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use lock_core::raw::{UrlOptions, percent_decode};
-use lock_core::{LockError, redact_url};
+use lock_core::LockError;
+use lock_core::raw::LockUrl;
 
 /// The default root path under which lock nodes live.
 const DEFAULT_ROOT: &str = "/distlock";
@@ -56,52 +56,32 @@ impl fmt::Debug for ZkUrl {
 impl ZkUrl {
     /// Parse `raw`; errors show the URL with any password replaced.
     pub fn parse(raw: &str) -> Result<Self, LockError> {
-        let raw = &lock_core::raw::encode_userinfo(raw);
-        let invalid = |reason: &str| LockError::InvalidUrl {
-            url: redact_url(raw),
-            reason: reason.to_string(),
-        };
-        let (tls, rest) = match raw.split_once("://") {
-            Some(("zk", rest)) => (false, rest),
-            Some(("zk+tls", rest)) => (true, rest),
-            _ => return Err(invalid("expected a zk:// or zk+tls:// URL")),
-        };
-        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
-        let (authority, root) = match rest.find('/') {
-            Some(i) => (&rest[..i], rest[i..].trim_end_matches('/')),
-            None => (rest, ""),
-        };
-        let (digest, hosts) = match authority.rsplit_once('@') {
-            Some((userinfo, hosts)) => {
-                let (user, password) = userinfo
-                    .split_once(':')
+        let url = LockUrl::parse(raw)?;
+        url.expect_scheme(&["zk", "zk+tls"])?;
+        let invalid = |reason: &str| url.invalid(reason);
+        let tls = url.scheme() == "zk+tls";
+        let digest = match url.user() {
+            None => None,
+            Some(user) => {
+                let password = url
+                    .password()
                     .ok_or_else(|| invalid("credentials must be user:password"))?;
-                let user = percent_decode(user)
-                    .ok()
-                    .ok_or_else(|| invalid("bad %-escape in user"))?;
-                let password = percent_decode(password)
-                    .ok()
-                    .ok_or_else(|| invalid("bad %-escape in password"))?;
                 if user.is_empty() || user.contains(':') {
                     return Err(invalid("the digest user must be non-empty and without ':'"));
                 }
-                (Some(format!("{user}:{password}")), hosts)
+                Some(format!("{user}:{password}"))
             }
-            None => (None, authority),
         };
-        if hosts.is_empty()
-            || hosts.split(',').any(|h| {
-                h.rsplit_once(':')
-                    .is_none_or(|(host, p)| host.is_empty() || p.parse::<u16>().is_err())
-            })
-        {
+        if url.hosts().iter().any(|h| h.port.is_none()) {
             return Err(invalid("members must be host:port"));
         }
+        let hosts = url.host_ports(2181)?.join(",");
+        let root = url.path().trim_end_matches('/');
         let root = if root.is_empty() { DEFAULT_ROOT } else { root };
         if !plain_root(root) {
             return Err(invalid("the root must be a plain absolute path"));
         }
-        let mut options = UrlOptions::parse(&redact_url(raw), query)?;
+        let mut options = url.options()?;
         let session_timeout = match options.duration("session_timeout")? {
             Some(d) if d.is_zero() => {
                 return Err(invalid("`session_timeout` must be positive"));
@@ -129,7 +109,7 @@ impl ZkUrl {
             }),
         };
         Ok(ZkUrl {
-            hosts: hosts.to_string(),
+            hosts,
             root: root.to_string(),
             session_timeout,
             digest,
