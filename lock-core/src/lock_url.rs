@@ -15,7 +15,8 @@
 //!   by two hex digits is a `%` of the password.
 //! - A URL whose text after `://` starts with `/`, `?` or `#` has no
 //!   user-info or hosts (`sqlite:///var/lib/locks.db`,
-//!   `migrate://?from=…&to=…`).
+//!   `migrate://?from=…&to=…`); an `@` in its path is refused (it must be
+//!   written `%40`), and one in its query hides the query up to it.
 //! - `HOSTS` is `host[:port]` separated by commas; a host is a name, an
 //!   IPv4 address or a bracketed IPv6 address (`[::1]:2379`).
 //! - A `#` outside the user-info is refused: no lock URL has a fragment.
@@ -158,10 +159,9 @@ fn check_scheme(scheme: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "the scheme `{}` is not a URL scheme",
-            scheme.escape_debug()
-        ))
+        // Not quoted: what stands before a `://` that is not a scheme may
+        // be anything, credentials included.
+        Err("the text before `://` is not a URL scheme (a letter, then letters, digits, `+`, `-` or `.`)".to_string())
     }
 }
 
@@ -307,6 +307,11 @@ impl LockUrl {
                 (Some(user), password)
             }
         };
+        if parts.userinfo.is_none() && parts.path.contains('@') {
+            return Err(invalid(
+                "an `@` in the path must be written %40 (only credentials end with `@`)".into(),
+            ));
+        }
         let rest = [parts.authority, parts.path, parts.query.unwrap_or("")].concat();
         if rest.contains('#') {
             return Err(invalid(
@@ -660,9 +665,10 @@ mod tests {
 
     #[test]
     fn no_authority_after_a_slash_or_question_mark() {
-        let s = LockUrl::parse("sqlite:///var/tmp/a@b.db?table=t").expect("ok");
+        let s = LockUrl::parse("sqlite:///var/tmp/a%40b.db?table=t").expect("ok");
         assert!(s.hosts().is_empty() && s.user().is_none());
         assert_eq!(s.path(), "/var/tmp/a@b.db");
+        assert!(LockUrl::parse("sqlite:///var/tmp/a@b.db").is_err());
         let m = LockUrl::parse("migrate://?from=redis://:pw@h:1&to=etcd://h:2").expect("ok");
         assert_eq!(m.path(), "");
         assert_eq!(m.shown(), "migrate://***@h:1&to=etcd://h:2");
