@@ -2,19 +2,61 @@
 # The whole test suite, from a fresh machine: install and start every real
 # server (scripts/services.sh up), export their URLs, then run every test of
 # every crate with every backend feature, then the facade's URL tests with no
-# backend feature. Extra arguments go to `cargo test`.
+# backend feature. Extra arguments go to `cargo nextest run`.
+#
+# Tests run with cargo-nextest (.config/nextest.toml), each in a process of
+# its own and test binaries of independent backends side by side, in three
+# phases so that no test meets a server that another test has killed or
+# paused:
+#
+#   1. shared servers: every test that only uses the servers (conformance,
+#      network faults through a proxy, scale, the facade, the CLI, the
+#      migration rollout);
+#   2. one server group at a time: the fault binaries, which stop, kill and
+#      pause servers, each on its own servers, side by side;
+#   3. the history matrix (server nemeses on every backend), beside the
+#      tests that use none of its servers.
+#
+# Then the doctests (nextest does not run them), and the facade with no
+# backend compiled in.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
+command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
 scripts/services.sh up
 while IFS='=' read -r key value; do
     export "$key=$value"
 done < <(scripts/services.sh env)
 
+faults='binary(/_faults$/)'
+matrix='binary(ci_matrix)'
+# Tests that use no server a fault binary or the matrix acts on.
+beside_matrix='binary(memory_conformance) | binary(watchdog) | binary(layers)
+    | binary(/^sqlite_/) | binary(checker) | binary(credentials) | binary(connect)
+    | binary(/^redlock_(conformance|network|scale)$/)
+    | (kind(lib) & (package(lock-core) | package(lock-layers) | package(lock-testkit)
+        | package(distlock) | package(lock-check)))
+    | kind(bin)'
+
 status=0
-cargo test --workspace --all-features --no-fail-fast "$@" || status=$?
+phase() {
+    local name=$1 threads=$2 filter=$3
+    shift 3
+    local started=$SECONDS
+    echo "=== phase: $name" >&2
+    cargo nextest run --workspace --all-features --no-fail-fast \
+        --test-threads "$threads" -E "$filter" "$@" || status=1
+    echo "=== phase $name: $((SECONDS - started)) s" >&2
+}
+
+cargo nextest run --workspace --all-features --no-run
+phase "shared servers" 6 "not ($faults | $matrix | $beside_matrix)" "$@"
+phase "fault binaries" 6 "$faults" "$@"
+phase "history matrix" 4 "$matrix | $beside_matrix" "$@"
+
+cargo test --workspace --all-features --doc || status=1
 # The facade with no backend compiled in: URLs of a missing backend give
 # InvalidUrl naming the feature, and never show a password.
 cargo test -p distlock --no-default-features --no-fail-fast \
-    --test connect --test credentials "$@" || status=$?
+    --test connect --test credentials || status=1
 exit "$status"

@@ -2,53 +2,66 @@
 //! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
 //! kill/restart for the correctness-grade backends. Two runs go on at once,
 //! never two on the same servers (a server nemesis would strike the other
-//! run). The full 60 s matrix is `scripts/check-matrix.sh`.
+//! run), whether the cases run as threads of one process (`cargo test`) or
+//! as processes of their own (`cargo nextest`): the turns are file locks.
+//! The full 60 s matrix is `scripts/check-matrix.sh`.
 
-use std::collections::BTreeSet;
+use std::fs::File;
+use std::path::PathBuf;
 use std::process::Command;
-use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use lock_testkit::faults::env;
+use rustix::fs::{FlockOperation, flock};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lock-check");
 
 /// How many `lock-check` runs go on at once.
 const AT_ONCE: usize = 2;
 
-/// The server groups that a run is using now.
-static BUSY: Mutex<BTreeSet<&str>> = Mutex::new(BTreeSet::new());
-/// Signalled whenever a run ends.
-static FREED: Condvar = Condvar::new();
+/// A turn to run on one group of servers: an exclusive lock on the
+/// group's file and on one of [`AT_ONCE`] slot files, in the temporary
+/// directory; dropping it closes them, which lets a waiting case go.
+struct Turn {
+    _group: File,
+    _slot: File,
+}
 
-/// A turn to run on one group of servers; ending it lets a waiting case go.
-struct Turn(&'static str);
+/// The lock file `name` of the matrix, opened.
+fn lock_file(name: &str) -> File {
+    let path: PathBuf = std::env::temp_dir().join(format!("distlock-ci-matrix-{name}.lock"));
+    File::options()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .unwrap_or_else(|e| panic!("open {}: {e}", path.display()))
+}
 
 impl Turn {
-    /// Wait until fewer than [`AT_ONCE`] runs go on and none uses `servers`.
-    fn take(servers: &'static str) -> Self {
-        let mut busy = busy();
-        while busy.len() >= AT_ONCE || busy.contains(servers) {
-            busy = FREED.wait(busy).unwrap_or_else(|e| e.into_inner());
+    /// Wait until no other run uses `servers`, then until fewer than
+    /// [`AT_ONCE`] runs go on.
+    fn take(servers: &str) -> Self {
+        let group = lock_file(&format!("group-{servers}"));
+        flock(&group, FlockOperation::LockExclusive).expect("lock the server group");
+        loop {
+            for i in 0..AT_ONCE {
+                let slot = lock_file(&format!("slot-{i}"));
+                if flock(&slot, FlockOperation::NonBlockingLockExclusive).is_ok() {
+                    return Turn {
+                        _group: group,
+                        _slot: slot,
+                    };
+                }
+            }
+            std::thread::sleep(Duration::from_millis(100));
         }
-        busy.insert(servers);
-        Self(servers)
     }
-}
-
-impl Drop for Turn {
-    fn drop(&mut self) {
-        busy().remove(self.0);
-        FREED.notify_all();
-    }
-}
-
-fn busy() -> MutexGuard<'static, BTreeSet<&'static str>> {
-    BUSY.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Run `lock-check` on `url` under each nemesis (with its servers); all must
 /// pass. `servers` names the server group the runs use.
-fn check(case: &str, servers: &'static str, url: &str, nemeses: &[(&str, &[&str])]) {
+fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
     let _turn = Turn::take(servers);
     let root = tempfile::tempdir().expect("tempdir");
     let mut failed = Vec::new();
