@@ -95,17 +95,28 @@ mod slow_connections {
     const CONNECT_DELAY: Duration = Duration::from_millis(1500);
     const WAIT: Duration = Duration::from_secs(1);
 
-    async fn slow_connect_counts_against_the_wait<F, Fut>(env_var: &str, connect: F)
-    where
-        F: Fn(String) -> Fut,
-        Fut: Future<Output = Arc<dyn DistributedLock>>,
-    {
+    /// A Postgres or MySQL client (by `env_var`'s server) in `mode`.
+    async fn connect(env_var: &str, url: String, mode: &str) -> Arc<dyn DistributedLock> {
+        let url = format!("{url}&mode={mode}");
+        if env_var.contains("POSTGRES") {
+            Arc::new(PgLock::connect(&url).await.expect("connect"))
+        } else {
+            Arc::new(MySqlLock::connect(&url).await.expect("connect"))
+        }
+    }
+
+    async fn slow_connect_counts_against_the_wait(env_var: &str, mode: &str) {
         let url = env(env_var);
         let upstream = upstreams_of(&url).remove(0);
         let proxy = TcpProxy::start(&upstream).await;
         let via = with_upstreams(&url, &[proxy.addr().to_string()]);
-        let client = connect(format!("{via}?connect_timeout_ms=5000&sessions=0")).await;
-        let other = connect(format!("{url}?sessions=0")).await;
+        let client = connect(
+            env_var,
+            format!("{via}?connect_timeout_ms=5000&sessions=0"),
+            mode,
+        )
+        .await;
+        let other = connect(env_var, format!("{url}?sessions=0"), mode).await;
         let opts = LockOptions::new().ttl(Duration::from_secs(10));
         // Hold locks until one of them needed a new connection: then none
         // is idle, and the client's next acquisition connects anew. (The
@@ -158,51 +169,23 @@ mod slow_connections {
         }
     }
 
-    fn pg(
-        mode: &'static str,
-    ) -> impl Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn DistributedLock>>>> {
-        move |url| {
-            Box::pin(async move {
-                Arc::new(
-                    PgLock::connect(&format!("{url}&mode={mode}"))
-                        .await
-                        .expect("connect"),
-                ) as Arc<dyn DistributedLock>
-            })
-        }
-    }
-
-    fn my(
-        mode: &'static str,
-    ) -> impl Fn(String) -> std::pin::Pin<Box<dyn Future<Output = Arc<dyn DistributedLock>>>> {
-        move |url| {
-            Box::pin(async move {
-                Arc::new(
-                    MySqlLock::connect(&format!("{url}&mode={mode}"))
-                        .await
-                        .expect("connect"),
-                ) as Arc<dyn DistributedLock>
-            })
-        }
-    }
-
     #[tokio::test]
     async fn postgres_row() {
-        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", pg("row")).await;
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", "row").await;
     }
 
     #[tokio::test]
     async fn postgres_advisory() {
-        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", pg("advisory")).await;
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_POSTGRES_URL", "advisory").await;
     }
 
     #[tokio::test]
     async fn mysql_row() {
-        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", my("row")).await;
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", "row").await;
     }
 
     #[tokio::test]
     async fn mysql_advisory() {
-        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", my("advisory")).await;
+        slow_connect_counts_against_the_wait("DISTLOCK_TEST_MYSQL_URL", "advisory").await;
     }
 }
