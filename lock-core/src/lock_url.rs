@@ -78,6 +78,8 @@ pub struct LockUrl {
     path: String,
     query: Option<String>,
     shown: String,
+    /// Whether `shown` hides more than the password (see `Parts`).
+    hides_parts: bool,
 }
 
 /// The text of a URL cut where [`LockUrl`]'s rules cut it, before any of
@@ -117,9 +119,32 @@ impl<'a> Parts<'a> {
     /// (and the whole user-info, if it has no `:` or its user part is not
     /// plain text), and
     /// URLs nested in the query shown the same way.
+    /// Whether [`shown`](Self::shown) hides more than the user-info: then
+    /// errors must not quote any part of the URL either.
+    fn hides_parts(&self) -> bool {
+        let rest = [self.authority, self.path, self.query.unwrap_or("")].concat();
+        let at = self.userinfo.is_some() || rest.contains('@') || self.scheme.contains('@');
+        (check_scheme(self.scheme).is_err() && at)
+            || (self.userinfo.is_none() && rest.contains('@'))
+            || self.query.is_some_and(|q| shown_query(q) == "***")
+    }
+
+    /// `reason` if errors may quote parts of this URL, else a reason that
+    /// quotes none.
+    fn reason(&self, reason: String) -> String {
+        if self.hides_parts() {
+            HIDDEN_REASON.to_string()
+        } else {
+            reason
+        }
+    }
+
     fn shown(&self) -> String {
         let rest = [self.authority, self.path, self.query.unwrap_or("")].concat();
-        if check_scheme(self.scheme).is_err() && (rest.contains('@') || self.scheme.contains('@')) {
+        // Text before `://` that is not a scheme may hold a password with
+        // a `://` of its own: with any `@` about, none of it is shown.
+        let at = self.userinfo.is_some() || rest.contains('@') || self.scheme.contains('@');
+        if check_scheme(self.scheme).is_err() && at {
             return "<redacted>".to_string();
         }
         if self.userinfo.is_none() && rest.contains('@') {
@@ -164,6 +189,10 @@ fn check_scheme(scheme: &str) -> Result<(), String> {
         Err("the text before `://` is not a URL scheme (a letter, then letters, digits, `+`, `-` or `.`)".to_string())
     }
 }
+
+/// The reason given for a malformed URL whose shown form hides more than
+/// its password.
+const HIDDEN_REASON: &str = "malformed (no part of it is quoted: an `@` outside the user-info may mean credentials stand elsewhere; write an `@` that is not the user-info's end as %40)";
 
 /// A user name shown as written: letters, digits and `-._~%+` (a user
 /// name holding anything else may be a password cut at a stray `:`).
@@ -288,7 +317,7 @@ impl LockUrl {
         let shown = parts.shown();
         let invalid = |reason: String| LockError::InvalidUrl {
             url: shown.clone(),
-            reason,
+            reason: parts.reason(reason),
         };
         check_scheme(parts.scheme).map_err(invalid)?;
         let (user, password) = match parts.userinfo {
@@ -331,6 +360,7 @@ impl LockUrl {
                 path,
                 query: parts.query.map(str::to_string),
                 shown,
+                hides_parts: parts.hides_parts(),
             });
         }
         if !parts.authority.is_empty() {
@@ -354,6 +384,7 @@ impl LockUrl {
             path,
             query: parts.query.map(str::to_string),
             shown,
+            hides_parts: parts.hides_parts(),
         })
     }
 
@@ -391,7 +422,11 @@ impl LockUrl {
     /// The query's options, to be taken one by one and then
     /// [`finish`](UrlOptions::finish)ed.
     pub fn options(&self) -> Result<UrlOptions, LockError> {
-        UrlOptions::parse(&self.shown, self.query.as_deref().unwrap_or(""))
+        UrlOptions::parse_quoting(
+            &self.shown,
+            self.query.as_deref().unwrap_or(""),
+            !self.hides_parts,
+        )
     }
 
     /// The URL as errors and logs show it: `***` for the password.
@@ -401,9 +436,14 @@ impl LockUrl {
 
     /// The [`LockError::InvalidUrl`] of this URL, for `reason`.
     pub fn invalid(&self, reason: impl Into<String>) -> LockError {
+        let reason = if self.hides_parts {
+            HIDDEN_REASON.to_string()
+        } else {
+            reason.into()
+        };
         LockError::InvalidUrl {
             url: self.shown.clone(),
-            reason: reason.into(),
+            reason,
         }
     }
 
@@ -442,7 +482,9 @@ impl LockUrl {
     pub fn without_query(&self) -> LockUrl {
         let mut url = self.clone();
         url.query = None;
-        if let Some((base, _)) = self.shown.split_once('?') {
+        if !self.hides_parts
+            && let Some((base, _)) = self.shown.split_once('?')
+        {
             url.shown = base.to_string();
         }
         url
@@ -765,6 +807,7 @@ mod tests {
             ("redis://user:12/x@host", "12/x"),
             ("redlock://u:p/w@a:1,b:2,c:3", "p/w"),
             ("memory://u:MARK@MARK#@MARK&MARK@host", "MARK"),
+            ("etcd:/u:MARK]MARK://MARK@h9:5", "MARK"),
         ] {
             let shown = redact_url(url);
             assert!(!shown.contains(secret), "{url} -> {shown}");
@@ -916,7 +959,9 @@ mod tests {
                 prop_assert!(!redact_url(&raw).contains("SECRET"), "{}", redact_url(&raw));
                 match LockUrl::parse(&raw) {
                     Ok(url) => {
-                        prop_assert_eq!(url.password(), Some(pw.as_str()));
+                        // Written as it is: `%XX` escapes are decoded, any other `%` kept.
+                        let expected = decode_userinfo(&pw).expect("UTF-8");
+                        prop_assert_eq!(url.password(), Some(expected.as_str()));
                         let shown = format!("{url} {url:?} {}", url.shown());
                         prop_assert!(!shown.contains("SECRET"), "{}", shown);
                         if let Err(e) = url.options().and_then(UrlOptions::finish) {

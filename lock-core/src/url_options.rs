@@ -25,7 +25,7 @@ type Unit = fn(u64) -> Duration;
 /// assert_eq!(opts.flag("tls")?, Some(true));
 /// opts.finish()?;
 ///
-/// let mut opts = UrlOptions::parse("x://h", "conect_timeout=1s")?;
+/// let mut opts = UrlOptions::parse("x://h?conect_timeout=1s", "conect_timeout=1s")?;
 /// assert_eq!(opts.duration("connect_timeout")?, None);
 /// let err = opts.finish().unwrap_err().to_string();
 /// assert!(err.contains("unknown option `conect_timeout`"), "{err}");
@@ -47,15 +47,27 @@ pub struct UrlOptions {
 
 impl UrlOptions {
     /// Decode `query` (the text after `?`, `%`-escaped, `+` for a space).
-    /// `shown` is the URL as errors may quote it, without credentials. An
+    /// `shown` is the URL as errors may quote it, without credentials;
+    /// option names and values are quoted only if it ends with `?query`. An
     /// option without a name, or one given twice, is
     /// [`LockError::InvalidUrl`].
     pub fn parse(shown: &str, query: &str) -> Result<Self, LockError> {
+        let quotable = query.is_empty() || shown.ends_with(&format!("?{query}"));
+        Self::parse_quoting(shown, query, quotable)
+    }
+
+    /// [`parse`](Self::parse), saying whether errors may quote option
+    /// names and values (not where the URL as shown hides its query).
+    pub(crate) fn parse_quoting(
+        shown: &str,
+        query: &str,
+        quotable: bool,
+    ) -> Result<Self, LockError> {
         let mut options = UrlOptions {
             shown: shown.to_string(),
             pairs: Vec::new(),
             known: Vec::new(),
-            values_shown: query.is_empty() || shown.ends_with(&format!("?{query}")),
+            values_shown: quotable,
         };
         for (key, value) in url::form_urlencoded::parse(query.as_bytes()) {
             if key.is_empty() {
@@ -183,12 +195,13 @@ impl UrlOptions {
     }
 
     /// An option's name as errors quote it: `` `name` `` if it is a plain
-    /// word, else not at all (it may be a piece of a password).
+    /// word and the URL as shown shows its query, else not at all (it may
+    /// be a piece of a password).
     fn name(&self, key: &str) -> String {
         let plain = key
             .chars()
             .all(|c| c.is_ascii_alphanumeric() || "_-.".contains(c));
-        if plain {
+        if plain && self.values_shown {
             format!("`{key}`")
         } else {
             "whose name is not a plain word".to_string()
@@ -197,7 +210,8 @@ impl UrlOptions {
 
     /// A value as errors quote it, if the URL as shown shows it.
     fn value(&self, value: &str) -> String {
-        if self.values_shown {
+        // A value with an `@` may be a nested URL's credentials.
+        if self.values_shown && !value.contains('@') {
             format!("{value:?}")
         } else {
             "a value not shown here".to_string()
@@ -258,7 +272,8 @@ mod tests {
 
     #[test]
     fn unknown_empty_and_repeated_options_are_refused() {
-        let mut o = UrlOptions::parse("x://h", "prefix=p&tsl=true").expect("valid");
+        let mut o =
+            UrlOptions::parse("x://h?prefix=p&tsl=true", "prefix=p&tsl=true").expect("valid");
         o.text("prefix").unwrap();
         o.flag("tls").unwrap();
         let r = reason(o.finish().unwrap_err());
