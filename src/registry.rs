@@ -20,8 +20,8 @@ type Build = for<'a> fn(&'a str) -> Connecting<'a>;
 struct Backend {
     /// The schemes it answers, lower-case.
     schemes: &'static [&'static str],
-    /// The cargo feature that compiles it in.
-    feature: &'static str,
+    /// The cargo feature that compiles it in (`None`: always there).
+    feature: Option<&'static str>,
     /// Its constructor; `None` when the feature is off.
     build: Option<Build>,
     /// Whether its URLs take `fencing_epoch` (every backend's but
@@ -43,7 +43,7 @@ macro_rules! backend {
         }
         Backend {
             schemes: &[$($scheme),+],
-            feature: $feature,
+            feature: Some($feature),
             #[cfg(feature = $feature)]
             build: Some(build),
             #[cfg(not(feature = $feature))]
@@ -57,7 +57,7 @@ macro_rules! backend {
 const BACKENDS: &[Backend] = &[
     Backend {
         schemes: &["memory"],
-        feature: "memory",
+        feature: None,
         build: Some(memory),
         takes_epoch: true,
     },
@@ -70,7 +70,7 @@ const BACKENDS: &[Backend] = &[
     backend!("zookeeper", ["zk", "zk+tls"], lock_zk::ZkLock),
     Backend {
         schemes: &["migrate"],
-        feature: "migrate",
+        feature: None,
         build: Some(migrate),
         takes_epoch: false,
     },
@@ -104,9 +104,9 @@ fn migrate(url: &str) -> Connecting<'_> {
 pub struct Scheme {
     /// The scheme, as written before `://`.
     pub name: &'static str,
-    /// The cargo feature of distlock that compiles its backend in
-    /// (`memory` and `migrate` are always there).
-    pub feature: &'static str,
+    /// The cargo feature of distlock that compiles its backend in; `None`
+    /// for `memory://` and `migrate://`, which are always there.
+    pub feature: Option<&'static str>,
     /// Whether that backend is compiled into this build.
     pub compiled_in: bool,
 }
@@ -146,9 +146,9 @@ pub(crate) fn backend(scheme: &str) -> Result<Found, String> {
         ));
     };
     let build = backend.build.ok_or_else(|| {
+        let feature = backend.feature.unwrap_or_default();
         format!(
-            "the `{0}` backend is not compiled in: enable the distlock cargo feature `{0}` (or `full`)",
-            backend.feature
+            "the `{feature}` backend is not compiled in: enable the distlock cargo feature `{feature}` (or `full`)"
         )
     })?;
     Ok(Found {
