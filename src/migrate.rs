@@ -16,7 +16,7 @@ use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
 
 /// The backend name of the composite, as in `migrate://` URLs.
-pub const BACKEND: &str = "migrate";
+pub(crate) const BACKEND: &str = "migrate";
 
 /// A lock over two backends during a rolling migration from `from` to `to`:
 /// acquiring takes `from` first, then `to`; the lock is held only while both
@@ -321,7 +321,7 @@ impl RawLock for MigratingLock {
 
 /// The weaker of the two for each property; fencing is `from`'s (its tokens
 /// are the ones handed out).
-pub fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
+pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
     let grade_rank = |g: Grade| match g {
         Grade::ProcessLocal => 0,
         Grade::Efficiency => 1,

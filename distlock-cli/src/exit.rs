@@ -5,24 +5,24 @@
 use distlock::LockError;
 
 /// The command line was invalid (clap's own code).
-pub const USAGE: u8 = 2;
+pub(crate) const USAGE: u8 = 2;
 /// The backend could not be reached, or the URL, lock name or options were
 /// rejected (`EX_UNAVAILABLE`).
-pub const UNAVAILABLE: u8 = 69;
+pub(crate) const UNAVAILABLE: u8 = 69;
 /// The lock is held by someone else: the wait ran out, or `--wait none`
 /// found it held (`EX_TEMPFAIL`: try again later).
-pub const BUSY: u8 = 75;
+pub(crate) const BUSY: u8 = 75;
 /// The lock was lost while the command ran; the command was stopped.
-pub const LOST: u8 = 76;
+pub(crate) const LOST: u8 = 76;
 /// The command could not be started: found but not executable.
-pub const CANNOT_EXECUTE: u8 = 126;
+pub(crate) const CANNOT_EXECUTE: u8 = 126;
 /// The command could not be started: not found.
-pub const NOT_FOUND: u8 = 127;
+pub(crate) const NOT_FOUND: u8 = 127;
 /// The command was ended by signal N: 128 + N (as shells report it).
-pub const SIGNAL_BASE: u8 = 128;
+pub(crate) const SIGNAL_BASE: u8 = 128;
 
 /// The exit-code table of `distlock run --help`.
-pub const RUN_HELP: &str = "\
+pub(crate) const RUN_HELP: &str = "\
 Environment of the command:
   DISTLOCK_NAME           the lock name
   DISTLOCK_FENCING_TOKEN  the grant's fencing token (if the backend has tokens);
@@ -43,13 +43,13 @@ SIGINT, SIGTERM and SIGHUP sent to distlock are passed on to the command;
 the lock is released once the command has exited.";
 
 /// Report `e` on stderr (one line) and return its exit code.
-pub fn failed(e: &LockError) -> u8 {
+pub(crate) fn failed(e: &LockError) -> u8 {
     eprintln!("distlock: {e}");
     for_error(e)
 }
 
 /// The exit code for a failed acquisition.
-pub fn for_error(e: &LockError) -> u8 {
+pub(crate) fn for_error(e: &LockError) -> u8 {
     match e {
         LockError::Timeout { .. } => BUSY,
         _ => UNAVAILABLE,

@@ -10,7 +10,7 @@ use crate::status::as_text;
 
 /// Arguments of `distlock release`.
 #[derive(Args)]
-pub struct ReleaseArgs {
+pub(crate) struct ReleaseArgs {
     /// The lock service, as for `distlock run`.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: String,
@@ -27,14 +27,14 @@ pub struct ReleaseArgs {
 }
 
 /// What happens to the holder, for the confirmation and the help.
-pub const WARNING: &str = "The holder's lost() fires and its command (under `distlock run`) is \
+pub(crate) const WARNING: &str = "The holder's lost() fires and its command (under `distlock run`) is \
 stopped. On Postgres, MySQL/MariaDB and etcd the holder's session or connection is ended, \
 and every other lock it carried is lost with it.";
 
 /// Force-release `args.name`, returning the exit code: 0 when it was
 /// released or was not held, 2 without `--force` or a confirmation, 69
 /// when the backend failed.
-pub async fn release(args: ReleaseArgs) -> u8 {
+pub(crate) async fn release(args: ReleaseArgs) -> u8 {
     if !args.force {
         eprintln!(
             "distlock: `release` takes a lock from its holder; say --force to do that (a holder releases its own lock itself)"

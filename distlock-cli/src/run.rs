@@ -33,7 +33,7 @@ use crate::wait_arg::{parse_duration, parse_wait};
 
 /// Arguments of `distlock run`.
 #[derive(Args)]
-pub struct RunArgs {
+pub(crate) struct RunArgs {
     /// The lock service, e.g. redis://host:6379, postgres://user:pass@host/db,
     /// etcd://host:2379, sqlite:///var/lib/app/locks.db
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
@@ -63,7 +63,7 @@ pub struct RunArgs {
 }
 
 /// Run `args`, returning the exit code.
-pub async fn run(args: RunArgs) -> u8 {
+pub(crate) async fn run(args: RunArgs) -> u8 {
     let mut signals = match Signals::new() {
         Ok(signals) => signals,
         Err(e) => {

@@ -11,7 +11,7 @@ use crate::exit;
 
 /// Arguments of `distlock status`.
 #[derive(Args)]
-pub struct StatusArgs {
+pub(crate) struct StatusArgs {
     /// The lock service, as for `distlock run`.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: String,
@@ -25,7 +25,7 @@ pub struct StatusArgs {
 
 /// Print the state of `args.name`, returning the exit code: 0 when it was
 /// read (held or not), 69 when it could not be.
-pub async fn status(args: StatusArgs) -> u8 {
+pub(crate) async fn status(args: StatusArgs) -> u8 {
     let locks = match distlock::connect(&args.url).await {
         Ok(locks) => locks,
         Err(e) => return exit::failed(&e),
@@ -45,7 +45,7 @@ pub async fn status(args: StatusArgs) -> u8 {
 }
 
 /// The human-readable report.
-pub fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
+pub(crate) fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
     let state = if info.held { "held" } else { "free" };
     let mut out = format!("lock {name:?} on {backend}: {state}\n");
     if info.held {
@@ -68,7 +68,7 @@ pub fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
 
 /// One line on the holder, for the spinner of `distlock run`: `held
 /// (token 42, 12s left), 1 waiting`.
-pub fn held_by(info: &LockInfo) -> String {
+pub(crate) fn held_by(info: &LockInfo) -> String {
     let mut out = String::from(if info.held { "held" } else { "free" });
     let mut details = Vec::new();
     if info.held {
@@ -90,7 +90,7 @@ pub fn held_by(info: &LockInfo) -> String {
 }
 
 /// The JSON report.
-pub fn as_json(name: &str, backend: &str, info: &LockInfo) -> serde_json::Value {
+pub(crate) fn as_json(name: &str, backend: &str, info: &LockInfo) -> serde_json::Value {
     serde_json::json!({
         "name": name,
         "backend": backend,

@@ -5,7 +5,7 @@ use std::time::Duration;
 use distlock::Wait;
 
 /// Parse a `--wait` value.
-pub fn parse_wait(text: &str) -> Result<Wait, String> {
+pub(crate) fn parse_wait(text: &str) -> Result<Wait, String> {
     match text.trim() {
         "forever" => Ok(Wait::Forever),
         "none" | "0" => Ok(Wait::No),
@@ -14,7 +14,7 @@ pub fn parse_wait(text: &str) -> Result<Wait, String> {
 }
 
 /// Parse a human duration (`30s`, `5m`, `1h 30m`, `250ms`).
-pub fn parse_duration(text: &str) -> Result<Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Duration, String> {
     humantime::parse_duration(text.trim())
         .map_err(|e| format!("{e} (expected a duration such as 250ms, 30s, 5m or 1h)"))
 }

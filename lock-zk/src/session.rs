@@ -43,7 +43,7 @@ impl Session {
     /// guard's `lost()` as *suspected* (the session, and so the node, may
     /// still be alive: the holder cannot know until it reconnects); an
     /// expiry or a close as *confirmed*.
-    pub async fn connect(url: &ZkUrl) -> Result<Arc<Self>, LockError> {
+    pub(crate) async fn connect(url: &ZkUrl) -> Result<Arc<Self>, LockError> {
         let (hosts, timeout) = (url.hosts.as_str(), url.session_timeout);
         let mut connector = Client::connector()
             .with_session_timeout(timeout)
@@ -76,7 +76,7 @@ impl Session {
 
     /// A session on a client the application made, whose lock nodes get
     /// `acls`; watched as [`connect`](Self::connect)'s are.
-    pub fn watch(client: Client, acls: Acls<'static>) -> Arc<Self> {
+    pub(crate) fn watch(client: Client, acls: Acls<'static>) -> Arc<Self> {
         let session = Arc::new(Session {
             client,
             acls,
@@ -107,7 +107,7 @@ impl Session {
     }
 
     /// Whether the session has ended (expired, closed, refused).
-    pub fn is_terminated(&self) -> bool {
+    pub(crate) fn is_terminated(&self) -> bool {
         self.client.state().is_terminated()
     }
 
@@ -116,7 +116,7 @@ impl Session {
     }
 
     /// Fire `lease`'s `lost()` with the session's.
-    pub fn attach(&self, lease: &Arc<LeaseState>) {
+    pub(crate) fn attach(&self, lease: &Arc<LeaseState>) {
         let mut guards = self.guards();
         if guards.leases.len() >= guards.prune_at {
             guards.leases.retain(|g| g.strong_count() > 0);
@@ -129,7 +129,7 @@ impl Session {
     /// `ClientClosed`) shows, perhaps before the state watcher has seen
     /// it: every guard's `lost()` fires with the session's reason,
     /// confirmed, whichever of the two reports first.
-    pub fn ended(&self, e: &zookeeper_client::Error) {
+    pub(crate) fn ended(&self, e: &zookeeper_client::Error) {
         let state = match e {
             zookeeper_client::Error::SessionExpired => SessionState::Expired,
             _ => SessionState::Closed,

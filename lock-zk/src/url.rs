@@ -55,7 +55,7 @@ impl fmt::Debug for ZkUrl {
 
 impl ZkUrl {
     /// Parse `raw`; errors show the URL with any password replaced.
-    pub fn parse(raw: &str) -> Result<Self, LockError> {
+    pub(crate) fn parse(raw: &str) -> Result<Self, LockError> {
         let url = LockUrl::parse(raw)?;
         url.expect_scheme(&["zk", "zk+tls"])?;
         let invalid = |reason: &str| url.invalid(reason);
@@ -118,7 +118,7 @@ impl ZkUrl {
     }
 
     /// The URL without credentials, for `Debug` and logs.
-    pub fn display(&self) -> String {
+    pub(crate) fn display(&self) -> String {
         let user = self
             .digest
             .as_deref()

@@ -5,11 +5,14 @@ use std::sync::{Arc, Mutex};
 
 /// Everything a test's tracing subscriber writes, for the test to search.
 #[derive(Clone, Default)]
-pub struct Captured(Arc<Mutex<Vec<u8>>>);
+pub(crate) struct Captured(Arc<Mutex<Vec<u8>>>);
 
 impl Captured {
     /// A subscriber writing every event up to `level` here, without colour.
-    pub fn subscriber(&self, level: tracing::Level) -> impl tracing::Subscriber + Send + Sync {
+    pub(crate) fn subscriber(
+        &self,
+        level: tracing::Level,
+    ) -> impl tracing::Subscriber + Send + Sync {
         let writer = self.clone();
         tracing_subscriber::fmt()
             .with_max_level(level)
@@ -19,7 +22,7 @@ impl Captured {
     }
 
     /// What was written so far.
-    pub fn text(&self) -> String {
+    pub(crate) fn text(&self) -> String {
         String::from_utf8_lossy(&self.0.lock().unwrap_or_else(|e| e.into_inner())).into_owned()
     }
 }

@@ -32,7 +32,7 @@ fn ms(d: Duration) -> f64 {
 
 /// The latency distribution (cumulative: the share of cycles at most x ms,
 /// x on a log scale), one line per service.
-pub fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartResult {
+pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartResult {
     let measured: Vec<(usize, &[Duration])> = outcomes
         .iter()
         .enumerate()
@@ -96,7 +96,7 @@ pub fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartRe
 
 /// Hand-offs per second under contention: a group of bars per service, one
 /// bar per task count above one.
-pub fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartResult {
+pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartResult {
     let counts: Vec<usize> = outcomes
         .first()
         .map(|o| {

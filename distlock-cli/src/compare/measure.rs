@@ -15,7 +15,7 @@ const UNCONTENDED_SLICE: Duration = Duration::from_millis(250);
 const CONTENDED_SLICE: Duration = Duration::from_secs(1);
 
 /// The uncontended acquire + release cycle on one service.
-pub struct Uncontended {
+pub(crate) struct Uncontended {
     /// Every cycle's duration, sorted.
     pub samples: Vec<Duration>,
     /// p50 and p99.
@@ -23,7 +23,7 @@ pub struct Uncontended {
 }
 
 /// One contended run on one service.
-pub struct Contended {
+pub(crate) struct Contended {
     /// Acquisitions, hand-offs, hand-off gap and fairness.
     pub run: Run,
     /// How long the tasks contended in all.
@@ -49,7 +49,7 @@ fn round_order(n: usize, round: usize) -> impl Iterator<Item = usize> {
 
 /// The uncontended workload on every target, alternating slices until each
 /// has had `duration`. A service that fails stops being measured.
-pub async fn uncontended(
+pub(super) async fn uncontended(
     targets: &[Target],
     opts: &LockOptions,
     duration: Duration,
@@ -103,7 +103,7 @@ async fn cycles(
 
 /// The contended workload with `tasks` tasks on every target, alternating
 /// slices until each has had `duration`.
-pub async fn contended(
+pub(super) async fn contended(
     targets: &[Target],
     tasks: usize,
     opts: &LockOptions,

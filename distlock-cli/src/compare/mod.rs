@@ -27,11 +27,11 @@ use distlock::{DistributedLock, LockError, LockOptions, redact_url};
 use crate::exit;
 use crate::wait_arg::parse_duration;
 
-pub use measure::{Contended, Uncontended};
+pub(crate) use measure::{Contended, Uncontended};
 
 /// Arguments of `distlock compare`.
 #[derive(Args)]
-pub struct CompareArgs {
+pub(crate) struct CompareArgs {
     /// A lock service to measure; repeat for each (e.g. --url redis://… --url etcd://…).
     /// `LABEL=URL` names it in the table and charts (default: its backend).
     #[arg(long = "url", required = true, value_name = "[LABEL=]URL")]
@@ -52,7 +52,7 @@ pub struct CompareArgs {
 }
 
 /// One service under comparison.
-pub struct Target {
+pub(crate) struct Target {
     /// Its label in the table and charts: the backend's name, numbered
     /// when two services share a backend.
     pub label: String,
@@ -64,7 +64,7 @@ pub struct Target {
 }
 
 /// What was measured on one service.
-pub struct Outcome {
+pub(crate) struct Outcome {
     /// The uncontended cycle.
     pub uncontended: Result<Uncontended, LockError>,
     /// One entry per `--tasks` count.
@@ -74,7 +74,7 @@ pub struct Outcome {
 /// Compare the services of `args`, returning the exit code: 0 when every
 /// workload ran everywhere, 69 when a service could not be reached or
 /// failed during a workload (its row says why), 2 for bad arguments.
-pub async fn compare(args: CompareArgs) -> u8 {
+pub(crate) async fn compare(args: CompareArgs) -> u8 {
     if args.duration < Duration::from_millis(200) {
         eprintln!("distlock: --duration must be at least 200ms");
         return exit::USAGE;

@@ -15,7 +15,7 @@ fn per_sec(n: usize, ran: Duration) -> f64 {
 }
 
 /// The table printed to stdout.
-pub fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration) -> String {
+pub(super) fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration) -> String {
     let mut out = String::new();
     let width = targets
         .iter()
@@ -149,7 +149,7 @@ const COLUMNS: [&str; 14] = [
 
 /// Write `report.json`, `report.csv`, `latency.svg` and `handoffs.svg`
 /// into `dir` (created if missing).
-pub fn write(
+pub(super) fn write(
     dir: &Path,
     targets: &[Target],
     outcomes: &[Outcome],

@@ -5,19 +5,19 @@
 use tokio::process::Command;
 
 /// A server URL from the environment; a missing one is a failure.
-pub fn env(key: &str) -> String {
+pub(crate) fn env(key: &str) -> String {
     std::env::var(key).unwrap_or_else(|_| {
         panic!("{key} is not set: start the servers with scripts/services.sh up")
     })
 }
 
 /// A lock name no other run uses.
-pub fn unique(case: &str) -> String {
+pub(crate) fn unique(case: &str) -> String {
     format!("cli/{case}/{:016x}", rand_u64())
 }
 
 /// A random number (no extra dependency).
-pub fn rand_u64() -> u64 {
+pub(crate) fn rand_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u128(
@@ -30,13 +30,13 @@ pub fn rand_u64() -> u64 {
 }
 
 /// The `distlock` binary, without a `DISTLOCK_URL` from the test's environment.
-pub fn distlock() -> Command {
+pub(crate) fn distlock() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_distlock"));
     command.env_remove("DISTLOCK_URL").kill_on_drop(true);
     command
 }
 
 /// Lossy UTF-8 of a process's output.
-pub fn text(bytes: &[u8]) -> String {
+pub(crate) fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }

@@ -9,7 +9,7 @@ use lock_testkit::faults::unique;
 /// back to the pool; they must not starve the pool's other users. `locks`
 /// has a pool of 2: with both connections cached and one in use again,
 /// `take_away` still gets a connection at once.
-pub async fn warm_connections_do_not_starve_the_pool(
+pub(crate) async fn warm_connections_do_not_starve_the_pool(
     locks: &impl DistributedLock,
     take_away: impl AsyncFn(&str) -> Result<bool, LockError>,
 ) {
@@ -33,7 +33,7 @@ pub async fn warm_connections_do_not_starve_the_pool(
 /// a burst of grants, the server is killed with SIGKILL at once and started
 /// again, and the first token granted afterwards (by a fresh client)
 /// exceeds every token granted before.
-pub async fn tokens_survive_a_server_crash<L: DistributedLock>(
+pub(crate) async fn tokens_survive_a_server_crash<L: DistributedLock>(
     server: &str,
     what: &str,
     connect: impl AsyncFn() -> Result<L, LockError>,
@@ -83,7 +83,7 @@ pub async fn tokens_survive_a_server_crash<L: DistributedLock>(
 /// sessions; the session of the first is ended on the server. Every lock
 /// whose `lost()` fired is free for another client at once, and every other
 /// lock is still held (refused to another client) and still renewed.
-pub async fn a_lost_session_loses_exactly_its_locks(
+pub(crate) async fn a_lost_session_loses_exactly_its_locks(
     locks: &impl DistributedLock,
     other: &impl DistributedLock,
     take_away: impl AsyncFn(&str) -> Result<bool, LockError>,
@@ -138,7 +138,7 @@ pub async fn a_lost_session_loses_exactly_its_locks(
 /// on (no renewal, never released) still ends with its lease, although the
 /// session it shares stays busy renewing another lock; the renewed lock
 /// stays held.
-pub async fn a_leaked_guard_expires_beside_renewed_locks(
+pub(crate) async fn a_leaked_guard_expires_beside_renewed_locks(
     locks: &impl DistributedLock,
     other: &impl DistributedLock,
 ) {
@@ -189,7 +189,7 @@ pub async fn a_leaked_guard_expires_beside_renewed_locks(
 /// re-entrant within a session, but a client's second acquisition of a name
 /// it holds is refused (or waits) like anyone else's, and is granted once
 /// the first guard is released.
-pub async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl DistributedLock) {
+pub(crate) async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl DistributedLock) {
     let name = unique("twice");
     let ttl = Duration::from_secs(10);
     let first = locks
@@ -239,7 +239,7 @@ pub async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl Distri
 /// finds the session ended by the server; its next acquisition opens a new
 /// session and is granted as if nothing had happened, and the lock it gets
 /// is held (refused to `other`).
-pub async fn a_quiet_session_ended_by_the_server_is_replaced(
+pub(crate) async fn a_quiet_session_ended_by_the_server_is_replaced(
     locks: &impl DistributedLock,
     other: &impl DistributedLock,
 ) {
