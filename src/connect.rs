@@ -22,7 +22,7 @@ use crate::registry;
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
 /// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
-/// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`]) | those of the nested URLs |
+/// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`](crate::MigratingLock)) | those of the nested URLs |
 ///
 /// Every URL but `migrate://` also takes `fencing_epoch=N` (0–65535): the
 /// backend's tokens are handed out as `(N << 48) | token` ([`EpochLock`]),

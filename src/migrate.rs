@@ -326,12 +326,16 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         Grade::ProcessLocal => 0,
         Grade::Efficiency => 1,
         Grade::Correctness => 2,
+        // A grade this code does not know: taken as the weakest.
+        _ => -1,
     };
     let release_rank = |c: CrashRelease| match c {
         CrashRelease::ProcessExit => 0,
         CrashRelease::Connection => 1,
         CrashRelease::Session => 2,
         CrashRelease::Ttl => 3,
+        // A way this code does not know: taken as the slowest.
+        _ => 4,
     };
     Capabilities {
         backend: BACKEND,

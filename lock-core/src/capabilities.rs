@@ -5,6 +5,7 @@ use std::time::Duration;
 
 /// Whether a backend hands out fencing tokens, and how far they can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Fencing {
     /// No fencing tokens: [`LockGuard::fencing_token`](crate::LockGuard::fencing_token) is `None`.
     None,
@@ -19,6 +20,7 @@ pub enum Fencing {
 
 /// What frees the lock of a holder that crashed without releasing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum CrashRelease {
     /// The lock lives in this process only: it ends with the process.
     ProcessExit,
@@ -32,6 +34,7 @@ pub enum CrashRelease {
 
 /// How a waiting `acquire` learns that the lock may be free.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Waiting {
     /// The server (or process) notifies waiters: no polling.
     Notified,
@@ -41,6 +44,7 @@ pub enum Waiting {
 
 /// What a backend is fit for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Grade {
     /// Within one process only.
     ProcessLocal,

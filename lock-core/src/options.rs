@@ -25,7 +25,20 @@ pub enum Wait {
 /// Retry delays for backends that must poll: exponential growth from
 /// `initial` to `max`, each delay shortened by up to `jitter` (a fraction in
 /// `0.0..=1.0`) at random so that waiters spread out.
+///
+/// Built from [`Backoff::default`] (5 ms to 250 ms, doubling, half jitter)
+/// with the `with_*` methods, so that a field added later is not a
+/// breaking change:
+///
+/// ```
+/// use std::time::Duration;
+/// let b = lock_core::Backoff::default()
+///     .with_initial(Duration::from_millis(1))
+///     .with_max(Duration::from_millis(50));
+/// assert_eq!(b.max, Duration::from_millis(50));
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub struct Backoff {
     /// First delay.
     pub initial: Duration,
@@ -49,6 +62,30 @@ impl Default for Backoff {
 }
 
 impl Backoff {
+    /// Set the first delay.
+    pub fn with_initial(mut self, initial: Duration) -> Self {
+        self.initial = initial;
+        self
+    }
+
+    /// Set the largest delay.
+    pub fn with_max(mut self, max: Duration) -> Self {
+        self.max = max;
+        self
+    }
+
+    /// Set the growth factor per attempt (≥ 1).
+    pub fn with_multiplier(mut self, multiplier: f64) -> Self {
+        self.multiplier = multiplier;
+        self
+    }
+
+    /// Set the random fraction removed from each delay (0 to 1).
+    pub fn with_jitter(mut self, jitter: f64) -> Self {
+        self.jitter = jitter;
+        self
+    }
+
     /// The delay before retry number `attempt` (0-based), jitter applied.
     ///
     /// ```
@@ -106,6 +143,7 @@ impl Backoff {
 /// assert_eq!(opts.ttl, Duration::from_secs(10));
 /// ```
 #[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
 pub struct LockOptions {
     /// Lease length: how long the server keeps the lock if the holder stops
     /// renewing it (crash, pause, partition).

@@ -27,11 +27,9 @@ impl Default for RetryLayer {
     /// 50 ms growing to 2 s, for up to 30 s.
     fn default() -> Self {
         RetryLayer::new(
-            Backoff {
-                initial: Duration::from_millis(50),
-                max: Duration::from_secs(2),
-                ..Backoff::default()
-            },
+            Backoff::default()
+                .with_initial(Duration::from_millis(50))
+                .with_max(Duration::from_secs(2)),
             Duration::from_secs(30),
         )
     }

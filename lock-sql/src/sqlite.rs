@@ -957,12 +957,10 @@ mod tests {
         let b = SqliteLock::open(&path, SqliteConfig::default())
             .await
             .expect("open");
-        let slow = lock_core::Backoff {
-            initial: Duration::from_secs(5),
-            max: Duration::from_secs(5),
-            jitter: 0.0,
-            ..lock_core::Backoff::default()
-        };
+        let slow = lock_core::Backoff::default()
+            .with_initial(Duration::from_secs(5))
+            .with_max(Duration::from_secs(5))
+            .with_jitter(0.0);
         let opts = LockOptions::new()
             .backoff(slow)
             .wait(Wait::Up(Duration::from_secs(20)));

@@ -167,11 +167,9 @@ pub fn unique_name(case: &str) -> String {
 
 /// Short polling delays so that polling backends hand over quickly in tests.
 fn quick_backoff() -> Backoff {
-    Backoff {
-        initial: Duration::from_millis(2),
-        max: Duration::from_millis(25),
-        ..Backoff::default()
-    }
+    Backoff::default()
+        .with_initial(Duration::from_millis(2))
+        .with_max(Duration::from_millis(25))
 }
 
 fn opts(ttl_ms: u64, wait: Wait, auto_renew: bool) -> LockOptions {
@@ -995,14 +993,9 @@ pub async fn invalid_input_is_typed(h: Harness) {
         o.clone().ttl(Duration::ZERO),
         o.clone().ttl(Duration::from_millis(1)),
         o.clone().ttl(max + Duration::from_secs(1)),
-        o.clone().backoff(Backoff {
-            initial: Duration::ZERO,
-            ..Backoff::default()
-        }),
-        o.clone().backoff(Backoff {
-            jitter: 2.0,
-            ..Backoff::default()
-        }),
+        o.clone()
+            .backoff(Backoff::default().with_initial(Duration::ZERO)),
+        o.clone().backoff(Backoff::default().with_jitter(2.0)),
     ];
     for bad in &bad_opts {
         assert!(
@@ -1042,24 +1035,21 @@ pub async fn options_at_their_limits_never_panic(h: Harness) {
     let name = unique_name("limits");
     let max_ttl = h.lock.capabilities().max_ttl;
     let huge = [
-        Backoff {
-            initial: Duration::from_nanos(1),
-            max: Duration::MAX,
-            multiplier: 1e10,
-            jitter: 0.0,
-        },
-        Backoff {
-            initial: Duration::from_millis(1),
-            max: Duration::MAX,
-            multiplier: f64::MAX,
-            jitter: 1.0,
-        },
-        Backoff {
-            initial: Duration::MAX,
-            max: Duration::MAX,
-            multiplier: 1.0,
-            jitter: 0.5,
-        },
+        Backoff::default()
+            .with_initial(Duration::from_nanos(1))
+            .with_max(Duration::MAX)
+            .with_multiplier(1e10)
+            .with_jitter(0.0),
+        Backoff::default()
+            .with_initial(Duration::from_millis(1))
+            .with_max(Duration::MAX)
+            .with_multiplier(f64::MAX)
+            .with_jitter(1.0),
+        Backoff::default()
+            .with_initial(Duration::MAX)
+            .with_max(Duration::MAX)
+            .with_multiplier(1.0)
+            .with_jitter(0.5),
     ];
     let mut edge = Vec::new();
     for backoff in huge {
@@ -1466,11 +1456,9 @@ pub async fn notified_waiters_do_not_poll(h: Harness) {
         return;
     }
     let name = unique_name("notified");
-    let slow = Backoff {
-        initial: Duration::from_secs(30),
-        max: Duration::from_secs(30),
-        ..Backoff::default()
-    };
+    let slow = Backoff::default()
+        .with_initial(Duration::from_secs(30))
+        .with_max(Duration::from_secs(30));
     let o = opts(10_000, Wait::Up(Duration::from_secs(60)), false).backoff(slow);
     let holder = h.lock.acquire(&name, &o).await.expect("holder");
     let waiter = {

@@ -601,6 +601,7 @@ pub async fn killed_holder_frees_the_lock<L, F>(
         CrashRelease::Ttl => opts.ttl + Duration::from_secs(3),
         CrashRelease::Session => session * 2 + Duration::from_secs(1),
         CrashRelease::ProcessExit => Duration::from_secs(3),
+        other => panic!("no bound known for {other:?}: add one here"),
     };
     let g = locks
         .acquire(&name, &opts.clone().wait(Wait::Up(bound)))
