@@ -348,23 +348,21 @@ impl LockUrl {
                     .into(),
             ));
         }
-        let mut hosts = Vec::new();
-        if authority_is_path {
-            let path = [parts.authority, parts.path].concat();
-            let path = percent_decode(&path).map_err(|e| invalid(format!("the path: {e}")))?;
-            return Ok(LockUrl {
-                scheme: parts.scheme.to_ascii_lowercase(),
-                user,
-                password,
-                hosts,
-                path,
-                query: parts.query.map(str::to_string),
-                shown,
-                hides_parts: parts.hides_parts(),
-            });
-        }
-        if !parts.authority.is_empty() {
-            for member in parts.authority.split(',') {
+        let (hosts, path) = if authority_is_path {
+            (Vec::new(), [parts.authority, parts.path].concat())
+        } else {
+            if parts.authority.is_empty()
+                && parts.userinfo.is_some()
+                && !parts.path.starts_with('/')
+            {
+                return Err(invalid("credentials but no host".into()));
+            }
+            let mut hosts = Vec::new();
+            for member in parts
+                .authority
+                .split(',')
+                .filter(|_| !parts.authority.is_empty())
+            {
                 hosts.push(host_port(member).map_err(|reason| {
                     invalid(format!(
                         "host {:?}: {reason}",
@@ -372,10 +370,9 @@ impl LockUrl {
                     ))
                 })?);
             }
-        } else if parts.userinfo.is_some() && !parts.path.starts_with('/') {
-            return Err(invalid("credentials but no host".into()));
-        }
-        let path = percent_decode(parts.path).map_err(|e| invalid(format!("the path: {e}")))?;
+            (hosts, parts.path.to_string())
+        };
+        let path = percent_decode(&path).map_err(|e| invalid(format!("the path: {e}")))?;
         Ok(LockUrl {
             scheme: parts.scheme.to_ascii_lowercase(),
             user: user.filter(|u| !u.is_empty() || password.is_some()),
