@@ -453,17 +453,16 @@ impl LockUrl {
         Err(self.invalid(format!("expected a {} URL", listed.join(" or "))))
     }
 
-    /// The hosts, each with `default_port` when none was written; at least
-    /// one host is required.
-    pub fn host_ports(&self, default_port: u16) -> Result<Vec<String>, LockError> {
+    /// The members of a cluster URL as `host:port`, in the URL's order: at
+    /// least one, each with its port written.
+    pub fn members(&self) -> Result<Vec<String>, LockError> {
         if self.hosts.is_empty() {
             return Err(self.invalid("the URL names no host"));
         }
-        Ok(self
-            .hosts
-            .iter()
-            .map(|h| h.with_default_port(default_port))
-            .collect())
+        if self.hosts.iter().any(|h| h.port.is_none()) {
+            return Err(self.invalid("every member needs host:port"));
+        }
+        Ok(self.hosts.iter().map(HostPort::to_string).collect())
     }
 
     /// The one host of a single-server URL.

@@ -132,10 +132,7 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     }
     options.finish()?;
     config.validate()?;
-    if url.hosts().iter().any(|h| h.port.is_none()) {
-        return Err(url.invalid("every member needs host:port"));
-    }
-    let members = url.host_ports(2379)?;
+    let members = url.members()?;
     let endpoints = members
         .iter()
         .map(|m| format!("{}://{m}", if tls { "https" } else { "http" }))

@@ -72,10 +72,7 @@ impl ZkUrl {
                 Some(format!("{user}:{password}"))
             }
         };
-        if url.hosts().iter().any(|h| h.port.is_none()) {
-            return Err(invalid("members must be host:port"));
-        }
-        let hosts = url.host_ports(2181)?.join(",");
+        let hosts = url.members()?.join(",");
         let root = url.path().trim_end_matches('/');
         let root = if root.is_empty() { DEFAULT_ROOT } else { root };
         if !plain_root(root) {
