@@ -244,11 +244,20 @@ mod tests {
     fn this_process_has_memory_and_cpu() {
         let (rss, peak) = memory();
         assert!(rss > 0.0 && peak >= rss, "{rss} {peak}");
+        // The kernel counts CPU time in ticks (10 ms), and a process of its
+        // own (as under cargo-nextest) on a loaded machine may have had
+        // none yet: spin until one is counted, for at most five seconds
+        // of wall time.
         let spin = std::time::Instant::now();
-        while spin.elapsed() < Duration::from_millis(50) {
-            std::hint::black_box(());
+        while cpu_time() == Duration::ZERO && spin.elapsed() < Duration::from_secs(5) {
+            for _ in 0..100_000 {
+                std::hint::black_box(());
+            }
         }
-        assert!(cpu_time() > Duration::ZERO);
+        assert!(
+            cpu_time() > Duration::ZERO,
+            "no CPU time counted in 5 s of spinning"
+        );
     }
 
     #[tokio::test]

@@ -314,6 +314,18 @@ impl LeaseState {
         self.terms().effective_ttl() / 3
     }
 
+    /// When the watchdog first renews (or checks) a lease registered at
+    /// `now`: a [`renewal_period`](Self::renewal_period) later, or halfway
+    /// to the validity deadline if that is sooner (a grant whose request
+    /// took most of its TTL arrives with little validity left).
+    pub fn first_renewal(&self, now: Instant) -> Instant {
+        let period = self.renewal_period();
+        match self.deadline() {
+            Some(d) => now + period.min(d.saturating_duration_since(now) / 2),
+            None => now + period,
+        }
+    }
+
     /// The current validity deadline, if any.
     pub fn deadline(&self) -> Option<Instant> {
         self.tx.borrow().deadline

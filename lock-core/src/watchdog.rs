@@ -120,7 +120,7 @@ impl Watchdog {
     /// finds the lock gone marks it lost; failed renewals are retried until
     /// the deadline, after which `lost()` fires by itself.
     pub fn register(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
-        let due = Instant::now() + lease.renewal_period();
+        let due = lease.first_renewal(Instant::now());
         self.insert(handle, lease, due, Kind::Renew)
     }
 
@@ -132,7 +132,7 @@ impl Watchdog {
     /// can end early: without auto-renewal, the holder still learns of it
     /// within a third of the TTL instead of at its deadline.
     pub fn watch(&self, handle: &Arc<dyn GuardHandle>, lease: &Arc<LeaseState>) -> Registration {
-        let due = Instant::now() + lease.renewal_period();
+        let due = lease.first_renewal(Instant::now());
         self.insert(handle, lease, due, Kind::Watch)
     }
 

@@ -75,6 +75,24 @@ async fn renews_about_every_third_of_the_ttl() {
     assert!(g.validity_deadline().expect("lease") > Instant::now());
 }
 
+/// A grant whose request took most of its TTL (a slow quorum, a busy
+/// database) arrives with little validity left: the first renewal must come
+/// before that deadline, not a third of the TTL after the grant.
+#[tokio::test(start_paused = true)]
+async fn a_grant_with_little_validity_left_is_renewed_before_its_deadline() {
+    let handle = Arc::new(Scripted::default());
+    let ttl = Duration::from_secs(3);
+    // The request was sent 2.4 s ago: 0.6 s of validity is left, less than
+    // the 1 s renewal period.
+    let sent_at = Instant::now() - Duration::from_millis(2_400);
+    let lease = Arc::new(LeaseState::lease(sent_at, ttl));
+    let h: Arc<dyn GuardHandle> = handle.clone();
+    let g = LockGuard::new("x", None, CAPS, lease, h).renewed_by(&Watchdog::new());
+    tokio::time::sleep(Duration::from_millis(5_000)).await;
+    assert_eq!(g.is_lost(), None, "lost before the first renewal");
+    assert!(handle.renewals.load(Ordering::SeqCst) >= 5);
+}
+
 #[tokio::test(start_paused = true)]
 async fn renewal_finding_the_lock_gone_fires_lost_at_once() {
     let handle = Arc::new(Scripted::default());

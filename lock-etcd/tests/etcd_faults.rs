@@ -12,7 +12,9 @@ use std::time::Duration;
 use lock_core::raw::RawGuard;
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_etcd::EtcdLock;
-use lock_testkit::faults::{Restore, acquires_again, env, services, unique, upstreams_of};
+use lock_testkit::faults::{
+    Restore, acquires_again, env, one_at_a_time, services, unique, upstreams_of,
+};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -79,7 +81,7 @@ async fn leader() -> usize {
 /// frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock_within_its_session_ttl",
         async || client(&env("DISTLOCK_TEST_ETCD_URL")).await,
@@ -91,7 +93,7 @@ async fn a_killed_holder_frees_the_lock_within_its_session_ttl() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["etcd1", "etcd2", "etcd3"]);
     let cluster = env("DISTLOCK_TEST_ETCD_CLUSTER_URL");
     let (locks, other) = (
@@ -181,7 +183,7 @@ async fn the_cluster_survives_its_leader_and_reports_the_loss_of_its_majority() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_revoked_session_fires_lost_and_the_next_token_is_larger() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     let (locks, other) = (client(&base).await, client(&base).await);
     let name = unique("revoked");
@@ -238,7 +240,7 @@ async fn a_revoked_session_fires_lost_and_the_next_token_is_larger() {
 /// once the holder releases, with a larger token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     let (locks, other) = (client(&base).await, client(&base).await);
     let name = unique("queued");
@@ -301,7 +303,7 @@ async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     lock_testkit::faults::server_failure_gives_transient_errors(
         async || client(&base).await,
@@ -314,7 +316,7 @@ async fn server_failure_gives_transient_errors() {
 /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     lock_testkit::faults::frozen_server_bounds_waits_and_releases(
         async || client(&base).await,
@@ -328,7 +330,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// session's lease (3 s) runs out without keep-alives.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         "a_frozen_holder_loses_its_lock_to_a_later_token",
         async || client(&env("DISTLOCK_TEST_ETCD_URL")).await,
@@ -343,7 +345,7 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
 /// request (the client's requests bounded by 10 s).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let url = format!("{}?request_timeout_ms=10000", env("DISTLOCK_TEST_ETCD_URL"));
     lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
         async || EtcdLock::connect(&url).await.expect("connect"),
@@ -382,7 +384,7 @@ fn events_sent(base: &str) -> u64 {
 async fn one_release_wakes_one_waiter() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     let name = unique("herd");
     let locks = client(&base).await;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use lock_core::raw::RawGuard;
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redis::RedisLock;
-use lock_testkit::faults::{Restore, env, services, unique};
+use lock_testkit::faults::{Restore, env, one_at_a_time, services, unique};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -29,7 +29,7 @@ async fn client() -> RedisLock {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_server_fires_lost_fails_fast_and_recovers() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = client().await;
     let name = unique("outage");
     let held = Arc::new(
@@ -119,7 +119,7 @@ async fn killed_server_fires_lost_fails_fast_and_recovers() {
 /// lease's TTL (1 s) frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_holder_loses_its_lock_to_a_later_token() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         "frozen_holder_loses_its_lock_to_a_later_token",
         client,
@@ -169,7 +169,7 @@ async fn command_calls(conn: &mut redis::aio::MultiplexedConnection) -> Vec<(Str
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn acquisitions_cost_few_commands() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let mut admin = admin().await;
     let locks = client().await;
     let opts = LockOptions::new().auto_renew(false).wait(Wait::No);
@@ -296,7 +296,7 @@ async fn acquisitions_cost_few_commands() {
 /// again before it waits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_queued_waiter_costs_two_scripts() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let mut admin = admin().await;
     let (holder, waiter) = (client().await, client().await);
     let name = unique("queued-waiter");
@@ -349,7 +349,7 @@ async fn a_queued_waiter_costs_two_scripts() {
 /// after a flush, each on its first run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_the_server_forgot_are_loaded_again() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let mut admin = admin().await;
     let locks = client().await;
     let name = unique("flushed");
@@ -388,7 +388,7 @@ async fn wait_until_queued(locks: &RedisLock, name: &str, n: usize) {
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::server_failure_gives_transient_errors(
         client,
         &["redis"],
@@ -400,7 +400,7 @@ async fn server_failure_gives_transient_errors() {
 /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_server_bounds_waits_and_releases(
         client,
         &["redis"],
@@ -412,7 +412,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock",
         client,
@@ -427,7 +427,7 @@ async fn a_killed_holder_frees_the_lock() {
 /// 850 ms after the request, inside the margin.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let url = format!(
         "{}/0?response_timeout_ms=5000",
         env("DISTLOCK_TEST_REDIS_URL")

@@ -14,7 +14,9 @@ use std::time::Duration;
 use lock_core::raw::RawGuard;
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_redlock::Redlock;
-use lock_testkit::faults::{Restore, acquires_again, env, services, unique, upstreams_of};
+use lock_testkit::faults::{
+    Restore, acquires_again, env, one_at_a_time, services, unique, upstreams_of,
+};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -72,7 +74,7 @@ fn opts(ttl_ms: u64) -> LockOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client_with(PATIENT_NODE_TIMEOUT).await;
     let other = client_with(PATIENT_NODE_TIMEOUT).await;
@@ -191,7 +193,7 @@ async fn minority_loss_is_survived_majority_loss_is_reported_and_recovered() {
 /// live nodes' own answers fit in it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_node_costs_at_most_the_node_timeout() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client_with(PATIENT_NODE_TIMEOUT).await;
     services(&["pause", "redlock2"]);
@@ -218,7 +220,7 @@ async fn a_frozen_node_costs_at_most_the_node_timeout() {
 /// time, not at the end of a long wait.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_briefly_unreachable_majority_is_waited_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client().await;
     let waiting = LockOptions::new()
@@ -272,7 +274,7 @@ async fn a_briefly_unreachable_majority_is_waited_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_acquisition_leaves_no_key_behind() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let locks = client_with(PATIENT_NODE_TIMEOUT).await;
     let name = unique("no-leftovers");
@@ -353,7 +355,7 @@ async fn keys_settle(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn fencing_tokens_increase_across_node_restarts() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
     let clients = [
         client_with(PATIENT_NODE_TIMEOUT).await,
@@ -416,7 +418,7 @@ async fn fencing_tokens_increase_across_node_restarts() {
 /// still report the holder's token, not the straggler's larger counter.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn inspect_reports_the_holders_token_beside_a_straggler() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["redlock5"]);
     // Patient with the live nodes, so that all four grant even on a loaded
     // machine; the frozen node is not waited for once a majority granted.
@@ -515,7 +517,7 @@ async fn inspect_reports_the_holders_token_beside_a_straggler() {
 /// the masters killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::server_failure_gives_transient_errors(
         client,
         &["redlock1", "redlock2", "redlock3"],
@@ -528,7 +530,7 @@ async fn server_failure_gives_transient_errors() {
 /// majority of the masters frozen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_server_bounds_waits_and_releases(
         client,
         &["redlock1", "redlock2", "redlock3"],
@@ -540,7 +542,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// See `lock_testkit::faults::killed_holder_frees_the_lock` (the TTL frees it).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock",
         client,
@@ -554,7 +556,7 @@ async fn a_killed_holder_frees_the_lock() {
 /// lease's TTL (1 s) frees it on every node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         "a_frozen_holder_loses_its_lock_to_a_later_token",
         client,
@@ -569,7 +571,7 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
 /// node waited for up to 5 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
         async || client_with(Duration::from_secs(5)).await,
         &["redlock1", "redlock2", "redlock3"],

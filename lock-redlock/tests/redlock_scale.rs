@@ -2,8 +2,6 @@
 //! several renewal rounds, and loses none (renewals to each master go out
 //! in batches).
 
-use std::time::Duration;
-
 use lock_redlock::Redlock;
 use lock_testkit::faults::env;
 use lock_testkit::scale::holds_many_renewed_locks;
@@ -14,13 +12,6 @@ async fn two_thousand_renewed_locks_stay_held() {
         .await
         .expect("connect to the redlock nodes");
     let prefix = format!("scale/{}", std::process::id());
-    let run = holds_many_renewed_locks(
-        &lock,
-        &prefix,
-        2_000,
-        Duration::from_secs(1),
-        Duration::from_secs(5),
-    )
-    .await;
+    let run = holds_many_renewed_locks(&lock, &prefix, 2_000).await;
     println!("redlock: {run:?}");
 }

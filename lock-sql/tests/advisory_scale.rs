@@ -3,8 +3,6 @@
 //! rounds, and loses none: the locks share a few long-lived sessions
 //! instead of taking a connection each.
 
-use std::time::Duration;
-
 use lock_core::DistributedLock;
 use lock_testkit::faults::env;
 use lock_testkit::scale::holds_many_renewed_locks;
@@ -23,14 +21,7 @@ async fn holds_two_thousand(lock: &dyn DistributedLock, what: &str) {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or_default();
-    let report = holds_many_renewed_locks(
-        lock,
-        &format!("scale/{run:x}"),
-        LOCKS,
-        Duration::from_secs(1),
-        Duration::from_secs(5),
-    )
-    .await;
+    let report = holds_many_renewed_locks(lock, &format!("scale/{run:x}"), LOCKS).await;
     println!("{what}: {report:?}");
 }
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::MySqlLock;
-use lock_testkit::faults::{Restore, acquires_again, env, services, unique};
+use lock_testkit::faults::{Restore, acquires_again, env, one_at_a_time, services, unique};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -33,7 +33,7 @@ fn quick(ttl_ms: u64) -> LockOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_connection_fires_lost_and_the_next_token_is_larger() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         let (locks, other) = (client(mode).await, client(mode).await);
         let name = unique("killed-connection");
@@ -72,7 +72,7 @@ async fn a_killed_connection_fires_lost_and_the_next_token_is_larger() {
 /// holder's connection, and its lock, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_at_once() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_process_frees_the_lock_at_once",
         async || client("row").await,
@@ -84,7 +84,7 @@ async fn a_killed_holder_process_frees_the_lock_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_fires_lost_and_the_client_recovers() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = client("row").await;
     let g = locks
         .acquire(
@@ -118,7 +118,7 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
 /// See `common::warm_connections_do_not_starve_the_pool`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_connections_do_not_starve_the_pool() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = MySqlLock::connect(&format!(
         "{}?mode=advisory&sessions=0&max_connections=2&connect_timeout_ms=2000",
         env("DISTLOCK_TEST_MYSQL_URL")
@@ -133,7 +133,7 @@ async fn warm_connections_do_not_starve_the_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_survive_a_server_crash() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         common::tokens_survive_a_server_crash("mysql", &format!("mysql {mode}"), async || {
             MySqlLock::connect(&format!(
@@ -149,7 +149,7 @@ async fn tokens_survive_a_server_crash() {
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::server_failure_gives_transient_errors(
             async || client(mode).await,
@@ -163,7 +163,7 @@ async fn server_failure_gives_transient_errors() {
 /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::frozen_server_bounds_waits_and_releases(
             async || client(mode).await,
@@ -177,7 +177,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// See `lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrenewed_holder_learns_of_a_server_crash() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash(
             async || client(mode).await,
@@ -200,7 +200,7 @@ async fn advisory(sessions: usize) -> MySqlLock {
 /// See `common::a_lost_session_loses_exactly_its_locks`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_session_loses_exactly_its_locks() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let (locks, other) = (advisory(2).await, advisory(2).await);
     common::a_lost_session_loses_exactly_its_locks(&locks, &other, async |name| {
         other.force_release(name).await
@@ -211,7 +211,7 @@ async fn a_lost_session_loses_exactly_its_locks() {
 /// See `common::a_quiet_session_ended_by_the_server_is_replaced`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_session_ended_by_the_server_is_replaced() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_quiet_session_ended_by_the_server_is_replaced(&advisory(1).await, &advisory(1).await)
         .await;
 }
@@ -219,7 +219,7 @@ async fn a_quiet_session_ended_by_the_server_is_replaced() {
 /// See `common::a_leaked_guard_expires_beside_renewed_locks`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_guard_expires_beside_renewed_locks() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_leaked_guard_expires_beside_renewed_locks(&advisory(1).await, &advisory(1).await)
         .await;
 }
@@ -227,7 +227,7 @@ async fn a_leaked_guard_expires_beside_renewed_locks() {
 /// See `common::a_held_name_is_not_granted_twice_on_one_session`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_name_is_not_granted_twice_on_one_session() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_held_name_is_not_granted_twice_on_one_session(&advisory(1).await).await;
 }
 
@@ -236,7 +236,7 @@ async fn a_held_name_is_not_granted_twice_on_one_session() {
 /// holder's session and its lock. The child runs the same test, so each
 /// mode has a test of its own.
 async fn a_frozen_holder_loses_its_lock(test: &str, mode: &str) {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         test,
         async || client(mode).await,
@@ -268,7 +268,7 @@ async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
 /// could not be identified".
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_row_force_releases_each_find_their_holder() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     const N: usize = 4;
     let holder = client("row").await;
     // Renewed every second: the renewal learns of the killed connection.
@@ -342,7 +342,7 @@ async fn waiting_for_a_lock_row(monitor: &lock_sql::sqlx::MySqlPool) -> i64 {
 /// of any newcomer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_force_release_leaves_no_probe_in_the_queue() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let monitor = lock_sql::sqlx::MySqlPool::connect(&env("DISTLOCK_TEST_MYSQL_URL"))
         .await
         .expect("monitor connects");
@@ -409,7 +409,7 @@ async fn a_row_force_release_leaves_no_probe_in_the_queue() {
 /// confirmed, and its lease counted from the confirmation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
             async || client(mode).await,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
 use lock_sql::PgLock;
-use lock_testkit::faults::{Restore, acquires_again, env, services, unique};
+use lock_testkit::faults::{Restore, acquires_again, env, one_at_a_time, services, unique};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
@@ -39,7 +39,7 @@ fn quick(ttl_ms: u64) -> LockOptions {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = client().await;
     let table = unique("tx")
         .replace(['/', '-'], "_")
@@ -130,7 +130,7 @@ async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terminated_session_fires_lost_and_the_next_token_is_larger() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         let url = format!("{}?mode={mode}", env("DISTLOCK_TEST_POSTGRES_URL"));
         let (locks, other) = (
@@ -173,7 +173,7 @@ async fn a_terminated_session_fires_lost_and_the_next_token_is_larger() {
 /// holder's session, and its lock, at once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_frees_the_lock_at_once() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_process_frees_the_lock_at_once",
         client,
@@ -185,7 +185,7 @@ async fn a_killed_holder_process_frees_the_lock_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_restart_fires_lost_and_the_client_recovers() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = client().await;
     let name = unique("restart");
     let g = locks
@@ -223,7 +223,7 @@ async fn a_server_restart_fires_lost_and_the_client_recovers() {
 /// See `common::warm_connections_do_not_starve_the_pool`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn warm_connections_do_not_starve_the_pool() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = PgLock::connect(&format!(
         "{}?max_connections=2&connect_timeout_ms=2000",
         env("DISTLOCK_TEST_POSTGRES_URL")
@@ -238,7 +238,7 @@ async fn warm_connections_do_not_starve_the_pool() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_survive_a_server_crash() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         common::tokens_survive_a_server_crash(
             "postgres",
@@ -258,7 +258,7 @@ async fn tokens_survive_a_server_crash() {
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::server_failure_gives_transient_errors(
             async || client_in(mode).await,
@@ -272,7 +272,7 @@ async fn server_failure_gives_transient_errors() {
 /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::frozen_server_bounds_waits_and_releases(
             async || client_in(mode).await,
@@ -289,7 +289,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// server grants the lock to another client.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unrenewed_holder_learns_of_a_server_crash() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash(
             async || client_in(mode).await,
@@ -312,7 +312,7 @@ async fn advisory(sessions: usize) -> PgLock {
 /// See `common::a_lost_session_loses_exactly_its_locks`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_session_loses_exactly_its_locks() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let (locks, other) = (advisory(2).await, advisory(2).await);
     common::a_lost_session_loses_exactly_its_locks(&locks, &other, async |name| {
         other.force_release(name).await
@@ -323,7 +323,7 @@ async fn a_lost_session_loses_exactly_its_locks() {
 /// See `common::a_quiet_session_ended_by_the_server_is_replaced`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_quiet_session_ended_by_the_server_is_replaced() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_quiet_session_ended_by_the_server_is_replaced(&advisory(1).await, &advisory(1).await)
         .await;
 }
@@ -331,7 +331,7 @@ async fn a_quiet_session_ended_by_the_server_is_replaced() {
 /// See `common::a_leaked_guard_expires_beside_renewed_locks`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_leaked_guard_expires_beside_renewed_locks() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_leaked_guard_expires_beside_renewed_locks(&advisory(1).await, &advisory(1).await)
         .await;
 }
@@ -339,7 +339,7 @@ async fn a_leaked_guard_expires_beside_renewed_locks() {
 /// See `common::a_held_name_is_not_granted_twice_on_one_session`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_name_is_not_granted_twice_on_one_session() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     common::a_held_name_is_not_granted_twice_on_one_session(&advisory(1).await).await;
 }
 
@@ -348,7 +348,7 @@ async fn a_held_name_is_not_granted_twice_on_one_session() {
 /// holder's session and its lock. The child runs the same test, so each
 /// mode has a test of its own.
 async fn a_frozen_holder_loses_its_lock(test: &str, mode: &str) {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         test,
         async || client_in(mode).await,
@@ -379,7 +379,7 @@ async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
 /// shared session gives it back, a connection of its own is closed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let table = format!("poison_{}", std::process::id());
     let url = |more: &str| {
         format!(
@@ -438,7 +438,7 @@ async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
 /// confirmed, and its lease counted from the confirmation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     for mode in ["row", "advisory"] {
         lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
             async || client_in(mode).await,

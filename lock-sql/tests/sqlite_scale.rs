@@ -1,8 +1,6 @@
 //! One client holds 2 000 auto-renewed locks in one SQLite file through
 //! several renewal rounds, and loses none (renewals share transactions).
 
-use std::time::Duration;
-
 use lock_sql::{SqliteConfig, SqliteLock};
 use lock_testkit::scale::holds_many_renewed_locks;
 
@@ -12,13 +10,6 @@ async fn two_thousand_renewed_locks_stay_held() {
     let lock = SqliteLock::open(dir.path().join("locks.db"), SqliteConfig::default())
         .await
         .expect("open the lock file");
-    let run = holds_many_renewed_locks(
-        &lock,
-        "scale",
-        2_000,
-        Duration::from_secs(1),
-        Duration::from_secs(5),
-    )
-    .await;
+    let run = holds_many_renewed_locks(&lock, "scale", 2_000).await;
     println!("sqlite: {run:?}");
 }

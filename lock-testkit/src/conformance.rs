@@ -1214,10 +1214,14 @@ pub async fn very_long_waits_work(h: Harness) {
     }
 }
 
-/// Without renewal, `lost()` fires well ahead (the safety margin, 100 ms
-/// by default) of the moment anyone else can be granted the lock, even
-/// with a core kept busy: a late timer does not let the holder believe
-/// past its lease.
+/// Without renewal, the holder's validity ends well ahead (the safety
+/// margin, 100 ms by default) of the moment anyone else can be granted the
+/// lock, even with a core kept busy: `is_lost()` reports the loss from the
+/// deadline itself, so a late timer does not let the holder believe past
+/// its lease, and `lost()` has fired before the lock is granted again. (The
+/// margin is measured from the deadline, not from the moment this task
+/// was woken: on a loaded machine a wake-up can come tens of
+/// milliseconds late.)
 pub async fn lost_fires_ahead_of_expiry(h: Harness) {
     let name = unique_name("margin");
     let ttl = short_ttl(&h, 2_000).max(Duration::from_secs(2));
@@ -1236,31 +1240,50 @@ pub async fn lost_fires_ahead_of_expiry(h: Harness) {
         .acquire(&name, &ttl_opts(ttl, Wait::No, false))
         .await
         .expect("acquire");
-    let lost_at = tokio::time::timeout(ttl + SLACK, async {
-        g.lost().await;
+    let deadline = g
+        .validity_deadline()
+        .expect("a lock with a TTL has a validity deadline");
+    // The holder waits for lost() while, from the deadline on, the other
+    // client tries for the lock: both in this task, so both are woken
+    // equally late on a loaded machine.
+    let lost = async {
+        tokio::time::timeout(ttl + SLACK, g.lost())
+            .await
+            .expect("lost() fires without renewal");
         Instant::now()
-    })
-    .await
-    .expect("lost() fires without renewal");
+    };
     let probe = opts(10_000, Wait::No, false);
-    let freed_at = tokio::time::timeout(ttl + SLACK * 2, async {
-        loop {
-            if let Some(g2) = h.other.try_acquire(&name, &probe).await.expect("try") {
-                let at = Instant::now();
-                assert!(g2.release().await.expect("release"));
-                return at;
+    let freed = async {
+        tokio::time::sleep_until(deadline).await;
+        assert!(
+            g.is_lost().is_some(),
+            "the holder still believes past its validity deadline"
+        );
+        tokio::time::timeout(ttl + SLACK * 2, async {
+            loop {
+                if let Some(g2) = h.other.try_acquire(&name, &probe).await.expect("try") {
+                    let at = Instant::now();
+                    assert!(g2.release().await.expect("release"));
+                    return at;
+                }
+                tokio::time::sleep(Duration::from_millis(5)).await;
             }
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
-    })
-    .await
-    .expect("the unrenewed lock expires");
+        })
+        .await
+        .expect("the unrenewed lock expires")
+    };
+    let (lost_at, freed_at) = tokio::join!(lost, freed);
     stop.store(true, Ordering::Relaxed);
     let _ = spinner.join();
-    let ahead = freed_at.saturating_duration_since(lost_at);
+    assert!(
+        lost_at <= freed_at,
+        "lost() fired {:?} after the lock was granted again",
+        lost_at - freed_at
+    );
+    let ahead = freed_at.saturating_duration_since(deadline);
     assert!(
         ahead >= Duration::from_millis(40),
-        "lost() fired only {ahead:?} before the lock could be granted again"
+        "the holder's validity ended only {ahead:?} before the lock could be granted again"
     );
     drop(g);
 }

@@ -38,6 +38,36 @@ pub fn with_upstreams(url: &str, hosts: &[String]) -> String {
     format!("{scheme}://{userinfo}{}{tail}", hosts.join(","))
 }
 
+/// Send the libraries' diagnostics (debug and above from the lock crates,
+/// warnings from the rest; `RUST_LOG` overrides) to the test's captured
+/// output, so that a fault test that fails on a loaded machine shows what
+/// its renewals, waits and releases saw. The test runner prints captured
+/// output only for a failed test. Once per process; later calls do nothing.
+pub fn capture_logs() {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+        tracing_subscriber::EnvFilter::new(
+            "warn,lock_core=debug,lock_redis=debug,lock_redlock=debug,lock_sql=debug,\
+             lock_etcd=debug,lock_zk=debug,distlock=debug",
+        )
+    });
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_test_writer()
+        .with_ansi(false)
+        .try_init();
+}
+
+/// Start a fault test: wait for `serial`, the binary's mutex that keeps its
+/// tests from stopping servers under each other when they share a process
+/// (`cargo test`), and [`capture_logs`].
+pub async fn one_at_a_time(
+    serial: &'static tokio::sync::Mutex<()>,
+) -> tokio::sync::MutexGuard<'static, ()> {
+    let guard = serial.lock().await;
+    capture_logs();
+    guard
+}
+
 /// Run `scripts/services.sh ARGS` (`kill redis`, `pause etcd2`, …) and
 /// require it to succeed.
 pub fn services(args: &[&str]) {

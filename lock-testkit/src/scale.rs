@@ -23,18 +23,27 @@ pub struct ScaleRun {
     pub release: Duration,
 }
 
-/// Acquire `count` distinct names (auto-renewed, `ttl`), hold them all for
-/// `hold` (several renewal rounds when `hold` is a few TTLs), and require
-/// that none was lost on the way: no `lost()`, every validity deadline still
-/// ahead, a sample refused to a new acquisition, and every release finding
-/// its lock still ours.
+/// The lease of the locks [`holds_many_renewed_locks`] takes: long enough
+/// that a stall of a few hundred milliseconds (a loaded two-core machine
+/// running several test processes and every server) is not a loss, short
+/// enough that the hold spans several renewal rounds.
+pub const SCALE_TTL: Duration = Duration::from_secs(3);
+
+/// How long [`holds_many_renewed_locks`] holds: more than two leases, so
+/// every lock lives on renewals alone for most of it (about seven rounds).
+pub const SCALE_HOLD: Duration = Duration::from_secs(7);
+
+/// Acquire `count` distinct names (auto-renewed, [`SCALE_TTL`]), hold them
+/// all for [`SCALE_HOLD`], and require that none was lost on the way: no
+/// `lost()`, every validity deadline still ahead, a sample refused to a new
+/// acquisition, and every release finding its lock still ours.
 pub async fn holds_many_renewed_locks(
     lock: &dyn DistributedLock,
     prefix: &str,
     count: usize,
-    ttl: Duration,
-    hold: Duration,
 ) -> ScaleRun {
+    let (ttl, hold) = (SCALE_TTL, SCALE_HOLD);
+    crate::faults::capture_logs();
     let opts = LockOptions::new()
         .ttl(ttl)
         .wait(Wait::Up(ttl * 10))

@@ -14,7 +14,9 @@ use std::time::Duration;
 
 use lock_core::raw::RawGuard;
 use lock_core::{DistributedLock, LockOptions, Wait};
-use lock_testkit::faults::{announce_token, env, holder_role, spawn_holder, unique, upstreams_of};
+use lock_testkit::faults::{
+    announce_token, env, holder_role, one_at_a_time, spawn_holder, unique, upstreams_of,
+};
 use lock_zk::ZkLock;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
@@ -37,7 +39,7 @@ async fn client() -> ZkLock {
 /// See `lock_testkit::faults::killed_holder_frees_the_lock`: the session (2 s) frees it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_frees_the_lock_when_its_session_expires() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::killed_holder_frees_the_lock(
         "a_killed_holder_frees_the_lock_when_its_session_expires",
         client,
@@ -55,7 +57,7 @@ async fn a_killed_holder_frees_the_lock_when_its_session_expires() {
 async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
     use lock_core::{LossKind, LossReason};
     use lock_testkit::faults::{Restore, services};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let locks = client().await;
     let name = unique("frozen");
     let g = locks
@@ -115,7 +117,7 @@ async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_outlives_the_expiry_of_its_session() {
     use lock_testkit::faults::{Restore, services};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let name = unique("waiter-expiry");
     let (holder_client, waiter_client) = (client().await, client().await);
     let holder = holder_client
@@ -182,7 +184,7 @@ fn watches_on(name: &str) -> usize {
 async fn one_release_wakes_one_waiter() {
     use std::sync::Arc;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let name = unique("herd");
     let holder_client = client().await;
     let holder = holder_client
@@ -267,7 +269,7 @@ fn ensemble_leader() -> usize {
 async fn the_ensemble_survives_its_leader_and_reports_the_loss_of_its_quorum() {
     use lock_core::LossKind;
     use lock_testkit::faults::{Restore, services};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["zk1", "zk2", "zk3"]);
     let session = Duration::from_secs(4);
     let url = format!(
@@ -413,7 +415,7 @@ async fn a_holder_paused_past_its_session_knows_it_lost_the_lock() {
         drop(g);
         return;
     }
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let name = unique("paused-holder");
     let file = belief_file(&name);
     let (mut child, first) = spawn_holder(
@@ -478,7 +480,7 @@ async fn a_holder_paused_past_its_session_knows_it_lost_the_lock() {
 /// TTL is refused with a reason.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_deadline_is_bounded_by_the_session() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let session = Duration::from_secs(3);
     let locks = ZkLock::connect(&format!(
         "{}?session_timeout_ms={}",
@@ -522,7 +524,7 @@ async fn the_deadline_is_bounded_by_the_session() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
     use lock_testkit::faults::{Restore, services};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let session = Duration::from_secs(6);
     let url = format!(
         "{}?session_timeout_ms={}",
@@ -567,7 +569,7 @@ async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_failure_gives_transient_errors() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::server_failure_gives_transient_errors(
         client,
         &["zk"],
@@ -579,7 +581,7 @@ async fn server_failure_gives_transient_errors() {
 /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn frozen_server_bounds_waits_and_releases() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_server_bounds_waits_and_releases(
         client,
         &["zk"],
@@ -592,7 +594,7 @@ async fn frozen_server_bounds_waits_and_releases() {
 /// server expires the silent session (2 s) and its node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
         "a_frozen_holder_loses_its_lock_to_a_later_token",
         client,
@@ -612,7 +614,7 @@ async fn a_frozen_holder_loses_its_lock_to_a_later_token() {
 async fn an_operator_on_a_lagging_follower_sees_the_latest_grant() {
     use lock_core::LockError;
     use lock_testkit::faults::{Restore, services};
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let _restore = Restore::servers(["zk1", "zk2", "zk3"]);
     let hosts = upstreams_of(&env("DISTLOCK_TEST_ZK_ENSEMBLE_URL"));
     let leader = ensemble_leader();
@@ -695,7 +697,7 @@ async fn an_operator_on_a_lagging_follower_sees_the_latest_grant() {
 /// confirmation).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
-    let _serial = SERIAL.lock().await;
+    let _serial = one_at_a_time(&SERIAL).await;
     let url = format!("{}?session_timeout_ms=6000", env("DISTLOCK_TEST_ZK_URL"));
     lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
         async || ZkLock::connect(&url).await.expect("connect"),
