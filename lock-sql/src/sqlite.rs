@@ -1117,12 +1117,18 @@ mod tests {
             .safety_margin(Duration::from_millis(400))
             .wait(Wait::No)
             .auto_renew(false);
-        let took = a_grant_held_up_for(opts, Duration::from_millis(850)).await;
-        // Only a grant inside the margin says anything.
-        assert!(
-            took > Duration::from_millis(750) && took < Duration::from_secs(1),
-            "the grant came back {took:?} after the request"
-        );
+        // Only a grant inside the margin says anything; on a loaded machine
+        // one may come back past the TTL instead (still refused), so up to
+        // three tries.
+        let mut tries = Vec::new();
+        for _ in 0..3 {
+            let took = a_grant_held_up_for(opts.clone(), Duration::from_millis(850)).await;
+            if took > Duration::from_millis(750) && took < Duration::from_secs(1) {
+                return;
+            }
+            tries.push(took);
+        }
+        panic!("no grant came back inside the margin: {tries:?} after the request");
     }
 
     #[tokio::test]
