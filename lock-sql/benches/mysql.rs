@@ -1,42 +1,19 @@
-//! MySQL/MariaDB lock benchmark, in interleaved blocks
-//! (`lock_testkit::bench::cycles`): distlock in row and advisory mode, with
-//! and without the guard's renewal, against two hand-written floors on
-//! plain sqlx: the cheapest lock whose fencing token is durable (committed
-//! before the grant, as distlock's is) and the lock without a token
-//! (against distlock with `fencing=false`); then contended hand-offs with 8
-//! clients.
+//! MySQL/MariaDB lock benchmark: the session-lock body
+//! (`suites/session_bench.rs`: distlock in both modes against hand-written
+//! floors, then contended hand-offs) on MySQL's floors: `GET_LOCK`, and
+//! row locks with the token's upsert committed beside the transaction.
 //!
 //! ```sh
 //! export $(scripts/services.sh env | xargs)
 //! cargo bench -p lock-sql --features mysql --bench mysql
 //! ```
 
-use std::sync::Arc;
-use std::time::Duration;
+#[path = "suites/session_bench.rs"]
+mod session_bench;
 
-use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::MySqlLock;
-use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs};
+use session_bench::Floors;
 use sqlx::{Connection, MySqlConnection};
-
-/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
-const BLOCK: usize = 50;
-const ROUNDS: usize = 20;
-const RTT: &str = "round trip: SELECT 1";
-const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE; token upsert; ROLLBACK";
-const ROW: &str = "distlock row, auto-renew off";
-const ROW_RENEWED: &str = "distlock row acquire + release";
-const ADVISORY_FLOOR: &str = "advisory floor: GET_LOCK; token upsert; RELEASE_LOCK";
-const ADVISORY: &str = "distlock advisory, auto-renew off";
-const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
-const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
-const ROW_PLAIN: &str = "distlock row, fencing=false";
-const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: GET_LOCK; RELEASE_LOCK";
-const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
-const TASKS: usize = 8;
-const RUN: Duration = Duration::from_secs(4);
-const WORK: Duration = Duration::from_millis(1);
 
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_MYSQL_URL")
@@ -133,108 +110,54 @@ async fn durable_advisory(conn: &mut MySqlConnection, name: &str) {
     release_lock(conn, name).await;
 }
 
+/// MySQL's floors on plain connections.
+struct MySqlFloors {
+    conn: MySqlConnection,
+    /// The row floor's tokens are committed here, outside the lock's
+    /// transaction.
+    tokens: MySqlConnection,
+}
+
+impl Floors for MySqlFloors {
+    const SERVER: &'static str = "mysql";
+    const ADVISORY_FLOOR: &'static str = "advisory floor: GET_LOCK; token upsert; RELEASE_LOCK";
+    const ADVISORY_PLAIN_FLOOR: &'static str = "advisory, no token: GET_LOCK; RELEASE_LOCK";
+
+    async fn ping(&mut self) {
+        let _: i32 = sqlx::query_scalar("SELECT 1")
+            .fetch_one(&mut self.conn)
+            .await
+            .expect("ping");
+    }
+
+    async fn durable_row(&mut self, name: &str) {
+        durable_row(&mut self.conn, &mut self.tokens, name).await
+    }
+
+    async fn durable_advisory(&mut self, name: &str) {
+        durable_advisory(&mut self.conn, name).await
+    }
+
+    async fn row_plain(&mut self, name: &str) {
+        raw_row_plain(&mut self.conn, name).await
+    }
+
+    async fn advisory_plain(&mut self, name: &str) {
+        raw_advisory_plain(&mut self.conn, name).await
+    }
+}
+
 #[tokio::main]
 async fn main() {
-    let row = MySqlLock::connect(&url()).await.expect("distlock row");
-    let advisory = MySqlLock::connect(&format!("{}?mode=advisory", url()))
-        .await
-        .expect("distlock advisory");
-    let row_plain = MySqlLock::connect(&format!("{}?fencing=false", url()))
-        .await
-        .expect("distlock row without fencing");
-    let advisory_plain = MySqlLock::connect(&format!("{}?mode=advisory&fencing=false", url()))
-        .await
-        .expect("distlock advisory without fencing");
-    let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
-    for name in ["bench/raw", "bench/row", "bench/row-plain"] {
-        row.acquire(name, &opts)
-            .await
-            .expect("warm")
-            .release()
-            .await
-            .expect("release");
-    }
-    let mut conn = MySqlConnection::connect(&url()).await.expect("connection");
-    let mut tokens = MySqlConnection::connect(&url()).await.expect("connection");
-    let renewed = LockOptions::new().wait(Wait::Forever);
-    let distlock = [
-        (ROW, &row, "bench/row", &opts),
-        (ROW_RENEWED, &row, "bench/row", &renewed),
-        (ADVISORY, &advisory, "bench/advisory", &opts),
-        (ADVISORY_RENEWED, &advisory, "bench/advisory", &renewed),
-        (ROW_PLAIN, &row_plain, "bench/row-plain", &opts),
-        (
-            ADVISORY_PLAIN,
-            &advisory_plain,
-            "bench/advisory-plain",
-            &opts,
-        ),
-    ];
-    let mut m = Cycles::new("mysql", BLOCK);
-    for round in 0..=ROUNDS {
-        m.warm_up(round == 0);
-        m.measure(RTT, async |_| {
-            let _: i32 = sqlx::query_scalar("SELECT 1")
-                .fetch_one(&mut conn)
-                .await
-                .expect("ping");
-        })
-        .await;
-        m.measure(ROW_FLOOR, async |_| {
-            durable_row(&mut conn, &mut tokens, "bench/raw").await
-        })
-        .await;
-        m.measure(ADVISORY_FLOOR, async |_| {
-            durable_advisory(&mut conn, "bench/raw").await
-        })
-        .await;
-        m.measure(ROW_PLAIN_FLOOR, async |_| {
-            raw_row_plain(&mut conn, "bench/raw").await
-        })
-        .await;
-        m.measure(ADVISORY_PLAIN_FLOOR, async |_| {
-            raw_advisory_plain(&mut conn, "bench/raw-plain").await
-        })
-        .await;
-        for (label, lock, name, opts) in distlock {
-            m.measure_lock(label, lock, name, opts).await;
-        }
-    }
-    m.print();
-    for (ours, floor) in [
-        (ROW, ROW_FLOOR),
-        (ROW_RENEWED, ROW_FLOOR),
-        (ADVISORY, ADVISORY_FLOOR),
-        (ADVISORY_RENEWED, ADVISORY_FLOOR),
-        (ROW, ROW_PLAIN_FLOOR),
-        (ADVISORY, ADVISORY_PLAIN_FLOOR),
-        (ROW_PLAIN, ROW_PLAIN_FLOOR),
-        (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
-    ] {
-        m.compare(ours, floor);
-    }
-    for (mode, base) in [
-        ("row", url()),
-        ("advisory", format!("{}?mode=advisory", url())),
-    ] {
-        let mut clients = Vec::new();
-        for _ in 0..TASKS {
-            clients.push(Arc::new(MySqlLock::connect(&base).await.expect("client"))
-                as Arc<dyn DistributedLock>);
-        }
-        let o = LockOptions::new()
-            .auto_renew(false)
-            .wait_timeout(Duration::from_secs(30));
-        let run = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
-        print_runs(
-            &format!(
-                "{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once"
-            ),
-            RUN,
-            &[("distlock", &run)],
-        );
-        if let Some(rtt) = m.figures(RTT) {
-            print_handoff_round_trips(&[("distlock", &run)], rtt.wall.0);
-        }
-    }
+    let connect = async || MySqlConnection::connect(&url()).await.expect("connection");
+    let mut floors = MySqlFloors {
+        conn: connect().await,
+        tokens: connect().await,
+    };
+    session_bench::run(
+        &url(),
+        async |url| MySqlLock::connect(url).await.expect("distlock"),
+        &mut floors,
+    )
+    .await;
 }

@@ -114,6 +114,32 @@ impl<DB: Database> Warm<DB> {
         })
     }
 
+    /// Pooled connections are not pinged before use (that would cost a
+    /// round trip per acquisition): one that died while idle (a server
+    /// restart ends them all) fails its first statement. If `e` says so and
+    /// `budget` allows, close `pinned`, put another connection in its place
+    /// and answer `true`: the caller runs its statement again. Otherwise
+    /// `false`: `e` is the caller's to report.
+    pub(crate) async fn replaced_if_dead(
+        &self,
+        pinned: &mut Pinned<DB>,
+        e: &sqlx::Error,
+        budget: &mut DeadBudget,
+        backend: &'static str,
+    ) -> Result<bool, LockError> {
+        if !crate::error::connection_lost(e) || budget.0 == 0 {
+            return Ok(false);
+        }
+        budget.0 -= 1;
+        tracing::debug!(backend, error = %e, "a pooled connection had died; taking another");
+        pinned.close();
+        *pinned = self
+            .pinned()
+            .await
+            .map_err(|e| e.into_error(backend, "acquiring a lock"))?;
+        Ok(true)
+    }
+
     /// The pool, for statements outside any lock (fault injection, the
     /// operator's queries), with the cached connections handed back first
     /// so that they cannot starve it.
@@ -130,6 +156,18 @@ struct Slot(Arc<AtomicUsize>);
 impl Drop for Slot {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// How many dead pooled connections one acquisition replaces
+/// ([`Warm::replaced_if_dead`]) before it reports the failure: a pool's
+/// worth after a restart would take as many attempts, so past a few the
+/// server is more likely down than restarted.
+pub(crate) struct DeadBudget(u32);
+
+impl DeadBudget {
+    pub(crate) fn new() -> Self {
+        DeadBudget(8)
     }
 }
 

@@ -5,6 +5,9 @@
 //!
 //! - `sqlite` (feature, default): a lease table shared by the processes of
 //!   one machine — the zero-setup default of distlock. See [`SqliteLock`].
+//! - `postgres` and `mysql` share one engine, [`SqlLock`], generic over
+//!   the server's dialect: [`PgLock`] and [`MySqlLock`] are its two
+//!   instances.
 //! - `postgres`: row locks with `SELECT … FOR UPDATE`, or advisory locks;
 //!   fencing tokens from a sequence; the lock's transaction in the user's
 //!   hands. See [`PgLock`].
@@ -14,6 +17,8 @@
 //! The lock table's name is validated as an [`Identifier`]; lock names only
 //! ever travel as bind parameters.
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod engine;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod error;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -21,8 +26,6 @@ mod held;
 mod ident;
 #[cfg(feature = "mysql")]
 mod mysql;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod pinned_or_shared;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
@@ -36,11 +39,13 @@ mod sqlite_gate;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 mod url_opts;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use engine::SqlLock;
 pub use ident::{Identifier, MAX_IDENTIFIER_LEN};
 #[cfg(feature = "mysql")]
-pub use mysql::MySqlLock;
+pub use mysql::{MySqlDialect, MySqlLock};
 #[cfg(feature = "postgres")]
-pub use postgres::{PgLock, PgLockedTransaction};
+pub use postgres::{PgDialect, PgLock, PgLockedTransaction};
 #[cfg(feature = "sqlite")]
 pub use sqlite::{SqliteConfig, SqliteLock};
 /// The `sqlx` crate these backends are built on, for the `with_pool`

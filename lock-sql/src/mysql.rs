@@ -34,30 +34,23 @@
 //! name's first token starts above every token the earlier
 //! auto-increment scheme (`TABLE_fence`) handed out.
 
-use std::fmt;
-use std::str::FromStr;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
-    confirmed_lease_start, validate_name,
-};
+use lock_core::raw::Request;
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Waiting,
+    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, Waiting,
 };
-use sqlx::mysql::{MySqlConnectOptions, MySqlPoolOptions};
+use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, ConnectOptions, MySql, Row};
 use tokio::time::Instant;
 
-use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, Bounds, Pinned, Side, Warm};
-use crate::ident::Identifier;
-use crate::pinned_or_shared::{self, PinnedOrShared};
-use crate::shared::{SessionSql, SharedSessions};
+use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
+use crate::error::map_sqlx;
+use crate::held::{Bounds, DeadBudget, Pinned};
+use crate::shared::SessionSql;
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "mysql";
@@ -95,21 +88,12 @@ const CAPABILITIES: Capabilities = Capabilities {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct MySqlLock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
-}
+pub type MySqlLock = SqlLock<MySqlDialect>;
 
-struct Inner {
-    pool: Warm<MySql>,
-    /// Advances row-mode tokens while the lock's transaction stays open.
-    side: Side<MySql>,
-    /// Advisory mode: the sessions carrying locks granted without waiting.
-    shared: SharedSessions<MySqlSession>,
-    mode: SqlMode,
-    table: Identifier,
-    display: String,
+/// The MySQL/MariaDB dialect of [`SqlLock`]: its statements and
+/// connections.
+pub struct MySqlDialect {
+    core: Core<MySql, MySqlSession>,
     /// The session variable that ends a hung holder's transaction:
     /// MariaDB's `idle_transaction_timeout`, or MySQL's `wait_timeout`.
     idle_var: &'static str,
@@ -124,7 +108,7 @@ struct Inner {
     restore: Option<String>,
 }
 
-impl Inner {
+impl MySqlDialect {
     /// Put a clean connection back, first setting back the session
     /// variables the lock changed if the pool is the application's; a
     /// connection that fails that is closed.
@@ -199,7 +183,7 @@ fn not_granted(e: &sqlx::Error) -> bool {
     }
 }
 
-impl MySqlLock {
+impl SqlLock<MySqlDialect> {
     /// Connect to `mysql://user:pass@host[:port]/db` (or `mariadb://`) with
     /// options `table` (default `distlock_locks`), `mode=row|advisory`,
     /// `max_connections` (default 32; each waiter, and each held lock but
@@ -213,36 +197,15 @@ impl MySqlLock {
         if let Some(rest) = parsed.client_url.strip_prefix("mariadb://") {
             parsed.client_url = format!("mysql://{rest}");
         }
-        let options = MySqlConnectOptions::from_str(&parsed.client_url)
-            .map_err(|e| LockError::InvalidUrl {
-                url: parsed.display.clone(),
-                reason: format!("rejected by the mysql client: {e}"),
-            })?
-            // A waiting acquisition is a slow statement by design: sqlx's
-            // statement log (a warning for every wait over a second) is
-            // off; distlock's own tracing reports lock events.
-            .disable_statement_logging();
-        let pool = MySqlPoolOptions::new()
-            .max_connections(parsed.max_connections)
-            .acquire_timeout(parsed.connect_timeout)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let config = parsed.config();
-        Self::from_pool(pool, options, config, parsed.display, false).await
+        let options = engine::client_options::<MySql>(BACKEND, &parsed)?;
+        let pool = engine::connect_pool(BACKEND, &parsed, options.clone()).await?;
+        Self::from_pool(pool, options, parsed.config(), parsed.display, false).await
     }
 
-    /// A lock on a pool the application already has (its own credentials,
-    /// TLS and connection settings), with `config` in place of a URL's
-    /// `table`, `mode` and `sessions`: `MySqlLock::with_pool(pool, SqlConfig::default())`.
-    ///
-    /// Row locks and waiting acquisitions take connections from the pool
-    /// and keep them while they hold or wait (so size the pool for them:
-    /// `capabilities().max_held` is its size in row mode); advisory locks
-    /// granted without waiting go on `config.sessions` connections of the
-    /// lock's own, opened with the pool's connect options, as do fencing
-    /// tokens drawn in row mode. The lock sets `innodb_lock_wait_timeout`,
+    /// A lock on a pool the application already has, with `config` in
+    /// place of a URL's options: `MySqlLock::with_pool(pool, SqlConfig::default())`.
+    /// See [`SqlLock`] for how it uses the pool. The lock sets
+    /// `innodb_lock_wait_timeout`,
     /// the idle bound (`idle_transaction_timeout` on MariaDB, `wait_timeout`)
     /// on the connections it uses and sets them back to the server's
     /// defaults before a connection leaves it; the pool's slow-statement
@@ -250,11 +213,8 @@ impl MySqlLock {
     /// [`LockError::InvalidOptions`].
     pub async fn with_pool(pool: sqlx::MySqlPool, config: SqlConfig) -> Result<Self, LockError> {
         config.validate()?;
-        let options = (*pool.connect_options())
-            .clone()
-            .disable_statement_logging();
-        let display = "mysql (the application's pool)".to_string();
-        Self::from_pool(pool, options, config, display, true).await
+        let options = engine::options_of_pool(&pool);
+        Self::from_pool(pool, options, config, engine::app_pool(BACKEND), true).await
     }
 
     async fn from_pool(
@@ -264,7 +224,6 @@ impl MySqlLock {
         display: String,
         restore_sessions: bool,
     ) -> Result<Self, LockError> {
-        let max_connections = pool.options().get_max_connections();
         let t = config.table.as_str().to_string();
         for ddl in [
             format!(
@@ -310,18 +269,10 @@ impl MySqlLock {
             first: floor + 1,
             enabled: config.fencing,
         });
-        let sessions = match config.mode {
-            SqlMode::Advisory => config.sessions,
-            SqlMode::Row => 0,
+        let session = MySqlSession {
+            options: options.clone(),
+            tokens: Arc::clone(&tokens),
         };
-        let shared = SharedSessions::new(
-            BACKEND,
-            MySqlSession {
-                options: options.clone(),
-                tokens: Arc::clone(&tokens),
-            },
-            sessions,
-        );
         let restore = restore_sessions.then(|| match config.mode {
             SqlMode::Row => {
                 format!(
@@ -330,30 +281,24 @@ impl MySqlLock {
             }
             SqlMode::Advisory => "SET SESSION wait_timeout = DEFAULT".to_string(),
         });
-        Ok(MySqlLock {
-            inner: Arc::new(Inner {
-                pool: Warm::new(pool, max_connections as usize),
-                side: Side::new(options),
-                shared,
-                mode: config.mode,
-                table: config.table,
-                tokens,
-                display,
-                idle_var,
-                isolation_var,
-                restore,
-            }),
-            watchdog: Watchdog::new(),
-        })
+        Ok(SqlLock::new(MySqlDialect {
+            core: Core::new(BACKEND, pool, options, session, config, display),
+            tokens,
+            idle_var,
+            isolation_var,
+            restore,
+        }))
     }
+}
 
+impl MySqlDialect {
     /// The server connection holding `name`.
     async fn holder_id(&self, name: &str) -> Result<Option<u64>, LockError> {
-        match self.inner.mode {
+        match self.core.mode {
             SqlMode::Advisory => Ok(
                 sqlx::query_scalar::<_, Option<i64>>("SELECT IS_USED_LOCK(?)")
                     .bind(advisory_key(name))
-                    .fetch_one(self.inner.pool.pool())
+                    .fetch_one(self.core.pool.pool())
                     .await
                     .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?
                     .and_then(|id| u64::try_from(id).ok()),
@@ -366,14 +311,14 @@ impl MySqlLock {
     /// `NOWAIT` row lock in a transaction that is rolled back at once (a
     /// free row is locked for that moment).
     async fn is_held(&self, name: &str) -> Result<bool, LockError> {
-        if self.inner.mode == SqlMode::Advisory {
+        if self.core.mode == SqlMode::Advisory {
             return Ok(self.holder_id(name).await?.is_some());
         }
         let failed = |e| map_sqlx(BACKEND, "reading whether a lock is held", e);
-        let mut tx = self.inner.pool.pool().begin().await.map_err(failed)?;
+        let mut tx = self.core.pool.pool().begin().await.map_err(failed)?;
         let probe = sqlx::query(AssertSqlSafe(format!(
             "SELECT name FROM {} WHERE name = ? FOR UPDATE NOWAIT",
-            self.inner.table.as_str()
+            self.core.table.as_str()
         )))
         .bind(name.as_bytes())
         .execute(&mut *tx)
@@ -391,10 +336,10 @@ impl MySqlLock {
     async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
         let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT CAST(token AS SIGNED) FROM {}_tokens WHERE name = ?",
-            self.inner.table.as_str()
+            self.core.table.as_str()
         )))
         .bind(name.as_bytes())
-        .fetch_optional(self.inner.pool.pool())
+        .fetch_optional(self.core.pool.pool())
         .await
         .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
         Ok(token.and_then(|t| u64::try_from(t).ok()))
@@ -405,7 +350,7 @@ impl MySqlLock {
     /// which then rolls back its transaction, giving up its locks, and
     /// leaves the process list last.
     async fn end_connection(&self, id: u64, what: &str) -> Result<(), LockError> {
-        let pool = self.inner.pool.pool();
+        let pool = self.core.pool.pool();
         sqlx::raw_sql(AssertSqlSafe(format!("KILL CONNECTION {id}")))
             .execute(pool)
             .await
@@ -439,7 +384,7 @@ impl MySqlLock {
     async fn row_holder(&self, name: &str) -> Result<Option<u64>, LockError> {
         let failed = |e| map_sqlx(BACKEND, "finding a lock's holder", e);
         let mut probe = self
-            .inner
+            .core
             .pool
             .pinned()
             .await
@@ -458,7 +403,7 @@ impl MySqlLock {
         .map_err(failed)?;
         let lock = format!(
             "SELECT name FROM {} WHERE name = ? FOR UPDATE",
-            self.inner.table.as_str()
+            self.core.table.as_str()
         );
         let waiting = sqlx::query(AssertSqlSafe(lock))
             .bind(name.as_bytes())
@@ -483,7 +428,7 @@ impl MySqlLock {
             let start = Instant::now();
             let server_micros: i64 =
                 sqlx::query_scalar("SELECT CAST(UNIX_TIMESTAMP(NOW(6)) * 1000000 AS SIGNED)")
-                    .fetch_one(self.inner.pool.pool())
+                    .fetch_one(self.core.pool.pool())
                     .await
                     .map_err(failed)?;
             let read_at = Instant::now();
@@ -503,7 +448,7 @@ impl MySqlLock {
                      WHERE r.trx_mysql_thread_id = ? LIMIT 1",
                 )
                 .bind(me)
-                .fetch_optional(self.inner.pool.pool())
+                .fetch_optional(self.core.pool.pool())
                 .await
                 .map_err(failed)?;
                 if let Some(id) = holder {
@@ -534,7 +479,7 @@ impl MySqlLock {
     }
 
     async fn acquire_conn(&self) -> Result<Pinned<MySql>, LockError> {
-        self.inner
+        self.core
             .pool
             .pinned()
             .await
@@ -544,16 +489,13 @@ impl MySqlLock {
     /// Lock `req.name` on a connection of its own: the connection, the
     /// token and when it was asked; `None` if not granted by the request's
     /// deadline.
-    async fn lock(
-        &self,
-        req: Request<'_>,
-    ) -> Result<Option<(Pinned<MySql>, u64, Instant)>, LockError> {
+    async fn lock_pinned(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let mut pinned = self.acquire_conn().await?;
         let ttl = secs_ceil(opts.ttl);
         let backoff = Backoff::default();
-        let mut stale_left = 8;
+        let mut dead = DeadBudget::new();
         let mut tries = 0;
         loop {
             // Whole seconds of waiting left, if any; else a NOWAIT attempt.
@@ -564,7 +506,7 @@ impl MySqlLock {
                 }
             };
             let sent_at = Instant::now();
-            let outcome = match self.inner.mode {
+            let outcome = match self.core.mode {
                 SqlMode::Row => self.lock_row(&mut pinned, name, wait_secs, ttl).await?,
                 SqlMode::Advisory => {
                     self.lock_advisory(pinned.conn(BACKEND)?, name, wait_secs.unwrap_or(0), ttl)
@@ -577,18 +519,20 @@ impl MySqlLock {
                     return Ok(Some((pinned, token, sent_at)));
                 }
                 Ok(false) => {}
-                Err(e) if connection_lost(&e) && stale_left > 0 => {
-                    // A pooled connection that died while idle: take another.
-                    stale_left -= 1;
-                    pinned.close();
-                    pinned = self.acquire_conn().await?;
-                    continue;
+                Err(e) => {
+                    let pool = &self.core.pool;
+                    if pool
+                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
+                        .await?
+                    {
+                        continue;
+                    }
+                    return Err(failed(e));
                 }
-                Err(e) => return Err(failed(e)),
             }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
-                self.inner.put_back(pinned).await;
+                self.put_back(pinned).await;
                 return Ok(None);
             }
             // Less than a second left: NOWAIT attempts with backoff.
@@ -614,8 +558,8 @@ impl MySqlLock {
             wait_secs: wait_secs.unwrap_or(1),
             idle_secs: ttl_secs,
         };
-        let app_pool = self.inner.restore.is_some();
-        let (isolation, idle) = (self.inner.isolation_var, self.inner.idle_var);
+        let app_pool = self.restore.is_some();
+        let (isolation, idle) = (self.isolation_var, self.idle_var);
         let begin = row_begin(isolation, idle, app_pool, pinned.bounds, bounds);
         // After a first transaction with these bounds (the name's row was
         // missing and has been made): the bounds are set.
@@ -641,7 +585,7 @@ impl MySqlLock {
         begin: String,
         again: impl Fn() -> String,
     ) -> Result<bool, sqlx::Error> {
-        let t = self.inner.table.as_str();
+        let t = self.core.table.as_str();
         let select = format!(
             "SELECT name FROM {t} WHERE name = ? FOR UPDATE{}",
             if wait_secs.is_some() { "" } else { " NOWAIT" }
@@ -692,21 +636,20 @@ impl MySqlLock {
     /// transaction whose writes must not wait for its end, on the client's
     /// side connection.
     async fn token_for(&self, pinned: &mut Pinned<MySql>, name: &str) -> Result<u64, LockError> {
-        if !self.inner.tokens.enabled {
+        if !self.tokens.enabled {
             return Ok(0);
         }
         let failed = |e| map_sqlx(BACKEND, "drawing a fencing token", e);
-        match self.inner.mode {
+        match self.core.mode {
             SqlMode::Advisory => self
-                .inner
                 .tokens
                 .advance(&mut **pinned.conn(BACKEND)?, name)
                 .await
                 .map_err(failed),
             SqlMode::Row => self
-                .inner
+                .core
                 .side
-                .run(async |conn| self.inner.tokens.advance(conn, name).await)
+                .run(async |conn| self.tokens.advance(conn, name).await)
                 .await
                 .map_err(failed),
         }
@@ -735,124 +678,82 @@ impl MySqlLock {
         .await?;
         Ok(true)
     }
+}
 
-    /// Wrap a grant in a guard. The server's idle timeout counts from the
-    /// end of the granting statement, so a grant that waited is confirmed
-    /// by one more statement before its lease is counted.
-    async fn guard_pinned(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        locked: Option<(Pinned<MySql>, u64, Instant)>,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let Some((pinned, token, sent_at)) = locked else {
-            return Ok(None);
-        };
-        let handle = Arc::new(MySqlHandle {
-            inner: Arc::clone(&self.inner),
-            name: name.to_string(),
-            conn: tokio::sync::Mutex::new(pinned),
-        });
-        self.guard(name, opts, handle, token, sent_at)
-            .await
-            .map(Some)
+#[async_trait]
+impl Dialect for MySqlDialect {
+    type Db = MySql;
+    type Session = MySqlSession;
+    const BACKEND: &'static str = BACKEND;
+    const TYPE_NAME: &'static str = "MySqlLock";
+
+    fn core(&self) -> &Core<MySql, MySqlSession> {
+        &self.core
     }
 
-    /// One attempt on a shared session (advisory mode).
-    async fn try_shared(
+    fn capabilities(&self) -> Capabilities {
+        CAPABILITIES
+    }
+
+    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
+        self.lock_pinned(req).await
+    }
+
+    async fn unlock(
         &self,
+        conn: &mut PoolConnection<MySql>,
         name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let sent_at = Instant::now();
-        match self.inner.shared.try_lock(name, opts.ttl).await? {
-            Some((handle, token)) => self
-                .guard(name, opts, handle, token, sent_at)
+    ) -> Result<bool, sqlx::Error> {
+        let ours = match self.core.mode {
+            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
+                .execute(&mut **conn)
                 .await
-                .map(Some),
-            None => Ok(None),
+                .map(|_| true)?,
+            SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>("SELECT RELEASE_LOCK(?)")
+                .bind(advisory_key(name))
+                .fetch_one(&mut **conn)
+                .await
+                .map(|released| released == Some(1))?,
+        };
+        // Released either way; a connection that fails this is broken,
+        // and is replaced when its next statement fails.
+        if let Some(restore) = self.restore.as_deref()
+            && let Err(e) = sqlx::raw_sql(AssertSqlSafe(restore))
+                .execute(&mut **conn)
+                .await
+        {
+            tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
         }
+        Ok(ours)
     }
 
-    async fn guard(
+    async fn touch(
         &self,
-        name: &str,
-        opts: &LockOptions,
-        handle: Arc<dyn GuardHandle>,
-        token: u64,
-        sent_at: Instant,
-    ) -> Result<LockGuard, LockError> {
-        let pending = PendingGrant::new(handle);
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease = Arc::new(LeaseState::granted(start, opts));
-        let token = self.inner.tokens.enabled.then_some(token);
-        let guard = LockGuard::new(
-            name,
-            token,
-            self.raw_capabilities(),
-            lease,
-            pending.disarm(),
-        );
-        // Unrenewed, the lock is still checked: it ends with its connection
-        // (a server crash), which the holder must learn of before its deadline.
-        Ok(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard.watched_by(&self.watchdog)
-        })
-    }
-}
-
-#[async_trait]
-impl PinnedOrShared for MySqlLock {
-    fn shares_sessions(&self) -> bool {
-        self.inner.shared.enabled()
-    }
-
-    async fn on_shared(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        self.try_shared(req.name, req.opts).await
-    }
-
-    async fn on_pinned(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let locked = self.lock(req).await?;
-        self.guard_pinned(req.name, req.opts, locked).await
-    }
-}
-
-#[async_trait]
-impl RawLock for MySqlLock {
-    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        pinned_or_shared::attempt_once(self, req).await
-    }
-
-    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        pinned_or_shared::wait(self, req).await
-    }
-
-    fn raw_capabilities(&self) -> Capabilities {
-        Capabilities {
-            // Locks on shared sessions are bounded by the server only.
-            max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
-            fencing: if self.inner.tokens.enabled {
-                CAPABILITIES.fencing
-            } else {
-                Fencing::None
-            },
-            ..CAPABILITIES
-        }
+        conn: &mut PoolConnection<MySql>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let secs = secs_ceil(ttl);
+        let touch = match self.core.mode {
+            SqlMode::Row => format!("SET SESSION {} = {secs}", self.idle_var),
+            SqlMode::Advisory => format!("SET SESSION wait_timeout = {secs}"),
+        };
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+            .map(|_| ())
     }
 
     /// Held when a connection holds `name` (`IS_USED_LOCK`, or a `NOWAIT`
-    /// probe of the row that is refused); the token is `name`'s counter, which only a holder
-    /// advances. The server does not show who waits for a user lock, and
-    /// the lock lasts as long as the holder's connection, so neither the
-    /// waiters nor a lease time are reported.
-    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        validate_name(name)?;
+    /// probe of the row that is refused); the token is `name`'s counter,
+    /// which only a holder advances. The server does not show who waits
+    /// for a user lock, and the lock lasts as long as the holder's
+    /// connection, so neither the waiters nor a lease time are reported.
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         if !self.is_held(name).await? {
             return Ok(LockInfo::free());
         }
-        let token = match self.inner.tokens.enabled {
+        let token = match self.core.fencing {
             true => self.latest_token(name).await?,
             false => None,
         };
@@ -865,24 +766,13 @@ impl RawLock for MySqlLock {
     /// fires, and so do those of the other locks that connection carried
     /// (advisory locks granted without waiting share a few connections per
     /// client).
-    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
-        validate_name(name)?;
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
         let Some(id) = self.holder_id(name).await? else {
             return Ok(false);
         };
         self.end_connection(id, &format!("the connection holding `{name}`"))
             .await?;
         Ok(true)
-    }
-}
-
-impl fmt::Debug for MySqlLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MySqlLock")
-            .field("server", &self.inner.display)
-            .field("mode", &self.inner.mode)
-            .field("table", &self.inner.table.as_str())
-            .finish_non_exhaustive()
     }
 }
 
@@ -923,60 +813,8 @@ fn row_begin(
     }
 }
 
-struct MySqlHandle {
-    inner: Arc<Inner>,
-    name: String,
-    conn: tokio::sync::Mutex<Pinned<MySql>>,
-}
-
-#[async_trait]
-impl GuardHandle for MySqlHandle {
-    async fn release(&self) -> Result<bool, LockError> {
-        let (mode, restore) = (self.inner.mode, self.inner.restore.as_deref());
-        held::release(&self.conn, &self.name, async |conn| {
-            let ours = match mode {
-                SqlMode::Row => sqlx::raw_sql("ROLLBACK")
-                    .execute(&mut **conn)
-                    .await
-                    .map(|_| true)?,
-                SqlMode::Advisory => sqlx::query_scalar::<_, Option<i64>>("SELECT RELEASE_LOCK(?)")
-                    .bind(advisory_key(&self.name))
-                    .fetch_one(&mut **conn)
-                    .await
-                    .map(|released| released == Some(1))?,
-            };
-            // Released either way; a connection that fails this is broken,
-            // and is replaced when its next statement fails.
-            if let Some(restore) = restore
-                && let Err(e) = sqlx::raw_sql(AssertSqlSafe(restore))
-                    .execute(&mut **conn)
-                    .await
-            {
-                tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
-            }
-            Ok(ours)
-        })
-        .await
-    }
-
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let secs = secs_ceil(ttl);
-        let touch = match self.inner.mode {
-            SqlMode::Row => format!("SET SESSION {} = {secs}", self.inner.idle_var),
-            SqlMode::Advisory => format!("SET SESSION wait_timeout = {secs}"),
-        };
-        held::touch(&self.conn, &self.name, async |conn| {
-            sqlx::raw_sql(AssertSqlSafe(touch))
-                .execute(&mut **conn)
-                .await
-                .map(|_| ())
-        })
-        .await
-    }
-}
-
 /// `GET_LOCK` on a shared session.
-struct MySqlSession {
+pub(crate) struct MySqlSession {
     options: MySqlConnectOptions,
     tokens: Arc<TokenCounter>,
 }
@@ -1100,7 +938,8 @@ mod tests {
         let name = format!("wait-timeout-{}", std::process::id());
         // The bound the server holds for the shared session.
         let bound = async || -> u64 {
-            lock.inner
+            lock.dialect()
+                .core
                 .shared
                 .on_connection(async |conn| {
                     sqlx::query_scalar("SELECT @@SESSION.wait_timeout")
@@ -1128,7 +967,8 @@ mod tests {
         assert_eq!(cycle(30).await, 30, "a new session's bound is set");
         // Changed behind the client's back: a lock of the same lease
         // sends no statement for the bound, so the change shows.
-        lock.inner
+        lock.dialect()
+            .core
             .shared
             .on_connection(async |conn| {
                 sqlx::raw_sql("SET SESSION wait_timeout = 5")
@@ -1153,7 +993,7 @@ mod tests {
                  FROM information_schema.innodb_trx WHERE trx_mysql_thread_id = ?",
             )
             .bind(thread)
-            .fetch_optional(lock.inner.pool.pool())
+            .fetch_optional(lock.dialect().core.pool.pool())
             .await
             .expect("reading innodb_trx");
             if let Some((level, id)) = row
@@ -1169,6 +1009,7 @@ mod tests {
     /// isolation level and id.
     async fn holder_transaction(lock: &MySqlLock, name: &str) -> (u64, String, String) {
         let holder = lock
+            .dialect()
             .row_holder(name)
             .await
             .expect("searching the holder")
@@ -1217,7 +1058,14 @@ mod tests {
         assert!(g.release().await.expect("release"));
 
         // The same connection, back from the lock's cache.
-        let mut pinned = lock.inner.pool.pinned().await.ok().expect("a connection");
+        let mut pinned = lock
+            .dialect()
+            .core
+            .pool
+            .pinned()
+            .await
+            .ok()
+            .expect("a connection");
         let conn = pinned.conn(super::BACKEND).expect("open");
         let thread: u64 = sqlx::query_scalar("SELECT CONNECTION_ID()")
             .fetch_one(&mut **conn)
@@ -1226,7 +1074,7 @@ mod tests {
         assert_eq!(thread, holder, "the lock's connection was cached");
         let session: String = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT @@SESSION.{}",
-            lock.inner.isolation_var
+            lock.dialect().isolation_var
         )))
         .fetch_one(&mut **conn)
         .await
@@ -1241,7 +1089,7 @@ mod tests {
             .expect("a plain transaction");
         sqlx::query(AssertSqlSafe(format!(
             "SELECT name FROM {} WHERE name = ? FOR UPDATE",
-            lock.inner.table.as_str()
+            lock.dialect().core.table.as_str()
         )))
         .bind(name.as_bytes())
         .fetch_one(&mut **conn)
@@ -1289,7 +1137,8 @@ mod tests {
         let (a, b) = (advisory().await, advisory().await);
         let name = format!("unclaimed/{:?}", std::time::SystemTime::now());
         let grant = a
-            .inner
+            .dialect()
+            .core
             .shared
             .grant_unclaimed(&name, Duration::from_secs(60))
             .await
@@ -1329,7 +1178,12 @@ mod tests {
         let mut dropped = 0;
         for i in 0..50 {
             let name = format!("dropped/{stamp}/{i}");
-            let mut attempt = Box::pin(a.inner.shared.try_lock(&name, Duration::from_secs(60)));
+            let mut attempt = Box::pin(
+                a.dialect()
+                    .core
+                    .shared
+                    .try_lock(&name, Duration::from_secs(60)),
+            );
             let first = std::future::poll_fn(|cx| Poll::Ready(attempt.as_mut().poll(cx))).await;
             if let Poll::Ready(answered) = first {
                 let (handle, _) = answered.expect("try_lock").expect("free");

@@ -55,28 +55,23 @@
 //! commit with the release and must be as durable as the server promises.
 
 use std::fmt;
-use std::str::FromStr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
-    confirmed_lease_start, validate_name,
-};
+use lock_core::raw::Request;
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Wait,
-    Waiting,
+    Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, LockOptions, Wait, Waiting,
 };
-use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, ConnectOptions, Postgres};
 use tokio::time::Instant;
 
+use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::{connection_lost, map_sqlx};
-use crate::held::{self, NoConnection, Pinned, Side, Warm};
+use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
-use crate::pinned_or_shared::{self, PinnedOrShared};
-use crate::shared::{SessionSql, SharedSessions};
+use crate::shared::SessionSql;
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "postgres";
@@ -122,29 +117,17 @@ const CAPABILITIES: Capabilities = Capabilities {
 /// guard.release().await?;
 /// # Ok(()) }
 /// ```
-#[derive(Clone)]
-pub struct PgLock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
-}
+pub type PgLock = SqlLock<PgDialect>;
 
-struct Inner {
-    pool: Warm<Postgres>,
-    /// Advances row-mode tokens while the lock's transaction stays open.
-    side: Side<Postgres>,
-    /// Advisory mode: the sessions carrying locks granted without waiting.
-    shared: SharedSessions<PgSession>,
-    mode: SqlMode,
-    table: Identifier,
-    display: String,
+/// The Postgres dialect of [`SqlLock`]: its statements and connections.
+pub struct PgDialect {
+    core: Core<Postgres, PgSession>,
     sql: Statements,
     /// The pool is the application's: its connections did not start with
     /// `client_connection_check_interval`, so an advisory wait sets it
     /// first (the server arms the check when a statement starts, so
     /// setting it inside the waiting statement would be too late).
     arm_check_before_waits: bool,
-    /// Off (`fencing=false`): no token is drawn, and grants carry none.
-    fencing: bool,
 }
 
 /// The statements, with the (validated) table name in place.
@@ -219,7 +202,7 @@ impl Statements {
     }
 }
 
-impl PgLock {
+impl SqlLock<PgDialect> {
     /// Connect to `postgres://user:pass@host[:port]/db` with options
     /// `table` (default `distlock_locks`), `mode=row|advisory`,
     /// `max_connections` (default 32; each waiter, and each held lock but
@@ -230,50 +213,24 @@ impl PgLock {
     /// sqlx's own (`sslmode`, …).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = SqlUrl::parse(url, &["postgres", "postgresql"])?;
-        let options =
-            PgConnectOptions::from_str(&parsed.client_url).map_err(|e| LockError::InvalidUrl {
-                url: parsed.display.clone(),
-                reason: format!("rejected by the postgres client: {e}"),
-            })?;
-        // A waiting acquisition is a slow statement by design: sqlx's
-        // statement log (a warning for every wait over a second) is off;
-        // distlock's own tracing reports lock events.
-        let options = options
-            .options([("client_connection_check_interval", CHECK_CLIENT)])
-            .disable_statement_logging();
-        let pool = PgPoolOptions::new()
-            .max_connections(parsed.max_connections)
-            .acquire_timeout(parsed.connect_timeout)
-            .test_before_acquire(false)
-            .connect_with(options.clone())
-            .await
-            .map_err(|e| map_sqlx(BACKEND, &format!("connecting to {}", parsed.display), e))?;
-        let config = parsed.config();
-        Self::from_pool(pool, options, config, parsed.display, false).await
+        let options = engine::client_options::<Postgres>(BACKEND, &parsed)?
+            .options([("client_connection_check_interval", CHECK_CLIENT)]);
+        let pool = engine::connect_pool(BACKEND, &parsed, options.clone()).await?;
+        Self::from_pool(pool, options, parsed.config(), parsed.display, false).await
     }
 
-    /// A lock on a pool the application already has (its own credentials,
-    /// TLS and connection settings), with `config` in place of a URL's
-    /// `table`, `mode` and `sessions`: `PgLock::with_pool(pool, SqlConfig::default())`.
-    ///
-    /// Row locks and waiting acquisitions take connections from the pool
-    /// and keep them while they hold or wait (so size the pool for them:
-    /// `capabilities().max_held` is its size in row mode); advisory locks
-    /// granted without waiting go on `config.sessions` connections of the
-    /// lock's own, opened with the pool's connect options, as do fencing
-    /// tokens drawn in row mode. The lock sets `lock_timeout`,
+    /// A lock on a pool the application already has, with `config` in
+    /// place of a URL's options: `PgLock::with_pool(pool, SqlConfig::default())`.
+    /// See [`SqlLock`] for how it uses the pool. The lock sets `lock_timeout`,
     /// `idle_session_timeout` and `client_connection_check_interval` on the
     /// connections it uses and puts back what it changed for the session
     /// (advisory mode); the pool's slow-statement log, if on, reports long
     /// lock waits. Invalid settings are [`LockError::InvalidOptions`].
     pub async fn with_pool(pool: sqlx::PgPool, config: SqlConfig) -> Result<Self, LockError> {
         config.validate()?;
-        let options = (*pool.connect_options())
-            .clone()
-            .options([("client_connection_check_interval", CHECK_CLIENT)])
-            .disable_statement_logging();
-        let display = "postgres (the application's pool)".to_string();
-        Self::from_pool(pool, options, config, display, true).await
+        let options = engine::options_of_pool(&pool)
+            .options([("client_connection_check_interval", CHECK_CLIENT)]);
+        Self::from_pool(pool, options, config, engine::app_pool(BACKEND), true).await
     }
 
     async fn from_pool(
@@ -283,9 +240,7 @@ impl PgLock {
         display: String,
         arm_check_before_waits: bool,
     ) -> Result<Self, LockError> {
-        let max_connections = pool.options().get_max_connections();
-        let table = config.table;
-        let t = table.as_str();
+        let t = config.table.as_str();
         for ddl in [
             format!(
                 "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
@@ -305,43 +260,35 @@ impl PgLock {
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
-        let sql = Statements::new(&table, config.fencing);
-        let sessions = match config.mode {
-            SqlMode::Advisory => config.sessions,
-            SqlMode::Row => 0,
+        let sql = Statements::new(&config.table, config.fencing);
+        let session = PgSession {
+            options: options.clone(),
+            sql: sql.clone(),
         };
-        let shared = SharedSessions::new(
-            BACKEND,
-            PgSession {
-                options: options.clone(),
-                sql: sql.clone(),
-            },
-            sessions,
-        );
-        Ok(PgLock {
-            inner: Arc::new(Inner {
-                pool: Warm::new(pool, max_connections as usize),
-                shared,
-                side: Side::new(options),
-                mode: config.mode,
-                sql,
-                table,
-                display,
-                arm_check_before_waits,
-                fencing: config.fencing,
-            }),
-            watchdog: Watchdog::new(),
-        })
+        Ok(SqlLock::new(PgDialect {
+            core: Core::new(BACKEND, pool, options, session, config, display),
+            sql,
+            arm_check_before_waits,
+        }))
     }
 
+    /// How many acquisitions of `name` wait on the server: sessions waiting
+    /// for its advisory lock, or for its row (behind the holder's
+    /// transaction or the row's tuple lock).
+    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        self.dialect().queued(name).await
+    }
+}
+
+impl PgDialect {
     /// The token of `name`'s latest grant: the holder's while it is held.
     async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
         let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT token FROM {}_tokens WHERE name = $1",
-            self.inner.table.as_str()
+            self.core.table.as_str()
         )))
         .bind(name)
-        .fetch_optional(self.inner.pool.pool())
+        .fetch_optional(self.core.pool.pool())
         .await
         .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
         Ok(token.and_then(|t| u64::try_from(t).ok()))
@@ -349,30 +296,28 @@ impl PgLock {
 
     /// The server process (pid) whose session holds `name`.
     async fn holder_pid(&self, name: &str) -> Result<Option<i32>, LockError> {
-        match self.inner.mode {
+        match self.core.mode {
             SqlMode::Row => self.row_holder(name).await,
             SqlMode::Advisory => sqlx::query_scalar(
                 "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
                  AND ((classid::bigint << 32) | objid::bigint) = hashtextextended('distlock:' || $1, 0) LIMIT 1",
             )
             .bind(name)
-            .fetch_optional(self.inner.pool.pool())
+            .fetch_optional(self.core.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e)),
         }
     }
 
-    /// How many acquisitions of `name` wait on the server: sessions waiting
-    /// for its advisory lock, or for its row (behind the holder's
-    /// transaction or the row's tuple lock).
-    pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
-        let sql = match self.inner.mode {
+    /// How many acquisitions of `name` wait on the server.
+    async fn queued(&self, name: &str) -> Result<usize, LockError> {
+        let sql = match self.core.mode {
             SqlMode::Advisory => "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' \
                  AND NOT granted AND ((classid::bigint << 32) | objid::bigint) = \
                  hashtextextended('distlock:' || $1, 0)"
                 .to_string(),
             SqlMode::Row => {
-                let t = self.inner.table.as_str();
+                let t = self.core.table.as_str();
                 format!(
                     "WITH r AS (SELECT (ctid::text::point)[0]::int AS page, \
                      (ctid::text::point)[1]::int AS tup, xmax::text AS xid FROM {t} WHERE name = $1) \
@@ -385,7 +330,7 @@ impl PgLock {
         };
         let waiting: i64 = sqlx::query_scalar(AssertSqlSafe(sql))
             .bind(name)
-            .fetch_one(self.inner.pool.pool())
+            .fetch_one(self.core.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "counting a lock's waiters", e))?;
         Ok(usize::try_from(waiting).unwrap_or(0))
@@ -398,10 +343,10 @@ impl PgLock {
             "SELECT l.pid FROM {} t JOIN pg_locks l ON l.locktype = 'transactionid' \
              AND l.transactionid::text = t.xmax::text AND l.mode = 'ExclusiveLock' \
              WHERE t.name = $1 LIMIT 1",
-            self.inner.table.as_str()
+            self.core.table.as_str()
         )))
         .bind(name)
-        .fetch_optional(self.inner.pool.pool())
+        .fetch_optional(self.core.pool.pool())
         .await
         .map_err(|e| map_sqlx(BACKEND, "finding a lock's holder", e))?;
         Ok(pid)
@@ -416,11 +361,11 @@ impl PgLock {
     /// the token is drawn on the client's side connection. (An advisory
     /// grant advances the same counter in its lock statement.)
     async fn draw_row_token(&self, name: &str) -> Result<i64, LockError> {
-        if !self.inner.fencing {
+        if !self.core.fencing {
             return Ok(0);
         }
-        let sql = self.inner.sql.draw_token.as_str();
-        self.inner
+        let sql = self.sql.draw_token.as_str();
+        self.core
             .side
             .run(async |conn| advance_token(sql, conn, name).await)
             .await
@@ -431,25 +376,19 @@ impl PgLock {
     /// the lock transaction, in row mode), the token and when it was asked.
     /// `Ok(None)`: held by someone else (a single attempt), or the wait ran
     /// out at the request's deadline (`Timeout` is made by the caller).
-    async fn lock(
-        &self,
-        req: Request<'_>,
-    ) -> Result<Option<(Pinned<Postgres>, i64, Instant)>, LockError> {
+    async fn lock_pinned(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
-        let inner = &self.inner;
+        let core = &self.core;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
-        let mut pinned = inner.pool.pinned().await.map_err(taken)?;
+        let mut pinned = core.pool.pinned().await.map_err(taken)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
         let sent_at = Instant::now();
-        // Pooled connections are not pinged before use (that would cost a
-        // round trip per acquisition); one that died while idle fails its
-        // first statement, and another is taken instead.
-        let mut stale_left = 8;
+        let mut dead = DeadBudget::new();
         loop {
             let wait_ms = wait_slice_ms(opts.wait, deadline);
             let conn = pinned.conn(BACKEND)?;
-            let token: Result<Option<Option<i64>>, sqlx::Error> = match inner.mode {
+            let token: Result<Option<Option<i64>>, sqlx::Error> = match core.mode {
                 SqlMode::Row => {
                     // Numbers only: nothing a caller controls is spliced.
                     let begin = format!(
@@ -461,20 +400,19 @@ impl PgLock {
                         .execute(&mut **conn)
                         .await
                     {
-                        // A pooled connection that died while idle (the
-                        // server restarted): take another.
-                        if connection_lost(&e) && stale_left > 0 {
-                            stale_left -= 1;
-                            pinned.close();
-                            pinned = inner.pool.pinned().await.map_err(taken)?;
+                        if core
+                            .pool
+                            .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
+                            .await?
+                        {
                             continue;
                         }
                         return Err(failed(e));
                     }
                     let sql = if wait_ms.is_some() {
-                        &inner.sql.lock_row
+                        &self.sql.lock_row
                     } else {
-                        &inner.sql.lock_row_nowait
+                        &self.sql.lock_row_nowait
                     };
                     sqlx::query_scalar(AssertSqlSafe(sql.as_str()))
                         .bind(name)
@@ -484,22 +422,23 @@ impl PgLock {
                 }
                 SqlMode::Advisory => match wait_ms {
                     Some(wait) => {
-                        if inner.arm_check_before_waits
+                        if self.arm_check_before_waits
                             && let Err(e) = sqlx::raw_sql(AssertSqlSafe(format!(
                                 "SET client_connection_check_interval = '{CHECK_CLIENT}'"
                             )))
                             .execute(&mut **conn)
                             .await
                         {
-                            if connection_lost(&e) && stale_left > 0 {
-                                stale_left -= 1;
-                                pinned.close();
-                                pinned = inner.pool.pinned().await.map_err(taken)?;
+                            if core
+                                .pool
+                                .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
+                                .await?
+                            {
                                 continue;
                             }
                             return Err(failed(e));
                         }
-                        let lock = sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory.as_str()))
+                        let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory.as_str()))
                             .bind(name)
                             .bind(format!("{wait}ms"))
                             .bind(format!("{ttl_ms}ms"));
@@ -507,7 +446,7 @@ impl PgLock {
                     }
                     None => {
                         let lock =
-                            sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_try.as_str()))
+                            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
                                 .bind(name)
                                 .bind(format!("{ttl_ms}ms"));
                         committed_answer(lock, conn).await
@@ -519,10 +458,15 @@ impl PgLock {
                     // An advisory lock statement answers with the token;
                     // a row lock's is drawn now. A failure closes the
                     // connection, and the lock goes with it.
-                    let token = match inner.mode {
+                    let token = match core.mode {
                         SqlMode::Advisory => granted,
                         SqlMode::Row => self.draw_row_token(name).await?,
                     };
+                    let token = u64::try_from(token).map_err(|_| LockError::Backend {
+                        backend: BACKEND,
+                        reason: format!("the server answered a negative fencing token {token}"),
+                        source: None,
+                    })?;
                     return Ok(Some((pinned, token, sent_at)));
                 }
                 // Advisory: not granted (try). Row: no row yet — create it
@@ -531,12 +475,12 @@ impl PgLock {
                     pinned.put_back();
                     return Ok(None);
                 }
-                Ok(None) if inner.mode == SqlMode::Row => {
+                Ok(None) if core.mode == SqlMode::Row => {
                     sqlx::raw_sql("ROLLBACK")
                         .execute(&mut **conn)
                         .await
                         .map_err(failed)?;
-                    sqlx::query(AssertSqlSafe(inner.sql.insert.as_str()))
+                    sqlx::query(AssertSqlSafe(self.sql.insert.as_str()))
                         .bind(name)
                         .execute(&mut **conn)
                         .await
@@ -546,7 +490,7 @@ impl PgLock {
                 Err(sqlx::Error::Database(db))
                     if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
                 {
-                    if inner.mode == SqlMode::Row {
+                    if core.mode == SqlMode::Row {
                         sqlx::raw_sql("ROLLBACK")
                             .execute(&mut **conn)
                             .await
@@ -560,21 +504,22 @@ impl PgLock {
                     pinned.put_back();
                     return Ok(None);
                 }
-                Err(e)
-                    if inner.mode == SqlMode::Advisory && connection_lost(&e) && stale_left > 0 =>
-                {
-                    tracing::debug!(error = %e, "a pooled connection had died; taking another");
-                    stale_left -= 1;
-                    pinned.close();
-                    pinned = inner.pool.pinned().await.map_err(taken)?;
+                Err(e) if core.mode == SqlMode::Advisory && connection_lost(&e) => {
+                    if !core
+                        .pool
+                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
+                        .await?
+                    {
+                        return Err(failed(e));
+                    }
                 }
-                Err(e) if inner.mode == SqlMode::Advisory && !connection_lost(&e) => {
+                Err(e) if core.mode == SqlMode::Advisory && !connection_lost(&e) => {
                     // The statement may have taken the lock before it
                     // failed (its token's write refused), and a session's
                     // advisory lock outlives the statement's abort: give
                     // it back before answering, so that it is free then.
                     let unlocked: Result<bool, _> =
-                        sqlx::query_scalar(AssertSqlSafe(inner.sql.advisory_unlock.as_str()))
+                        sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock.as_str()))
                             .bind(name)
                             .fetch_one(&mut **conn)
                             .await;
@@ -611,49 +556,67 @@ fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
 }
 
 #[async_trait]
-impl PinnedOrShared for PgLock {
-    fn shares_sessions(&self) -> bool {
-        self.inner.shared.enabled()
+impl Dialect for PgDialect {
+    type Db = Postgres;
+    type Session = PgSession;
+    const BACKEND: &'static str = BACKEND;
+    const TYPE_NAME: &'static str = "PgLock";
+
+    fn core(&self) -> &Core<Postgres, PgSession> {
+        &self.core
     }
 
-    async fn on_shared(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        self.try_shared(req.name, req.opts).await
-    }
-
-    async fn on_pinned(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let locked = self.lock(req).await?;
-        self.guard_pinned(req.name, req.opts, locked).await
-    }
-}
-
-#[async_trait]
-impl RawLock for PgLock {
-    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        pinned_or_shared::attempt_once(self, req).await
-    }
-
-    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        pinned_or_shared::wait(self, req).await
-    }
-
-    fn raw_capabilities(&self) -> Capabilities {
+    fn capabilities(&self) -> Capabilities {
         Capabilities {
-            // Locks on shared sessions are bounded by the server's lock
-            // table only.
-            max_held: (!self.inner.shared.enabled()).then(|| self.inner.pool.limit()),
-            fencing: if self.inner.fencing {
-                CAPABILITIES.fencing
-            } else {
-                Fencing::None
-            },
             // A row lock is not handed over: at the holder's commit its
             // waiters wake and lock the row again, and a newcomer whose
             // `SELECT … FOR UPDATE` arrives first finds the row free and
             // takes it without queueing (seen as a releaser overtaking a
             // waiter under load).
-            fair_queue: self.inner.mode == SqlMode::Advisory,
+            fair_queue: self.core.mode == SqlMode::Advisory,
             ..CAPABILITIES
         }
+    }
+
+    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
+        self.lock_pinned(req).await
+    }
+
+    async fn unlock(
+        &self,
+        conn: &mut PoolConnection<Postgres>,
+        name: &str,
+    ) -> Result<bool, sqlx::Error> {
+        match self.core.mode {
+            // Nothing to keep: an abort frees the row lock without a WAL flush.
+            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
+                .execute(&mut **conn)
+                .await
+                .map(|_| true),
+            SqlMode::Advisory => {
+                sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock.as_str()))
+                    .bind(name)
+                    .fetch_one(&mut **conn)
+                    .await
+            }
+        }
+    }
+
+    async fn touch(
+        &self,
+        conn: &mut PoolConnection<Postgres>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let ms = ttl.as_millis().max(1);
+        let touch = match self.core.mode {
+            SqlMode::Row => format!("SET LOCAL idle_in_transaction_session_timeout = {ms}"),
+            SqlMode::Advisory => format!("SET idle_session_timeout = {ms}"),
+        };
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+            .map(|_| ())
     }
 
     /// Held when a session holds `name`'s advisory lock or row lock (the
@@ -661,12 +624,11 @@ impl RawLock for PgLock {
     /// only a holder advances; the waiters are the sessions waiting in the
     /// server's lock queue. The lock lasts as long as the holder's session,
     /// so no lease time is reported.
-    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        validate_name(name)?;
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         if self.holder_pid(name).await?.is_none() {
             return Ok(LockInfo::free().with_waiters(Some(self.queued(name).await?)));
         }
-        let token = match self.inner.fencing {
+        let token = match self.core.fencing {
             true => self.latest_token(name).await?,
             false => None,
         };
@@ -681,92 +643,20 @@ impl RawLock for PgLock {
     /// holder's `lost()` fires, and so do those of the other locks that
     /// session carried (advisory locks granted without waiting share a few
     /// sessions per client).
-    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
-        validate_name(name)?;
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
         let Some(pid) = self.holder_pid(name).await? else {
             return Ok(false);
         };
-        let pool = self.inner.pool.pool();
         let ended: bool = sqlx::query_scalar("SELECT pg_terminate_backend($1, 10000)")
             .bind(pid)
-            .fetch_one(pool)
+            .fetch_one(self.core.pool.pool())
             .await
             .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
         Ok(ended)
     }
 }
 
-impl PgLock {
-    /// Wrap a grant in a guard. The server's idle timeout counts from the
-    /// end of the granting statement, so a grant that waited is confirmed
-    /// by one more statement before its lease is counted.
-    async fn guard_pinned(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        locked: Option<(Pinned<Postgres>, i64, Instant)>,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let Some((pinned, token, sent_at)) = locked else {
-            return Ok(None);
-        };
-        let handle = Arc::new(PgHandle {
-            inner: Arc::clone(&self.inner),
-            name: name.to_string(),
-            conn: tokio::sync::Mutex::new(pinned),
-        });
-        self.guard(name, opts, handle, token, sent_at)
-            .await
-            .map(Some)
-    }
-
-    /// One attempt on a shared session (advisory mode).
-    async fn try_shared(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let sent_at = Instant::now();
-        match self.inner.shared.try_lock(name, opts.ttl).await? {
-            Some((handle, token)) => {
-                let token = i64::try_from(token).unwrap_or(i64::MAX);
-                self.guard(name, opts, handle, token, sent_at)
-                    .await
-                    .map(Some)
-            }
-            None => Ok(None),
-        }
-    }
-
-    async fn guard(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        handle: Arc<dyn GuardHandle>,
-        token: i64,
-        sent_at: Instant,
-    ) -> Result<LockGuard, LockError> {
-        let pending = PendingGrant::new(handle);
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease = Arc::new(LeaseState::granted(start, opts));
-        let token = u64::try_from(token).ok().filter(|_| self.inner.fencing);
-        let guard = LockGuard::new(
-            name,
-            token,
-            self.raw_capabilities(),
-            lease,
-            pending.disarm(),
-        );
-        // Unrenewed, the lock is still checked: it ends with its connection
-        // (a server crash), which the holder must learn of before its deadline.
-        Ok(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard.watched_by(&self.watchdog)
-        })
-    }
-}
-
-impl PgLock {
+impl SqlLock<PgDialect> {
     /// Lock `name` and hand over the lock's own transaction (row mode):
     /// statements run on [`PgLockedTransaction::conn`] commit atomically with
     /// the release, so the protected write and the lock cannot diverge.
@@ -789,16 +679,17 @@ impl PgLock {
         name: &str,
         opts: &LockOptions,
     ) -> Result<PgLockedTransaction, LockError> {
-        if self.inner.mode != SqlMode::Row {
+        let dialect = self.dialect();
+        if dialect.core.mode != SqlMode::Row {
             return Err(LockError::invalid_options(
                 "the lock's transaction exists in row mode only (mode=row)",
             ));
         }
         let req = Request::checked(name, opts, &CAPABILITIES)?;
-        match self.lock(req).await? {
+        match dialect.lock_pinned(req).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
                 name: name.to_string(),
-                token: u64::try_from(token).ok().filter(|_| self.inner.fencing),
+                token: dialect.core.fencing.then_some(token),
                 conn,
             }),
             None => Err(req.timeout()),
@@ -862,65 +753,8 @@ impl fmt::Debug for PgLockedTransaction {
     }
 }
 
-impl fmt::Debug for PgLock {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("PgLock")
-            .field("server", &self.inner.display)
-            .field("mode", &self.inner.mode)
-            .field("table", &self.inner.table.as_str())
-            .finish_non_exhaustive()
-    }
-}
-
-/// A held lock: its connection, inside the lock transaction (row mode) or
-/// holding the advisory lock.
-struct PgHandle {
-    inner: Arc<Inner>,
-    name: String,
-    conn: tokio::sync::Mutex<Pinned<Postgres>>,
-}
-
-#[async_trait]
-impl GuardHandle for PgHandle {
-    async fn release(&self) -> Result<bool, LockError> {
-        let (mode, sql) = (self.inner.mode, &self.inner.sql);
-        held::release(&self.conn, &self.name, async |conn| match mode {
-            // Nothing to keep: an abort frees the row lock without a WAL flush.
-            SqlMode::Row => sqlx::raw_sql("ROLLBACK")
-                .execute(&mut **conn)
-                .await
-                .map(|_| true),
-            SqlMode::Advisory => {
-                sqlx::query_scalar(AssertSqlSafe(sql.advisory_unlock.as_str()))
-                    .bind(&self.name)
-                    .fetch_one(&mut **conn)
-                    .await
-            }
-        })
-        .await
-    }
-
-    /// Touch the connection (resetting the server's idle timeout) and set
-    /// the timeout to `ttl`. `false` if the connection (and so the lock) is
-    /// gone.
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let ms = ttl.as_millis().max(1);
-        let touch = match self.inner.mode {
-            SqlMode::Row => format!("SET LOCAL idle_in_transaction_session_timeout = {ms}"),
-            SqlMode::Advisory => format!("SET idle_session_timeout = {ms}"),
-        };
-        held::touch(&self.conn, &self.name, async |conn| {
-            sqlx::raw_sql(AssertSqlSafe(touch))
-                .execute(&mut **conn)
-                .await
-                .map(|_| ())
-        })
-        .await
-    }
-}
-
 /// Postgres advisory locks on a shared session.
-struct PgSession {
+pub(crate) struct PgSession {
     options: PgConnectOptions,
     sql: Statements,
 }

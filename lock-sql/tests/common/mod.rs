@@ -268,3 +268,314 @@ pub(crate) async fn a_quiet_session_ended_by_the_server_is_replaced(
     );
     assert!(g.release().await.expect("release"), "still ours");
 }
+
+/// The fault tests every session-lock dialect runs, written once for
+/// Postgres and MySQL/MariaDB: `lock` is the client type, `url` the
+/// variable holding the server's URL, `server` its name in
+/// `scripts/services.sh`, and `warm_pool` the query of the client whose
+/// pool must not starve. Defines the binary's `SERIAL` mutex and the
+/// clients `client(mode)` and `advisory(sessions)`, and `quick(ttl_ms)`
+/// options, for the dialect's own tests beside these.
+macro_rules! session_fault_tests {
+    (lock: $lock:ty, url: $url:literal, server: $server:literal, warm_pool: $warm:literal $(,)?) => {
+        static SERIAL: ::tokio::sync::Mutex<()> = ::tokio::sync::Mutex::const_new(());
+
+        /// A client in `mode` (`row` or `advisory`).
+        async fn client(mode: &str) -> $lock {
+            <$lock>::connect(&format!(
+                "{}?connect_timeout_ms=2000&mode={mode}",
+                ::lock_testkit::faults::env($url)
+            ))
+            .await
+            .expect("connect")
+        }
+
+        /// An advisory-mode client with `sessions` shared sessions.
+        async fn advisory(sessions: usize) -> $lock {
+            <$lock>::connect(&format!(
+                "{}?connect_timeout_ms=2000&mode=advisory&sessions={sessions}",
+                ::lock_testkit::faults::env($url)
+            ))
+            .await
+            .expect("connect")
+        }
+
+        /// A lease of `ttl_ms`, one attempt.
+        fn quick(ttl_ms: u64) -> ::lock_core::LockOptions {
+            ::lock_core::LockOptions::new()
+                .ttl(::std::time::Duration::from_millis(ttl_ms))
+                .wait(::lock_core::Wait::No)
+        }
+
+        /// A holder's session ended on the server by another client's
+        /// `force_release` (Postgres terminates it, MySQL kills it): the
+        /// holder's `lost()` fires as taken over, and the next grant's
+        /// token is larger.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_force_released_holder_fires_lost_and_the_next_token_is_larger() {
+            use ::lock_core::DistributedLock;
+            use ::std::time::Duration;
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                let (locks, other) = (client(mode).await, client(mode).await);
+                let name = ::lock_testkit::faults::unique("force-released");
+                let opts = quick(1500);
+                let g = locks.acquire(&name, &opts).await.expect("acquire");
+                assert!(
+                    other.force_release(&name).await.expect("force_release"),
+                    "{mode}: holder found"
+                );
+                let start = ::tokio::time::Instant::now();
+                let reason = ::tokio::time::timeout(Duration::from_secs(3), g.lost())
+                    .await
+                    .expect("lost() fires");
+                assert_eq!(reason, ::lock_core::LossReason::TakenOver, "{mode}");
+                let next = other
+                    .try_acquire(&name, &opts)
+                    .await
+                    .expect("try")
+                    .expect("free after the force-release");
+                assert!(next.fencing_token() > g.fencing_token(), "{mode}");
+                eprintln!(
+                    "{} faults ({mode}): lost() {:?} after the holder's session was ended",
+                    $server,
+                    start.elapsed()
+                );
+                assert!(
+                    !g.release().await.expect("release"),
+                    "{mode}: not held any more"
+                );
+                assert!(next.release().await.expect("release"));
+            }
+        }
+
+        /// See `lock_testkit::faults::killed_holder_frees_the_lock`: the
+        /// server ends the dead holder's session, and its lock, at once.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_killed_holder_process_frees_the_lock_at_once() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            ::lock_testkit::faults::killed_holder_frees_the_lock(
+                "a_killed_holder_process_frees_the_lock_at_once",
+                async || client("row").await,
+                ::lock_core::LockOptions::new(),
+                ::std::time::Duration::ZERO,
+            )
+            .await;
+        }
+
+        /// A server stopped under a held lock: `lost()` fires, acquisitions
+        /// are `Unavailable` while it is down, and the same client acquires
+        /// again once it is back.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_server_restart_fires_lost_and_the_client_recovers() {
+            use ::lock_core::DistributedLock;
+            use ::std::time::Duration;
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            let locks = client("row").await;
+            let g = locks
+                .acquire(&::lock_testkit::faults::unique("restart"), &quick(1500))
+                .await
+                .expect("acquire");
+            let restart = ::lock_testkit::faults::Restore::servers([$server]);
+            ::lock_testkit::faults::services(&["stop", $server]);
+            let stopped_at = ::tokio::time::Instant::now();
+            let reason = ::tokio::time::timeout(Duration::from_secs(5), g.lost())
+                .await
+                .expect("lost() fires");
+            eprintln!(
+                "{} faults: lost() ({reason:?}) {:?} after the server stopped",
+                $server,
+                stopped_at.elapsed()
+            );
+            let during = locks
+                .try_acquire(&::lock_testkit::faults::unique("down"), &quick(5000))
+                .await;
+            assert!(
+                matches!(during, Err(::lock_core::LockError::Unavailable { .. })),
+                "expected Unavailable while the server is down, got {during:?}"
+            );
+            drop(restart);
+            let recovered = ::lock_testkit::faults::acquires_again(
+                &locks,
+                &quick(5000),
+                Duration::from_secs(30),
+            )
+            .await;
+            eprintln!(
+                "{} faults: recovered {recovered:?} after the restart",
+                $server
+            );
+        }
+
+        /// See `common::warm_connections_do_not_starve_the_pool`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn warm_connections_do_not_starve_the_pool() {
+            use ::lock_core::DistributedLock;
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            let locks =
+                <$lock>::connect(&format!("{}?{}", ::lock_testkit::faults::env($url), $warm))
+                    .await
+                    .expect("connect");
+            common::warm_connections_do_not_starve_the_pool(&locks, async |name| {
+                locks.force_release(name).await
+            })
+            .await;
+        }
+
+        /// See `common::tokens_survive_a_server_crash`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tokens_survive_a_server_crash() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                common::tokens_survive_a_server_crash(
+                    $server,
+                    &format!("{} {mode}", $server),
+                    async || {
+                        <$lock>::connect(&format!(
+                            "{}?connect_timeout_ms=2000&mode={mode}",
+                            ::lock_testkit::faults::env($url)
+                        ))
+                        .await
+                    },
+                )
+                .await;
+            }
+        }
+
+        /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn server_failure_gives_transient_errors() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                ::lock_testkit::faults::server_failure_gives_transient_errors(
+                    async || client(mode).await,
+                    &[$server],
+                    ::lock_core::LockOptions::new().ttl(::std::time::Duration::from_secs(5)),
+                )
+                .await;
+            }
+        }
+
+        /// See `lock_testkit::faults::frozen_server_bounds_waits_and_releases`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn frozen_server_bounds_waits_and_releases() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                ::lock_testkit::faults::frozen_server_bounds_waits_and_releases(
+                    async || client(mode).await,
+                    &[$server],
+                    ::lock_core::LockOptions::new().ttl(::std::time::Duration::from_secs(5)),
+                )
+                .await;
+            }
+        }
+
+        /// See `lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash`:
+        /// the server's crash ends the holder's session and its lock; the
+        /// holder's guard, though not renewed, is checked, and its `lost()`
+        /// fires before the restarted server grants the lock to another
+        /// client.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn an_unrenewed_holder_learns_of_a_server_crash() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                ::lock_testkit::faults::unrenewed_holder_learns_of_a_server_crash(
+                    async || client(mode).await,
+                    &[$server],
+                )
+                .await;
+            }
+        }
+
+        /// See `common::a_lost_session_loses_exactly_its_locks`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_lost_session_loses_exactly_its_locks() {
+            use ::lock_core::DistributedLock;
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            let (locks, other) = (advisory(2).await, advisory(2).await);
+            common::a_lost_session_loses_exactly_its_locks(&locks, &other, async |name| {
+                other.force_release(name).await
+            })
+            .await;
+        }
+
+        /// See `common::a_quiet_session_ended_by_the_server_is_replaced`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_quiet_session_ended_by_the_server_is_replaced() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            common::a_quiet_session_ended_by_the_server_is_replaced(
+                &advisory(1).await,
+                &advisory(1).await,
+            )
+            .await;
+        }
+
+        /// See `common::a_leaked_guard_expires_beside_renewed_locks`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_leaked_guard_expires_beside_renewed_locks() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            common::a_leaked_guard_expires_beside_renewed_locks(
+                &advisory(1).await,
+                &advisory(1).await,
+            )
+            .await;
+        }
+
+        /// See `common::a_held_name_is_not_granted_twice_on_one_session`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_held_name_is_not_granted_twice_on_one_session() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            common::a_held_name_is_not_granted_twice_on_one_session(&advisory(1).await).await;
+        }
+
+        /// See `lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token`:
+        /// the server's idle bound, set from the lease, ends the frozen
+        /// holder's session and its lock. The child runs the same test, so
+        /// each mode has a test of its own.
+        async fn a_frozen_holder_loses_its_lock(test: &str, mode: &str) {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            ::lock_testkit::faults::frozen_holder_loses_its_lock_to_a_later_token(
+                test,
+                async || client(mode).await,
+                ::lock_core::LockOptions::new().ttl(::std::time::Duration::from_secs(2)),
+                ::std::time::Duration::from_secs(3),
+            )
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_frozen_row_holder_loses_its_lock_to_a_later_token() {
+            a_frozen_holder_loses_its_lock(
+                "a_frozen_row_holder_loses_its_lock_to_a_later_token",
+                "row",
+            )
+            .await;
+        }
+
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_frozen_advisory_holder_loses_its_lock_to_a_later_token() {
+            a_frozen_holder_loses_its_lock(
+                "a_frozen_advisory_holder_loses_its_lock_to_a_later_token",
+                "advisory",
+            )
+            .await;
+        }
+
+        /// See `lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out`:
+        /// a 1 s lease, its grant answered 1.3 s after the request (the
+        /// grant is confirmed, and its lease counted from the confirmation).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn a_grant_answered_past_its_deadline_is_not_handed_out() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                ::lock_testkit::faults::a_grant_answered_past_its_deadline_is_not_handed_out(
+                    async || client(mode).await,
+                    &[$server],
+                    ::lock_core::LockOptions::new().ttl(::std::time::Duration::from_secs(1)),
+                    ::std::time::Duration::from_millis(1300),
+                )
+                .await;
+            }
+        }
+    };
+}

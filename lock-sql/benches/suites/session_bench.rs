@@ -1,0 +1,161 @@
+//! The session-lock benchmark body, written once for Postgres and
+//! MySQL/MariaDB, in interleaved blocks (`lock_testkit::bench::cycles`):
+//! distlock in row and advisory mode, with and without the guard's
+//! renewal, against the dialect's hand-written floors on plain sqlx (the
+//! cheapest lock whose fencing token is durable, committed before the
+//! grant as distlock's is, and the lock without a token, against distlock
+//! with `fencing=false`); then contended hand-offs with 8 clients.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs};
+
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const RTT: &str = "round trip: SELECT 1";
+const ROW_FLOOR: &str = "row floor: BEGIN; FOR UPDATE; token upsert; ROLLBACK";
+const ROW: &str = "distlock row, auto-renew off";
+const ROW_RENEWED: &str = "distlock row acquire + release";
+const ADVISORY: &str = "distlock advisory, auto-renew off";
+const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
+const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
+const ROW_PLAIN: &str = "distlock row, fencing=false";
+const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
+const TASKS: usize = 8;
+const RUN: Duration = Duration::from_secs(4);
+const WORK: Duration = Duration::from_millis(1);
+
+/// A dialect's hand-written locks on plain connections: the floors
+/// distlock is compared with.
+pub(crate) trait Floors {
+    /// The server's name, in the report's title.
+    const SERVER: &'static str;
+    /// The label of [`durable_advisory`](Self::durable_advisory).
+    const ADVISORY_FLOOR: &'static str;
+    /// The label of [`advisory_plain`](Self::advisory_plain).
+    const ADVISORY_PLAIN_FLOOR: &'static str;
+
+    /// One round trip.
+    async fn ping(&mut self);
+    /// The cheapest row lock with a durable token, on `name`'s row.
+    async fn durable_row(&mut self, name: &str);
+    /// The cheapest advisory lock with a durable token.
+    async fn durable_advisory(&mut self, name: &str);
+    /// The row lock without a token.
+    async fn row_plain(&mut self, name: &str);
+    /// The advisory lock without a token.
+    async fn advisory_plain(&mut self, name: &str);
+
+    /// Cycles of the dialect's own, measured in every round after the
+    /// floors.
+    async fn more(&mut self, m: &mut Cycles) {
+        let _ = m;
+    }
+
+    /// Comparisons (ours, baseline) of the dialect's own cycles.
+    fn more_comparisons(&self) -> &'static [(&'static str, &'static str)] {
+        &[]
+    }
+}
+
+/// Measure distlock on the server at `url` (clients made by `connect`)
+/// against `floors`, and print the report.
+pub(crate) async fn run<L, F>(url: &str, connect: impl AsyncFn(&str) -> L, floors: &mut F)
+where
+    L: DistributedLock + 'static,
+    F: Floors,
+{
+    let row = connect(url).await;
+    let advisory = connect(&format!("{url}?mode=advisory")).await;
+    let row_plain = connect(&format!("{url}?fencing=false")).await;
+    let advisory_plain = connect(&format!("{url}?mode=advisory&fencing=false")).await;
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
+    // Create the rows the raw cycles lock.
+    for name in ["bench/raw", "bench/row", "bench/row-plain"] {
+        row.acquire(name, &opts)
+            .await
+            .expect("warm")
+            .release()
+            .await
+            .expect("release");
+    }
+    let renewed = LockOptions::new().wait(Wait::Forever);
+    let distlock: [(&str, &L, &str, &LockOptions); 6] = [
+        (ROW, &row, "bench/row", &opts),
+        (ROW_RENEWED, &row, "bench/row", &renewed),
+        (ADVISORY, &advisory, "bench/advisory", &opts),
+        (ADVISORY_RENEWED, &advisory, "bench/advisory", &renewed),
+        (ROW_PLAIN, &row_plain, "bench/row-plain", &opts),
+        (
+            ADVISORY_PLAIN,
+            &advisory_plain,
+            "bench/advisory-plain",
+            &opts,
+        ),
+    ];
+    let mut m = Cycles::new(F::SERVER, BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(RTT, async |_| floors.ping().await).await;
+        m.measure(ROW_FLOOR, async |_| floors.durable_row("bench/raw").await)
+            .await;
+        m.measure(F::ADVISORY_FLOOR, async |_| {
+            floors.durable_advisory("bench/raw").await
+        })
+        .await;
+        floors.more(&mut m).await;
+        m.measure(ROW_PLAIN_FLOOR, async |_| {
+            floors.row_plain("bench/raw").await
+        })
+        .await;
+        m.measure(F::ADVISORY_PLAIN_FLOOR, async |_| {
+            floors.advisory_plain("bench/raw-plain").await
+        })
+        .await;
+        for (label, lock, name, opts) in distlock {
+            m.measure_lock(label, lock, name, opts).await;
+        }
+    }
+    m.print();
+    let comparisons = [
+        (ROW, ROW_FLOOR),
+        (ROW_RENEWED, ROW_FLOOR),
+        (ADVISORY, F::ADVISORY_FLOOR),
+        (ADVISORY_RENEWED, F::ADVISORY_FLOOR),
+        (ROW, ROW_PLAIN_FLOOR),
+        (ADVISORY, F::ADVISORY_PLAIN_FLOOR),
+        (ROW_PLAIN, ROW_PLAIN_FLOOR),
+        (ADVISORY_PLAIN, F::ADVISORY_PLAIN_FLOOR),
+    ];
+    for &(ours, floor) in comparisons.iter().chain(floors.more_comparisons()) {
+        m.compare(ours, floor);
+    }
+
+    for (mode, base) in [
+        ("row", url.to_string()),
+        ("advisory", format!("{url}?mode=advisory")),
+    ] {
+        let mut clients = Vec::new();
+        for _ in 0..TASKS {
+            clients.push(Arc::new(connect(&base).await) as Arc<dyn DistributedLock>);
+        }
+        let o = LockOptions::new()
+            .auto_renew(false)
+            .wait_timeout(Duration::from_secs(30));
+        let run = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
+        print_runs(
+            &format!(
+                "{TASKS} tasks, a client each, {mode} mode; 1 ms of work inside, re-acquire at once"
+            ),
+            RUN,
+            &[("distlock", &run)],
+        );
+        if let Some(rtt) = m.figures(RTT) {
+            print_handoff_round_trips(&[("distlock", &run)], rtt.wall.0);
+        }
+    }
+}

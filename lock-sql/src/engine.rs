@@ -1,0 +1,376 @@
+//! The session-lock engine of the Postgres and MySQL/MariaDB backends,
+//! written once: a lock is held by a server session (a row lock in an open
+//! transaction, or a session advisory lock), on a connection of its own
+//! (pinned) or, when granted without waiting in advisory mode, on one of a
+//! few shared sessions. The engine owns the connections (the warm pool,
+//! the side connection for row-mode tokens, the shared sessions), the
+//! request path (a free lock on a shared session; a wait on a pinned
+//! connection, where the server keeps arrival order), the guard (its lease
+//! confirmed after a wait, renewal or checking by the watchdog) and the
+//! handle of a pinned lock. A [`Dialect`] is what differs: its statements,
+//! its error classes and idle bounds, how it finds a holder.
+//!
+//! Both ways of taking a lock are handed the caller's [`Request`], so the
+//! wait's deadline is the one set when the acquisition began: time spent on
+//! the shared session's attempt and on the pool's checkout counts against
+//! the wait. A shared session's attempt never jumps the server's queue: the
+//! server refuses it while anyone waits.
+
+use std::fmt;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::raw::{
+    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
+    confirmed_lease_start, validate_name,
+};
+use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, Wait};
+use sqlx::pool::{PoolConnection, PoolOptions};
+use sqlx::{ConnectOptions, Database, Pool};
+use tokio::time::Instant;
+
+use crate::error::map_sqlx;
+use crate::held::{self, Pinned, Side, Warm};
+use crate::ident::Identifier;
+use crate::shared::{SessionSql, SharedSessions};
+use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
+
+/// A lock granted on a connection of its own: the connection (holding the
+/// lock), the grant's token (0 without fencing) and when it was asked for.
+pub(crate) type Pinning<DB> = (Pinned<DB>, u64, Instant);
+
+/// What a SQL server's dialect gives the engine.
+#[async_trait]
+pub(crate) trait Dialect: Send + Sync + 'static {
+    /// The sqlx database.
+    type Db: Database;
+    /// The statements of a shared session.
+    type Session: SessionSql;
+    /// The backend's name in capabilities and errors.
+    const BACKEND: &'static str;
+    /// The public type's name, for `Debug`.
+    const TYPE_NAME: &'static str;
+
+    /// The connections and settings the engine keeps for this dialect.
+    fn core(&self) -> &Core<Self::Db, Self::Session>;
+
+    /// The backend's capabilities in its mode; the engine sets `max_held`
+    /// and `fencing` from the pool and the settings.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Lock `req.name` on a connection of its own, waiting until the
+    /// request's deadline (one attempt for [`Wait::No`]); `None` if not
+    /// granted by then.
+    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Self::Db>>, LockError>;
+
+    /// Give back the lock `name` held on `conn`: whether it was still ours.
+    async fn unlock(
+        &self,
+        conn: &mut PoolConnection<Self::Db>,
+        name: &str,
+    ) -> Result<bool, sqlx::Error>;
+
+    /// Touch `conn` (proving the session alive) and set its idle bound to
+    /// `ttl`.
+    async fn touch(
+        &self,
+        conn: &mut PoolConnection<Self::Db>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error>;
+
+    /// The server's view of `name` (a valid name).
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError>;
+
+    /// End the session holding `name` (a valid name): whether one did.
+    async fn force_release(&self, name: &str) -> Result<bool, LockError>;
+}
+
+/// The connections and settings of a session-lock backend.
+pub(crate) struct Core<DB: Database, S: SessionSql> {
+    /// Connections for waits and for locks not on shared sessions.
+    pub(crate) pool: Warm<DB>,
+    /// Advances row-mode tokens while the lock's transaction stays open.
+    pub(crate) side: Side<DB>,
+    /// Advisory mode: the sessions carrying locks granted without waiting.
+    pub(crate) shared: SharedSessions<S>,
+    pub(crate) mode: SqlMode,
+    pub(crate) table: Identifier,
+    /// The server, safe to show.
+    pub(crate) display: String,
+    /// Off (`fencing=false`): no token is drawn, and grants carry none.
+    pub(crate) fencing: bool,
+}
+
+impl<DB: Database, S: SessionSql> Core<DB, S> {
+    /// The engine's state on `pool`, with shared sessions of `session`
+    /// (advisory mode only) and a side connection opened with `options`.
+    pub(crate) fn new(
+        backend: &'static str,
+        pool: Pool<DB>,
+        options: <DB::Connection as sqlx::Connection>::Options,
+        session: S,
+        config: SqlConfig,
+        display: String,
+    ) -> Self {
+        let limit = pool.options().get_max_connections() as usize;
+        let sessions = match config.mode {
+            SqlMode::Advisory => config.sessions,
+            SqlMode::Row => 0,
+        };
+        Core {
+            pool: Warm::new(pool, limit),
+            side: Side::new(options),
+            shared: SharedSessions::new(backend, session, sessions),
+            mode: config.mode,
+            table: config.table,
+            display,
+            fencing: config.fencing,
+        }
+    }
+}
+
+/// The client's connect options from a parsed URL's client part. A
+/// waiting acquisition is a slow statement by design: sqlx's statement log
+/// (a warning for every wait over a second) is off; distlock's own tracing
+/// reports lock events.
+pub(crate) fn client_options<DB: Database>(
+    backend: &'static str,
+    parsed: &SqlUrl,
+) -> Result<<DB::Connection as sqlx::Connection>::Options, LockError> {
+    <DB::Connection as sqlx::Connection>::Options::from_str(&parsed.client_url)
+        .map(ConnectOptions::disable_statement_logging)
+        .map_err(|e| LockError::InvalidUrl {
+            url: parsed.display.clone(),
+            reason: format!("rejected by the {backend} client: {e}"),
+        })
+}
+
+/// The connect options of an application's pool, for the connections the
+/// lock opens itself (shared sessions, the side connection), with sqlx's
+/// statement log off as in [`client_options`].
+pub(crate) fn options_of_pool<DB: Database>(
+    pool: &Pool<DB>,
+) -> <DB::Connection as sqlx::Connection>::Options {
+    (*pool.connect_options())
+        .clone()
+        .disable_statement_logging()
+}
+
+/// How a lock on an application's pool shows its server.
+pub(crate) fn app_pool(backend: &str) -> String {
+    format!("{backend} (the application's pool)")
+}
+
+/// The pool of a URL's client: its size and connect timeout from the URL;
+/// connections are not pinged before use (a dead one fails its first
+/// statement and is replaced).
+pub(crate) async fn connect_pool<DB: Database>(
+    backend: &'static str,
+    parsed: &SqlUrl,
+    options: <DB::Connection as sqlx::Connection>::Options,
+) -> Result<Pool<DB>, LockError> {
+    PoolOptions::<DB>::new()
+        .max_connections(parsed.max_connections)
+        .acquire_timeout(parsed.connect_timeout)
+        .test_before_acquire(false)
+        .connect_with(options)
+        .await
+        .map_err(|e| map_sqlx(backend, &format!("connecting to {}", parsed.display), e))
+}
+
+/// Locks held by the sessions of a SQL server, in the dialect `D`: see
+/// [`PgLock`](crate::PgLock) and [`MySqlLock`](crate::MySqlLock), its two
+/// instances, for their URLs and modes.
+///
+/// **On an application's pool** (`with_pool`: its own credentials, TLS and
+/// connection settings), row locks and waiting acquisitions take
+/// connections from the pool and keep them while they hold or wait (so
+/// size the pool for them: `capabilities().max_held` is its size in row
+/// mode); advisory locks granted without waiting go on `config.sessions`
+/// connections of the lock's own, opened with the pool's connect options,
+/// as do fencing tokens drawn in row mode.
+pub struct SqlLock<D> {
+    dialect: Arc<D>,
+    watchdog: Watchdog,
+}
+
+impl<D> Clone for SqlLock<D> {
+    fn clone(&self) -> Self {
+        SqlLock {
+            dialect: Arc::clone(&self.dialect),
+            watchdog: self.watchdog.clone(),
+        }
+    }
+}
+
+impl<D> SqlLock<D> {
+    pub(crate) fn new(dialect: D) -> Self {
+        SqlLock {
+            dialect: Arc::new(dialect),
+            watchdog: Watchdog::new(),
+        }
+    }
+
+    /// The dialect, with its connections.
+    pub(crate) fn dialect(&self) -> &D {
+        &self.dialect
+    }
+}
+
+/// One attempt on a shared session (advisory mode).
+async fn on_shared<D: Dialect>(
+    lock: &SqlLock<D>,
+    req: Request<'_>,
+) -> Result<Option<LockGuard>, LockError> {
+    let sent_at = Instant::now();
+    let core = lock.dialect.core();
+    match core.shared.try_lock(req.name, req.opts.ttl).await? {
+        Some((handle, token)) => guard(lock, req, handle, token, sent_at).await.map(Some),
+        None => Ok(None),
+    }
+}
+
+/// On a connection of its own, waiting until `req`'s deadline (a single
+/// attempt for [`Wait::No`]).
+async fn on_pinned<D: Dialect>(
+    lock: &SqlLock<D>,
+    req: Request<'_>,
+) -> Result<Option<LockGuard>, LockError> {
+    let Some((pinned, token, sent_at)) = lock.dialect.lock(req).await? else {
+        return Ok(None);
+    };
+    let handle = Arc::new(SqlHandle {
+        dialect: Arc::clone(&lock.dialect),
+        name: req.name.to_string(),
+        conn: tokio::sync::Mutex::new(pinned),
+    });
+    guard(lock, req, handle, token, sent_at).await.map(Some)
+}
+
+/// Wrap a grant in a guard. The server's idle timeout counts from the end
+/// of the granting statement, so a grant that waited is confirmed by one
+/// more statement before its lease is counted. Unrenewed, the lock is
+/// still checked: it ends with its connection (a server crash), which the
+/// holder must learn of before its deadline.
+async fn guard<D: Dialect>(
+    lock: &SqlLock<D>,
+    req: Request<'_>,
+    handle: Arc<dyn GuardHandle>,
+    token: u64,
+    sent_at: Instant,
+) -> Result<LockGuard, LockError> {
+    let (name, opts) = (req.name, req.opts);
+    let pending = PendingGrant::new(handle);
+    let start = confirmed_lease_start(&pending, sent_at, opts.ttl, D::BACKEND, name).await?;
+    let lease = Arc::new(LeaseState::granted(start, opts));
+    let token = lock.dialect.core().fencing.then_some(token);
+    let guard = LockGuard::new(
+        name,
+        token,
+        lock.raw_capabilities(),
+        lease,
+        pending.disarm(),
+    );
+    Ok(if opts.auto_renew {
+        guard.renewed_by(&lock.watchdog)
+    } else {
+        guard.watched_by(&lock.watchdog)
+    })
+}
+
+#[async_trait]
+impl<D: Dialect> RawLock for SqlLock<D> {
+    /// One attempt, without waiting: on a shared session when sessions are
+    /// shared, else on a connection of its own.
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let opts = req.opts.clone().wait(Wait::No);
+        let once = Request {
+            opts: &opts,
+            deadline: Some(req.start),
+            ..req
+        };
+        if self.dialect.core().shared.enabled() {
+            on_shared(self, once).await
+        } else {
+            on_pinned(self, once).await
+        }
+    }
+
+    /// Free now: taken on a shared session. Held: waited for on a
+    /// connection of its own.
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if self.dialect.core().shared.enabled()
+            && let Some(guard) = on_shared(self, req).await?
+        {
+            return Ok(Some(guard));
+        }
+        on_pinned(self, req).await
+    }
+
+    fn raw_capabilities(&self) -> Capabilities {
+        let core = self.dialect.core();
+        let caps = self.dialect.capabilities();
+        Capabilities {
+            // Locks on shared sessions are bounded by the server's lock
+            // table only.
+            max_held: (!core.shared.enabled()).then(|| core.pool.limit()),
+            fencing: if core.fencing {
+                caps.fencing
+            } else {
+                Fencing::None
+            },
+            ..caps
+        }
+    }
+
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        validate_name(name)?;
+        self.dialect.inspect(name).await
+    }
+
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
+        validate_name(name)?;
+        self.dialect.force_release(name).await
+    }
+}
+
+impl<D: Dialect> fmt::Debug for SqlLock<D> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let core = self.dialect.core();
+        f.debug_struct(D::TYPE_NAME)
+            .field("server", &core.display)
+            .field("mode", &core.mode)
+            .field("table", &core.table.as_str())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A lock held on a connection of its own: inside the lock's transaction
+/// (row mode) or holding the advisory lock.
+struct SqlHandle<D: Dialect> {
+    dialect: Arc<D>,
+    name: String,
+    conn: tokio::sync::Mutex<Pinned<D::Db>>,
+}
+
+#[async_trait]
+impl<D: Dialect> GuardHandle for SqlHandle<D> {
+    async fn release(&self) -> Result<bool, LockError> {
+        held::release(&self.conn, &self.name, async |conn| {
+            self.dialect.unlock(conn, &self.name).await
+        })
+        .await
+    }
+
+    /// Touch the connection (resetting the server's idle timeout) and set
+    /// the timeout to `ttl`. `false` if the connection (and so the lock) is
+    /// gone.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        held::touch(&self.conn, &self.name, async |conn| {
+            self.dialect.touch(conn, ttl).await
+        })
+        .await
+    }
+}
