@@ -15,14 +15,16 @@ use tokio::time::Instant;
 
 use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 use crate::error::LockError;
+use crate::guard::LockGuard;
 use crate::guard::RawGuard;
-use crate::guard::{GuardHandle, LockGuard};
 use crate::info::LockInfo;
-use crate::lock::{RawLock, Request};
-use crate::loss::{LeaseState, LossReason};
+use crate::loss::LossReason;
 use crate::options::LockOptions;
-use crate::owner::OwnerToken;
-use crate::watchdog::Watchdog;
+use crate::raw::GuardHandle;
+use crate::raw::LeaseState;
+use crate::raw::OwnerToken;
+use crate::raw::Watchdog;
+use crate::raw::{RawLock, Request};
 
 const CAPABILITIES: Capabilities = Capabilities {
     backend: "memory",

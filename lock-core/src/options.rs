@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
-use crate::loss::{DEFAULT_SAFETY_MARGIN, drift_allowance};
+use crate::raw::{DEFAULT_SAFETY_MARGIN, drift_allowance};
 
 /// The shortest TTL accepted: below this the drift allowance and one round
 /// trip would eat the whole lease.

@@ -15,8 +15,9 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::guard::RawGuard;
 use crate::lock::DistributedLock;
-use crate::loss::{LeaseState, LossReason};
+use crate::loss::LossReason;
 use crate::options::LockOptions;
+use crate::raw::LeaseState;
 
 /// One reentrant holder. Clones are the same holder.
 ///

@@ -28,8 +28,9 @@ use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
 use crate::error::LockError;
-use crate::guard::GuardHandle;
-use crate::loss::{LeaseState, LossReason, RenewalOutcome};
+use crate::loss::LossReason;
+use crate::raw::GuardHandle;
+use crate::raw::{LeaseState, RenewalOutcome};
 
 /// Renews leases at about a third of their TTL, and ends the locks
 /// registered with [`Watchdog::expire`] when their TTL runs out. Cheap to

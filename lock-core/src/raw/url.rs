@@ -24,7 +24,7 @@
 use std::fmt;
 
 use crate::error::LockError;
-use crate::url_options::UrlOptions;
+use crate::raw::UrlOptions;
 
 /// One `host[:port]` of a URL's authority.
 #[derive(Debug, Clone, PartialEq, Eq)]

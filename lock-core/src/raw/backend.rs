@@ -1,0 +1,143 @@
+//! The trait a backend implements, [`RawLock`], and the one request path
+//! that makes every `RawLock` a [`DistributedLock`]: the checks, the wait
+//! deadline, `Wait::No` and the `Timeout` error are written here once, so
+//! that no backend repeats them.
+
+use async_trait::async_trait;
+
+use crate::capabilities::Capabilities;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::info::LockInfo;
+use crate::lock::{DistributedLock, WAIT_OVERRUN};
+use crate::options::{LockOptions, Wait};
+use crate::raw::{Attempt, Request, acquire_by_polling};
+
+/// What a backend implements; [`DistributedLock`] follows from it.
+///
+/// A backend answers two questions about a checked [`Request`]: one
+/// attempt without waiting ([`attempt_once`](RawLock::attempt_once)), and
+/// a wait until the request's deadline ([`wait`](RawLock::wait)), which by
+/// default polls `attempt_once` with the request's backoff. The request
+/// path around them (validation, the deadline, [`Wait::No`] as a single
+/// attempt, the [`LockError::Timeout`] when nothing was granted) is the
+/// same for every backend and lives in the one implementation of
+/// `DistributedLock` for `T: RawLock`.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use lock_core::raw::{RawLock, Request, async_trait};
+/// use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockOptions, MemoryLock};
+///
+/// /// A backend that forwards to the in-process one.
+/// struct Forward(MemoryLock);
+///
+/// #[async_trait]
+/// impl RawLock for Forward {
+///     fn raw_capabilities(&self) -> Capabilities {
+///         self.0.capabilities()
+///     }
+///     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+///         self.0.try_acquire(req.name, req.opts).await
+///     }
+/// }
+///
+/// let locks = Forward(MemoryLock::new());
+/// let held = locks.acquire("job", &LockOptions::new()).await?;
+/// assert!(locks.try_acquire("job", &LockOptions::new()).await?.is_none());
+/// held.release().await?;
+/// # Ok(()) }
+/// ```
+#[async_trait]
+pub trait RawLock: Send + Sync {
+    /// What this backend guarantees ([`DistributedLock::capabilities`]);
+    /// requests are checked against it.
+    fn raw_capabilities(&self) -> Capabilities;
+
+    /// One attempt, without waiting: `Ok(None)` when someone else holds
+    /// the lock. Must be cancel-safe (a dropped future leaves nothing held
+    /// and nothing queued).
+    async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError>;
+
+    /// Wait until the lock is granted (`Ok(Some)`) or `req.deadline`
+    /// passes (`Ok(None)`); never called for [`Wait::No`]. Must be
+    /// cancel-safe. The default polls [`attempt_once`](RawLock::attempt_once)
+    /// with `req.opts.backoff` ([`acquire_by_polling`]).
+    async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        acquire_by_polling(req, None, |_| async move {
+            Ok(match self.attempt_once(req).await? {
+                Some(guard) => Attempt::Acquired(guard),
+                None => Attempt::Held { expires_in: None },
+            })
+        })
+        .await
+    }
+
+    /// See [`DistributedLock::inspect`]; `name` is not yet validated. The
+    /// default answers [`LockError::Unsupported`].
+    async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "inspect",
+        })
+    }
+
+    /// See [`DistributedLock::force_release`]; `name` is not yet
+    /// validated. The default answers [`LockError::Unsupported`].
+    async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "force_release",
+        })
+    }
+}
+
+/// The one request path: every backend's `DistributedLock`.
+#[async_trait]
+impl<T: RawLock + ?Sized> DistributedLock for T {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let req = Request::checked(name, opts, &self.raw_capabilities())?;
+        self.attempt_once(req).await
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        let req = Request::checked(name, opts, &self.raw_capabilities())?;
+        let granted = match (opts.wait, req.deadline) {
+            (Wait::No, _) => self.attempt_once(req).await?,
+            (_, Some(deadline)) => {
+                match tokio::time::timeout_at(deadline + WAIT_OVERRUN, self.wait(req)).await {
+                    Ok(granted) => granted?,
+                    Err(_) => {
+                        tracing::warn!(
+                            name,
+                            overrun = ?WAIT_OVERRUN,
+                            "the wait's requests were still unanswered past its end; cut off"
+                        );
+                        None
+                    }
+                }
+            }
+            (_, None) => self.wait(req).await?,
+        };
+        granted.ok_or_else(|| req.timeout())
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.raw_capabilities()
+    }
+
+    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+        self.raw_inspect(name).await
+    }
+
+    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
+        self.raw_force_release(name).await
+    }
+}
