@@ -486,65 +486,6 @@ impl MySqlDialect {
             .map_err(|e| e.into_error(BACKEND, "acquiring a lock"))
     }
 
-    /// Lock `req.name` on a connection of its own: the connection, the
-    /// token and when it was asked; `None` if not granted by the request's
-    /// deadline.
-    async fn lock_pinned(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
-        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
-        let mut pinned = self.acquire_conn().await?;
-        let ttl = secs_ceil(opts.ttl);
-        let backoff = Backoff::default();
-        let mut dead = DeadBudget::new();
-        let mut tries = 0;
-        loop {
-            // Whole seconds of waiting left, if any; else a NOWAIT attempt.
-            let wait_secs = match deadline {
-                None => Some(FOREVER_SECS),
-                Some(d) => {
-                    Some(d.saturating_duration_since(Instant::now()).as_secs()).filter(|&s| s >= 1)
-                }
-            };
-            let sent_at = Instant::now();
-            let outcome = match self.core.mode {
-                SqlMode::Row => self.lock_row(&mut pinned, name, wait_secs, ttl).await?,
-                SqlMode::Advisory => {
-                    self.lock_advisory(pinned.conn(BACKEND)?, name, wait_secs.unwrap_or(0), ttl)
-                        .await
-                }
-            };
-            match outcome {
-                Ok(true) => {
-                    let token = self.token_for(&mut pinned, name).await?;
-                    return Ok(Some((pinned, token, sent_at)));
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    let pool = &self.core.pool;
-                    if pool
-                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
-                        .await?
-                    {
-                        continue;
-                    }
-                    return Err(failed(e));
-                }
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                self.put_back(pinned).await;
-                return Ok(None);
-            }
-            // Less than a second left: NOWAIT attempts with backoff.
-            let mut until = now + backoff.delay(tries);
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            tokio::time::sleep_until(until).await;
-            tries += 1;
-        }
-    }
-
     /// One row-lock attempt; the transaction stays open on success and is
     /// rolled back otherwise. `wait_secs: None` means NOWAIT.
     async fn lock_row(
@@ -695,8 +636,63 @@ impl Dialect for MySqlDialect {
         CAPABILITIES
     }
 
+    /// Lock `req.name` on a connection of its own: the connection, the
+    /// token and when it was asked; `None` if not granted by the request's
+    /// deadline.
     async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
-        self.lock_pinned(req).await
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
+        let mut pinned = self.acquire_conn().await?;
+        let ttl = secs_ceil(opts.ttl);
+        let backoff = Backoff::default();
+        let mut dead = DeadBudget::new();
+        let mut tries = 0;
+        loop {
+            // Whole seconds of waiting left, if any; else a NOWAIT attempt.
+            let wait_secs = match deadline {
+                None => Some(FOREVER_SECS),
+                Some(d) => {
+                    Some(d.saturating_duration_since(Instant::now()).as_secs()).filter(|&s| s >= 1)
+                }
+            };
+            let sent_at = Instant::now();
+            let outcome = match self.core.mode {
+                SqlMode::Row => self.lock_row(&mut pinned, name, wait_secs, ttl).await?,
+                SqlMode::Advisory => {
+                    self.lock_advisory(pinned.conn(BACKEND)?, name, wait_secs.unwrap_or(0), ttl)
+                        .await
+                }
+            };
+            match outcome {
+                Ok(true) => {
+                    let token = self.token_for(&mut pinned, name).await?;
+                    return Ok(Some((pinned, token, sent_at)));
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    let pool = &self.core.pool;
+                    if pool
+                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
+                        .await?
+                    {
+                        continue;
+                    }
+                    return Err(failed(e));
+                }
+            }
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                self.put_back(pinned).await;
+                return Ok(None);
+            }
+            // Less than a second left: NOWAIT attempts with backoff.
+            let mut until = now + backoff.delay(tries);
+            if let Some(d) = deadline {
+                until = until.min(d);
+            }
+            tokio::time::sleep_until(until).await;
+            tries += 1;
+        }
     }
 
     async fn unlock(

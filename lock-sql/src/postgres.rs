@@ -371,12 +371,56 @@ impl PgDialect {
             .await
             .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))
     }
+}
+
+/// The longest `lock_timeout` Postgres accepts: a 32-bit millisecond count
+/// (about 24.8 days).
+const MAX_LOCK_TIMEOUT_MS: u128 = i32::MAX as u128;
+
+/// The `lock_timeout` of the next attempt: `None` for a single attempt
+/// (`NOWAIT`), `Some(0)` (no timeout) to wait forever, else what is left
+/// of the wait, at most [`MAX_LOCK_TIMEOUT_MS`]: a longer wait goes on in
+/// slices.
+fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
+    match (wait, deadline) {
+        (Wait::No, _) => None,
+        (_, None) => Some(0),
+        (_, Some(d)) => Some(
+            d.saturating_duration_since(Instant::now())
+                .as_millis()
+                .clamp(1, MAX_LOCK_TIMEOUT_MS),
+        ),
+    }
+}
+
+#[async_trait]
+impl Dialect for PgDialect {
+    type Db = Postgres;
+    type Session = PgSession;
+    const BACKEND: &'static str = BACKEND;
+    const TYPE_NAME: &'static str = "PgLock";
+
+    fn core(&self) -> &Core<Postgres, PgSession> {
+        &self.core
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            // A row lock is not handed over: at the holder's commit its
+            // waiters wake and lock the row again, and a newcomer whose
+            // `SELECT … FOR UPDATE` arrives first finds the row free and
+            // takes it without queueing (seen as a releaser overtaking a
+            // waiter under load).
+            fair_queue: self.core.mode == SqlMode::Advisory,
+            ..CAPABILITIES
+        }
+    }
 
     /// Lock `req.name` on a connection of its own: the connection (inside
     /// the lock transaction, in row mode), the token and when it was asked.
     /// `Ok(None)`: held by someone else (a single attempt), or the wait ran
     /// out at the request's deadline (`Timeout` is made by the caller).
-    async fn lock_pinned(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
+    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let core = &self.core;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
@@ -533,54 +577,6 @@ impl PgDialect {
             }
         }
     }
-}
-
-/// The longest `lock_timeout` Postgres accepts: a 32-bit millisecond count
-/// (about 24.8 days).
-const MAX_LOCK_TIMEOUT_MS: u128 = i32::MAX as u128;
-
-/// The `lock_timeout` of the next attempt: `None` for a single attempt
-/// (`NOWAIT`), `Some(0)` (no timeout) to wait forever, else what is left
-/// of the wait, at most [`MAX_LOCK_TIMEOUT_MS`]: a longer wait goes on in
-/// slices.
-fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
-    match (wait, deadline) {
-        (Wait::No, _) => None,
-        (_, None) => Some(0),
-        (_, Some(d)) => Some(
-            d.saturating_duration_since(Instant::now())
-                .as_millis()
-                .clamp(1, MAX_LOCK_TIMEOUT_MS),
-        ),
-    }
-}
-
-#[async_trait]
-impl Dialect for PgDialect {
-    type Db = Postgres;
-    type Session = PgSession;
-    const BACKEND: &'static str = BACKEND;
-    const TYPE_NAME: &'static str = "PgLock";
-
-    fn core(&self) -> &Core<Postgres, PgSession> {
-        &self.core
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        Capabilities {
-            // A row lock is not handed over: at the holder's commit its
-            // waiters wake and lock the row again, and a newcomer whose
-            // `SELECT … FOR UPDATE` arrives first finds the row free and
-            // takes it without queueing (seen as a releaser overtaking a
-            // waiter under load).
-            fair_queue: self.core.mode == SqlMode::Advisory,
-            ..CAPABILITIES
-        }
-    }
-
-    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
-        self.lock_pinned(req).await
-    }
 
     async fn unlock(
         &self,
@@ -686,7 +682,7 @@ impl SqlLock<PgDialect> {
             ));
         }
         let req = Request::checked(name, opts, &CAPABILITIES)?;
-        match dialect.lock_pinned(req).await? {
+        match dialect.lock(req).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
                 name: name.to_string(),
                 token: dialect.core.fencing.then_some(token),
