@@ -10,7 +10,7 @@ use tokio::time::Instant;
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::loss::LossReason;
-use crate::options::validate_ttl;
+use crate::options::{LockOptions, validate_ttl};
 use crate::raw::GuardHandle;
 use crate::raw::LeaseState;
 use crate::raw::handle::clean_up;
@@ -47,6 +47,25 @@ pub struct LockGuard {
     renewal: Option<Registration>,
 }
 
+/// What the watchdog does with a grant its caller did not ask to have
+/// renewed ([`RawGuard::kept_by`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unrenewed {
+    /// Nothing: the server ends the lock when its TTL runs out, and
+    /// `lost()` fires at the validity deadline.
+    Left,
+    /// Checked about every third of its TTL without being prolonged
+    /// ([`Watchdog::watch`]), for a backend whose lock ends with its
+    /// connection: a server crash then fires `lost()` within a third of the
+    /// TTL, not at the validity deadline.
+    Watched,
+    /// Released `grace` after its validity deadline (as `extend` moves
+    /// it), for a backend whose server would keep a lock past its TTL (a
+    /// ZooKeeper node lives as long as its session). Also applies to a
+    /// guard that is leaked.
+    ReleasedAfter(Duration),
+}
+
 /// For backend authors and layers: building a [`LockGuard`] from a
 /// backend's handle, and the parts of a guard a layer works with. Import
 /// it (`use lock_core::raw::RawGuard`) to call these on a guard;
@@ -63,26 +82,21 @@ pub trait RawGuard: Sized {
         handle: Arc<dyn GuardHandle>,
     ) -> Self;
 
-    /// Have `watchdog` renew this lock about every third of its TTL while the
-    /// guard lives.
-    fn renewed_by(self, watchdog: &Watchdog) -> Self;
-
-    /// Have `watchdog` check this lock about every third of its TTL without
-    /// prolonging it ([`Watchdog::watch`]), for a backend whose lock ends
-    /// with its connection: a server crash then fires `lost()` within a
-    /// third of the TTL, not at the validity deadline.
-    fn watched_by(self, watchdog: &Watchdog) -> Self;
-
-    /// Have `watchdog` release this lock `grace` after its validity deadline
-    /// (as `extend` moves it), for a backend whose server would keep a lock
-    /// without auto-renewal past its TTL (a ZooKeeper node lives as long as
-    /// its session). Also applies to a guard that is leaked.
-    fn expires_by(self, watchdog: &Watchdog, grace: Duration) -> Self;
+    /// Hand the grant to `watchdog` as `opts` ask: renewed about every
+    /// third of its TTL while the guard lives if `opts.auto_renew`, else
+    /// as `unrenewed` says. Every backend finishes a grant with this.
+    fn kept_by(self, watchdog: &Watchdog, opts: &LockOptions, unrenewed: Unrenewed) -> Self;
 
     /// The same grant carrying another fencing token: for a layer that maps
     /// a backend's tokens into its own space (an epoch in the high bits, a
     /// migration that keeps the old backend's tokens).
     fn with_fencing_token(self, token: Option<u64>) -> Self;
+
+    /// The same grant with its handle wrapped by `wrap`: for a layer that
+    /// changes how the guard's own `extend` and `release` reach the
+    /// backend (retries, measurements). The watchdog's renewals keep the
+    /// backend's handle.
+    fn map_handle(self, wrap: impl FnOnce(Arc<dyn GuardHandle>) -> Arc<dyn GuardHandle>) -> Self;
 
     /// Stop the watchdog's renewal of this lock: the server then keeps it
     /// until its lease runs out, and `lost()` fires at the validity
@@ -112,29 +126,31 @@ impl RawGuard for LockGuard {
         }
     }
 
-    fn renewed_by(mut self, watchdog: &Watchdog) -> Self {
-        if let Some(handle) = &self.handle {
-            self.renewal = Some(watchdog.register(handle, &self.lease));
-        }
-        self
-    }
-
-    fn watched_by(mut self, watchdog: &Watchdog) -> Self {
-        if let Some(handle) = &self.handle {
-            self.renewal = Some(watchdog.watch(handle, &self.lease));
-        }
-        self
-    }
-
-    fn expires_by(mut self, watchdog: &Watchdog, grace: Duration) -> Self {
-        if let Some(handle) = &self.handle {
-            self.renewal = Some(watchdog.expire(handle, &self.lease, grace));
-        }
+    fn kept_by(mut self, watchdog: &Watchdog, opts: &LockOptions, unrenewed: Unrenewed) -> Self {
+        let Some(handle) = &self.handle else {
+            return self;
+        };
+        self.renewal = match (opts.auto_renew, unrenewed) {
+            (true, _) => Some(watchdog.register(handle, &self.lease)),
+            (false, Unrenewed::Left) => None,
+            (false, Unrenewed::Watched) => Some(watchdog.watch(handle, &self.lease)),
+            (false, Unrenewed::ReleasedAfter(grace)) => {
+                Some(watchdog.expire(handle, &self.lease, grace))
+            }
+        };
         self
     }
 
     fn with_fencing_token(mut self, token: Option<u64>) -> Self {
         self.fencing_token = token;
+        self
+    }
+
+    fn map_handle(
+        mut self,
+        wrap: impl FnOnce(Arc<dyn GuardHandle>) -> Arc<dyn GuardHandle>,
+    ) -> Self {
+        self.handle = self.handle.take().map(wrap);
         self
     }
 

@@ -23,8 +23,9 @@ use crate::options::LockOptions;
 use crate::raw::GuardHandle;
 use crate::raw::LeaseState;
 use crate::raw::OwnerToken;
+use crate::raw::Unrenewed;
 use crate::raw::Watchdog;
-use crate::raw::{RawLock, Request};
+use crate::raw::{Pace, RawLock, Request, WaitLoop};
 
 const CAPABILITIES: Capabilities = Capabilities {
     backend: "memory",
@@ -141,11 +142,7 @@ impl MemoryLock {
             owner,
         });
         let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
-        Some(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard
-        })
+        Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left))
     }
 }
 
@@ -178,7 +175,7 @@ impl RawLock for MemoryLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
+        let (name, opts) = (req.name, req.opts);
         let notify = Arc::new(Notify::new());
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
         {
@@ -194,6 +191,7 @@ impl RawLock for MemoryLock {
             name,
             id,
         };
+        let mut wait = WaitLoop::new(req, Some(notify));
         loop {
             // Wake at the holder's expiry in case nobody releases.
             let expiry = {
@@ -205,21 +203,8 @@ impl RawLock for MemoryLock {
                     .get_mut(name)
                     .and_then(|s| s.live_holder(Instant::now()).map(|h| h.expires))
             };
-            if req.expired_at(Instant::now()) {
+            if !wait.pause(expiry.map_or(Pace::Woken, Pace::Until)).await {
                 return Ok(None);
-            }
-            let wake = match (expiry, deadline) {
-                (Some(e), Some(d)) => Some(e.min(d)),
-                (e, d) => e.or(d),
-            };
-            match wake {
-                Some(at) => {
-                    tokio::select! {
-                        _ = notify.notified() => {}
-                        _ = tokio::time::sleep_until(at) => {}
-                    }
-                }
-                None => notify.notified().await,
             }
         }
     }

@@ -16,8 +16,11 @@
 //!   wait until a [`Request`]'s deadline); [`DistributedLock`](crate::DistributedLock)
 //!   follows from it, with the checks, the deadline and `Wait::No` in
 //!   one place.
-//! - [`Wakeups`] wakes waiters by name; [`acquire_by_polling`] builds a
-//!   wait from single attempts; [`check_request`] and [`wait_deadline`]
+//! - [`Retry`] sends one request again under a [`RetryPolicy`], a
+//!   backoff and a [`RetryBudget`]: every retry of the library is one.
+//! - [`Wakeups`] wakes waiters by name; [`WaitLoop`] pauses a wait between
+//!   its attempts (deadline, backoff, wake-up); [`acquire_by_polling`]
+//!   builds a wait from single attempts; [`check_request`] and [`wait_deadline`]
 //!   are the checks and the deadline a [`Request`] is made with.
 //! - [`LockUrl`] is a backend URL parsed once (scheme, decoded
 //!   credentials, hosts, path, query) and shown without its password;
@@ -33,13 +36,14 @@ pub(crate) mod handle;
 mod lease;
 mod owner;
 mod request;
+mod retry;
 pub(crate) mod url;
 mod url_options;
 pub(crate) mod wait;
 mod wakeup;
 mod watchdog;
 
-pub use crate::guard::RawGuard;
+pub use crate::guard::{RawGuard, Unrenewed};
 pub use crate::name::validate_name;
 pub use crate::options::validate_ttl;
 pub use async_trait::async_trait;
@@ -52,8 +56,9 @@ pub use lease::{
 };
 pub use owner::OwnerToken;
 pub use request::{Request, check_request, wait_deadline};
+pub use retry::{Retry, RetryBudget, RetryPolicy};
 pub use url::{HostPort, LockUrl};
 pub use url_options::UrlOptions;
-pub use wait::{Attempt, acquire_by_polling, granted_too_late};
+pub use wait::{Attempt, Pace, WaitLoop, acquire_by_polling, granted_too_late};
 pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};

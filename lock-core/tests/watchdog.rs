@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, LeaseState, RawGuard, Watchdog, async_trait};
+use lock_core::raw::{GuardHandle, LeaseState, RawGuard, Unrenewed, Watchdog, async_trait};
 use lock_core::{
     Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockOptions,
     LossKind, LossReason, MemoryLock, Wait, Waiting,
@@ -58,7 +58,11 @@ impl GuardHandle for Scripted {
 fn guard(handle: &Arc<Scripted>, ttl: Duration, watchdog: &Watchdog) -> LockGuard {
     let lease = Arc::new(LeaseState::lease(Instant::now(), ttl));
     let h: Arc<dyn GuardHandle> = handle.clone();
-    LockGuard::new("x", None, CAPS, lease, h).renewed_by(watchdog)
+    LockGuard::new("x", None, CAPS, lease, h).kept_by(
+        watchdog,
+        &LockOptions::new(),
+        Unrenewed::Left,
+    )
 }
 
 #[tokio::test(start_paused = true)]
@@ -87,7 +91,11 @@ async fn a_grant_with_little_validity_left_is_renewed_before_its_deadline() {
     let sent_at = Instant::now() - Duration::from_millis(2_400);
     let lease = Arc::new(LeaseState::lease(sent_at, ttl));
     let h: Arc<dyn GuardHandle> = handle.clone();
-    let g = LockGuard::new("x", None, CAPS, lease, h).renewed_by(&Watchdog::new());
+    let g = LockGuard::new("x", None, CAPS, lease, h).kept_by(
+        &Watchdog::new(),
+        &LockOptions::new(),
+        Unrenewed::Left,
+    );
     tokio::time::sleep(Duration::from_millis(5_000)).await;
     assert_eq!(g.is_lost(), None, "lost before the first renewal");
     assert!(handle.renewals.load(Ordering::SeqCst) >= 5);
@@ -273,7 +281,11 @@ async fn an_extend_landing_after_the_deadline_reports_the_loss() {
 fn expiring(handle: &Arc<Scripted>, ttl: Duration, grace: Duration, w: &Watchdog) -> LockGuard {
     let lease = Arc::new(LeaseState::lease(Instant::now(), ttl));
     let h: Arc<dyn GuardHandle> = handle.clone();
-    LockGuard::new("x", None, CAPS, lease, h).expires_by(w, grace)
+    LockGuard::new("x", None, CAPS, lease, h).kept_by(
+        w,
+        &LockOptions::new().auto_renew(false),
+        Unrenewed::ReleasedAfter(grace),
+    )
 }
 
 /// A lock registered to expire is released `grace` after its deadline (a

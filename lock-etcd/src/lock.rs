@@ -11,8 +11,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
 };
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Watchdog,
-    validate_name,
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
+    Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -338,8 +338,8 @@ impl EtcdLock {
             .insert((name.to_string(), rev), handle.key.clone());
         let guard = LockGuard::new(name, token, self.inner.caps, state, handle);
         // Session guards are renewed by the session's keep-alive.
-        if own && opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
+        if own {
+            guard.kept_by(&self.watchdog, opts, Unrenewed::Left)
         } else {
             guard
         }

@@ -9,30 +9,30 @@ use etcd_client::{
     Client, GetOptions, GetResponse, LeaseGrantResponse, Txn, TxnResponse, WatchOptions,
     WatchStream,
 };
-use lock_core::LockError;
+use lock_core::raw::Retry;
+use lock_core::{Backoff, LockError};
 
 use crate::error::{map_etcd, never_sent};
 
 /// Sends of one request at most.
 const ATTEMPTS: u32 = 4;
 
+/// Send `call` again (after 40, 60, 90 ms) while the member it reached
+/// refused it unsent.
 async fn retry<T, F, Fut>(doing: &str, mut call: F) -> Result<T, LockError>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, etcd_client::Error>>,
 {
-    let mut attempt = 1;
-    loop {
-        match call().await {
-            Ok(v) => return Ok(v),
-            Err(e) if attempt < ATTEMPTS && never_sent(&e) => {
-                tracing::debug!(doing, error = %e, "etcd member refused; sending again");
-                attempt += 1;
-                tokio::time::sleep(Duration::from_millis(20 * u64::from(attempt))).await;
-            }
-            Err(e) => return Err(map_etcd(doing, e)),
-        }
-    }
+    let backoff = Backoff::default()
+        .with_initial(Duration::from_millis(40))
+        .with_multiplier(1.5)
+        .with_jitter(0.0);
+    Retry::with_backoff(backoff)
+        .attempts(ATTEMPTS)
+        .run(doing, never_sent, |_| call())
+        .await
+        .map_err(|e| map_etcd(doing, e))
 }
 
 /// A transaction.

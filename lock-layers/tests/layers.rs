@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::raw::async_trait;
+use lock_core::raw::{GuardHandle, RawGuard, async_trait};
 use lock_core::{
     Capabilities, DistributedLock, LockError, LockGuard, LockOptions, MemoryLock, Wait,
 };
@@ -345,4 +345,154 @@ async fn retries_transient_failures_but_not_refusals_or_timeouts() {
         "retried past the caller's 500 ms wait: {took:?}"
     );
     assert!(down.attempts.load(Ordering::SeqCst) > 1);
+}
+
+/// A guard handle that fails its first `failures` extends and releases
+/// with `Unavailable`; with `lost_reply`, a failed release has released
+/// the lock all the same (its answer was lost on the way back).
+struct FlakyHandle {
+    inner: Arc<dyn GuardHandle>,
+    failures: usize,
+    lost_reply: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl FlakyHandle {
+    fn unavailable() -> LockError {
+        LockError::Unavailable {
+            backend: "flaky",
+            reason: "no answer".to_string(),
+            source: None,
+        }
+    }
+
+    fn failing(&self) -> bool {
+        self.calls.fetch_add(1, Ordering::SeqCst) < self.failures
+    }
+}
+
+#[async_trait]
+impl GuardHandle for FlakyHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        if self.failing() {
+            if self.lost_reply {
+                self.inner.release().await?;
+            }
+            return Err(Self::unavailable());
+        }
+        self.inner.release().await
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        if self.failing() {
+            return Err(Self::unavailable());
+        }
+        self.inner.extend(ttl).await
+    }
+}
+
+/// The in-memory backend whose guards' handles are [`FlakyHandle`]s.
+struct FlakyGuards {
+    inner: MemoryLock,
+    failures: usize,
+    lost_reply: bool,
+    calls: Arc<AtomicUsize>,
+}
+
+impl FlakyGuards {
+    fn flaky(&self, guard: LockGuard) -> LockGuard {
+        guard.map_handle(|inner| {
+            Arc::new(FlakyHandle {
+                inner,
+                failures: self.failures,
+                lost_reply: self.lost_reply,
+                calls: Arc::clone(&self.calls),
+            })
+        })
+    }
+}
+
+#[async_trait]
+impl DistributedLock for FlakyGuards {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let guard = self.inner.try_acquire(name, opts).await?;
+        Ok(guard.map(|g| self.flaky(g)))
+    }
+
+    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
+        Ok(self.flaky(self.inner.acquire(name, opts).await?))
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        self.inner.capabilities()
+    }
+}
+
+fn flaky_guards(failures: usize, lost_reply: bool) -> (Arc<dyn DistributedLock>, Arc<AtomicUsize>) {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let lock = Arc::new(FlakyGuards {
+        inner: MemoryLock::new(),
+        failures,
+        lost_reply,
+        calls: Arc::clone(&calls),
+    });
+    (lock, calls)
+}
+
+#[tokio::test]
+async fn a_guards_extend_and_release_are_retried() {
+    // Without the layer, a transient failure reaches the caller.
+    let (bare, _) = flaky_guards(1, false);
+    let g = bare
+        .try_acquire("job", &opts(1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let e = g.extend(Duration::from_secs(1)).await.unwrap_err();
+    assert!(e.is_transient(), "{e:?}");
+
+    // With it: two failed extends, then one that lands.
+    let (flaky, calls) = flaky_guards(2, false);
+    let locks = flaky.layer(RetryLayer::default());
+    let g = locks
+        .try_acquire("job", &opts(1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    g.extend(Duration::from_secs(1))
+        .await
+        .expect("extended after retries");
+    assert_eq!(calls.swap(0, Ordering::SeqCst), 3);
+    // A release after a failure that left the lock in place: it was ours.
+    calls.store(1, Ordering::SeqCst);
+    assert!(g.release().await.expect("released after a retry"));
+    assert_eq!(calls.load(Ordering::SeqCst), 3);
+}
+
+#[tokio::test]
+async fn a_retried_release_that_finds_the_lock_gone_is_not_reported_as_lost() {
+    // The first release landed but its answer was lost: the retry finds
+    // the lock gone, which must not read as "it was no longer ours".
+    let (flaky, calls) = flaky_guards(1, true);
+    let locks = flaky.layer(RetryLayer::default());
+    let g = locks
+        .try_acquire("job", &opts(1_000))
+        .await
+        .unwrap()
+        .unwrap();
+    let e = g.release().await.unwrap_err();
+    assert!(matches!(e, LockError::Unavailable { .. }), "{e:?}");
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    // And the lock is free.
+    assert!(
+        locks
+            .try_acquire("job", &opts(1_000))
+            .await
+            .unwrap()
+            .is_some()
+    );
 }

@@ -6,8 +6,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Wakeups,
-    Watchdog, validate_name,
+    Attempt, Batcher, GuardHandle, OwnerToken, Pace, PendingGrant, RawGuard, RawLock, Request,
+    Unrenewed, WaitLoop, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -236,11 +236,11 @@ impl RedisLock {
             source: None,
         })?;
         let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
-        Ok(Attempt::Acquired(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard
-        }))
+        Ok(Attempt::Acquired(guard.kept_by(
+            &self.watchdog,
+            opts,
+            Unrenewed::Left,
+        )))
     }
 
     fn handle(&self, name: &str, owner: OwnerToken) -> RedisHandle {
@@ -269,7 +269,7 @@ impl RawLock for RedisLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
+        let (name, opts) = (req.name, req.opts);
         let channel = self.inner.keys.channel(name);
         let waiter = OwnerToken::random().to_hex();
         // A waiter joins the queue only while subscribed, so that the
@@ -287,9 +287,7 @@ impl RawLock for RedisLock {
         // Listening before each attempt: a hand-off published while the
         // attempt is in flight is not missed (`notify_one` keeps a permit for
         // it, and a reconnect's `notify_waiters` finds this one enabled).
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
+        let mut wait = WaitLoop::new(req, Some(wake));
         let mut queued = QueuedWaiter {
             lock: self.clone(),
             name: name.to_string(),
@@ -323,21 +321,12 @@ impl RawLock for RedisLock {
                     Attempt::TooLate(_) => Some(Duration::ZERO),
                 },
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            // Until the holder's lease ends, or a hand-off wakes us.
+            let pace = Pace::For(expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2));
+            if !wait.pause(pace).await {
                 queued.withdraw().await;
                 return Ok(None);
             }
-            let mut until = now + expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2);
-            if let Some(d) = deadline {
-                until = until.min(d);
-            }
-            tokio::select! {
-                _ = woken.as_mut() => {}
-                _ = tokio::time::sleep_until(until) => {}
-            }
-            woken.set(wake.notified());
-            woken.as_mut().enable();
         }
     }
 

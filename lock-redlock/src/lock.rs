@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Wakeups, Watchdog, granted_too_late, validate_name,
+    Attempt, GuardHandle, LeaseState, OwnerToken, Pace, PendingGrant, RawGuard, RawLock, Request,
+    Unrenewed, WaitLoop, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -335,11 +335,11 @@ impl Redlock {
                 }
                 let handle = pending.disarm();
                 let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
-                return Ok(Attempt::Acquired(if opts.auto_renew {
-                    guard.renewed_by(&self.watchdog)
-                } else {
-                    guard
-                }));
+                return Ok(Attempt::Acquired(guard.kept_by(
+                    &self.watchdog,
+                    opts,
+                    Unrenewed::Left,
+                )));
             }
             tracing::debug!(lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
             too_late = Some(start.elapsed());
@@ -488,7 +488,7 @@ impl RawLock for Redlock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
+        let (name, opts) = (req.name, req.opts);
         let channel = self.inner.keys.channel(name);
         let ticket = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
@@ -518,12 +518,9 @@ impl RawLock for Redlock {
             }),
             waiter: None,
         };
-        let mut tries: u32 = 0;
+        let mut wait = WaitLoop::new(req, Some(wake));
         let mut unreachable = Unreachable::default();
         loop {
-            let woken = wake.notified();
-            tokio::pin!(woken);
-            woken.as_mut().enable();
             let as_waiter = subscriptions.is_some().then_some(&waiter);
             if as_waiter.is_some() {
                 queued.waiter = Some(Arc::clone(&waiter));
@@ -552,8 +549,7 @@ impl RawLock for Redlock {
                 }
                 Err(e) => return Err(e),
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+            if wait.expired() {
                 queued.withdraw().await;
                 return Ok(None);
             }
@@ -568,17 +564,12 @@ impl RawLock for Redlock {
             // a node hands the lock to us meanwhile.
             let pause = match expires_in {
                 Some(left) => left + Duration::from_millis(1),
-                None => opts.backoff.delay(tries),
+                None => opts.backoff.delay(wait.tries()),
             };
-            let mut until = now + pause.min(QUEUE_TTL / 2);
-            if let Some(d) = deadline {
-                until = until.min(d);
+            if !wait.pause(Pace::For(pause.min(QUEUE_TTL / 2))).await {
+                queued.withdraw().await;
+                return Ok(None);
             }
-            tokio::select! {
-                _ = woken => {}
-                _ = tokio::time::sleep_until(until) => {}
-            }
-            tries = tries.saturating_add(1);
         }
     }
 

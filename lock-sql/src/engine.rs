@@ -23,7 +23,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Watchdog,
+    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Unrenewed, Watchdog,
     confirmed_lease_start, validate_name,
 };
 use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, Wait};
@@ -273,11 +273,7 @@ async fn guard<D: Dialect>(
         lease,
         pending.disarm(),
     );
-    Ok(if opts.auto_renew {
-        guard.renewed_by(&lock.watchdog)
-    } else {
-        guard.watched_by(&lock.watchdog)
-    })
+    Ok(guard.kept_by(&lock.watchdog, opts, Unrenewed::Watched))
 }
 
 #[async_trait]

@@ -37,7 +37,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, Batcher, GuardHandle, LockUrl, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Retry, Unrenewed, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -262,26 +262,16 @@ impl SqliteLock {
         // Switching a new file to WAL takes an exclusive lock that SQLite's
         // busy timeout does not wait for, so two processes opening a new
         // file at once can see SQLITE_BUSY here: retry within busy_timeout.
-        let started = Instant::now();
-        let mut tries = 0;
-        let pool = loop {
-            let opened = SqlitePoolOptions::new()
-                .max_connections(config.max_connections)
-                .acquire_timeout(config.busy_timeout * 2)
-                .connect_with(connect.clone())
-                .await;
-            match opened {
-                Err(e) if is_busy(&e) && started.elapsed() < config.busy_timeout => {
-                    tries += 1;
-                    tokio::time::sleep(Backoff::default().delay(tries)).await;
-                }
-                other => {
-                    break other.map_err(|e| {
-                        map_sqlx(BACKEND, &format!("opening {}", path.display()), e)
-                    })?;
-                }
-            }
-        };
+        let pool = Retry::with_backoff(Backoff::default())
+            .patience(config.busy_timeout)
+            .run("opening a SQLite file", is_busy, |_| {
+                SqlitePoolOptions::new()
+                    .max_connections(config.max_connections)
+                    .acquire_timeout(config.busy_timeout * 2)
+                    .connect_with(connect.clone())
+            })
+            .await
+            .map_err(|e| map_sqlx(BACKEND, &format!("opening {}", path.display()), e))?;
         Self::from_pool(pool, path, config.table, config.fencing).await
     }
 
@@ -529,11 +519,11 @@ impl SqliteLock {
         };
         let token = Some(fence).filter(|_| self.inner.fencing);
         let guard = LockGuard::new(name, token, self.raw_capabilities(), lease, handle);
-        Ok(Attempt::Acquired(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            guard
-        }))
+        Ok(Attempt::Acquired(guard.kept_by(
+            &self.watchdog,
+            opts,
+            Unrenewed::Left,
+        )))
     }
 
     /// How many live waiters hold a ticket below `ticket` for `name`. A

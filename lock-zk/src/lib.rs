@@ -23,8 +23,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Watchdog,
-    confirmed_lease_start, validate_name,
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
+    Unrenewed, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -274,25 +274,15 @@ impl ZkLock {
         opts: &LockOptions,
         deadline: Option<Instant>,
     ) -> Result<Arc<Session>, LockError> {
-        let mut tries = 0;
-        loop {
-            match self.session().await {
-                Err(e)
-                    if e.is_transient()
-                        && self.inner.url.is_some()
-                        && tries + 1 < STARTS_PER_SESSION =>
-                {
-                    let pause = opts.backoff.delay(tries);
-                    if deadline.is_some_and(|d| Instant::now() + pause >= d) {
-                        return Err(e);
-                    }
-                    tracing::info!(error = %e, "starting a zookeeper session failed; trying again while the wait allows");
-                    tokio::time::sleep(pause).await;
-                    tries += 1;
-                }
-                done => return done,
-            }
-        }
+        let retry = Retry::with_backoff(opts.backoff)
+            .attempts(STARTS_PER_SESSION)
+            .deadline(deadline);
+        let restartable = |e: &LockError| e.is_transient() && self.inner.url.is_some();
+        retry
+            .run("starting a zookeeper session", restartable, |_| {
+                self.session()
+            })
+            .await
     }
 
     fn current(&self) -> Arc<Session> {
@@ -311,19 +301,15 @@ impl ZkLock {
             .saturating_sub(1))
     }
 
-    async fn acquire_inner(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
-    ) -> Result<Option<LockGuard>, LockError> {
+    async fn acquire_inner(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let dir = lock_node(&self.inner.root, name);
         let mut sessions = 0;
         loop {
             let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
             sessions += 1;
-            match self.attempt(&session, name, &dir, opts, deadline).await {
+            match self.attempt(&session, &dir, req).await {
                 Err(e)
                     if session.is_terminated()
                         && sessions < SESSIONS_PER_ACQUIRE
@@ -340,11 +326,10 @@ impl ZkLock {
     async fn attempt(
         &self,
         session: &Arc<Session>,
-        name: &str,
         dir: &str,
-        opts: &LockOptions,
-        deadline: Option<Instant>,
+        req: Request<'_>,
     ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
         let id = OwnerToken::random().to_hex();
         let id = &id[..16];
         let sent_at = Instant::now();
@@ -371,7 +356,7 @@ impl ZkLock {
             if at == 0 {
                 break;
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
+            if req.expired_at(Instant::now()) {
                 let _ = pending.give_back().await;
                 return Ok(None);
             }
@@ -387,30 +372,21 @@ impl ZkLock {
                 }
                 continue;
             }
-            let timer = async {
-                match deadline {
-                    Some(d) => tokio::time::sleep_until(d).await,
-                    None => std::future::pending().await,
-                }
-            };
             // The watch fires when the predecessor goes, and on a change
             // of the session's state.
-            tokio::select! {
-                event = watcher.changed() => {
-                    // A predecessor that was first when we listed had
-                    // nothing before it, and no node can join ahead of
-                    // ours (sequence numbers only grow): once it is
-                    // deleted, we are first, without listing again. The
-                    // hand-off costs the holder's delete and one
-                    // notification, no further round trip.
-                    if at == 1 && event.event_type == EventType::NodeDeleted {
-                        break;
-                    }
-                    // Anything else (a session event, a waiter ahead of
-                    // us that left): look again.
-                }
-                _ = timer => {}
+            let Some(event) = req.or_deadline(watcher.changed()).await else {
+                continue; // the deadline: one more look, then given back
+            };
+            // A predecessor that was first when we listed had nothing
+            // before it, and no node can join ahead of ours (sequence
+            // numbers only grow): once it is deleted, we are first,
+            // without listing again. The hand-off costs the holder's
+            // delete and one notification, no further round trip.
+            if at == 1 && event.event_type == EventType::NodeDeleted {
+                break;
             }
+            // Anything else (a session event, a waiter ahead of us that
+            // left): look again.
         }
         self.guard(name, session, pending, ours.czxid, sent_at, opts)
             .await
@@ -442,15 +418,12 @@ impl ZkLock {
             lease,
             pending.disarm(),
         );
-        Ok(if opts.auto_renew {
-            guard.renewed_by(&self.watchdog)
-        } else {
-            // The node would outlive the TTL with the session: delete it
-            // then. Never before the holder's own deadline; and, as a
-            // server-side lease would, not before the TTL counted from the
-            // grant.
-            guard.expires_by(&self.watchdog, margin + start.elapsed())
-        })
+        // Unrenewed, the node would outlive the TTL with the session:
+        // deleted then. Never before the holder's own deadline; and, as a
+        // server-side lease would, not before the TTL counted from the
+        // grant.
+        let grace = margin + start.elapsed();
+        Ok(guard.kept_by(&self.watchdog, opts, Unrenewed::ReleasedAfter(grace)))
     }
 }
 
@@ -473,12 +446,15 @@ fn session_bounds_ttl(session: &Session, opts: &LockOptions) -> Result<(), LockE
 #[async_trait]
 impl RawLock for ZkLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        self.acquire_inner(req.name, req.opts, Some(req.start))
-            .await
+        let once = Request {
+            deadline: Some(req.start),
+            ..req
+        };
+        self.acquire_inner(once).await
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        self.acquire_inner(req.name, req.opts, req.deadline).await
+        self.acquire_inner(req).await
     }
 
     fn raw_capabilities(&self) -> Capabilities {

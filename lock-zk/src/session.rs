@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use lock_core::raw::LeaseState;
+use lock_core::raw::{LeaseState, Retry};
 use lock_core::{LockError, LossKind, LossReason};
 use zookeeper_client::{Acls, Client, SessionState};
 
@@ -19,7 +19,7 @@ const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
 /// connection dropped. A request sent while the client reconnects waits for
 /// the new connection (or fails with the session), so each attempt is one
 /// connection's worth, not a busy loop.
-const CONNECTION_LOSS_RETRIES: usize = 8;
+const CONNECTION_LOSS_RETRIES: u32 = 8;
 
 /// One ZooKeeper session and the guards whose nodes live in it.
 pub(crate) struct Session {
@@ -226,16 +226,10 @@ where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<T, zookeeper_client::Error>>,
 {
-    let mut attempt = 0;
-    loop {
-        match send().await {
-            Err(e) if again(&e) && attempt < CONNECTION_LOSS_RETRIES => {
-                attempt += 1;
-                tracing::debug!(attempt, error = %e, "zookeeper connection lost; sending again");
-            }
-            done => return done,
-        }
-    }
+    Retry::immediately()
+        .attempts(CONNECTION_LOSS_RETRIES + 1)
+        .run("a zookeeper request", again, |_| send())
+        .await
 }
 
 /// The request's connection failed, whatever became of the request: a

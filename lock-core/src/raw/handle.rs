@@ -11,8 +11,8 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::options::LockOptions;
-use crate::raw::LeaseState;
 use crate::raw::wait::lease_if_in_time;
+use crate::raw::{LeaseState, Retry};
 
 /// The backend side of one held lock: what a [`LockGuard`](crate::LockGuard) calls to give the
 /// lock back or prolong it. Implementations compare the owner token on the
@@ -122,24 +122,19 @@ const CLEAN_UP_PATIENCE: Duration = Duration::from_secs(60);
 /// indefinitely where a session keeps it (an etcd session lease kept
 /// alive, a ZooKeeper session that reconnects).
 pub(crate) async fn clean_up(handle: Arc<dyn GuardHandle>) {
-    let backoff = crate::options::Backoff {
-        initial: Duration::from_millis(100),
-        max: Duration::from_secs(2),
-        ..crate::options::Backoff::default()
-    };
-    let started = Instant::now();
-    for attempt in 0.. {
-        match handle.release().await {
-            Ok(_) => return,
-            Err(e) if e.is_transient() && started.elapsed() < CLEAN_UP_PATIENCE => {
-                tracing::debug!(error = %e, attempt, "clean-up of an abandoned acquisition failed; retrying");
-                tokio::time::sleep(backoff.delay(attempt)).await;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
-                return;
-            }
-        }
+    let backoff = crate::options::Backoff::default()
+        .with_initial(Duration::from_millis(100))
+        .with_max(Duration::from_secs(2));
+    let released = Retry::with_backoff(backoff)
+        .patience(CLEAN_UP_PATIENCE)
+        .run(
+            "cleaning up an abandoned acquisition",
+            LockError::is_transient,
+            |_| handle.release(),
+        )
+        .await;
+    if let Err(e) = released {
+        tracing::warn!(error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
     }
 }
 

@@ -1,12 +1,15 @@
 //! What a backend is handed: a [`Request`] that passed the checks every
 //! backend makes, with the deadline of its wait.
 
+use std::future::Future;
+
 use tokio::time::Instant;
 
 use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
+use crate::raw::wait::sleep_until_some;
 
 /// An acquisition that passed the checks every backend makes: the name is
 /// acceptable, the options fit the backend, and the wait has a deadline.
@@ -45,6 +48,15 @@ impl<'a> Request<'a> {
     /// Whether the wait is over at `now`.
     pub fn expired_at(&self, now: Instant) -> bool {
         self.deadline.is_some_and(|d| now >= d)
+    }
+
+    /// `event` (a server's notification a waiter listens for), or `None`
+    /// once the wait's deadline passes first.
+    pub async fn or_deadline<T>(&self, event: impl Future<Output = T>) -> Option<T> {
+        tokio::select! {
+            done = event => Some(done),
+            () = sleep_until_some(self.deadline) => None,
+        }
     }
 
     /// The [`LockError::Timeout`] of this acquisition, as of now.

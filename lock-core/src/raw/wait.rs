@@ -1,12 +1,15 @@
-//! Waiting built from single attempts: [`acquire_by_polling`] for a
-//! backend whose server cannot wake its waiters, and the check that a
-//! grant answered after a long wait is still of use.
+//! Waiting built from single attempts: the [`WaitLoop`] every wait is
+//! written with, [`acquire_by_polling`] on it for a backend whose server
+//! cannot wake its waiters, and the check that a grant answered after a
+//! long wait is still of use.
 
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Notify;
+use tokio::sync::futures::OwnedNotified;
 use tokio::time::Instant;
 
 use crate::error::LockError;
@@ -85,6 +88,123 @@ pub(crate) fn lease_if_in_time(
     }
 }
 
+/// How long a wait pauses before its next attempt (never past its
+/// deadline, and cut short by a wake-up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pace {
+    /// The request's backoff for this attempt, but no longer than the
+    /// holder's remaining lease (and a millisecond), when it is known.
+    Backoff {
+        /// The holder's remaining lease, if the server said.
+        holder_left: Option<Duration>,
+    },
+    /// For this long.
+    For(Duration),
+    /// Until this moment.
+    Until(Instant),
+    /// Until woken.
+    Woken,
+}
+
+/// The pauses of one wait for a lock, between its attempts: the request's
+/// deadline, its backoff, and a wake-up signal (a release in this process,
+/// a server's notification) armed before each attempt, so that a wake-up
+/// that arrives while an attempt is in flight is not lost. Every wait of
+/// the library is a loop of attempts and [`pause`](Self::pause)s, or waits
+/// for a server's event with [`Request::or_deadline`].
+pub struct WaitLoop<'r> {
+    req: Request<'r>,
+    wake: Option<Arc<Notify>>,
+    woken: Option<Pin<Box<OwnedNotified>>>,
+    tries: u32,
+}
+
+impl<'r> WaitLoop<'r> {
+    /// The wait of `req`, woken early by `wake` if given (armed now,
+    /// before the first attempt).
+    pub fn new(req: Request<'r>, wake: Option<Arc<Notify>>) -> Self {
+        let mut wait = WaitLoop {
+            req,
+            wake,
+            woken: None,
+            tries: 0,
+        };
+        wait.arm();
+        wait
+    }
+
+    /// The request waited for.
+    pub fn request(&self) -> &Request<'r> {
+        &self.req
+    }
+
+    /// How many pauses came before the current attempt.
+    pub fn tries(&self) -> u32 {
+        self.tries
+    }
+
+    /// Whether the wait's deadline has passed.
+    pub fn expired(&self) -> bool {
+        self.req.expired_at(Instant::now())
+    }
+
+    /// Pause before the next attempt, for `pace` but never past the
+    /// deadline, and no longer once woken. `false`, at once, if the
+    /// deadline has already passed: the wait is over.
+    pub async fn pause(&mut self, pace: Pace) -> bool {
+        let now = Instant::now();
+        if self.req.expired_at(now) {
+            return false;
+        }
+        let until = match pace {
+            Pace::Backoff { holder_left } => {
+                let pause = self.req.opts.backoff.delay(self.tries);
+                let pause = holder_left.map_or(pause, |left| {
+                    pause.min(left.saturating_add(Duration::from_millis(1)))
+                });
+                now.checked_add(pause)
+            }
+            Pace::For(pause) => now.checked_add(pause),
+            Pace::Until(at) => Some(at),
+            Pace::Woken => None,
+        };
+        let until = match (until, self.req.deadline) {
+            (Some(u), Some(d)) => Some(u.min(d)),
+            (u, d) => u.or(d),
+        };
+        let woken = async {
+            match self.woken.as_mut() {
+                Some(woken) => woken.as_mut().await,
+                None => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            () = sleep_until_some(until) => {}
+            () = woken => {}
+        }
+        self.arm();
+        self.tries = self.tries.saturating_add(1);
+        true
+    }
+
+    /// Listen for the next wake-up.
+    fn arm(&mut self) {
+        self.woken = self.wake.as_ref().map(|wake| {
+            let mut woken = Box::pin(Arc::clone(wake).notified_owned());
+            woken.as_mut().enable();
+            woken
+        });
+    }
+}
+
+/// Sleep until `at`, or for ever.
+pub(crate) async fn sleep_until_some(at: Option<Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at).await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Repeat `attempt` with the request's backoff (never sleeping past the
 /// holder's remaining lease or the wait deadline) until it acquires
 /// (`Ok(Some)`) or the deadline passes (`Ok(None)`). For backends whose
@@ -104,43 +224,22 @@ where
     F: FnMut(u32) -> Fut + Send,
     Fut: Future<Output = Result<Attempt, LockError>> + Send,
 {
-    let idle = Notify::new();
-    let wake = wake.as_deref().unwrap_or(&idle);
-    let mut tries: u32 = 0;
+    let mut wait = WaitLoop::new(req, wake);
+    let mut attempts: u32 = 0;
     loop {
-        let woken = wake.notified();
-        tokio::pin!(woken);
-        woken.as_mut().enable();
-        let expires_in = match attempt(tries).await? {
+        let pace = match attempt(attempts).await? {
             Attempt::Acquired(guard) => return Ok(Some(guard)),
-            Attempt::Held { expires_in } => expires_in,
-            Attempt::TooLate(e) => {
-                // Free, but the grant came too late: try again at once
-                // while the wait lasts.
-                if req.expired_at(Instant::now()) {
-                    return Err(e);
-                }
-                tries = tries.saturating_add(1);
-                tokio::task::yield_now().await;
-                continue;
-            }
+            Attempt::Held { expires_in } => Pace::Backoff {
+                holder_left: expires_in,
+            },
+            // Free, but the grant came too late: again at once while the
+            // wait lasts.
+            Attempt::TooLate(e) if wait.expired() => return Err(e),
+            Attempt::TooLate(_) => Pace::For(Duration::ZERO),
         };
-        let now = Instant::now();
-        if req.expired_at(now) {
+        if !wait.pause(pace).await {
             return Ok(None);
         }
-        let mut pause = req.opts.backoff.delay(tries);
-        if let Some(left) = expires_in {
-            pause = pause.min(left + Duration::from_millis(1));
-        }
-        let mut until = now + pause;
-        if let Some(d) = req.deadline {
-            until = until.min(d);
-        }
-        tokio::select! {
-            _ = tokio::time::sleep_until(until) => {}
-            _ = woken => {}
-        }
-        tries = tries.saturating_add(1);
+        attempts = attempts.saturating_add(1);
     }
 }
