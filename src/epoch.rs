@@ -3,8 +3,8 @@
 
 use std::sync::Arc;
 
-use lock_core::raw::{RawGuard, async_trait};
-use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
+use lock_core::raw::{Layered, LayeredLock, RawGuard, async_trait};
+use lock_core::{DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";
@@ -34,9 +34,9 @@ pub struct EpochLock {
 }
 
 impl EpochLock {
-    /// `inner` with its tokens moved into `epoch`.
-    pub fn new(inner: Arc<dyn DistributedLock>, epoch: u16) -> Self {
-        EpochLock { inner, epoch }
+    /// `inner` with its tokens moved into `epoch`, as a lock.
+    pub fn new(inner: Arc<dyn DistributedLock>, epoch: u16) -> Layered<Self> {
+        Layered::new(EpochLock { inner, epoch })
     }
 
     /// The epoch.
@@ -68,7 +68,11 @@ impl EpochLock {
 }
 
 #[async_trait]
-impl DistributedLock for EpochLock {
+impl LayeredLock for EpochLock {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
+    }
+
     async fn try_acquire(
         &self,
         name: &str,
@@ -86,19 +90,11 @@ impl DistributedLock for EpochLock {
         self.retoken(guard)
     }
 
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
     /// The backend's answer, its token with the epoch above it.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let info = self.inner.inspect(name).await?;
         let token = info.fencing_token.map(|t| self.lift(name, t)).transpose()?;
         Ok(info.with_fencing_token(token))
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        self.inner.force_release(name).await
     }
 }
 

@@ -5,8 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, LeaseState, RawGuard, async_trait};
-use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
+use lock_core::raw::{GuardHandle, Layered, LayeredLock, LeaseState, RawGuard, async_trait};
+use lock_core::{DistributedLock, LockError, LockGuard, LockOptions};
 
 /// A defect to inject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -40,13 +40,13 @@ pub struct SabotagedLock {
 
 impl SabotagedLock {
     /// Wrap `inner`.
-    pub fn new(inner: Arc<dyn DistributedLock>, mode: Sabotage) -> Self {
-        SabotagedLock {
+    pub fn new(inner: Arc<dyn DistributedLock>, mode: Sabotage) -> Layered<Self> {
+        Layered::new(SabotagedLock {
             inner,
             mode,
             acquires: AtomicU64::new(0),
             last_token: Mutex::new(None),
-        }
+        })
     }
 
     fn remember(&self, guard: &LockGuard) {
@@ -81,7 +81,11 @@ impl GuardHandle for Phantom {
 }
 
 #[async_trait]
-impl DistributedLock for SabotagedLock {
+impl LayeredLock for SabotagedLock {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
+    }
+
     async fn try_acquire(
         &self,
         name: &str,
@@ -109,17 +113,5 @@ impl DistributedLock for SabotagedLock {
         }
         let guard = self.inner.acquire(name, opts).await?;
         Ok(self.tamper(guard))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        self.inner.inspect(name).await
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        self.inner.force_release(name).await
     }
 }

@@ -18,6 +18,9 @@
 //!   one place.
 //! - [`Retry`] sends one request again under a [`RetryPolicy`], a
 //!   backoff and a [`RetryBudget`]: every retry of the library is one.
+//! - [`LayeredLock`] is a lock that wraps another and writes only what it
+//!   changes; [`Layered`] makes it a [`DistributedLock`](crate::DistributedLock)
+//!   that forwards the rest.
 //! - [`Wakeups`] wakes waiters by name; [`WaitLoop`] pauses a wait between
 //!   its attempts (deadline, backoff, wake-up); [`acquire_by_polling`]
 //!   builds a wait from single attempts; [`check_request`] and [`wait_deadline`]
@@ -33,6 +36,7 @@
 mod backend;
 mod batch;
 pub(crate) mod handle;
+mod layered;
 mod lease;
 mod owner;
 mod request;
@@ -50,6 +54,7 @@ pub use async_trait::async_trait;
 pub use backend::RawLock;
 pub use batch::{BatchFn, Batcher};
 pub use handle::{GuardHandle, PendingGrant, confirmed_lease_start};
+pub use layered::{Layered, LayeredLock};
 pub use lease::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,
     drift_allowance, drift_allowance_with, safety_margin, validity_deadline,

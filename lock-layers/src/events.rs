@@ -5,9 +5,11 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, RawGuard, RenewalObserver, RenewalOutcome, async_trait};
+use lock_core::raw::{
+    GuardHandle, Layered, LayeredLock, RawGuard, RenewalObserver, RenewalOutcome, async_trait,
+};
 use lock_core::{
-    Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, LossReason, Wait,
+    Capabilities, DistributedLock, LockError, LockGuard, LockOptions, LossReason, Wait,
 };
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -93,11 +95,11 @@ pub(crate) struct Observed<E: Events> {
 }
 
 impl<E: Events> Observed<E> {
-    pub(crate) fn new(inner: Arc<dyn DistributedLock>, events: E) -> Self {
-        Observed {
+    pub(crate) fn new(inner: Arc<dyn DistributedLock>, events: E) -> Layered<Self> {
+        Layered::new(Observed {
             inner,
             events: Arc::new(events),
-        }
+        })
     }
 
     async fn observe(
@@ -219,7 +221,11 @@ impl<E: Events> GuardHandle for ObservedHandle<E> {
 }
 
 #[async_trait]
-impl<E: Events> DistributedLock for Observed<E> {
+impl<E: Events> LayeredLock for Observed<E> {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
+    }
+
     async fn try_acquire(
         &self,
         name: &str,
@@ -239,17 +245,5 @@ impl<E: Events> DistributedLock for Observed<E> {
                 waited: Duration::ZERO,
             }),
         }
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        self.inner.inspect(name).await
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        self.inner.force_release(name).await
     }
 }

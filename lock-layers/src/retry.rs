@@ -4,10 +4,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::raw::{GuardHandle, LeaseState, RawGuard, Retry, RetryBudget, async_trait};
-use lock_core::{
-    Backoff, Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, Wait,
+use lock_core::raw::{
+    GuardHandle, Layered, LayeredLock, LeaseState, RawGuard, Retry, RetryBudget, async_trait,
 };
+use lock_core::{Backoff, DistributedLock, LockError, LockGuard, LockOptions, Wait};
 use tokio::time::Instant;
 
 use crate::Layer;
@@ -94,10 +94,10 @@ impl RetryLayer {
 
 impl Layer for RetryLayer {
     fn layer(&self, inner: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock> {
-        Arc::new(Retrying {
+        Arc::new(Layered::new(Retrying {
             inner,
             layer: self.clone(),
-        })
+        }))
     }
 }
 
@@ -134,7 +134,11 @@ impl Retrying {
 }
 
 #[async_trait]
-impl DistributedLock for Retrying {
+impl LayeredLock for Retrying {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
+    }
+
     async fn try_acquire(
         &self,
         name: &str,
@@ -165,18 +169,6 @@ impl DistributedLock for Retrying {
             })
             .await?;
         Ok(self.layer.wrap(guard, self.inner.capabilities().backend))
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.inner.capabilities()
-    }
-
-    async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        self.inner.inspect(name).await
-    }
-
-    async fn force_release(&self, name: &str) -> Result<bool, LockError> {
-        self.inner.force_release(name).await
     }
 }
 
