@@ -69,10 +69,6 @@ impl EpochLock {
 
 #[async_trait]
 impl LayeredLock for EpochLock {
-    fn inner(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner
-    }
-
     async fn try_acquire(
         &self,
         name: &str,
@@ -95,6 +91,10 @@ impl LayeredLock for EpochLock {
         let info = self.inner.inspect(name).await?;
         let token = info.fencing_token.map(|t| self.lift(name, t)).transpose()?;
         Ok(info.with_fencing_token(token))
+    }
+
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
     }
 }
 

@@ -82,10 +82,6 @@ impl GuardHandle for Phantom {
 
 #[async_trait]
 impl LayeredLock for SabotagedLock {
-    fn inner(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner
-    }
-
     async fn try_acquire(
         &self,
         name: &str,
@@ -113,5 +109,9 @@ impl LayeredLock for SabotagedLock {
         }
         let guard = self.inner.acquire(name, opts).await?;
         Ok(self.tamper(guard))
+    }
+
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
     }
 }

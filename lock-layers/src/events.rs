@@ -222,10 +222,6 @@ impl<E: Events> GuardHandle for ObservedHandle<E> {
 
 #[async_trait]
 impl<E: Events> LayeredLock for Observed<E> {
-    fn inner(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner
-    }
-
     async fn try_acquire(
         &self,
         name: &str,
@@ -245,5 +241,9 @@ impl<E: Events> LayeredLock for Observed<E> {
                 waited: Duration::ZERO,
             }),
         }
+    }
+
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
     }
 }

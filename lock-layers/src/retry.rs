@@ -135,10 +135,6 @@ impl Retrying {
 
 #[async_trait]
 impl LayeredLock for Retrying {
-    fn inner(&self) -> &Arc<dyn DistributedLock> {
-        &self.inner
-    }
-
     async fn try_acquire(
         &self,
         name: &str,
@@ -169,6 +165,10 @@ impl LayeredLock for Retrying {
             })
             .await?;
         Ok(self.layer.wrap(guard, self.inner.capabilities().backend))
+    }
+
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
     }
 }
 
