@@ -337,34 +337,38 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         // A way this code does not know: taken as the slowest.
         _ => 4,
     };
-    Capabilities {
-        backend: BACKEND,
-        grade: if grade_rank(from.grade) <= grade_rank(to.grade) {
+    Capabilities::new(
+        BACKEND,
+        if grade_rank(from.grade) <= grade_rank(to.grade) {
             from.grade
         } else {
             to.grade
         },
-        fencing: from.fencing,
-        fair_queue: false,
-        crash_release: if release_rank(from.crash_release) >= release_rank(to.crash_release) {
+    )
+    .with_fencing(from.fencing)
+    .with_fair_queue(false)
+    .with_crash_release(
+        if release_rank(from.crash_release) >= release_rank(to.crash_release) {
             from.crash_release
         } else {
             to.crash_release
         },
-        survives_server_failure: from.survives_server_failure && to.survives_server_failure,
-        depends_on_clocks: from.depends_on_clocks || to.depends_on_clocks,
-        waiting: if from.waiting == Waiting::Notified && to.waiting == Waiting::Notified {
+    )
+    .with_survives_server_failure(from.survives_server_failure && to.survives_server_failure)
+    .with_depends_on_clocks(from.depends_on_clocks || to.depends_on_clocks)
+    .with_waiting(
+        if from.waiting == Waiting::Notified && to.waiting == Waiting::Notified {
             Waiting::Notified
         } else {
             Waiting::Polling
         },
-        max_ttl: from.max_ttl.min(to.max_ttl),
-        min_lease: from.min_lease.max(to.min_lease),
-        max_held: match (from.max_held, to.max_held) {
-            (Some(a), Some(b)) => Some(a.min(b)),
-            (a, b) => a.or(b),
-        },
-    }
+    )
+    .with_max_ttl(from.max_ttl.min(to.max_ttl))
+    .with_min_lease(from.min_lease.max(to.min_lease))
+    .with_max_held(match (from.max_held, to.max_held) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    })
 }
 
 impl fmt::Debug for MigratingLock {

@@ -62,6 +62,7 @@ pub enum Grade {
 /// assert_eq!(caps.grade, Grade::ProcessLocal);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Capabilities {
     /// The backend's name, as used in URLs (`"memory"`, `"sqlite"`, …).
     pub backend: &'static str,
@@ -90,4 +91,82 @@ pub struct Capabilities {
     /// (Postgres and MySQL row mode) are bounded by the pool. Beyond it,
     /// acquiring fails at once with [`LockError::LimitReached`](crate::LockError::LimitReached).
     pub max_held: Option<usize>,
+}
+
+impl Capabilities {
+    /// Backend `backend`, of `grade`, claiming nothing else: no fencing
+    /// tokens, no fair queue, a crashed holder's lock freed by its TTL, no
+    /// survival of a server failure, safety that depends on clocks,
+    /// polling waiters, any TTL from [`MIN_TTL`](crate::MIN_TTL) up, no
+    /// bound on held locks. A backend adds what its tests prove with the
+    /// `with_*` methods (all `const`, for a backend's `const`).
+    pub const fn new(backend: &'static str, grade: Grade) -> Self {
+        Capabilities {
+            backend,
+            grade,
+            fencing: Fencing::None,
+            fair_queue: false,
+            crash_release: CrashRelease::Ttl,
+            survives_server_failure: false,
+            depends_on_clocks: true,
+            waiting: Waiting::Polling,
+            max_ttl: Duration::MAX,
+            min_lease: crate::options::MIN_TTL,
+            max_held: None,
+        }
+    }
+
+    /// With [`fencing`](Self::fencing).
+    pub const fn with_fencing(mut self, fencing: Fencing) -> Self {
+        self.fencing = fencing;
+        self
+    }
+
+    /// With [`fair_queue`](Self::fair_queue).
+    pub const fn with_fair_queue(mut self, fair_queue: bool) -> Self {
+        self.fair_queue = fair_queue;
+        self
+    }
+
+    /// With [`crash_release`](Self::crash_release).
+    pub const fn with_crash_release(mut self, crash_release: CrashRelease) -> Self {
+        self.crash_release = crash_release;
+        self
+    }
+
+    /// With [`survives_server_failure`](Self::survives_server_failure).
+    pub const fn with_survives_server_failure(mut self, survives: bool) -> Self {
+        self.survives_server_failure = survives;
+        self
+    }
+
+    /// With [`depends_on_clocks`](Self::depends_on_clocks).
+    pub const fn with_depends_on_clocks(mut self, depends: bool) -> Self {
+        self.depends_on_clocks = depends;
+        self
+    }
+
+    /// With [`waiting`](Self::waiting).
+    pub const fn with_waiting(mut self, waiting: Waiting) -> Self {
+        self.waiting = waiting;
+        self
+    }
+
+    /// With [`max_ttl`](Self::max_ttl).
+    pub const fn with_max_ttl(mut self, max_ttl: Duration) -> Self {
+        self.max_ttl = max_ttl;
+        self
+    }
+
+    /// With [`min_lease`](Self::min_lease).
+    pub const fn with_min_lease(mut self, min_lease: Duration) -> Self {
+        self.min_lease = min_lease;
+        self
+    }
+
+    /// With [`max_held`](Self::max_held).
+    pub const fn with_max_held(mut self, max_held: Option<usize>) -> Self {
+        self.max_held = max_held;
+        self
+    }
 }

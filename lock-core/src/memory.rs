@@ -27,19 +27,13 @@ use crate::raw::Unrenewed;
 use crate::raw::Watchdog;
 use crate::raw::{Pace, RawLock, Request, WaitLoop};
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: "memory",
-    grade: Grade::ProcessLocal,
-    fencing: Fencing::Safe,
-    fair_queue: true,
-    crash_release: CrashRelease::ProcessExit,
-    survives_server_failure: false,
-    depends_on_clocks: false,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(30 * 86_400),
-    min_lease: crate::options::MIN_TTL,
-    max_held: None,
-};
+const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLocal)
+    .with_fencing(Fencing::Safe)
+    .with_fair_queue(true)
+    .with_crash_release(CrashRelease::ProcessExit)
+    .with_depends_on_clocks(false)
+    .with_waiting(Waiting::Notified)
+    .with_max_ttl(Duration::from_secs(30 * 86_400));
 
 /// Locks shared by the tasks of one process.
 ///

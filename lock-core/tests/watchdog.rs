@@ -6,24 +6,14 @@ use std::time::Duration;
 
 use lock_core::raw::{GuardHandle, LeaseState, RawGuard, Unrenewed, Watchdog, async_trait};
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard, LockOptions,
-    LossKind, LossReason, MemoryLock, Wait, Waiting,
+    Capabilities, DistributedLock, Grade, LockError, LockGuard, LockOptions, LossKind, LossReason,
+    MemoryLock, Wait,
 };
 use tokio::time::Instant;
 
-const CAPS: Capabilities = Capabilities {
-    backend: "test",
-    grade: Grade::ProcessLocal,
-    fencing: Fencing::None,
-    fair_queue: false,
-    crash_release: CrashRelease::Ttl,
-    survives_server_failure: false,
-    depends_on_clocks: false,
-    waiting: Waiting::Polling,
-    max_ttl: Duration::from_secs(3600),
-    min_lease: lock_core::MIN_TTL,
-    max_held: None,
-};
+const CAPS: Capabilities = Capabilities::new("test", Grade::ProcessLocal)
+    .with_depends_on_clocks(false)
+    .with_max_ttl(Duration::from_secs(3600));
 
 /// A handle whose renewals succeed, fail with `Unavailable`, or report the
 /// lock gone, as the test says; it counts renewals and releases.

@@ -8,6 +8,7 @@ use lock_core::raw::LockUrl;
 
 /// Settings for an [`EtcdLock`](crate::EtcdLock).
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct EtcdConfig {
     /// Key prefix under which every lock lives (`/distlock` by default); a
     /// lock's keys are `PREFIX/ESCAPED-NAME/…`.
@@ -23,6 +24,32 @@ pub struct EtcdConfig {
     pub connect_timeout: Duration,
     /// Bound on each request; default 2 s.
     pub request_timeout: Duration,
+}
+
+impl EtcdConfig {
+    /// With [`prefix`](Self::prefix).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// With [`session_ttl`](Self::session_ttl).
+    pub fn with_session_ttl(mut self, session_ttl: Duration) -> Self {
+        self.session_ttl = session_ttl;
+        self
+    }
+
+    /// With [`connect_timeout`](Self::connect_timeout).
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// With [`request_timeout`](Self::request_timeout).
+    pub fn with_request_timeout(mut self, request_timeout: Duration) -> Self {
+        self.request_timeout = request_timeout;
+        self
+    }
 }
 
 impl Default for EtcdConfig {

@@ -28,24 +28,20 @@ use crate::requests;
 use crate::session::Session;
 
 fn capabilities(min_lease: Duration) -> Capabilities {
-    Capabilities {
-        backend: BACKEND,
-        grade: Grade::Correctness,
+    Capabilities::new(BACKEND, Grade::Correctness)
         // The key's create_revision: global, strictly increasing, kept by
         // the Raft log of a majority of members.
-        fencing: Fencing::Safe,
+        .with_fencing(Fencing::Safe)
         // Waiters are ordered by the revision of their key.
-        fair_queue: true,
-        crash_release: CrashRelease::Session,
-        survives_server_failure: true,
+        .with_fair_queue(true)
+        .with_crash_release(CrashRelease::Session)
+        .with_survives_server_failure(true)
         // The lease runs on the leader's clock; the guard's validity is the
         // local clock's view of it.
-        depends_on_clocks: true,
-        waiting: Waiting::Notified,
-        max_ttl: Duration::from_secs(30 * 86_400),
-        min_lease,
-        max_held: None,
-    }
+        .with_depends_on_clocks(true)
+        .with_waiting(Waiting::Notified)
+        .with_max_ttl(Duration::from_secs(30 * 86_400))
+        .with_min_lease(min_lease)
 }
 
 /// Locks on etcd (v3 API, 3.4 or later).

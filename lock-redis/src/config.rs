@@ -8,6 +8,7 @@ use lock_core::raw::{HostPort, LockUrl};
 
 /// Settings for a [`RedisLock`](crate::RedisLock).
 #[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct RedisConfig {
     /// Prepended to every key and channel; default `distlock:`. Printable
     /// ASCII without `{`, `}` or spaces (the braces delimit the Redis Cluster
@@ -22,6 +23,32 @@ pub struct RedisConfig {
     /// Only matters when that waiter died or cannot reach Redis: the others
     /// then wait this long. Default 1 s.
     pub handoff_window: Duration,
+}
+
+impl RedisConfig {
+    /// With [`prefix`](Self::prefix).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// With [`connect_timeout`](Self::connect_timeout).
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// With [`response_timeout`](Self::response_timeout).
+    pub fn with_response_timeout(mut self, response_timeout: Duration) -> Self {
+        self.response_timeout = response_timeout;
+        self
+    }
+
+    /// With [`handoff_window`](Self::handoff_window).
+    pub fn with_handoff_window(mut self, handoff_window: Duration) -> Self {
+        self.handoff_window = handoff_window;
+        self
+    }
 }
 
 impl Default for RedisConfig {

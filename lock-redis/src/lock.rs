@@ -10,8 +10,7 @@ use lock_core::raw::{
     Unrenewed, WaitLoop, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    Waiting,
+    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -26,24 +25,16 @@ use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
 use crate::state::read_state;
 use crate::subscriber::Subscriber;
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
-    grade: Grade::Efficiency,
+const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // INCR in the acquire script: monotonic only while this one node keeps
     // its data (a failover to a replica or a restart without persistence can
     // go back).
-    fencing: Fencing::WhileServerKeepsData,
+    .with_fencing(Fencing::WhileServerKeepsData)
     // FIFO hand-off on release (reservations); a lock that expires instead of
     // being released goes to whichever waiter retries first.
-    fair_queue: true,
-    crash_release: CrashRelease::Ttl,
-    survives_server_failure: false,
-    depends_on_clocks: true,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(30 * 86_400),
-    min_lease: lock_core::MIN_TTL,
-    max_held: None,
-};
+    .with_fair_queue(true)
+    .with_waiting(Waiting::Notified)
+    .with_max_ttl(Duration::from_secs(30 * 86_400));
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);

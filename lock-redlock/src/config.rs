@@ -9,6 +9,7 @@ use lock_redis::raw::{client_url, database};
 
 /// Settings for a [`Redlock`](crate::Redlock).
 #[derive(Clone, PartialEq)]
+#[non_exhaustive]
 pub struct RedlockConfig {
     /// Prepended to every key and channel on every node; default
     /// `distlock:` (the same rules as [`lock_redis::RedisConfig::prefix`]).
@@ -29,6 +30,44 @@ pub struct RedlockConfig {
     /// TTL, for it to count; default 0.05. An acquisition that took longer
     /// (slow nodes, a pause) is given back and retried.
     pub min_validity: f64,
+}
+
+impl RedlockConfig {
+    /// With [`prefix`](Self::prefix).
+    pub fn with_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.prefix = prefix.into();
+        self
+    }
+
+    /// With [`node_timeout`](Self::node_timeout).
+    pub fn with_node_timeout(mut self, node_timeout: Duration) -> Self {
+        self.node_timeout = node_timeout;
+        self
+    }
+
+    /// With [`connect_timeout`](Self::connect_timeout).
+    pub fn with_connect_timeout(mut self, connect_timeout: Duration) -> Self {
+        self.connect_timeout = connect_timeout;
+        self
+    }
+
+    /// With [`drift_factor`](Self::drift_factor).
+    pub fn with_drift_factor(mut self, drift_factor: f64) -> Self {
+        self.drift_factor = drift_factor;
+        self
+    }
+
+    /// With [`handoff_window`](Self::handoff_window).
+    pub fn with_handoff_window(mut self, handoff_window: Duration) -> Self {
+        self.handoff_window = handoff_window;
+        self
+    }
+
+    /// With [`min_validity`](Self::min_validity).
+    pub fn with_min_validity(mut self, min_validity: f64) -> Self {
+        self.min_validity = min_validity;
+        self
+    }
 }
 
 impl Default for RedlockConfig {
@@ -161,11 +200,9 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedRedlockUrl, LockError> {
         })
         .collect();
     // The prefix rules are lock-redis's.
-    lock_redis::RedisConfig {
-        prefix: config.prefix.clone(),
-        ..Default::default()
-    }
-    .validate()?;
+    lock_redis::RedisConfig::default()
+        .with_prefix(config.prefix.clone())
+        .validate()?;
     Ok(ParsedRedlockUrl { nodes, config })
 }
 

@@ -11,8 +11,7 @@ use lock_core::raw::{
     Unrenewed, WaitLoop, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    Waiting,
+    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
 };
 use lock_redis::raw::{Keys, LockState, Subscription};
 use tokio::time::Instant;
@@ -21,26 +20,20 @@ use crate::config::{RedlockConfig, parse_url};
 use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
+const CAPABILITIES: Capabilities =
     // Safety rests on timing assumptions (bounded pauses, clock rates,
     // delayed restarts), not on consensus: see the crate documentation.
-    grade: Grade::Efficiency,
-    // A majority-quorum counter: strictly increasing while no node loses
-    // its counters (persistence with fsync); a node that restarts empty can
-    // be the one node two majorities share.
-    fencing: Fencing::WhileServerKeepsData,
-    // Waiters queue on every node by their arrival ticket (the client's
-    // clock), so every node hands the lock to the same, earliest waiter.
-    fair_queue: true,
-    crash_release: CrashRelease::Ttl,
-    survives_server_failure: true,
-    depends_on_clocks: true,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(30 * 86_400),
-    min_lease: lock_core::MIN_TTL,
-    max_held: None,
-};
+    Capabilities::new(BACKEND, Grade::Efficiency)
+        // A majority-quorum counter: strictly increasing while no node loses
+        // its counters (persistence with fsync); a node that restarts empty can
+        // be the one node two majorities share.
+        .with_fencing(Fencing::WhileServerKeepsData)
+        // Waiters queue on every node by their arrival ticket (the client's
+        // clock), so every node hands the lock to the same, earliest waiter.
+        .with_fair_queue(true)
+        .with_survives_server_failure(true)
+        .with_waiting(Waiting::Notified)
+        .with_max_ttl(Duration::from_secs(30 * 86_400));
 
 /// A waiting acquire gives up with `QuorumNotReached` once a majority has
 /// been unreachable for at least this many attempts in a row …

@@ -109,12 +109,10 @@ impl Node {
             client,
             conn,
             subscriber: OnceCell::new(),
-            redis_config: lock_redis::RedisConfig {
-                prefix: config.prefix.clone(),
-                connect_timeout: config.connect_timeout,
-                response_timeout: config.connect_timeout,
-                ..Default::default()
-            },
+            redis_config: lock_redis::RedisConfig::default()
+                .with_prefix(config.prefix.clone())
+                .with_connect_timeout(config.connect_timeout)
+                .with_response_timeout(config.connect_timeout),
             timeout: config.node_timeout,
             release_timeout,
             handoff_window: config.handoff_window,

@@ -100,10 +100,7 @@ mod own_clients {
 
     async fn harness() -> Harness {
         Harness::of(async || {
-            let config = RedlockConfig {
-                node_timeout: super::NODE_TIMEOUT,
-                ..RedlockConfig::default()
-            };
+            let config = RedlockConfig::default().with_node_timeout(super::NODE_TIMEOUT);
             Redlock::with_clients(clients("resp3"), config)
                 .await
                 .expect("a Redlock on the application's clients")

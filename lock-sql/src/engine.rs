@@ -308,17 +308,15 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     fn raw_capabilities(&self) -> Capabilities {
         let core = self.dialect.core();
         let caps = self.dialect.capabilities();
-        Capabilities {
+        caps
             // Locks on shared sessions are bounded by the server's lock
             // table only.
-            max_held: (!core.shared.enabled()).then(|| core.pool.limit()),
-            fencing: if core.fencing {
+            .with_max_held((!core.shared.enabled()).then(|| core.pool.limit()))
+            .with_fencing(if core.fencing {
                 caps.fencing
             } else {
                 Fencing::None
-            },
-            ..caps
-        }
+            })
     }
 
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {

@@ -62,21 +62,16 @@ const NOT_GRANTED: [u16; 3] = [1205, 3572, 1213];
 /// InnoDB's longest lock wait, for "forever".
 const FOREVER_SECS: u64 = 1_073_741_824;
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
-    grade: Grade::Correctness,
-    fencing: Fencing::Safe,
-    fair_queue: false,
-    crash_release: CrashRelease::Connection,
-    survives_server_failure: false,
-    depends_on_clocks: false,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(24 * 3600),
+const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
+    .with_fencing(Fencing::Safe)
+    .with_crash_release(CrashRelease::Connection)
+    .with_depends_on_clocks(false)
+    .with_waiting(Waiting::Notified)
+    .with_max_ttl(Duration::from_secs(24 * 3600))
     // Server-side timeouts are whole seconds.
-    min_lease: Duration::from_secs(1),
+    .with_min_lease(Duration::from_secs(1))
     // Set by the client from its pool size.
-    max_held: None,
-};
+    .with_max_held(None);
 
 /// Locks on MySQL 8 or MariaDB ≥ 10.6: row locks (default) or `GET_LOCK`.
 ///

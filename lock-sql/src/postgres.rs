@@ -87,25 +87,20 @@ const CHECK_CLIENT: &str = "100ms";
 /// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
-    grade: Grade::Correctness,
-    fencing: Fencing::Safe,
+const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
+    .with_fencing(Fencing::Safe)
     // The server grants an advisory lock to its waiters in arrival order
     // (at the release, before anyone else can ask). Row mode says `false`
     // in `raw_capabilities`.
-    fair_queue: true,
-    crash_release: CrashRelease::Connection,
-    survives_server_failure: false,
+    .with_fair_queue(true)
+    .with_crash_release(CrashRelease::Connection)
     // The lock itself lives as long as its connection; only the hung
     // holder's bound (the idle timeout) and `lost()` use clocks.
-    depends_on_clocks: false,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(24 * 3600),
-    min_lease: lock_core::MIN_TTL,
+    .with_depends_on_clocks(false)
+    .with_waiting(Waiting::Notified)
+    .with_max_ttl(Duration::from_secs(24 * 3600))
     // Set by the client from its pool size.
-    max_held: None,
-};
+    .with_max_held(None);
 
 /// Locks on Postgres: row locks (default) or advisory locks.
 ///
@@ -405,15 +400,13 @@ impl Dialect for PgDialect {
     }
 
     fn capabilities(&self) -> Capabilities {
-        Capabilities {
+        CAPABILITIES
             // A row lock is not handed over: at the holder's commit its
             // waiters wake and lock the row again, and a newcomer whose
             // `SELECT … FOR UPDATE` arrives first finds the row free and
             // takes it without queueing (seen as a releaser overtaking a
             // waiter under load).
-            fair_queue: self.core.mode == SqlMode::Advisory,
-            ..CAPABILITIES
-        }
+            .with_fair_queue(self.core.mode == SqlMode::Advisory)
     }
 
     /// Lock `req.name` on a connection of its own: the connection (inside

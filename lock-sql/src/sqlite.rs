@@ -40,8 +40,7 @@ use lock_core::raw::{
     Retry, Unrenewed, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Waiting,
+    Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
 };
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -56,20 +55,11 @@ use crate::sqlite_gate::{WriteGate, gate_for};
 
 const BACKEND: &str = "sqlite";
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
-    grade: Grade::Correctness,
-    fencing: Fencing::Safe,
+const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
+    .with_fencing(Fencing::Safe)
     // Waiters are granted in ticket order.
-    fair_queue: true,
-    crash_release: CrashRelease::Ttl,
-    survives_server_failure: false,
-    depends_on_clocks: true,
-    waiting: Waiting::Polling,
-    max_ttl: Duration::from_secs(30 * 86_400),
-    min_lease: lock_core::MIN_TTL,
-    max_held: None,
-};
+    .with_fair_queue(true)
+    .with_max_ttl(Duration::from_secs(30 * 86_400));
 
 /// A waiter's ticket whose heartbeat is older than this is a dead waiter's
 /// (a crashed or frozen process) and no longer holds its place.
@@ -84,6 +74,7 @@ const TICKET_REFRESH: Duration = Duration::from_secs(1);
 
 /// Settings for [`SqliteLock`].
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct SqliteConfig {
     /// The lease table, created if missing. Default `distlock_leases`.
     pub table: Identifier,
@@ -98,6 +89,32 @@ pub struct SqliteConfig {
     /// `capabilities().fencing` `Fencing::None`, as on the other SQL
     /// backends.
     pub fencing: bool,
+}
+
+impl SqliteConfig {
+    /// With [`table`](Self::table).
+    pub fn with_table(mut self, table: Identifier) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// With [`busy_timeout`](Self::busy_timeout).
+    pub fn with_busy_timeout(mut self, busy_timeout: Duration) -> Self {
+        self.busy_timeout = busy_timeout;
+        self
+    }
+
+    /// With [`max_connections`](Self::max_connections).
+    pub fn with_max_connections(mut self, max_connections: u32) -> Self {
+        self.max_connections = max_connections;
+        self
+    }
+
+    /// With [`fencing`](Self::fencing).
+    pub fn with_fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
 }
 
 impl Default for SqliteConfig {
@@ -586,14 +603,11 @@ impl RawLock for SqliteLock {
     }
 
     fn raw_capabilities(&self) -> Capabilities {
-        Capabilities {
-            fencing: if self.inner.fencing {
-                CAPABILITIES.fencing
-            } else {
-                Fencing::None
-            },
-            ..CAPABILITIES
-        }
+        CAPABILITIES.with_fencing(if self.inner.fencing {
+            CAPABILITIES.fencing
+        } else {
+            Fencing::None
+        })
     }
 
     /// The lease row (holder's token and expiry) and the live waiters'

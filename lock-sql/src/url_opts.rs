@@ -21,6 +21,7 @@ pub enum SqlMode {
 /// pool (`PgLock::with_pool`, `MySqlLock::with_pool`): what a URL's
 /// `table`, `mode` and `sessions` options say; the pool brings the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct SqlConfig {
     /// The lock table (created if missing); `distlock_locks` by default,
     /// at most 57 characters (room for its `_fence` and `_tokens`
@@ -37,6 +38,32 @@ pub struct SqlConfig {
     /// locks that only need exclusion; guards then carry no token and
     /// `capabilities().fencing` is `Fencing::None`.
     pub fencing: bool,
+}
+
+impl SqlConfig {
+    /// With [`table`](Self::table).
+    pub fn with_table(mut self, table: Identifier) -> Self {
+        self.table = table;
+        self
+    }
+
+    /// With [`mode`](Self::mode).
+    pub fn with_mode(mut self, mode: SqlMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
+    /// With [`sessions`](Self::sessions).
+    pub fn with_sessions(mut self, sessions: usize) -> Self {
+        self.sessions = sessions;
+        self
+    }
+
+    /// With [`fencing`](Self::fencing).
+    pub fn with_fencing(mut self, fencing: bool) -> Self {
+        self.fencing = fencing;
+        self
+    }
 }
 
 impl Default for SqlConfig {

@@ -114,10 +114,7 @@ mod without_fencing {
     async fn harness() -> Harness {
         let path = super::db_dir().path().join("conformance.db");
         Harness::of(async || {
-            let config = SqliteConfig {
-                fencing: false,
-                ..SqliteConfig::default()
-            };
+            let config = SqliteConfig::default().with_fencing(false);
             SqliteLock::open(&path, config).await.expect("open sqlite")
         })
         .await

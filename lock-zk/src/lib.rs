@@ -45,26 +45,21 @@ pub use zookeeper_client;
 /// The backend's name in errors and capabilities.
 pub(crate) const BACKEND: &str = "zookeeper";
 
-const CAPABILITIES: Capabilities = Capabilities {
-    backend: BACKEND,
-    grade: Grade::Correctness,
+const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
     // The node's czxid: the zxid of the transaction that created it, global
     // and strictly increasing across the ensemble's history. Not the
     // sequence number: it counts per lock node, and the lock node (a
     // container) is removed when empty and made again from zero.
-    fencing: Fencing::Safe,
+    .with_fencing(Fencing::Safe)
     // The lowest sequence number holds; waiters queue in creation order.
-    fair_queue: true,
-    crash_release: CrashRelease::Session,
-    survives_server_failure: true,
+    .with_fair_queue(true)
+    .with_crash_release(CrashRelease::Session)
+    .with_survives_server_failure(true)
     // A lock acquired without auto-renewal ends when its TTL runs out on
     // the holder's clock (the client deletes its node).
-    depends_on_clocks: true,
-    waiting: Waiting::Notified,
-    max_ttl: Duration::from_secs(30 * 86_400),
-    min_lease: lock_core::MIN_TTL,
-    max_held: None,
-};
+    .with_depends_on_clocks(true)
+    .with_waiting(Waiting::Notified)
+    .with_max_ttl(Duration::from_secs(30 * 86_400));
 
 /// Locks on ZooKeeper.
 ///
@@ -127,6 +122,7 @@ struct Inner {
 /// ([`ZkLock::with_client`]): what a URL's path says, and who may touch the
 /// lock nodes.
 #[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct ZkConfig {
     /// The absolute path under which lock nodes live, created as needed;
     /// `/distlock` by default.
@@ -135,6 +131,20 @@ pub struct ZkConfig {
     /// the creator's credentials may use them), as a URL with digest
     /// credentials does; `false` (the default) gives them `anyone_all`.
     pub creator_only: bool,
+}
+
+impl ZkConfig {
+    /// With [`root`](Self::root).
+    pub fn with_root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// With [`creator_only`](Self::creator_only).
+    pub fn with_creator_only(mut self, creator_only: bool) -> Self {
+        self.creator_only = creator_only;
+        self
+    }
 }
 
 impl ZkConfig {

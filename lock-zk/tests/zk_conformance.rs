@@ -59,10 +59,7 @@ mod own_client {
                 .connect(&hosts)
                 .await
                 .expect("the application's client");
-            let config = ZkConfig {
-                root: "/app/locks".to_string(),
-                ..ZkConfig::default()
-            };
+            let config = ZkConfig::default().with_root("/app/locks");
             ZkLock::with_client(client, config)
                 .await
                 .expect("a lock on the application's client")
@@ -89,10 +86,7 @@ async fn a_lock_on_the_applications_client_ends_with_its_session() {
             .expect("the application's client")
     };
     for root in ["locks", "/a//b", "/a/../b", "/"] {
-        let config = ZkConfig {
-            root: root.to_string(),
-            ..ZkConfig::default()
-        };
+        let config = ZkConfig::default().with_root(root);
         let refused = ZkLock::with_client(connect().await, config).await;
         assert!(
             matches!(refused, Err(LockError::InvalidOptions { .. })),

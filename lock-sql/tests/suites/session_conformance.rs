@@ -49,10 +49,7 @@ macro_rules! session_conformance {
                         .connect(&url)
                         .await
                         .expect("the application's pool");
-                    let config = SqlConfig {
-                        mode,
-                        ..SqlConfig::default()
-                    };
+                    let config = SqlConfig::default().with_mode(mode);
                     <$lock>::with_pool(pool, config)
                         .await
                         .expect("a lock on the application's pool")
