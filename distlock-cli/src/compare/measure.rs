@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use distlock::{DistributedLock, LockError, LockOptions, Wait};
-use lock_testkit::bench::{Run, Turn, analyse, percentiles};
 use tokio::time::Instant;
 
 use super::Target;
+use super::stats::{Contention, Turn, p50_p99};
 
 /// How long one service has the machine before the next takes a turn.
 const UNCONTENDED_SLICE: Duration = Duration::from_millis(250);
@@ -25,7 +25,7 @@ pub(crate) struct Uncontended {
 /// One contended run on one service.
 pub(crate) struct Contended {
     /// Acquisitions, hand-offs, hand-off gap and fairness.
-    pub run: Run,
+    pub run: Contention,
     /// How long the tasks contended in all.
     pub ran: Duration,
 }
@@ -72,7 +72,7 @@ pub(super) async fn uncontended(
         .map(|s| {
             s.map(|mut samples| {
                 samples.sort_unstable();
-                let percentiles = percentiles(samples.clone());
+                let percentiles = p50_p99(&samples);
                 Uncontended {
                     samples,
                     percentiles,
@@ -135,7 +135,7 @@ pub(super) async fn contended(
             s.map(|slices| {
                 let ran = CONTENDED_SLICE * slices.len() as u32;
                 Contended {
-                    run: analyse(slices, tasks),
+                    run: Contention::of(slices, tasks),
                     ran,
                 }
             })
@@ -181,9 +181,11 @@ async fn contend(
                     let granted = std::time::Instant::now();
                     let released = std::time::Instant::now();
                     guard.release().await?;
-                    log.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push((granted, released, t));
+                    log.lock().unwrap_or_else(|e| e.into_inner()).push(Turn {
+                        granted,
+                        released,
+                        task: t,
+                    });
                 }
             })
         })

@@ -16,6 +16,7 @@
 mod chart;
 mod measure;
 mod report;
+mod stats;
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -71,8 +71,8 @@ pub(super) fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration
                         t.label,
                         per_sec(r.acquisitions, c.ran),
                         per_sec(r.handoffs, c.ran),
-                        us(r.handoff_latency.0),
-                        us(r.handoff_latency.1),
+                        us(r.handoff_gap.0),
+                        us(r.handoff_gap.1),
                         r.per_task.0,
                         r.per_task.1
                     );
@@ -116,8 +116,8 @@ fn rows(targets: &[Target], outcomes: &[Outcome]) -> Vec<serde_json::Value> {
                     let r = &c.run;
                     row["acquisitions_per_s"] = per_sec(r.acquisitions, c.ran).into();
                     row["handoffs_per_s"] = per_sec(r.handoffs, c.ran).into();
-                    row["handoff_p50_us"] = us(r.handoff_latency.0).into();
-                    row["handoff_p99_us"] = us(r.handoff_latency.1).into();
+                    row["handoff_p50_us"] = us(r.handoff_gap.0).into();
+                    row["handoff_p99_us"] = us(r.handoff_gap.1).into();
                     row["per_task_min"] = r.per_task.0.into();
                     row["per_task_max"] = r.per_task.1.into();
                 }
