@@ -16,6 +16,11 @@
 #      pause servers, each on its own servers, side by side;
 #   3. the history matrix (server nemeses on every backend), alone.
 #
+# The public-API snapshot test (tests/public_api.rs) needs every crate's
+# rustdoc JSON, built in a target directory of its own
+# (scripts/api-json.sh): that build runs beside the test build, and the
+# test, after the phases, finds it done.
+#
 # Then the doctests (nextest does not run them), and the facade with no
 # backend compiled in.
 set -euo pipefail
@@ -29,6 +34,7 @@ done < <(scripts/services.sh env)
 
 faults='binary(/_faults$/)'
 matrix='binary(ci_matrix)'
+api='binary(public_api)'
 
 status=0
 phase() {
@@ -41,12 +47,18 @@ phase() {
     echo "=== phase $name: $((SECONDS - started)) s" >&2
 }
 
+api_log=$(mktemp)
+scripts/api-json.sh > /dev/null 2> "$api_log" &
+api_json=$!
 cargo nextest run --workspace --all-features --no-run
-phase "shared servers" 6 "not ($faults | $matrix)" "$@"
+wait "$api_json" || { cat "$api_log" >&2; status=1; }
+rm -f "$api_log"
+phase "shared servers" 6 "not ($faults | $matrix | $api)" "$@"
 phase "fault binaries" 6 "$faults" "$@"
 # Alone, as under `cargo test`: its holder-kill checks are timed, and load
 # beside it lengthens the nemesis's kill-to-log window.
 phase "history matrix" 3 "$matrix" "$@"
+phase "public API" 1 "$api" "$@"
 
 cargo test --workspace --all-features --doc || status=1
 # The facade with no backend compiled in: URLs of a missing backend give
