@@ -17,6 +17,7 @@ mod error;
 mod extends;
 mod keys;
 mod lock;
+mod queue_wait;
 mod script_call;
 mod scripts;
 mod state;
@@ -26,12 +27,14 @@ pub mod raw {
     //! For authors of other backends on Redis, as `lock_core::raw` is for
     //! every backend author: the per-node scripts, key names, state reader,
     //! renewal batching and shared subscriber that lock-redlock runs on each
-    //! of its masters. Not needed to use [`RedisLock`](crate::RedisLock).
+    //! of its masters, and the queued wait both locks are written with. Not
+    //! needed to use [`RedisLock`](crate::RedisLock).
 
     pub use crate::config::{check_client, client_url, database, ensure_tls_provider};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};
+    pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::script_call::ScriptCall;
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, WITHDRAW};
     pub use crate::state::{LockState, read_state};

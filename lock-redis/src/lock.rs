@@ -1,13 +1,14 @@
 //! `RedisLock`: the client, its acquire path and its guard handle.
 
 use std::fmt;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, OwnerToken, Pace, PendingGrant, RawGuard, RawLock, Request,
-    Unrenewed, WaitLoop, Wakeups, Watchdog, validate_name,
+    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
+    Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
@@ -20,10 +21,11 @@ use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
 use crate::keys::{Keys, LockKeys};
+use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
 use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
 use crate::state::read_state;
-use crate::subscriber::Subscriber;
+use crate::subscriber::{Subscriber, Subscription};
 
 const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // INCR in the acquire script: monotonic only while this one node keeps
@@ -38,10 +40,6 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);
-
-/// A waiter's queue entry lives this long after its last attempt; waiters
-/// retry at least every half of it, so live waiters never drop out.
-const QUEUE_TTL: Duration = Duration::from_secs(30);
 
 /// Locks on one Redis node.
 ///
@@ -260,65 +258,9 @@ impl RawLock for RedisLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts) = (req.name, req.opts);
-        let channel = self.inner.keys.channel(name);
         let waiter = OwnerToken::random().to_hex();
-        // A waiter joins the queue only while subscribed, so that the
-        // hand-off to it cannot be published before it listens. If this
-        // lock's channel is subscribed already (it was busy lately), the
-        // first attempt may queue; otherwise it is a plain attempt, and an
-        // uncontended acquire stays one round trip.
-        let mut subscription = self
-            .inner
-            .subscriber
-            .get()
-            .and_then(|subscriber| subscriber.join_subscribed(&channel));
-        let first = subscription.as_ref().map(|_| waiter.as_str());
         let wake = self.inner.wakeups.subscribe(&waiter);
-        // Listening before each attempt: a hand-off published while the
-        // attempt is in flight is not missed (`notify_one` keeps a permit for
-        // it, and a reconnect's `notify_waiters` finds this one enabled).
-        let mut wait = WaitLoop::new(req, Some(wake));
-        let mut queued = QueuedWaiter {
-            lock: self.clone(),
-            name: name.to_string(),
-            waiter: first.map(str::to_string),
-        };
-        // The answer of an attempt that queued us, to wait on before the
-        // next one; `None`: attempt (again) with our waiter id first.
-        let mut answered = match self.attempt(name, opts, first).await? {
-            Attempt::Acquired(guard) => {
-                queued.waiter = None;
-                return Ok(Some(guard));
-            }
-            Attempt::Held { expires_in } => first.map(|_| expires_in),
-            Attempt::TooLate(_) => None,
-        };
-        if subscription.is_none() {
-            subscription = Some(self.subscriber().await?.subscribe(&channel).await?);
-        }
-        let _subscription = subscription;
-        queued.waiter = Some(waiter.clone());
-        loop {
-            let expires_in = match answered.take() {
-                Some(expires_in) => expires_in,
-                None => match self.attempt(name, opts, Some(&waiter)).await? {
-                    Attempt::Acquired(guard) => {
-                        queued.waiter = None; // the acquire script dequeued us
-                        return Ok(Some(guard));
-                    }
-                    Attempt::Held { expires_in } => expires_in,
-                    // Free, but granted too late: again at once.
-                    Attempt::TooLate(_) => Some(Duration::ZERO),
-                },
-            };
-            // Until the holder's lease ends, or a hand-off wakes us.
-            let pace = Pace::For(expires_in.unwrap_or(BACKSTOP).min(QUEUE_TTL / 2));
-            if !wait.pause(pace).await {
-                queued.withdraw().await;
-                return Ok(None);
-            }
-        }
+        wait_in_queue(&Queue(self), req, waiter, wake).await
     }
 
     fn raw_capabilities(&self) -> Capabilities {
@@ -396,43 +338,6 @@ impl fmt::Debug for RedisLock {
     }
 }
 
-/// A waiter in the server-side queue. A wait that times out withdraws it
-/// before the caller hears of the timeout (the caller's process may exit
-/// right after, taking any background task with it); leaving otherwise
-/// (an error, cancellation) withdraws it in the background.
-struct QueuedWaiter {
-    lock: RedisLock,
-    name: String,
-    waiter: Option<String>,
-}
-
-impl QueuedWaiter {
-    /// Withdraw now.
-    async fn withdraw(mut self) {
-        if let Some(waiter) = self.waiter.take() {
-            withdraw(
-                Arc::clone(&self.lock.inner),
-                std::mem::take(&mut self.name),
-                waiter,
-            )
-            .await;
-        }
-    }
-}
-
-impl Drop for QueuedWaiter {
-    fn drop(&mut self) {
-        let Some(waiter) = self.waiter.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let inner = Arc::clone(&self.lock.inner);
-        rt.spawn(withdraw(inner, std::mem::take(&mut self.name), waiter));
-    }
-}
-
 /// Take `waiter` out of `name`'s queue, passing on a hand-off made to it.
 async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
     let mut conn = inner.conn.clone();
@@ -449,6 +354,44 @@ async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
     .await;
     if !matches!(done, Ok(Ok(_))) {
         tracing::debug!("withdrawing a waiter failed; its queue entry expires by itself");
+    }
+}
+
+/// The lock as its queued wait sees it.
+struct Queue<'a>(&'a RedisLock);
+
+impl QueuedLock for Queue<'_> {
+    type Waiter = String;
+    type Listening = Subscription;
+
+    fn joined(&self, name: &str) -> Option<Subscription> {
+        let channel = self.0.inner.keys.channel(name);
+        let subscriber = self.0.inner.subscriber.get()?;
+        subscriber.join_subscribed(&channel)
+    }
+
+    async fn listen(&self, name: &str) -> Result<Subscription, LockError> {
+        let channel = self.0.inner.keys.channel(name);
+        self.0.subscriber().await?.subscribe(&channel).await
+    }
+
+    async fn queue_attempt(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiter: Option<&String>,
+    ) -> Result<Attempt, LockError> {
+        self.0.attempt(name, opts, waiter.map(String::as_str)).await
+    }
+
+    fn withdrawal(&self, name: &str, waiter: &String) -> impl Future<Output = ()> + Send + 'static {
+        withdraw(Arc::clone(&self.0.inner), name.to_string(), waiter.clone())
+    }
+
+    /// Until the holder's lease ends, or for a backstop if its key has no
+    /// TTL (set by someone else).
+    fn pause_while_held(&self, holder_left: Option<Duration>, _: &LockOptions, _: u32) -> Duration {
+        holder_left.unwrap_or(BACKSTOP)
     }
 }
 

@@ -7,17 +7,17 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, GuardHandle, LeaseState, OwnerToken, Pace, PendingGrant, RawGuard, RawLock, Request,
-    Unrenewed, WaitLoop, Wakeups, Watchdog, granted_too_late, validate_name,
+    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
 };
-use lock_redis::raw::{Keys, LockState, Subscription};
+use lock_redis::raw::{Keys, LockState, QueuedLock, Subscription, wait_in_queue};
 use tokio::time::Instant;
 
 use crate::config::{RedlockConfig, parse_url};
-use crate::node::{BACKEND, LockRef, Node, NodeGrant, QUEUE_TTL, Waiter};
+use crate::node::{BACKEND, LockRef, Node, NodeGrant, Waiter};
 use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities =
@@ -34,15 +34,6 @@ const CAPABILITIES: Capabilities =
         .with_survives_server_failure(true)
         .with_waiting(Waiting::Notified)
         .with_max_ttl(Duration::from_secs(30 * 86_400));
-
-/// A waiting acquire gives up with `QuorumNotReached` once a majority has
-/// been unreachable for at least this many attempts in a row …
-const UNREACHABLE_ATTEMPTS: u32 = 3;
-
-/// … and for at least this long: a node that answers late for a moment (a
-/// stalled host, a slow fsync, a client whose own threads were busy past
-/// the node timeout) must not fail a wait that could ride it out.
-const UNREACHABLE_GRACE: Duration = Duration::from_secs(2);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -481,8 +472,6 @@ impl RawLock for Redlock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts) = (req.name, req.opts);
-        let channel = self.inner.keys.channel(name);
         let ticket = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros());
@@ -491,79 +480,7 @@ impl RawLock for Redlock {
             ticket: ticket.to_string(),
         });
         let wake = self.inner.wakeups.subscribe(&waiter.id);
-        // A waiter joins the nodes' queues only while listening, so that a
-        // hand-off to it cannot be published before it listens. If a
-        // majority of nodes has this channel subscribed already (the lock
-        // was busy lately), the first attempt may queue; otherwise it is a
-        // plain attempt, and an uncontended acquire stays one round.
-        let joined: Vec<Subscription> = self
-            .inner
-            .nodes
-            .iter()
-            .filter_map(|node| node.join_subscribed(&channel))
-            .collect();
-        let mut subscriptions = (joined.len() >= self.inner.quorum).then_some(joined);
-        let mut queued = QueuedWaiter {
-            inner: Arc::clone(&self.inner),
-            lock: Arc::new(LockRef {
-                keys: self.inner.keys.all(name),
-                owner: String::new(),
-            }),
-            waiter: None,
-        };
-        let mut wait = WaitLoop::new(req, Some(wake));
-        let mut unreachable = Unreachable::default();
-        loop {
-            let as_waiter = subscriptions.is_some().then_some(&waiter);
-            if as_waiter.is_some() {
-                queued.waiter = Some(Arc::clone(&waiter));
-            }
-            let expires_in = match self.attempt(name, opts, as_waiter).await {
-                Ok(Attempt::Acquired(guard)) => {
-                    // The winning attempt left the queues itself.
-                    queued.waiter = None;
-                    return Ok(Some(guard));
-                }
-                Ok(Attempt::Held { expires_in }) => {
-                    unreachable = Unreachable::default();
-                    expires_in
-                }
-                // Free, but granted too late: again at once.
-                Ok(Attempt::TooLate(_)) => {
-                    unreachable = Unreachable::default();
-                    Some(Duration::ZERO)
-                }
-                // A node that answers late for a moment (a slow disk, a busy
-                // host) must not fail a waiting acquire, but a majority that
-                // stays unreachable fails it in bounded time.
-                Err(e @ LockError::QuorumNotReached { .. }) if unreachable.tolerate() => {
-                    tracing::debug!(lock = %name, error = %e, "no majority reachable; trying again");
-                    None
-                }
-                Err(e) => return Err(e),
-            };
-            if wait.expired() {
-                queued.withdraw().await;
-                return Ok(None);
-            }
-            if subscriptions.is_none() {
-                // Listen first, then retry at once as a queued waiter.
-                subscriptions = Some(self.subscribe_all(&channel).await);
-                continue;
-            }
-            // Held: until a node hands the lock to us (a message naming this
-            // waiter), or the holders' leases end. A split vote (contenders
-            // each holding a minority): after a random delay, or sooner if
-            // a node hands the lock to us meanwhile.
-            let pause = match expires_in {
-                Some(left) => left + Duration::from_millis(1),
-                None => opts.backoff.delay(wait.tries()),
-            };
-            if !wait.pause(Pace::For(pause.min(QUEUE_TTL / 2))).await {
-                queued.withdraw().await;
-                return Ok(None);
-            }
-        }
+        wait_in_queue(&Queue(self), req, waiter, wake).await
     }
 
     fn raw_capabilities(&self) -> Capabilities {
@@ -667,76 +584,90 @@ impl fmt::Debug for Redlock {
     }
 }
 
-/// How long a waiting acquire has found no reachable majority.
-#[derive(Default)]
-struct Unreachable {
-    attempts: u32,
-    since: Option<Instant>,
-}
-
-impl Unreachable {
-    /// Count one more attempt without a majority; `true` while the wait
-    /// should still try again ([`UNREACHABLE_ATTEMPTS`] attempts and
-    /// [`UNREACHABLE_GRACE`] have not both passed).
-    fn tolerate(&mut self) -> bool {
-        let since = *self.since.get_or_insert_with(Instant::now);
-        self.attempts += 1;
-        self.attempts < UNREACHABLE_ATTEMPTS || since.elapsed() < UNREACHABLE_GRACE
-    }
-}
-
-/// A waiter in the nodes' queues. A wait that times out withdraws it from
-/// every node before the caller hears of the timeout (the caller's process
-/// may exit right after, taking any background task with it); leaving
-/// otherwise (an error, cancellation) withdraws it in the background.
-struct QueuedWaiter {
-    inner: Arc<Inner>,
-    lock: Arc<LockRef>,
-    waiter: Option<Arc<Waiter>>,
-}
-
-impl QueuedWaiter {
-    /// The withdrawals from every node, if queued.
-    fn withdrawals(
-        &mut self,
-    ) -> Option<Vec<impl Future<Output = Result<(), LockError>> + Send + 'static>> {
-        let waiter = self.waiter.take()?;
-        Some(
-            self.inner
-                .nodes
-                .iter()
-                .map(|node| Arc::clone(node).withdraw(Arc::clone(&self.lock), Arc::clone(&waiter)))
-                .collect(),
-        )
-    }
-
-    /// Withdraw now; each node is bounded by the node timeout.
-    async fn withdraw(mut self) {
-        if let Some(withdrawals) = self.withdrawals() {
-            report_withdrawals(gather(withdrawals, Stragglers::Finish, |_| false).await);
-        }
-    }
-}
-
-impl Drop for QueuedWaiter {
-    fn drop(&mut self) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let Some(withdrawals) = self.withdrawals() else {
-            return;
-        };
-        rt.spawn(async move {
-            report_withdrawals(gather(withdrawals, Stragglers::Finish, |_| false).await);
-        });
-    }
-}
-
 fn report_withdrawals<T>(replies: Replies<T>) {
     if failed(&replies) > 0 {
         tracing::debug!(
             "withdrawing a waiter failed on some nodes; its entries expire by themselves"
         );
+    }
+}
+
+/// The lock as its queued wait sees it.
+struct Queue<'a>(&'a Redlock);
+
+impl QueuedLock for Queue<'_> {
+    type Waiter = Arc<Waiter>;
+    type Listening = Vec<Subscription>;
+
+    /// Listening already if a majority of nodes has the lock's channel
+    /// subscribed.
+    fn joined(&self, name: &str) -> Option<Vec<Subscription>> {
+        let channel = self.0.inner.keys.channel(name);
+        let joined: Vec<Subscription> = self
+            .0
+            .inner
+            .nodes
+            .iter()
+            .filter_map(|node| node.join_subscribed(&channel))
+            .collect();
+        (joined.len() >= self.0.inner.quorum).then_some(joined)
+    }
+
+    async fn listen(&self, name: &str) -> Result<Vec<Subscription>, LockError> {
+        Ok(self.0.subscribe_all(&self.0.inner.keys.channel(name)).await)
+    }
+
+    async fn queue_attempt(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        waiter: Option<&Arc<Waiter>>,
+    ) -> Result<Attempt, LockError> {
+        self.0.attempt(name, opts, waiter).await
+    }
+
+    /// From every node at once, each bounded by the node timeout.
+    fn withdrawal(
+        &self,
+        name: &str,
+        waiter: &Arc<Waiter>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let lock = Arc::new(LockRef {
+            keys: self.0.inner.keys.all(name),
+            owner: String::new(),
+        });
+        let withdrawals: Vec<_> = self
+            .0
+            .inner
+            .nodes
+            .iter()
+            .map(|node| Arc::clone(node).withdraw(Arc::clone(&lock), Arc::clone(waiter)))
+            .collect();
+        async move {
+            report_withdrawals(gather(withdrawals, Stragglers::Finish, |_| false).await);
+        }
+    }
+
+    /// Until the holders' leases end (a node hands the lock over sooner).
+    /// A split vote (contenders each holding a minority) or no majority
+    /// reachable: after a random delay.
+    fn pause_while_held(
+        &self,
+        holder_left: Option<Duration>,
+        opts: &LockOptions,
+        tries: u32,
+    ) -> Duration {
+        match holder_left {
+            Some(left) => left + Duration::from_millis(1),
+            None => opts.backoff.delay(tries),
+        }
+    }
+
+    /// A node that answers late for a moment (a slow disk, a busy host)
+    /// must not fail a waiting acquire; a majority that stays unreachable
+    /// fails it in bounded time.
+    fn unreachable(&self, error: &LockError) -> bool {
+        matches!(error, LockError::QuorumNotReached { .. })
     }
 }
 

@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, RELEASE, ScriptCall, Subscriber, Subscription,
-    WITHDRAW, extend_batcher, map_error, read_state,
+    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, ScriptCall, Subscriber,
+    Subscription, WITHDRAW, extend_batcher, map_error, read_state,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -19,10 +19,6 @@ use crate::config::{NodeUrl, RedlockConfig};
 use crate::scripts::FENCE;
 
 pub(crate) const BACKEND: &str = "redlock";
-
-/// A waiter's queue entry on a node lives this long after its last attempt;
-/// waiters retry at least every half of it, so live waiters never drop out.
-pub(crate) const QUEUE_TTL: Duration = Duration::from_secs(30);
 
 /// A queued waiter: its id (the payload of the release message that wakes
 /// it) and its arrival ticket, the same on every node, so that every node
