@@ -80,7 +80,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<(), sqlx::Error>;
 
-    /// The server's view of `name` (a valid name).
+    /// The token of `name`'s latest grant: the holder's while it is held.
+    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError>;
+
+    /// The server's view of `name` (a valid name): held or free, and its
+    /// waiters where the server shows them; the engine adds the token.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError>;
 
     /// End the session holding `name` (a valid name): whether one did.
@@ -103,9 +107,10 @@ pub(crate) struct Core<DB: Database, S: SessionSql> {
     pub(crate) fencing: bool,
 }
 
-impl<DB: Database, S: SessionSql> Core<DB, S> {
+impl<DB: Database, S: SessionSql<Conn = DB::Connection>> Core<DB, S> {
     /// The engine's state on `pool`, with shared sessions of `session`
-    /// (advisory mode only) and a side connection opened with `options`.
+    /// (advisory mode only) and a side connection, all opened with
+    /// `options`.
     pub(crate) fn new(
         backend: &'static str,
         pool: Pool<DB>,
@@ -121,8 +126,8 @@ impl<DB: Database, S: SessionSql> Core<DB, S> {
         };
         Core {
             pool: Warm::new(pool, limit),
+            shared: SharedSessions::new(backend, session, options.clone(), sessions),
             side: Side::new(options),
-            shared: SharedSessions::new(backend, session, sessions),
             mode: config.mode,
             table: config.table,
             display,
@@ -321,7 +326,12 @@ impl<D: Dialect> RawLock for SqlLock<D> {
 
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
-        self.dialect.inspect(name).await
+        let info = self.dialect.inspect(name).await?;
+        if !info.held || !self.dialect.core().fencing {
+            return Ok(info);
+        }
+        let token = self.dialect.latest_token(name).await?;
+        Ok(info.with_fencing_token(token))
     }
 
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {

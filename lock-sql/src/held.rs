@@ -117,18 +117,19 @@ impl<DB: Database> Warm<DB> {
     /// Pooled connections are not pinged before use (that would cost a
     /// round trip per acquisition): one that died while idle (a server
     /// restart ends them all) fails its first statement. If `e` says so and
-    /// `budget` allows, close `pinned`, put another connection in its place
-    /// and answer `true`: the caller runs its statement again. Otherwise
-    /// `false`: `e` is the caller's to report.
-    pub(crate) async fn replaced_if_dead(
+    /// `budget` allows, close `pinned` and put another connection in its
+    /// place: `Ok`, and the caller runs its statement again. Otherwise `e`,
+    /// as the error of acquiring a lock.
+    pub(crate) async fn replace_if_dead(
         &self,
         pinned: &mut Pinned<DB>,
-        e: &sqlx::Error,
+        e: sqlx::Error,
         budget: &mut DeadBudget,
         backend: &'static str,
-    ) -> Result<bool, LockError> {
-        if !crate::error::connection_lost(e) || budget.0 == 0 {
-            return Ok(false);
+    ) -> Result<(), LockError> {
+        const DOING: &str = "acquiring a lock";
+        if !crate::error::connection_lost(&e) || budget.0 == 0 {
+            return Err(crate::error::map_sqlx(backend, DOING, e));
         }
         budget.0 -= 1;
         tracing::debug!(backend, error = %e, "a pooled connection had died; taking another");
@@ -136,8 +137,8 @@ impl<DB: Database> Warm<DB> {
         *pinned = self
             .pinned()
             .await
-            .map_err(|e| e.into_error(backend, "acquiring a lock"))?;
-        Ok(true)
+            .map_err(|e| e.into_error(backend, DOING))?;
+        Ok(())
     }
 
     /// The pool, for statements outside any lock (fault injection, the
@@ -160,7 +161,7 @@ impl Drop for Slot {
 }
 
 /// How many dead pooled connections one acquisition replaces
-/// ([`Warm::replaced_if_dead`]) before it reports the failure: a pool's
+/// ([`Warm::replace_if_dead`]) before it reports the failure: a pool's
 /// worth after a restart would take as many attempts, so past a few the
 /// server is more likely down than restarted.
 pub(crate) struct DeadBudget(u32);

@@ -44,7 +44,7 @@ use lock_core::{
 };
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, ConnectOptions, MySql, Row};
+use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
 use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
@@ -265,7 +265,6 @@ impl SqlLock<MySqlDialect> {
             enabled: config.fencing,
         });
         let session = MySqlSession {
-            options: options.clone(),
             tokens: Arc::clone(&tokens),
         };
         let restore = restore_sessions.then(|| match config.mode {
@@ -325,19 +324,6 @@ impl MySqlDialect {
         };
         tx.rollback().await.map_err(failed)?;
         Ok(held)
-    }
-
-    /// The token of `name`'s latest grant: the holder's while it is held.
-    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT CAST(token AS SIGNED) FROM {}_tokens WHERE name = ?",
-            self.core.table.as_str()
-        )))
-        .bind(name.as_bytes())
-        .fetch_optional(self.core.pool.pool())
-        .await
-        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token.and_then(|t| u64::try_from(t).ok()))
     }
 
     /// Kill the server connection `id` (`what` it is, for the error) and
@@ -636,7 +622,6 @@ impl Dialect for MySqlDialect {
     /// deadline.
     async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
-        let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let mut pinned = self.acquire_conn().await?;
         let ttl = secs_ceil(opts.ttl);
         let backoff = Backoff::default();
@@ -666,13 +651,9 @@ impl Dialect for MySqlDialect {
                 Ok(false) => {}
                 Err(e) => {
                     let pool = &self.core.pool;
-                    if pool
-                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
-                        .await?
-                    {
-                        continue;
-                    }
-                    return Err(failed(e));
+                    pool.replace_if_dead(&mut pinned, e, &mut dead, BACKEND)
+                        .await?;
+                    continue;
                 }
             }
             let now = Instant::now();
@@ -723,8 +704,8 @@ impl Dialect for MySqlDialect {
         conn: &mut PoolConnection<MySql>,
         ttl: Duration,
     ) -> Result<(), sqlx::Error> {
-        // A number only: nothing a caller controls is spliced.
         let secs = secs_ceil(ttl);
+        // A number only: nothing a caller controls is spliced.
         let touch = match self.core.mode {
             SqlMode::Row => format!("SET SESSION {} = {secs}", self.idle_var),
             SqlMode::Advisory => format!("SET SESSION wait_timeout = {secs}"),
@@ -735,20 +716,28 @@ impl Dialect for MySqlDialect {
             .map(|_| ())
     }
 
+    /// The token of `name`'s latest grant: the holder's while it is held.
+    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT CAST(token AS SIGNED) FROM {}_tokens WHERE name = ?",
+            self.core.table.as_str()
+        )))
+        .bind(name.as_bytes())
+        .fetch_optional(self.core.pool.pool())
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token.and_then(|t| u64::try_from(t).ok()))
+    }
+
     /// Held when a connection holds `name` (`IS_USED_LOCK`, or a `NOWAIT`
-    /// probe of the row that is refused); the token is `name`'s counter,
-    /// which only a holder advances. The server does not show who waits
+    /// probe of the row that is refused). The server does not show who waits
     /// for a user lock, and the lock lasts as long as the holder's
     /// connection, so neither the waiters nor a lease time are reported.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        if !self.is_held(name).await? {
-            return Ok(LockInfo::free());
-        }
-        let token = match self.core.fencing {
-            true => self.latest_token(name).await?,
-            false => None,
-        };
-        Ok(LockInfo::held().with_fencing_token(token))
+        Ok(match self.is_held(name).await? {
+            true => LockInfo::held(),
+            false => LockInfo::free(),
+        })
     }
 
     /// Kill the server connection holding `name` and wait (up to 10 s)
@@ -806,17 +795,12 @@ fn row_begin(
 
 /// `GET_LOCK` on a shared session.
 pub(crate) struct MySqlSession {
-    options: MySqlConnectOptions,
     tokens: Arc<TokenCounter>,
 }
 
 #[async_trait]
 impl SessionSql for MySqlSession {
     type Conn = sqlx::MySqlConnection;
-
-    async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        self.options.connect().await
-    }
 
     async fn try_lock(
         &self,

@@ -64,7 +64,7 @@ use lock_core::{
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
-use sqlx::{AssertSqlSafe, ConnectOptions, Postgres};
+use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
@@ -256,10 +256,7 @@ impl SqlLock<PgDialect> {
             .await
             .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
         let sql = Statements::new(&config.table, config.fencing);
-        let session = PgSession {
-            options: options.clone(),
-            sql: sql.clone(),
-        };
+        let session = PgSession { sql: sql.clone() };
         Ok(SqlLock::new(PgDialect {
             core: Core::new(BACKEND, pool, options, session, config, display),
             sql,
@@ -276,19 +273,6 @@ impl SqlLock<PgDialect> {
 }
 
 impl PgDialect {
-    /// The token of `name`'s latest grant: the holder's while it is held.
-    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT token FROM {}_tokens WHERE name = $1",
-            self.core.table.as_str()
-        )))
-        .bind(name)
-        .fetch_optional(self.core.pool.pool())
-        .await
-        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token.and_then(|t| u64::try_from(t).ok()))
-    }
-
     /// The server process (pid) whose session holds `name`.
     async fn holder_pid(&self, name: &str) -> Result<Option<i32>, LockError> {
         match self.core.mode {
@@ -424,28 +408,33 @@ impl Dialect for PgDialect {
         let mut dead = DeadBudget::new();
         loop {
             let wait_ms = wait_slice_ms(opts.wait, deadline);
+            // The statement that prepares the lock's: the row lock's
+            // transaction (numbers only: nothing a caller controls is
+            // spliced), or the client check of a session that will wait.
+            let prepare = match (core.mode, wait_ms) {
+                (SqlMode::Row, _) => Some(format!(
+                    "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}; \
+                     SET LOCAL client_connection_check_interval = '{CHECK_CLIENT}'",
+                    wait_ms.unwrap_or(0)
+                )),
+                (SqlMode::Advisory, Some(_)) if self.arm_check_before_waits => Some(format!(
+                    "SET client_connection_check_interval = '{CHECK_CLIENT}'"
+                )),
+                (SqlMode::Advisory, _) => None,
+            };
             let conn = pinned.conn(BACKEND)?;
-            let token: Result<Option<Option<i64>>, sqlx::Error> = match core.mode {
-                SqlMode::Row => {
-                    // Numbers only: nothing a caller controls is spliced.
-                    let begin = format!(
-                        "BEGIN; SET LOCAL lock_timeout = {}; SET LOCAL idle_in_transaction_session_timeout = {ttl_ms}; \
-                         SET LOCAL client_connection_check_interval = '{CHECK_CLIENT}'",
-                        wait_ms.unwrap_or(0)
-                    );
-                    if let Err(e) = sqlx::raw_sql(AssertSqlSafe(begin))
-                        .execute(&mut **conn)
-                        .await
-                    {
-                        if core
-                            .pool
-                            .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
-                            .await?
-                        {
-                            continue;
-                        }
-                        return Err(failed(e));
-                    }
+            if let Some(prepare) = prepare
+                && let Err(e) = sqlx::raw_sql(AssertSqlSafe(prepare))
+                    .execute(&mut **conn)
+                    .await
+            {
+                let pool = &core.pool;
+                pool.replace_if_dead(&mut pinned, e, &mut dead, BACKEND)
+                    .await?;
+                continue;
+            }
+            let token: Result<Option<Option<i64>>, sqlx::Error> = match (core.mode, wait_ms) {
+                (SqlMode::Row, _) => {
                     let sql = if wait_ms.is_some() {
                         &self.sql.lock_row
                     } else {
@@ -457,38 +446,19 @@ impl Dialect for PgDialect {
                         .await
                         .map(|row| row.map(Some))
                 }
-                SqlMode::Advisory => match wait_ms {
-                    Some(wait) => {
-                        if self.arm_check_before_waits
-                            && let Err(e) = sqlx::raw_sql(AssertSqlSafe(format!(
-                                "SET client_connection_check_interval = '{CHECK_CLIENT}'"
-                            )))
-                            .execute(&mut **conn)
-                            .await
-                        {
-                            if core
-                                .pool
-                                .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
-                                .await?
-                            {
-                                continue;
-                            }
-                            return Err(failed(e));
-                        }
-                        let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory.as_str()))
-                            .bind(name)
-                            .bind(format!("{wait}ms"))
-                            .bind(format!("{ttl_ms}ms"));
-                        committed_answer(lock, conn).await
-                    }
-                    None => {
-                        let lock =
-                            sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
-                                .bind(name)
-                                .bind(format!("{ttl_ms}ms"));
-                        committed_answer(lock, conn).await
-                    }
-                },
+                (SqlMode::Advisory, Some(wait)) => {
+                    let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory.as_str()))
+                        .bind(name)
+                        .bind(format!("{wait}ms"))
+                        .bind(format!("{ttl_ms}ms"));
+                    committed_answer(lock, conn).await
+                }
+                (SqlMode::Advisory, None) => {
+                    let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
+                        .bind(name)
+                        .bind(format!("{ttl_ms}ms"));
+                    committed_answer(lock, conn).await
+                }
             };
             match token {
                 Ok(Some(Some(granted))) => {
@@ -542,13 +512,9 @@ impl Dialect for PgDialect {
                     return Ok(None);
                 }
                 Err(e) if core.mode == SqlMode::Advisory && connection_lost(&e) => {
-                    if !core
-                        .pool
-                        .replaced_if_dead(&mut pinned, &e, &mut dead, BACKEND)
-                        .await?
-                    {
-                        return Err(failed(e));
-                    }
+                    let pool = &core.pool;
+                    pool.replace_if_dead(&mut pinned, e, &mut dead, BACKEND)
+                        .await?;
                 }
                 Err(e) if core.mode == SqlMode::Advisory && !connection_lost(&e) => {
                     // The statement may have taken the lock before it
@@ -609,21 +575,28 @@ impl Dialect for PgDialect {
     }
 
     /// Held when a session holds `name`'s advisory lock or row lock (the
-    /// server's lock table says so); the token is `name`'s counter, which
-    /// only a holder advances; the waiters are the sessions waiting in the
-    /// server's lock queue. The lock lasts as long as the holder's session,
+    /// server's lock table says so); the waiters are the sessions waiting
+    /// in the server's lock queue. The lock lasts as long as the holder's session,
     /// so no lease time is reported.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        if self.holder_pid(name).await?.is_none() {
-            return Ok(LockInfo::free().with_waiters(Some(self.queued(name).await?)));
-        }
-        let token = match self.core.fencing {
-            true => self.latest_token(name).await?,
-            false => None,
+        let info = match self.holder_pid(name).await? {
+            Some(_) => LockInfo::held(),
+            None => LockInfo::free(),
         };
-        Ok(LockInfo::held()
-            .with_fencing_token(token)
-            .with_waiters(Some(self.queued(name).await?)))
+        Ok(info.with_waiters(Some(self.queued(name).await?)))
+    }
+
+    /// The token of `name`'s latest grant: the holder's while it is held.
+    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT token FROM {}_tokens WHERE name = $1",
+            self.core.table.as_str()
+        )))
+        .bind(name)
+        .fetch_optional(self.core.pool.pool())
+        .await
+        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token.and_then(|t| u64::try_from(t).ok()))
     }
 
     /// End the server session holding `name` (`pg_terminate_backend`) and
@@ -744,17 +717,12 @@ impl fmt::Debug for PgLockedTransaction {
 
 /// Postgres advisory locks on a shared session.
 pub(crate) struct PgSession {
-    options: PgConnectOptions,
     sql: Statements,
 }
 
 #[async_trait]
 impl SessionSql for PgSession {
     type Conn = sqlx::PgConnection;
-
-    async fn open(&self) -> Result<Self::Conn, sqlx::Error> {
-        self.options.connect().await
-    }
 
     async fn try_lock(
         &self,
@@ -853,9 +821,9 @@ mod tests {
         let sessions = SharedSessions::new(
             "postgres",
             PgSession {
-                options: PgConnectOptions::from_str(&url).expect("the test server's URL"),
                 sql: Statements::new(&SqlConfig::default().table, false),
             },
+            PgConnectOptions::from_str(&url).expect("the test server's URL"),
             1,
         );
         // The idle bound the server holds for the session.

@@ -90,10 +90,7 @@ impl Attempt {
 #[async_trait]
 pub(crate) trait SessionSql: Send + Sync + 'static {
     /// A connection of the session's own (outside the pool).
-    type Conn: Send + 'static;
-
-    /// Open a session.
-    async fn open(&self) -> Result<Self::Conn, sqlx::Error>;
+    type Conn: sqlx::Connection + Send + 'static;
 
     /// The session's idle bound set to `set_idle` if given (`None`: the
     /// server has it already), then one attempt at `name`, not waiting: if
@@ -273,16 +270,25 @@ impl<S: SessionSql> SessionRef<S> {
 pub(crate) struct SharedSessions<S: SessionSql> {
     backend: &'static str,
     sql: Arc<S>,
+    /// What a session connects with.
+    options: <S::Conn as sqlx::Connection>::Options,
     slots: Vec<Mutex<Option<Arc<SessionRef<S>>>>>,
     next: AtomicUsize,
 }
 
 impl<S: SessionSql> SharedSessions<S> {
-    /// `count` sessions (none: every lock on a connection of its own).
-    pub(crate) fn new(backend: &'static str, sql: S, count: usize) -> Self {
+    /// `count` sessions (none: every lock on a connection of its own),
+    /// each connected with `options`.
+    pub(crate) fn new(
+        backend: &'static str,
+        sql: S,
+        options: <S::Conn as sqlx::Connection>::Options,
+        count: usize,
+    ) -> Self {
         SharedSessions {
             backend,
             sql: Arc::new(sql),
+            options,
             slots: (0..count).map(|_| Mutex::new(None)).collect(),
             next: AtomicUsize::new(0),
         }
@@ -361,9 +367,7 @@ impl<S: SessionSql> SharedSessions<S> {
             reason: "a shared session needs a Tokio runtime".into(),
             source: None,
         })?;
-        let conn = self
-            .sql
-            .open()
+        let conn = sqlx::ConnectOptions::connect(&self.options)
             .await
             .map_err(|e| map_sqlx(self.backend, "opening a shared session", e))?;
         let (commands, queue) = mpsc::unbounded_channel();

@@ -58,8 +58,7 @@ const BACKEND: &str = "sqlite";
 const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
     .with_fencing(Fencing::Safe)
     // Waiters are granted in ticket order.
-    .with_fair_queue(true)
-    .with_max_ttl(Duration::from_secs(30 * 86_400));
+    .with_fair_queue(true);
 
 /// A waiter's ticket whose heartbeat is older than this is a dead waiter's
 /// (a crashed or frozen process) and no longer holds its place.
