@@ -46,6 +46,12 @@ async fn wait_for(path: &Path) {
     }
 }
 
+/// Whether someone holds `name` (a single attempt is refused).
+async fn is_held(locks: &dyn DistributedLock, name: &str) -> bool {
+    let attempt = locks.try_acquire(name, &quick()).await.expect("try");
+    attempt.is_none()
+}
+
 fn quick() -> LockOptions {
     LockOptions::new()
         .ttl(Duration::from_secs(30))
@@ -243,14 +249,7 @@ async fn signals_reach_the_command_and_the_lock_is_released_after_it() {
         );
         let mut run = spawn_sh(&url, &[], &name, &script);
         wait_for(&started).await;
-        assert!(
-            locks
-                .try_acquire(&name, &quick())
-                .await
-                .expect("try")
-                .is_none(),
-            "held while the command runs"
-        );
+        assert!(is_held(&*locks, &name).await, "held while the command runs");
         let pid = run
             .id()
             .and_then(|id| i32::try_from(id).ok())
@@ -261,11 +260,7 @@ async fn signals_reach_the_command_and_the_lock_is_released_after_it() {
         // it exits.
         tokio::time::sleep(Duration::from_millis(200)).await;
         assert!(
-            locks
-                .try_acquire(&name, &quick())
-                .await
-                .expect("try")
-                .is_none(),
+            is_held(&*locks, &name).await,
             "{signal}: released before the command exited"
         );
         let status = tokio::time::timeout(Duration::from_secs(10), run.wait())

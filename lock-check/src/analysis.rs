@@ -673,59 +673,48 @@ impl Analysis {
 fn verdict(r: &mut Report) {
     let safe = r.fencing == "Safe";
     let correctness = r.grade == "Correctness";
-    let mut fail = |cond: bool, what: String| {
-        if cond {
-            r.failures.push(what);
+    if r.backend.is_empty() {
+        r.failures.push("no worker connected to the backend".into());
+    }
+    if r.grants == 0 {
+        r.failures.push("no grant during the whole run".into());
+    }
+    // (whether the capabilities promise it, how often it happened, what).
+    let broken = [
+        (
+            safe,
+            r.exclusion.fencing_failures.count,
+            "writes accepted after a newer holder's write, with fencing Safe",
+        ),
+        (
+            safe,
+            r.token_order.count,
+            "grants whose token did not increase, with fencing Safe",
+        ),
+        (
+            safe,
+            r.newest_holder_rejected.count,
+            "writes of the newest holder refused (tokens went backwards), with fencing Safe",
+        ),
+        (
+            correctness,
+            r.in_time.running.count,
+            "grants while a running earlier holder still believed it held the lock, on a \
+             correctness-grade backend",
+        ),
+        (
+            correctness,
+            r.lost_on_arrival.count,
+            "grants already lost on arrival, on a correctness-grade backend",
+        ),
+        (true, r.liveness.hangs.count, "hangs"),
+        (true, r.crashes.count, "workers crashed"),
+    ];
+    for (promised, count, what) in broken {
+        if promised && count > 0 {
+            r.failures.push(format!("{count} {what}"));
         }
-    };
-    fail(
-        r.backend.is_empty(),
-        "no worker connected to the backend".into(),
-    );
-    fail(r.grants == 0, "no grant during the whole run".into());
-    fail(
-        safe && r.exclusion.fencing_failures.count > 0,
-        format!(
-            "{} writes accepted after a newer holder's write, with fencing Safe",
-            r.exclusion.fencing_failures.count
-        ),
-    );
-    fail(
-        safe && r.token_order.count > 0,
-        format!(
-            "{} grants whose token did not increase, with fencing Safe",
-            r.token_order.count
-        ),
-    );
-    fail(
-        safe && r.newest_holder_rejected.count > 0,
-        format!(
-            "{} writes of the newest holder refused (tokens went backwards), with fencing Safe",
-            r.newest_holder_rejected.count
-        ),
-    );
-    fail(
-        correctness && r.in_time.running.count > 0,
-        format!(
-            "{} grants while a running earlier holder still believed it held the lock, on a correctness-grade backend",
-            r.in_time.running.count
-        ),
-    );
-    fail(
-        correctness && r.lost_on_arrival.count > 0,
-        format!(
-            "{} grants already lost on arrival, on a correctness-grade backend",
-            r.lost_on_arrival.count
-        ),
-    );
-    fail(
-        r.liveness.hangs.count > 0,
-        format!("{} hangs", r.liveness.hangs.count),
-    );
-    fail(
-        r.crashes.count > 0,
-        format!("{} workers crashed", r.crashes.count),
-    );
+    }
 }
 
 fn finding(f: &mut fmt::Formatter<'_>, label: &str, finding: &Finding) -> fmt::Result {

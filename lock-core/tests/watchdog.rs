@@ -301,35 +301,24 @@ async fn expiring_locks_are_released_after_their_deadline_unless_extended() {
     assert!(r.release().await.expect("release"));
 
     // The deadline is the TTL less the drift allowance: just under 2 s.
+    let count = |n: &AtomicUsize| n.load(Ordering::SeqCst);
     tokio::time::sleep(Duration::from_millis(850)).await; // 1.85 s
     assert_eq!(
-        leaked.releases.load(Ordering::SeqCst),
+        count(&leaked.releases),
         0,
         "not before the deadline + grace"
     );
     tokio::time::sleep(Duration::from_millis(400)).await; // 2.25 s
     assert_eq!(
-        leaked.releases.load(Ordering::SeqCst),
+        count(&leaked.releases),
         1,
         "released after the deadline + grace"
     );
-    assert_eq!(
-        extended.releases.load(Ordering::SeqCst),
-        0,
-        "its deadline moved"
-    );
+    assert_eq!(count(&extended.releases), 0, "its deadline moved");
     tokio::time::sleep(Duration::from_secs(1)).await; // 3.25 s
-    assert_eq!(extended.releases.load(Ordering::SeqCst), 1);
-    assert_eq!(
-        released.releases.load(Ordering::SeqCst),
-        1,
-        "only its own release"
-    );
-    assert_eq!(
-        extended.renewals.load(Ordering::SeqCst),
-        1,
-        "expiry never renews"
-    );
+    assert_eq!(count(&extended.releases), 1);
+    assert_eq!(count(&released.releases), 1, "only its own release");
+    assert_eq!(count(&extended.renewals), 1, "expiry never renews");
 }
 
 /// A busy client's acquire–release cycle leaves nothing behind in the

@@ -70,6 +70,11 @@ impl Spans {
     }
 }
 
+/// Whether a single attempt at `name` is refused (someone holds it).
+async fn busy(locks: &dyn DistributedLock, name: &str, opts: &LockOptions) -> bool {
+    locks.try_acquire(name, opts).await.expect("try").is_none()
+}
+
 fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions::new()
         .ttl(Duration::from_millis(ttl_ms))
@@ -87,13 +92,7 @@ async fn spans_carry_backend_outcome_and_token_and_the_name_only_at_debug() {
         let locks = (Arc::new(store.clone()) as Arc<dyn DistributedLock>).layer(TracingLayer);
         let g = locks.acquire("orders/42", &opts(300)).await.unwrap();
         let token = g.fencing_token().unwrap();
-        assert!(
-            locks
-                .try_acquire("orders/42", &opts(300))
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(busy(&*locks, "orders/42", &opts(300)).await);
         tokio::time::sleep(Duration::from_millis(450)).await; // renewals
         assert!(g.release().await.unwrap());
 
@@ -181,13 +180,7 @@ fn metrics_have_the_documented_names_and_labels_and_see_guard_events() {
             let store = MemoryLock::new();
             let locks = (Arc::new(store.clone()) as Arc<dyn DistributedLock>).layer(MetricsLayer);
             let g = locks.acquire("orders/42", &opts(300)).await.unwrap();
-            assert!(
-                locks
-                    .try_acquire("orders/42", &opts(300))
-                    .await
-                    .unwrap()
-                    .is_none()
-            );
+            assert!(busy(&*locks, "orders/42", &opts(300)).await);
             tokio::time::sleep(Duration::from_millis(450)).await; // renewals
             // An operator takes it away: the next renewal finds it gone.
             assert!(store.force_release("orders/42").await.unwrap());
@@ -443,6 +436,17 @@ fn flaky_guards(failures: usize, lost_reply: bool) -> (Arc<dyn DistributedLock>,
     (lock, calls)
 }
 
+/// "job" held through the retry layer over [`flaky_guards`].
+async fn held_with_retries(
+    failures: usize,
+    lost_reply: bool,
+) -> (Arc<dyn DistributedLock>, LockGuard, Arc<AtomicUsize>) {
+    let (flaky, calls) = flaky_guards(failures, lost_reply);
+    let locks = flaky.layer(RetryLayer::default());
+    let guard = locks.try_acquire("job", &opts(1_000)).await.expect("try");
+    (locks, guard.expect("free"), calls)
+}
+
 #[tokio::test]
 async fn a_guards_extend_and_release_are_retried() {
     // Without the layer, a transient failure reaches the caller.
@@ -456,13 +460,7 @@ async fn a_guards_extend_and_release_are_retried() {
     assert!(e.is_transient(), "{e:?}");
 
     // With it: two failed extends, then one that lands.
-    let (flaky, calls) = flaky_guards(2, false);
-    let locks = flaky.layer(RetryLayer::default());
-    let g = locks
-        .try_acquire("job", &opts(1_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let (_locks, g, calls) = held_with_retries(2, false).await;
     g.extend(Duration::from_secs(1))
         .await
         .expect("extended after retries");
@@ -477,13 +475,7 @@ async fn a_guards_extend_and_release_are_retried() {
 async fn a_retried_release_that_finds_the_lock_gone_is_not_reported_as_lost() {
     // The first release landed but its answer was lost: the retry finds
     // the lock gone, which must not read as "it was no longer ours".
-    let (flaky, calls) = flaky_guards(1, true);
-    let locks = flaky.layer(RetryLayer::default());
-    let g = locks
-        .try_acquire("job", &opts(1_000))
-        .await
-        .unwrap()
-        .unwrap();
+    let (locks, g, calls) = held_with_retries(1, true).await;
     let e = g.release().await.unwrap_err();
     assert!(matches!(e, LockError::Unavailable { .. }), "{e:?}");
     assert_eq!(calls.load(Ordering::SeqCst), 2);

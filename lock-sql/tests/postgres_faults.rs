@@ -69,18 +69,11 @@ async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
     );
     assert!(g.fencing_token().expect("token") > first);
     assert!(g.release().await.expect("release"));
-    let v: i32 = sqlx::query_scalar(sqlx::AssertSqlSafe(read.clone()))
-        .fetch_one(
-            other
-                .begin(&unique("read"), &quick(5000))
-                .await
-                .expect("begin")
-                .conn()
-                .expect("conn"),
-        )
-        .await
-        .expect("read");
-    assert_eq!(v, 0, "the write of the failed transaction survived");
+    assert_eq!(
+        read_back(&other, &read).await,
+        0,
+        "the write of the failed transaction survived"
+    );
 
     // A commit applies the write and frees the lock, together.
     let mut tx = locks.begin(&name, &quick(5000)).await.expect("begin");
@@ -102,18 +95,23 @@ async fn a_failed_transaction_leaves_neither_the_write_nor_the_lock() {
         .expect("try")
         .expect("free after the commit");
     assert!(g.release().await.expect("release"));
-    let v: i32 = sqlx::query_scalar(sqlx::AssertSqlSafe(read))
-        .fetch_one(
-            other
-                .begin(&unique("read"), &quick(5000))
-                .await
-                .expect("begin")
-                .conn()
-                .expect("conn"),
-        )
+    assert_eq!(
+        read_back(&other, &read).await,
+        1,
+        "the committed write is there"
+    );
+}
+
+/// The value `read` selects, read in a lock transaction of its own.
+async fn read_back(locks: &PgLock, read: &str) -> i32 {
+    let mut tx = locks
+        .begin(&unique("read"), &quick(5000))
         .await
-        .expect("read");
-    assert_eq!(v, 1, "the committed write is there");
+        .expect("begin");
+    sqlx::query_scalar(sqlx::AssertSqlSafe(read.to_string()))
+        .fetch_one(tx.conn().expect("conn"))
+        .await
+        .expect("read")
 }
 
 /// An advisory grant draws its token in the lock's own statement. When the

@@ -48,22 +48,28 @@ async fn raw_client() -> Client {
     Client::connect(&hosts()).await.expect("zookeeper client")
 }
 
-/// One cycle of the crate's recipe on `dir`, releasing by deleting the node.
-async fn recipe(client: &Client, dir: &str) {
+/// The crate's recipe: lock `dir` (a Curator-style node under it).
+async fn recipe_lock<'c>(client: &'c Client, dir: &str) -> zookeeper_client::LockClient<'c> {
     let prefix = LockPrefix::new_curator(dir, "lock-").expect("prefix");
-    let held = client
-        .lock(
-            prefix,
-            b"",
-            zookeeper_client::LockOptions::new(Acls::anyone_all()),
-        )
+    let options = zookeeper_client::LockOptions::new(Acls::anyone_all());
+    client
+        .lock(prefix, b"", options)
         .await
-        .expect("recipe lock");
+        .expect("recipe lock")
+}
+
+/// The recipe's release, in line: its drop deletes the node in the
+/// background, and a cycle must include the release like the others.
+async fn recipe_unlock(client: &Client, held: zookeeper_client::LockClient<'_>) {
     let path = held.lock_path().to_string();
-    // Its drop deletes in the background; delete in line instead, so that
-    // the cycle includes the release like the others.
     std::mem::forget(held);
     client.delete(&path, None).await.expect("recipe unlock");
+}
+
+/// One cycle of the crate's recipe on `dir`.
+async fn recipe(client: &Client, dir: &str) {
+    let held = recipe_lock(client, dir).await;
+    recipe_unlock(client, held).await;
 }
 
 #[tokio::main]
@@ -153,22 +159,11 @@ async fn contention(tasks: usize, rtt: Duration) {
         let raws = raws.clone();
         async move {
             while Instant::now() < end {
-                let prefix =
-                    LockPrefix::new_curator("/bench/recipe-contended", "lock-").expect("prefix");
-                let held = raws[t]
-                    .lock(
-                        prefix,
-                        b"",
-                        zookeeper_client::LockOptions::new(Acls::anyone_all()),
-                    )
-                    .await
-                    .expect("recipe lock");
+                let held = recipe_lock(&raws[t], "/bench/recipe-contended").await;
                 let granted = Instant::now();
                 tokio::time::sleep(WORK).await;
                 let released = Instant::now();
-                let path = held.lock_path().to_string();
-                std::mem::forget(held);
-                raws[t].delete(&path, None).await.expect("recipe unlock");
+                recipe_unlock(&raws[t], held).await;
                 log.lock().expect("log").push((granted, released, t));
             }
         }
