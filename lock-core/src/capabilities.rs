@@ -97,8 +97,8 @@ impl Capabilities {
     /// Backend `backend`, of `grade`, claiming nothing else: no fencing
     /// tokens, no fair queue, a crashed holder's lock freed by its TTL, no
     /// survival of a server failure, safety that depends on clocks,
-    /// polling waiters, any TTL from [`MIN_TTL`](crate::MIN_TTL) up, no
-    /// bound on held locks. A backend adds what its tests prove with the
+    /// polling waiters, TTLs from [`MIN_TTL`](crate::MIN_TTL) to 30 days,
+    /// no bound on held locks. A backend adds what its tests prove with the
     /// `with_*` methods (all `const`, for a backend's `const`).
     pub const fn new(backend: &'static str, grade: Grade) -> Self {
         Capabilities {
@@ -110,7 +110,7 @@ impl Capabilities {
             survives_server_failure: false,
             depends_on_clocks: true,
             waiting: Waiting::Polling,
-            max_ttl: Duration::MAX,
+            max_ttl: Duration::from_secs(30 * 86_400),
             min_lease: crate::options::MIN_TTL,
             max_held: None,
         }

@@ -32,8 +32,7 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_fair_queue(true)
     .with_crash_release(CrashRelease::ProcessExit)
     .with_depends_on_clocks(false)
-    .with_waiting(Waiting::Notified)
-    .with_max_ttl(Duration::from_secs(30 * 86_400));
+    .with_waiting(Waiting::Notified);
 
 /// Locks shared by the tasks of one process.
 ///

@@ -27,6 +27,9 @@ use crate::queue::{self, Place, Turn};
 use crate::requests;
 use crate::session::Session;
 
+/// What etcd locks prove. They depend on clocks (as `new` says): the
+/// lease runs on the leader's clock, the guard's validity is the local
+/// clock's view of it.
 fn capabilities(min_lease: Duration) -> Capabilities {
     Capabilities::new(BACKEND, Grade::Correctness)
         // The key's create_revision: global, strictly increasing, kept by
@@ -36,11 +39,7 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         .with_fair_queue(true)
         .with_crash_release(CrashRelease::Session)
         .with_survives_server_failure(true)
-        // The lease runs on the leader's clock; the guard's validity is the
-        // local clock's view of it.
-        .with_depends_on_clocks(true)
         .with_waiting(Waiting::Notified)
-        .with_max_ttl(Duration::from_secs(30 * 86_400))
         .with_min_lease(min_lease)
 }
 

@@ -35,8 +35,7 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // FIFO hand-off on release (reservations); a lock that expires instead of
     // being released goes to whichever waiter retries first.
     .with_fair_queue(true)
-    .with_waiting(Waiting::Notified)
-    .with_max_ttl(Duration::from_secs(30 * 86_400));
+    .with_waiting(Waiting::Notified);
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);

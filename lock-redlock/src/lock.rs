@@ -32,8 +32,7 @@ const CAPABILITIES: Capabilities =
         // clock), so every node hands the lock to the same, earliest waiter.
         .with_fair_queue(true)
         .with_survives_server_failure(true)
-        .with_waiting(Waiting::Notified)
-        .with_max_ttl(Duration::from_secs(30 * 86_400));
+        .with_waiting(Waiting::Notified);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///

@@ -19,7 +19,6 @@ mod url;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
@@ -45,6 +44,9 @@ pub use zookeeper_client;
 /// The backend's name in errors and capabilities.
 pub(crate) const BACKEND: &str = "zookeeper";
 
+/// What ZooKeeper locks prove. They depend on clocks (as `new` says): a
+/// lock acquired without auto-renewal ends when its TTL runs out on the
+/// holder's clock (the client deletes its node).
 const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
     // The node's czxid: the zxid of the transaction that created it, global
     // and strictly increasing across the ensemble's history. Not the
@@ -55,11 +57,7 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     .with_fair_queue(true)
     .with_crash_release(CrashRelease::Session)
     .with_survives_server_failure(true)
-    // A lock acquired without auto-renewal ends when its TTL runs out on
-    // the holder's clock (the client deletes its node).
-    .with_depends_on_clocks(true)
-    .with_waiting(Waiting::Notified)
-    .with_max_ttl(Duration::from_secs(30 * 86_400));
+    .with_waiting(Waiting::Notified);
 
 /// Locks on ZooKeeper.
 ///
