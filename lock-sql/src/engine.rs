@@ -56,9 +56,15 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// The connections and settings the engine keeps for this dialect.
     fn core(&self) -> &Core<Self::Db, Self::Session>;
 
-    /// The backend's capabilities in its mode; the engine sets `max_held`
-    /// and `fencing` from the pool and the settings.
-    fn capabilities(&self) -> Capabilities;
+    /// What the backend proves in every mode.
+    const CAPABILITIES: Capabilities;
+
+    /// The backend's capabilities in its mode ([`Self::CAPABILITIES`] by
+    /// default); the engine sets `max_held` and `fencing` from the pool and
+    /// the settings.
+    fn capabilities(&self) -> Capabilities {
+        Self::CAPABILITIES
+    }
 
     /// Lock `req.name` on a connection of its own, waiting until the
     /// request's deadline (one attempt for [`Wait::No`]); `None` if not

@@ -608,13 +608,10 @@ impl Dialect for MySqlDialect {
     type Session = MySqlSession;
     const BACKEND: &'static str = BACKEND;
     const TYPE_NAME: &'static str = "MySqlLock";
+    const CAPABILITIES: Capabilities = CAPABILITIES;
 
     fn core(&self) -> &Core<MySql, MySqlSession> {
         &self.core
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        CAPABILITIES
     }
 
     /// Lock `req.name` on a connection of its own: the connection, the

@@ -378,10 +378,7 @@ impl Dialect for PgDialect {
     type Session = PgSession;
     const BACKEND: &'static str = BACKEND;
     const TYPE_NAME: &'static str = "PgLock";
-
-    fn core(&self) -> &Core<Postgres, PgSession> {
-        &self.core
-    }
+    const CAPABILITIES: Capabilities = CAPABILITIES;
 
     fn capabilities(&self) -> Capabilities {
         CAPABILITIES
@@ -391,6 +388,10 @@ impl Dialect for PgDialect {
             // takes it without queueing (seen as a releaser overtaking a
             // waiter under load).
             .with_fair_queue(self.core.mode == SqlMode::Advisory)
+    }
+
+    fn core(&self) -> &Core<Postgres, PgSession> {
+        &self.core
     }
 
     /// Lock `req.name` on a connection of its own: the connection (inside
@@ -724,6 +725,20 @@ pub(crate) struct PgSession {
 impl SessionSql for PgSession {
     type Conn = sqlx::PgConnection;
 
+    async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
+        sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_shared.as_str()))
+            .bind(name)
+            .fetch_one(conn)
+            .await
+    }
+
+    async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
+        sqlx::raw_sql(AssertSqlSafe(touch)).execute(conn).await?;
+        Ok(())
+    }
+
     async fn try_lock(
         &self,
         conn: &mut Self::Conn,
@@ -752,20 +767,6 @@ impl SessionSql for PgSession {
                 "an advisory lock statement returned no row".into(),
             )),
         }
-    }
-
-    async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
-        sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_unlock_shared.as_str()))
-            .bind(name)
-            .fetch_one(conn)
-            .await
-    }
-
-    async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
-        // A number only: nothing a caller controls is spliced.
-        let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
-        sqlx::raw_sql(AssertSqlSafe(touch)).execute(conn).await?;
-        Ok(())
     }
 }
 
