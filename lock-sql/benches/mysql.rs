@@ -34,25 +34,6 @@ async fn draw_token(conn: &mut MySqlConnection, name: &str) -> u64 {
         .last_insert_id()
 }
 
-/// The cheapest hand-written row lock with a durable fencing token: the
-/// lock's transaction on `conn` (with the same timeouts), the token's
-/// committed upsert on `tokens` (one drawn inside the lock's transaction is
-/// not durable before it ends), then the end of the lock's transaction.
-async fn durable_row(conn: &mut MySqlConnection, tokens: &mut MySqlConnection, name: &str) {
-    sqlx::raw_sql(
-        "SET SESSION innodb_lock_wait_timeout = 50, SESSION idle_transaction_timeout = 30; START TRANSACTION",
-    )
-    .execute(&mut *conn)
-    .await
-    .expect("begin");
-    lock_row(conn, name).await;
-    assert!(draw_token(tokens, name).await > 0);
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut *conn)
-        .await
-        .expect("end");
-}
-
 /// Lock `name`'s row in the open transaction on `conn`.
 async fn lock_row(conn: &mut MySqlConnection, name: &str) {
     let row = sqlx::query("SELECT name FROM distlock_locks WHERE name = ? FOR UPDATE")
@@ -61,19 +42,6 @@ async fn lock_row(conn: &mut MySqlConnection, name: &str) {
         .await
         .expect("lock");
     assert!(row.is_some());
-}
-
-/// The hand-written row lock without a fencing token.
-async fn raw_row_plain(conn: &mut MySqlConnection, name: &str) {
-    sqlx::raw_sql("START TRANSACTION")
-        .execute(&mut *conn)
-        .await
-        .expect("begin");
-    lock_row(conn, name).await;
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut *conn)
-        .await
-        .expect("end");
 }
 
 /// `GET_LOCK` on `name` as a hand-written lock names it.
@@ -96,55 +64,74 @@ async fn release_lock(conn: &mut MySqlConnection, name: &str) {
     assert_eq!(released, Some(1));
 }
 
-/// The hand-written advisory lock without a fencing token.
-async fn raw_advisory_plain(conn: &mut MySqlConnection, name: &str) {
-    get_lock(conn, name).await;
-    release_lock(conn, name).await;
-}
-
-/// The cheapest hand-written advisory lock with a durable fencing token:
-/// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
-async fn durable_advisory(conn: &mut MySqlConnection, name: &str) {
-    get_lock(conn, name).await;
-    assert!(draw_token(conn, name).await > 0);
-    release_lock(conn, name).await;
-}
-
-/// MySQL's floors on plain connections.
-struct MySqlFloors {
-    conn: MySqlConnection,
-    /// The row floor's tokens are committed here, outside the lock's
-    /// transaction.
-    tokens: MySqlConnection,
-}
-
 impl Floors for MySqlFloors {
     const SERVER: &'static str = "mysql";
     const ADVISORY_FLOOR: &'static str = "advisory floor: GET_LOCK; token upsert; RELEASE_LOCK";
     const ADVISORY_PLAIN_FLOOR: &'static str = "advisory, no token: GET_LOCK; RELEASE_LOCK";
 
+    /// `SELECT 1`: one round trip, its row read and dropped.
     async fn ping(&mut self) {
-        let _: i32 = sqlx::query_scalar("SELECT 1")
-            .fetch_one(&mut self.conn)
-            .await
-            .expect("ping");
+        let conn = &mut self.conn;
+        sqlx::query("SELECT 1").execute(conn).await.expect("ping");
     }
 
+    /// The cheapest hand-written row lock with a durable fencing token: the
+    /// lock's transaction on `conn` (with the same timeouts), the token's
+    /// committed upsert on `tokens` (one drawn inside the lock's transaction is
+    /// not durable before it ends), then the end of the lock's transaction.
     async fn durable_row(&mut self, name: &str) {
-        durable_row(&mut self.conn, &mut self.tokens, name).await
+        let (conn, tokens) = (&mut self.conn, &mut self.tokens);
+        sqlx::raw_sql(
+            "SET SESSION innodb_lock_wait_timeout = 50, SESSION idle_transaction_timeout = 30; START TRANSACTION",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+        lock_row(conn, name).await;
+        assert!(draw_token(tokens, name).await > 0);
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut *conn)
+            .await
+            .expect("end");
     }
 
+    /// The cheapest hand-written advisory lock with a durable fencing token:
+    /// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
     async fn durable_advisory(&mut self, name: &str) {
-        durable_advisory(&mut self.conn, name).await
+        let conn = &mut self.conn;
+        get_lock(conn, name).await;
+        assert!(draw_token(conn, name).await > 0);
+        release_lock(conn, name).await;
     }
 
+    /// The hand-written row lock without a fencing token.
     async fn row_plain(&mut self, name: &str) {
-        raw_row_plain(&mut self.conn, name).await
+        let conn = &mut self.conn;
+        sqlx::raw_sql("START TRANSACTION")
+            .execute(&mut *conn)
+            .await
+            .expect("begin");
+        lock_row(conn, name).await;
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut *conn)
+            .await
+            .expect("end");
     }
 
+    /// The hand-written advisory lock without a fencing token.
     async fn advisory_plain(&mut self, name: &str) {
-        raw_advisory_plain(&mut self.conn, name).await
+        let conn = &mut self.conn;
+        get_lock(conn, name).await;
+        release_lock(conn, name).await;
     }
+}
+
+/// MySQL's floors, each on plain connections: `conn` for the locks, and
+/// `tokens` where the row floor commits its tokens, outside the lock's
+/// transaction.
+struct MySqlFloors {
+    conn: MySqlConnection,
+    tokens: MySqlConnection,
 }
 
 #[tokio::main]
