@@ -6,9 +6,10 @@
 //!   only when `debug` is enabled, since names can carry user data).
 //! - [`MetricsLayer`]: metrics through the [`metrics`] facade, names
 //!   defined once in [`names`]; no exporter is forced on the application.
-//! - [`RetryLayer`]: retries an acquisition that failed with a transient
-//!   error (`Unavailable`, `QuorumNotReached`), with backoff, within the
-//!   caller's wait.
+//! - [`RetryLayer`]: retries what failed with a transient error
+//!   (`Unavailable`, `QuorumNotReached`): an acquisition within the
+//!   caller's wait, a guard's `extend` and `release` within its lease,
+//!   with backoff and a retry budget shared by the locks it wraps.
 //!
 //! Order matters as with tower: the outermost layer sees what the inner
 //! ones produce. `retry` inside `metrics` records one acquisition however
