@@ -21,14 +21,22 @@ fn root() -> &'static Path {
 /// Every published crate's name and public items, one per line, sorted:
 /// `scripts/api-json.sh` builds their rustdoc JSON.
 fn public_apis() -> Vec<(String, String)> {
-    let built = Command::new("bash")
-        .arg(root().join("scripts/api-json.sh"))
-        // As scripts/test.sh runs it beside the test build: the `CARGO`
-        // a test process is given would make cargo rebuild every crate's
-        // documentation (a build script reruns when it changes).
-        .env_remove("CARGO")
-        .output()
-        .expect("scripts/api-json.sh runs");
+    let mut script = Command::new("bash");
+    script.arg(root().join("scripts/api-json.sh"));
+    // Run as scripts/test.sh runs it beside the test build, so that this
+    // finds that build done: the `CARGO` and `CARGO_*` variables a test
+    // process is given would make cargo redo it (a dependency's build
+    // script reruns when `CARGO_MANIFEST_DIR` changes).
+    for (key, _) in std::env::vars_os() {
+        let set_for_tests = key.to_str().is_some_and(|k| {
+            k == "CARGO"
+                || (k.starts_with("CARGO_") && k != "CARGO_HOME" && k != "CARGO_TARGET_DIR")
+        });
+        if set_for_tests {
+            script.env_remove(key);
+        }
+    }
+    let built = script.output().expect("scripts/api-json.sh runs");
     assert!(
         built.status.success(),
         "scripts/api-json.sh failed:\n{}",
