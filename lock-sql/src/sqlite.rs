@@ -718,19 +718,22 @@ impl Ticket {
         Ok(())
     }
 
-    /// Insert a ticket row in a task of its own: a waiter dropped while the
-    /// INSERT is under way (waiting for SQLite's write lock, say) cannot
-    /// learn the number, so the task deletes the row itself when it finds
-    /// the waiter gone, instead of leaving it to block the line until it
-    /// goes stale.
+    /// Insert a ticket row in a task of its own, in a transaction that
+    /// commits only if the waiter is still there once the row is written:
+    /// a waiter dropped while the INSERT is under way (waiting for SQLite's
+    /// write lock, say) cannot learn the number, and its row must never be
+    /// seen, or a newcomer would find the line taken by nobody. From the
+    /// moment the number is recorded the waiter owns the row, and a waiter
+    /// dropped during the commit deletes it as any other ticket.
     async fn take(&self, name: &str, alive_until: i64) -> Result<(), LockError> {
         let (inner, place) = (Arc::clone(&self.inner), Arc::clone(&self.place));
         let name = name.to_owned();
         let taking = tokio::spawn(async move {
+            let mut tx = inner.pool.begin_with("BEGIN IMMEDIATE").await?;
             let n: i64 = sqlx::query_scalar(AssertSqlSafe(inner.sql.take_ticket.as_str()))
                 .bind(&name)
                 .bind(alive_until)
-                .fetch_one(&inner.pool)
+                .fetch_one(&mut *tx)
                 .await?;
             let left = {
                 let mut place = lock_place(&place);
@@ -740,9 +743,16 @@ impl Ticket {
                 place.left
             };
             if left {
-                forget_ticket(&inner, n).await;
+                return tx.rollback().await;
             }
-            Ok(())
+            let committed = tx.commit().await;
+            if committed.is_err() {
+                let mut place = lock_place(&place);
+                if place.taken.is_some_and(|(t, _)| t == n) {
+                    place.taken = None;
+                }
+            }
+            committed
         });
         match taking.await {
             Ok(taken) => taken.map_err(|e| map_sqlx(BACKEND, "queueing for a lock", e)),
@@ -984,8 +994,9 @@ mod tests {
 
     /// A waiter dropped while the statement taking its ticket waits for
     /// SQLite's write lock leaves no ticket behind once that statement
-    /// goes through: the ticket must not block the line until it goes
-    /// stale (it used to, for `TICKET_STALE`).
+    /// goes through, not even for a moment: a ticket seen by a newcomer
+    /// would hold the line for nobody (it used to block it until it went
+    /// stale, then until the background task deleted it).
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_waiter_dropped_while_taking_its_ticket_leaves_none() {
         let dir = tempfile::tempdir().expect("tempdir");
@@ -993,18 +1004,21 @@ mod tests {
         let locks = SqliteLock::open(&path, SqliteConfig::default())
             .await
             .expect("open");
-        let last_ticket = async || -> i64 {
-            sqlx::query_scalar("SELECT COALESCE(MAX(seq), 0) FROM sqlite_sequence WHERE name = ?1")
-                .bind(format!("{}_waiters", Identifier::default_table().as_str()))
-                .fetch_one(&locks.inner.pool)
-                .await
-                .expect("ticket sequence")
-        };
-        let before = last_ticket().await;
+        // Every ticket row ever committed, even one deleted at once.
+        let waiters = format!("{}_waiters", Identifier::default_table().as_str());
+        sqlx::raw_sql(AssertSqlSafe(format!(
+            "CREATE TABLE seen_tickets (ticket INTEGER); \
+             CREATE TRIGGER seen AFTER INSERT ON \"{waiters}\" \
+             BEGIN INSERT INTO seen_tickets VALUES (NEW.ticket); END"
+        )))
+        .execute(&locks.inner.pool)
+        .await
+        .expect("trigger");
         // Another connection holds the write lock: the ticket's INSERT
         // waits in SQLite's busy handler.
         let mut blocking = holding_the_write_lock(&path).await;
         let ticket = Ticket::new(&locks.inner);
+        let place = Arc::clone(&ticket.place);
         let taking = tokio::time::timeout(Duration::from_millis(500), ticket.keep("x")).await;
         assert!(
             taking.is_err(),
@@ -1012,27 +1026,22 @@ mod tests {
         );
         drop(ticket);
         release_the_write_lock(&mut blocking).await;
-        // The INSERT goes through now; its ticket must be gone well before
-        // it could go stale.
+        // The task taking the ticket goes on; it is done when it lets go
+        // of the waiter's place.
         let start = Instant::now();
-        while last_ticket().await == before {
+        while Arc::strong_count(&place) > 1 {
             assert!(
-                start.elapsed() < Duration::from_secs(2),
-                "the INSERT never ran"
+                start.elapsed() < Duration::from_secs(5),
+                "taking the ticket never ended"
             );
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        loop {
-            let queued = locks.queued("x").await.expect("queued");
-            if queued == 0 {
-                break;
-            }
-            assert!(
-                start.elapsed() < TICKET_STALE / 2,
-                "{queued} orphaned ticket(s) still in line"
-            );
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let seen: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM seen_tickets")
+            .fetch_one(&locks.inner.pool)
+            .await
+            .expect("seen tickets");
+        assert_eq!(seen, 0, "the dropped waiter's ticket was in line");
+        assert_eq!(locks.queued("x").await.expect("queued"), 0);
     }
 
     /// Another connection to the database at `path`, holding its write
