@@ -65,10 +65,6 @@ async fn release_lock(conn: &mut MySqlConnection, name: &str) {
 }
 
 impl Floors for MySqlFloors {
-    const SERVER: &'static str = "mysql";
-    const ADVISORY_FLOOR: &'static str = "advisory floor: GET_LOCK; token upsert; RELEASE_LOCK";
-    const ADVISORY_PLAIN_FLOOR: &'static str = "advisory, no token: GET_LOCK; RELEASE_LOCK";
-
     /// `SELECT 1`: one round trip, its row read and dropped.
     async fn ping(&mut self) {
         let conn = &mut self.conn;
@@ -106,16 +102,9 @@ impl Floors for MySqlFloors {
 
     /// The hand-written row lock without a fencing token.
     async fn row_plain(&mut self, name: &str) {
-        let conn = &mut self.conn;
-        sqlx::raw_sql("START TRANSACTION")
-            .execute(&mut *conn)
-            .await
-            .expect("begin");
-        lock_row(conn, name).await;
-        sqlx::raw_sql("ROLLBACK")
-            .execute(&mut *conn)
-            .await
-            .expect("end");
+        let mut tx = self.conn.begin().await.expect("begin");
+        lock_row(&mut tx, name).await;
+        tx.rollback().await.expect("end");
     }
 
     /// The hand-written advisory lock without a fencing token.

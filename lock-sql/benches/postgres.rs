@@ -61,19 +61,6 @@ async fn lock_row(conn: &mut PgConnection, name: &str) {
     assert!(row.is_some());
 }
 
-/// The hand-written row lock without a fencing token.
-async fn raw_row_plain(conn: &mut PgConnection, name: &str) {
-    sqlx::raw_sql("BEGIN")
-        .execute(&mut *conn)
-        .await
-        .expect("begin");
-    lock_row(conn, name).await;
-    sqlx::raw_sql("ROLLBACK")
-        .execute(&mut *conn)
-        .await
-        .expect("end");
-}
-
 /// The hand-written advisory lock without a fencing token.
 async fn raw_advisory_plain(conn: &mut PgConnection, name: &str) {
     sqlx::query("SELECT pg_advisory_lock(hashtextextended($1, 0))")
@@ -159,10 +146,6 @@ struct PgFloors {
 }
 
 impl Floors for PgFloors {
-    const SERVER: &'static str = "postgres";
-    const ADVISORY_FLOOR: &'static str = "advisory floor: lock + token upsert; unlock";
-    const ADVISORY_PLAIN_FLOOR: &'static str = "advisory, no token: lock; unlock";
-
     async fn ping(&mut self) {
         let _: i32 = sqlx::query_scalar("SELECT 1")
             .fetch_one(&mut self.conn)
@@ -179,7 +162,9 @@ impl Floors for PgFloors {
     }
 
     async fn row_plain(&mut self, name: &str) {
-        raw_row_plain(&mut self.conn, name).await
+        let mut tx = self.conn.begin().await.expect("begin");
+        lock_row(&mut tx, name).await;
+        tx.rollback().await.expect("end");
     }
 
     async fn advisory_plain(&mut self, name: &str) {

@@ -48,15 +48,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     type Db: Database;
     /// The statements of a shared session.
     type Session: SessionSql;
-    /// The backend's name in capabilities and errors.
-    const BACKEND: &'static str;
-    /// The public type's name, for `Debug`.
-    const TYPE_NAME: &'static str;
 
     /// The connections and settings the engine keeps for this dialect.
     fn core(&self) -> &Core<Self::Db, Self::Session>;
 
-    /// What the backend proves in every mode.
+    /// What the backend proves in every mode; its `backend` names it in
+    /// errors.
     const CAPABILITIES: Capabilities;
 
     /// The backend's capabilities in its mode ([`Self::CAPABILITIES`] by
@@ -274,7 +271,8 @@ async fn guard<D: Dialect>(
 ) -> Result<LockGuard, LockError> {
     let (name, opts) = (req.name, req.opts);
     let pending = PendingGrant::new(handle);
-    let start = confirmed_lease_start(&pending, sent_at, opts.ttl, D::BACKEND, name).await?;
+    let start =
+        confirmed_lease_start(&pending, sent_at, opts.ttl, D::CAPABILITIES.backend, name).await?;
     let lease = Arc::new(LeaseState::granted(start, opts));
     let token = lock.dialect.core().fencing.then_some(token);
     let guard = LockGuard::new(
@@ -349,7 +347,8 @@ impl<D: Dialect> RawLock for SqlLock<D> {
 impl<D: Dialect> fmt::Debug for SqlLock<D> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let core = self.dialect.core();
-        f.debug_struct(D::TYPE_NAME)
+        f.debug_struct("SqlLock")
+            .field("backend", &D::CAPABILITIES.backend)
             .field("server", &core.display)
             .field("mode", &core.mode)
             .field("table", &core.table.as_str())

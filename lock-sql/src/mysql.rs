@@ -50,7 +50,7 @@ use tokio::time::Instant;
 use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
-use crate::shared::SessionSql;
+use crate::shared::{SessionSql, Tried};
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "mysql";
@@ -606,8 +606,6 @@ impl MySqlDialect {
 impl Dialect for MySqlDialect {
     type Db = MySql;
     type Session = MySqlSession;
-    const BACKEND: &'static str = BACKEND;
-    const TYPE_NAME: &'static str = "MySqlLock";
     const CAPABILITIES: Capabilities = CAPABILITIES;
 
     fn core(&self) -> &Core<MySql, MySqlSession> {
@@ -799,13 +797,8 @@ pub(crate) struct MySqlSession {
 impl SessionSql for MySqlSession {
     type Conn = sqlx::MySqlConnection;
 
-    async fn try_lock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        set_idle: Option<Duration>,
-    ) -> Result<Option<u64>, sqlx::Error> {
-        if let Some(idle) = set_idle {
+    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried {
+        if let Some(idle) = idle {
             self.keep(conn, idle).await?;
         }
         let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
@@ -835,6 +828,14 @@ impl SessionSql for MySqlSession {
             .execute(conn)
             .await?;
         Ok(())
+    }
+
+    #[cfg(test)]
+    async fn idle_bound(&self, conn: &mut Self::Conn) -> Result<Duration, sqlx::Error> {
+        let secs: u64 = sqlx::query_scalar("SELECT @@SESSION.wait_timeout")
+            .fetch_one(conn)
+            .await?;
+        Ok(Duration::from_secs(secs))
     }
 }
 
@@ -906,52 +907,13 @@ mod tests {
     /// for another, and keeps it when its last lock is given back.
     #[tokio::test]
     async fn a_shared_session_sets_its_wait_timeout_only_when_it_changes() {
-        let lock = advisory().await;
-        let name = format!("wait-timeout-{}", std::process::id());
-        // The bound the server holds for the shared session.
-        let bound = async || -> u64 {
-            lock.dialect()
-                .core
-                .shared
-                .on_connection(async |conn| {
-                    sqlx::query_scalar("SELECT @@SESSION.wait_timeout")
-                        .fetch_one(conn)
-                        .await
-                        .expect("read the bound")
-                })
-                .await
-                .expect("the session is open")
-        };
-        let cycle = async |secs| {
-            let opts = LockOptions::new()
-                .ttl(Duration::from_secs(secs))
-                .auto_renew(false);
-            let guard = lock.acquire(&name, &opts).await.expect("acquire");
-            let shown = bound().await;
-            assert!(guard.release().await.expect("release"), "held");
-            assert_eq!(
-                bound().await,
-                shown,
-                "the bound stays when the lock is given back"
-            );
-            shown
-        };
-        assert_eq!(cycle(30).await, 30, "a new session's bound is set");
-        // Changed behind the client's back: a lock of the same lease
-        // sends no statement for the bound, so the change shows.
-        lock.dialect()
+        advisory()
+            .await
+            .dialect()
             .core
             .shared
-            .on_connection(async |conn| {
-                sqlx::raw_sql("SET SESSION wait_timeout = 5")
-                    .execute(conn)
-                    .await
-                    .expect("change the bound")
-            })
-            .await
-            .expect("the session is open");
-        assert_eq!(cycle(30).await, 5, "an unchanged bound is not set again");
-        assert_eq!(cycle(20).await, 20, "a changed bound is set");
+            .check_idle_bound_set_only_when_it_changes()
+            .await;
     }
 
     /// The isolation level and id of connection `thread`'s open InnoDB

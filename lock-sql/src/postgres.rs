@@ -71,7 +71,7 @@ use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
-use crate::shared::SessionSql;
+use crate::shared::{SessionSql, Tried};
 use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "postgres";
@@ -376,8 +376,6 @@ fn wait_slice_ms(wait: Wait, deadline: Option<Instant>) -> Option<u128> {
 impl Dialect for PgDialect {
     type Db = Postgres;
     type Session = PgSession;
-    const BACKEND: &'static str = BACKEND;
-    const TYPE_NAME: &'static str = "PgLock";
     const CAPABILITIES: Capabilities = CAPABILITIES;
 
     fn capabilities(&self) -> Capabilities {
@@ -739,13 +737,18 @@ impl SessionSql for PgSession {
         Ok(())
     }
 
-    async fn try_lock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        set_idle: Option<Duration>,
-    ) -> Result<Option<u64>, sqlx::Error> {
-        let answer = match set_idle {
+    #[cfg(test)]
+    async fn idle_bound(&self, conn: &mut Self::Conn) -> Result<Duration, sqlx::Error> {
+        let millis: i64 = sqlx::query_scalar(
+            "SELECT setting::bigint FROM pg_settings WHERE name = 'idle_session_timeout'",
+        )
+        .fetch_one(conn)
+        .await?;
+        Ok(Duration::from_millis(millis.unsigned_abs()))
+    }
+
+    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried {
+        let answer = match idle {
             None => {
                 let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try_kept.as_str()))
                     .bind(name);
@@ -805,7 +808,6 @@ async fn advance_token(
 #[cfg(test)]
 mod tests {
     use std::str::FromStr;
-    use std::time::Duration;
 
     use sqlx::postgres::PgConnectOptions;
 
@@ -827,51 +829,6 @@ mod tests {
             PgConnectOptions::from_str(&url).expect("the test server's URL"),
             1,
         );
-        // The idle bound the server holds for the session.
-        let bound = async || {
-            sessions
-                .on_connection(async |conn| {
-                    sqlx::query_scalar::<_, String>("SHOW idle_session_timeout")
-                        .fetch_one(conn)
-                        .await
-                        .expect("show the idle bound")
-                })
-                .await
-                .expect("the session is open")
-        };
-        let name = format!("idle-bound-{}", std::process::id());
-        let lock = async |secs| {
-            let (handle, token) = sessions
-                .try_lock(&name, Duration::from_secs(secs))
-                .await
-                .expect("lock")
-                .expect("a free name is granted");
-            assert_eq!(token, 0, "no token is drawn");
-            let shown = bound().await;
-            assert!(
-                handle.release().await.expect("unlock"),
-                "the session held the name"
-            );
-            assert_eq!(
-                bound().await,
-                shown,
-                "the bound stays when the lock is given back"
-            );
-            shown
-        };
-        assert_eq!(lock(30).await, "30s", "a new session's bound is set");
-        // Changed behind the client's back: a lock of the same lease
-        // sends no statement for the bound, so the change shows.
-        sessions
-            .on_connection(async |conn| {
-                sqlx::raw_sql("SET idle_session_timeout = 5000")
-                    .execute(conn)
-                    .await
-                    .expect("change the bound")
-            })
-            .await
-            .expect("the session is open");
-        assert_eq!(lock(30).await, "5s", "an unchanged bound is not set again");
-        assert_eq!(lock(20).await, "20s", "a changed bound is set");
+        sessions.check_idle_bound_set_only_when_it_changes().await;
     }
 }

@@ -92,19 +92,14 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     /// A connection of the session's own (outside the pool).
     type Conn: sqlx::Connection + Send + 'static;
 
-    /// The session's idle bound set to `set_idle` if given (`None`: the
+    /// The session's idle bound set to `idle` if given (`None`: the
     /// server has it already), then one attempt at `name`, not waiting: if
     /// granted, the grant's fencing token, `name`'s counter advanced
     /// durably before answering (0 where grants draw none). A
     /// failure may leave `name` locked on the session (an advisory lock
     /// outlives the abort of the statement that took it): the caller gives
     /// it back.
-    async fn try_lock(
-        &self,
-        conn: &mut Self::Conn,
-        name: &str,
-        set_idle: Option<Duration>,
-    ) -> Result<Option<u64>, sqlx::Error>;
+    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried;
 
     /// Give `name` back; whether the session held it. The session's idle
     /// bound stays as it is.
@@ -113,7 +108,15 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     /// One statement proving the session alive, setting its idle bound to
     /// `idle`.
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error>;
+
+    /// The session's idle bound as the server holds it.
+    #[cfg(test)]
+    async fn idle_bound(&self, conn: &mut Self::Conn) -> Result<Duration, sqlx::Error>;
 }
+
+/// One attempt's answer on a session: the token if granted (0 where
+/// grants draw none), `None` if the name is held.
+pub(crate) type Tried = Result<Option<u64>, sqlx::Error>;
 
 /// An acquisition's answer: the grant if granted; an error says whether a
 /// new session might do better.
@@ -347,6 +350,47 @@ impl<S: SessionSql> SharedSessions<S> {
         let session = self.session(0).await.ok()?;
         let mut state = session.state.lock().await;
         Some(f(state.conn.as_mut()?).await)
+    }
+
+    /// The test, written once for every dialect, that a session sets its
+    /// idle bound only when a lock's lease asks for another, and keeps it
+    /// when its last lock is given back.
+    #[cfg(test)]
+    pub(crate) async fn check_idle_bound_set_only_when_it_changes(&self) {
+        let name = format!("idle-bound-{}", std::process::id());
+        let shown = async || {
+            self.on_connection(async |conn| self.sql.idle_bound(conn).await)
+                .await
+                .expect("the session is open")
+                .expect("read the idle bound")
+        };
+        let cycle = async |secs| {
+            let (handle, _token) = self
+                .try_lock(&name, Duration::from_secs(secs))
+                .await
+                .expect("lock")
+                .expect("a free name is granted");
+            let held = shown().await;
+            assert!(
+                handle.release().await.expect("unlock"),
+                "the session held the name"
+            );
+            assert_eq!(
+                shown().await,
+                held,
+                "the bound stays when the lock is given back"
+            );
+            held.as_secs()
+        };
+        assert_eq!(cycle(30).await, 30, "a new session's bound is set");
+        // Changed behind the client's back: a lock of the same lease
+        // sends no statement for the bound, so the change shows.
+        self.on_connection(async |conn| self.sql.keep(conn, Duration::from_secs(5)).await)
+            .await
+            .expect("the session is open")
+            .expect("change the bound");
+        assert_eq!(cycle(30).await, 5, "an unchanged bound is not set again");
+        assert_eq!(cycle(20).await, 20, "a changed bound is set");
     }
 
     /// Slot `i`'s session, opened if there is none (or it was lost).

@@ -23,6 +23,8 @@ const ROW_RENEWED: &str = "distlock row acquire + release";
 const ADVISORY: &str = "distlock advisory, auto-renew off";
 const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
 const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
+const ADVISORY_FLOOR: &str = "advisory floor: lock; token upsert; unlock";
+const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: lock; unlock";
 const ROW_PLAIN: &str = "distlock row, fencing=false";
 const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
 const TASKS: usize = 8;
@@ -32,18 +34,12 @@ const WORK: Duration = Duration::from_millis(1);
 /// A dialect's hand-written locks on plain connections: the floors
 /// distlock is compared with.
 pub(crate) trait Floors {
-    /// The server's name, in the report's title.
-    const SERVER: &'static str;
-    /// The label of [`durable_advisory`](Self::durable_advisory).
-    const ADVISORY_FLOOR: &'static str;
-    /// The label of [`advisory_plain`](Self::advisory_plain).
-    const ADVISORY_PLAIN_FLOOR: &'static str;
-
     /// One round trip.
     async fn ping(&mut self);
     /// The cheapest row lock with a durable token, on `name`'s row.
     async fn durable_row(&mut self, name: &str);
-    /// The cheapest advisory lock with a durable token.
+    /// The cheapest advisory lock with a durable token (the server's
+    /// advisory lock, the token's committed upsert, the unlock).
     async fn durable_advisory(&mut self, name: &str);
     /// The row lock without a token.
     async fn row_plain(&mut self, name: &str);
@@ -97,13 +93,13 @@ where
             &opts,
         ),
     ];
-    let mut m = Cycles::new(F::SERVER, BLOCK);
+    let mut m = Cycles::new(row.capabilities().backend, BLOCK);
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
         m.measure(RTT, async |_| floors.ping().await).await;
         m.measure(ROW_FLOOR, async |_| floors.durable_row("bench/raw").await)
             .await;
-        m.measure(F::ADVISORY_FLOOR, async |_| {
+        m.measure(ADVISORY_FLOOR, async |_| {
             floors.durable_advisory("bench/raw").await
         })
         .await;
@@ -112,7 +108,7 @@ where
             floors.row_plain("bench/raw").await
         })
         .await;
-        m.measure(F::ADVISORY_PLAIN_FLOOR, async |_| {
+        m.measure(ADVISORY_PLAIN_FLOOR, async |_| {
             floors.advisory_plain("bench/raw-plain").await
         })
         .await;
@@ -124,12 +120,12 @@ where
     let comparisons = [
         (ROW, ROW_FLOOR),
         (ROW_RENEWED, ROW_FLOOR),
-        (ADVISORY, F::ADVISORY_FLOOR),
-        (ADVISORY_RENEWED, F::ADVISORY_FLOOR),
+        (ADVISORY, ADVISORY_FLOOR),
+        (ADVISORY_RENEWED, ADVISORY_FLOOR),
         (ROW, ROW_PLAIN_FLOOR),
-        (ADVISORY, F::ADVISORY_PLAIN_FLOOR),
+        (ADVISORY, ADVISORY_PLAIN_FLOOR),
         (ROW_PLAIN, ROW_PLAIN_FLOOR),
-        (ADVISORY_PLAIN, F::ADVISORY_PLAIN_FLOOR),
+        (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
     ];
     for &(ours, floor) in comparisons.iter().chain(floors.more_comparisons()) {
         m.compare(ours, floor);
