@@ -8,7 +8,8 @@ use lock_core::LockError;
 use lock_core::raw::GuardHandle;
 use zookeeper_client::Error as ZkError;
 
-use crate::session::{Session, retrying_resendable, zk_error};
+use crate::error::zk_error;
+use crate::session::{Session, retrying_resendable};
 
 /// Our node in a lock's queue.
 pub(crate) struct ZkHandle {

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use lock_core::LockError;
 use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
+use crate::error::{connection_dropped, zk_error};
 use crate::path::{attempt_prefix, is_attempt, sequence};
-use crate::session::{Session, connection_dropped, retrying, retrying_resendable, zk_error};
+use crate::session::{Session, retrying, retrying_resendable};
 
 /// How many times the lock node may vanish between creating it and
 /// creating our child in it (an empty lock node is a container, which the

@@ -9,8 +9,9 @@ use lock_core::raw::{LeaseState, Retry};
 use lock_core::{LockError, LossKind, LossReason};
 use zookeeper_client::{Acls, Client, SessionState};
 
-use crate::BACKEND;
-use crate::url::{TlsFiles, ZkUrl};
+use crate::config::{TlsFiles, ZkUrl};
+use crate::error::{connection_dropped, connection_failed, zk_error};
+use crate::lock::BACKEND;
 
 /// How long a connection attempt to one member may take.
 const CONNECTION_TIMEOUT: Duration = Duration::from_secs(2);
@@ -212,12 +213,6 @@ where
     retrying_on(send, connection_dropped).await
 }
 
-/// The request's connection is gone, whatever became of the request: it
-/// failed, or the client ended it itself (no reply in time).
-pub(crate) fn connection_dropped(e: &zookeeper_client::Error) -> bool {
-    connection_failed(e) || connection_ended_by_client(e)
-}
-
 async fn retrying_on<T, F, Fut>(
     mut send: F,
     again: impl Fn(&zookeeper_client::Error) -> bool,
@@ -230,57 +225,4 @@ where
         .attempts(CONNECTION_LOSS_RETRIES + 1)
         .run("a zookeeper request", again, |_| send())
         .await
-}
-
-/// The request's connection failed, whatever became of the request: a
-/// connection loss as the client reports it, or an I/O error (a reset by
-/// a crashed server) that the client passes through as a custom error.
-pub(crate) fn connection_failed(e: &zookeeper_client::Error) -> bool {
-    if matches!(e, zookeeper_client::Error::ConnectionLoss) {
-        return true;
-    }
-    type Shared = std::sync::Arc<dyn std::error::Error + Send + Sync>;
-    let mut cause = std::error::Error::source(e);
-    while let Some(c) = cause {
-        // The client keeps a custom error's cause behind an `Arc`.
-        let inner = c.downcast_ref::<Shared>().map_or(c, |shared| &**shared);
-        if inner.is::<std::io::Error>() {
-            return true;
-        }
-        cause = inner.source();
-    }
-    false
-}
-
-/// A custom error with a message only: the client makes those just when
-/// it ends a connection itself (no reply within its timeout, a writable
-/// server found while read-only). The request is not sent again (its
-/// session may be gone), but the failure is the network's: transient.
-fn connection_ended_by_client(e: &zookeeper_client::Error) -> bool {
-    matches!(e, zookeeper_client::Error::Custom(_)) && std::error::Error::source(e).is_none()
-}
-
-/// A client error as a `LockError`: connection and session trouble, a
-/// throttling or read-only server, is `Unavailable` (transient); anything
-/// else (`NoAuth`, …) a backend error.
-pub(crate) fn zk_error(doing: &str, e: zookeeper_client::Error) -> LockError {
-    use zookeeper_client::Error as E;
-    if connection_dropped(&e) {
-        return LockError::unavailable(BACKEND, doing.to_string(), e);
-    }
-    match e {
-        E::SessionExpired
-        | E::NoHosts
-        | E::Timeout
-        | E::ClientClosed
-        | E::SessionMoved
-        | E::Throttled
-        | E::NotReadOnly => LockError::unavailable(BACKEND, doing.to_string(), e),
-        E::NoAuth | E::AuthFailed => LockError::backend(
-            BACKEND,
-            format!("{doing}: not authorised (check the URL's digest credentials)"),
-            e,
-        ),
-        other => LockError::backend(BACKEND, doing.to_string(), other),
-    }
 }

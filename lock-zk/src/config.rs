@@ -1,5 +1,6 @@
-//! The `zk://` and `zk+tls://` URLs: members, root path, credentials, TLS
-//! files and options.
+//! The lock's settings: [`ZkConfig`] for an application's own client,
+//! and the `zk://` and `zk+tls://` URLs (members, root path, credentials,
+//! TLS files and options).
 
 use std::fmt;
 use std::path::PathBuf;
@@ -199,6 +200,57 @@ mod tests {
                 }
                 other => panic!("{bad}: expected InvalidUrl, got {other:?}"),
             }
+        }
+    }
+}
+
+/// Settings of a ZooKeeper lock built on the application's own client
+/// ([`ZkLock::with_client`]): what a URL's path says, and who may touch the
+/// lock nodes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ZkConfig {
+    /// The absolute path under which lock nodes live, created as needed;
+    /// `/distlock` by default.
+    pub root: String,
+    /// Create lock nodes with the `creator_all` ACL (only clients holding
+    /// the creator's credentials may use them), as a URL with digest
+    /// credentials does; `false` (the default) gives them `anyone_all`.
+    pub creator_only: bool,
+}
+
+impl ZkConfig {
+    /// With [`root`](Self::root).
+    pub fn with_root(mut self, root: impl Into<String>) -> Self {
+        self.root = root.into();
+        self
+    }
+
+    /// With [`creator_only`](Self::creator_only).
+    pub fn with_creator_only(mut self, creator_only: bool) -> Self {
+        self.creator_only = creator_only;
+        self
+    }
+}
+
+impl ZkConfig {
+    /// The settings a `zk://` or `zk+tls://` URL carries (its root path;
+    /// creator-only nodes when it has credentials), read as
+    /// [`ZkLock::connect`] reads them, for [`ZkLock::with_client`].
+    pub fn from_url(url: &str) -> Result<Self, LockError> {
+        let parsed = ZkUrl::parse(url)?;
+        Ok(ZkConfig {
+            root: parsed.root,
+            creator_only: parsed.digest.is_some(),
+        })
+    }
+}
+
+impl Default for ZkConfig {
+    fn default() -> Self {
+        ZkConfig {
+            root: "/distlock".to_string(),
+            creator_only: false,
         }
     }
 }
