@@ -14,6 +14,7 @@
 
 mod config;
 mod error;
+mod handle;
 mod keys;
 mod lock;
 mod queue;

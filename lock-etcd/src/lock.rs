@@ -1,5 +1,5 @@
-//! `EtcdLock`: the client, the acquire path (one transaction, then a watch
-//! on the predecessor only) and the guard handle.
+//! `EtcdLock`: the client and the acquire path (one transaction, then a
+//! watch on the predecessor only).
 
 use std::collections::HashMap;
 use std::fmt;
@@ -7,9 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{
-    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, PutOptions, Txn, TxnOp,
-};
+use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue};
 use lock_core::raw::{
     GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
     Watchdog, validate_name,
@@ -22,6 +20,7 @@ use tokio::time::Instant;
 
 use crate::config::{EtcdConfig, parse_url};
 use crate::error::{self, BACKEND, map_etcd};
+use crate::handle::{EtcdHandle, Lease};
 use crate::keys;
 use crate::queue::{self, Place, Turn};
 use crate::requests;
@@ -89,32 +88,14 @@ pub struct EtcdLock {
     watchdog: Watchdog,
 }
 
-struct Inner {
-    client: Client,
+pub(crate) struct Inner {
+    pub(crate) client: Client,
     config: EtcdConfig,
     display: String,
     caps: Capabilities,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The key of every lock held through this client, by (name, token).
-    held: Mutex<HashMap<(String, i64), String>>,
-}
-
-/// The lease a key is attached to.
-#[derive(Clone)]
-enum Lease {
-    /// The client's session lease.
-    Session(Arc<Session>),
-    /// A lease of the lock's own.
-    Own { id: i64, ttl: Duration },
-}
-
-impl Lease {
-    fn id(&self) -> i64 {
-        match self {
-            Lease::Session(s) => s.lease,
-            Lease::Own { id, .. } => *id,
-        }
-    }
+    pub(crate) held: Mutex<HashMap<(String, i64), String>>,
 }
 
 impl EtcdLock {
@@ -644,134 +625,5 @@ impl fmt::Debug for EtcdLock {
             .field("server", &self.inner.display)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
-    }
-}
-
-/// One acquisition's key: released, extended and cleaned up through here.
-struct EtcdHandle {
-    inner: Arc<Inner>,
-    name: String,
-    dir: String,
-    key: String,
-    owner: String,
-    lease: Mutex<Lease>,
-    state: Arc<LeaseState>,
-    /// Our key's create revision, once put (0 before).
-    rev: Mutex<i64>,
-}
-
-impl EtcdHandle {
-    fn current_lease(&self) -> Lease {
-        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
-    }
-
-    fn lease_id(&self) -> i64 {
-        self.current_lease().id()
-    }
-
-    fn lease_ttl(&self) -> Duration {
-        match self.current_lease() {
-            Lease::Session(s) => s.ttl,
-            Lease::Own { ttl, .. } => ttl,
-        }
-    }
-
-    fn rev(&self) -> i64 {
-        *self.rev.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// One keep-alive of our lease: `false` if the lease is gone.
-    async fn keep_alive_once(&self) -> Result<bool, LockError> {
-        requests::keep_alive_once(&self.inner.client, self.lease_id()).await
-    }
-
-    /// Whether our key still exists with our revision.
-    async fn key_is_ours(&self, rev: i64) -> Result<bool, LockError> {
-        let txn = Txn::new().when([Compare::create_revision(
-            self.key.as_str(),
-            CompareOp::Equal,
-            rev,
-        )]);
-        let resp = requests::txn(&self.inner.client, txn, "checking a lock key").await?;
-        Ok(resp.succeeded())
-    }
-
-    /// Give back a lease of the lock's own, in the background.
-    fn revoke_own(&self, lease: &Lease) {
-        if let (Lease::Own { id, .. }, Ok(rt)) = (lease, tokio::runtime::Handle::try_current()) {
-            let (client, id) = (self.inner.client.clone(), *id);
-            rt.spawn(async move {
-                let _ = client.lease_client().revoke(id).await;
-            });
-        }
-    }
-}
-
-impl Drop for EtcdHandle {
-    fn drop(&mut self) {
-        let rev = self.rev();
-        self.inner
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&(std::mem::take(&mut self.name), rev));
-    }
-}
-
-#[async_trait]
-impl GuardHandle for EtcdHandle {
-    /// Delete our key; `true` if it was still there. No comparison is
-    /// needed: the key's name holds this acquisition's owner token, and only
-    /// this acquisition writes it (put if absent; moved to a longer lease
-    /// only while its create revision is ours), so whatever key of that name
-    /// exists is ours, whether or not we learnt its revision.
-    async fn release(&self) -> Result<bool, LockError> {
-        let held = requests::delete(&self.inner.client, &self.key, "releasing a lock").await?;
-        self.revoke_own(&self.current_lease());
-        Ok(held)
-    }
-
-    /// Keep the key's lease alive for at least `ttl`: a keep-alive if the
-    /// lease is long enough, else (a lease of the lock's own) a new lease of
-    /// `ttl` the key moves to. `false` if the key or its lease is gone.
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let rev = self.rev();
-        let lease = self.current_lease();
-        let current = self.lease_ttl();
-        if ttl <= current {
-            let (alive, ours) = tokio::join!(self.keep_alive_once(), self.key_is_ours(rev));
-            return Ok(alive? && ours?);
-        }
-        let Lease::Own { .. } = lease else {
-            return Err(LockError::invalid_options(format!(
-                "this lock lives on the client's session lease ({current:?}); extend it by at most that, or acquire with another TTL to give it a lease of its own"
-            )));
-        };
-        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
-        let granted = requests::grant(&self.inner.client, secs, "granting a lease").await?;
-        let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.key.as_str(),
-                CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::put(
-                self.key.as_str(),
-                self.owner.as_str(),
-                Some(PutOptions::new().with_lease(granted.id())),
-            )]);
-        let resp =
-            requests::txn(&self.inner.client, txn, "moving a lock to a longer lease").await?;
-        let fresh = Lease::Own {
-            id: granted.id(),
-            ttl: Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1)),
-        };
-        if resp.succeeded() {
-            *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
-            self.revoke_own(&lease);
-        } else {
-            self.revoke_own(&fresh);
-        }
-        Ok(resp.succeeded())
     }
 }

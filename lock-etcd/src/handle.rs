@@ -1,0 +1,161 @@
+//! The guard's handle on an etcd lock: one acquisition's key and the
+//! lease it lives on, released, extended and cleaned up through here.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use lock_core::LockError;
+use lock_core::raw::{GuardHandle, LeaseState};
+
+use crate::lock::Inner;
+use crate::requests;
+use crate::session::Session;
+
+/// The lease a key is attached to.
+#[derive(Clone)]
+pub(crate) enum Lease {
+    /// The client's session lease.
+    Session(Arc<Session>),
+    /// A lease of the lock's own.
+    Own { id: i64, ttl: Duration },
+}
+
+impl Lease {
+    pub(crate) fn id(&self) -> i64 {
+        match self {
+            Lease::Session(s) => s.lease,
+            Lease::Own { id, .. } => *id,
+        }
+    }
+}
+
+/// One acquisition's key: released, extended and cleaned up through here.
+pub(crate) struct EtcdHandle {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) name: String,
+    pub(crate) dir: String,
+    pub(crate) key: String,
+    pub(crate) owner: String,
+    pub(crate) lease: Mutex<Lease>,
+    pub(crate) state: Arc<LeaseState>,
+    /// Our key's create revision, once put (0 before).
+    pub(crate) rev: Mutex<i64>,
+}
+
+impl EtcdHandle {
+    pub(crate) fn current_lease(&self) -> Lease {
+        self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    pub(crate) fn lease_id(&self) -> i64 {
+        self.current_lease().id()
+    }
+
+    pub(crate) fn lease_ttl(&self) -> Duration {
+        match self.current_lease() {
+            Lease::Session(s) => s.ttl,
+            Lease::Own { ttl, .. } => ttl,
+        }
+    }
+
+    pub(crate) fn rev(&self) -> i64 {
+        *self.rev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// One keep-alive of our lease: `false` if the lease is gone.
+    pub(crate) async fn keep_alive_once(&self) -> Result<bool, LockError> {
+        requests::keep_alive_once(&self.inner.client, self.lease_id()).await
+    }
+
+    /// Whether our key still exists with our revision.
+    pub(crate) async fn key_is_ours(&self, rev: i64) -> Result<bool, LockError> {
+        let txn = Txn::new().when([Compare::create_revision(
+            self.key.as_str(),
+            CompareOp::Equal,
+            rev,
+        )]);
+        let resp = requests::txn(&self.inner.client, txn, "checking a lock key").await?;
+        Ok(resp.succeeded())
+    }
+
+    /// Give back a lease of the lock's own, in the background.
+    pub(crate) fn revoke_own(&self, lease: &Lease) {
+        if let (Lease::Own { id, .. }, Ok(rt)) = (lease, tokio::runtime::Handle::try_current()) {
+            let (client, id) = (self.inner.client.clone(), *id);
+            rt.spawn(async move {
+                let _ = client.lease_client().revoke(id).await;
+            });
+        }
+    }
+}
+
+impl Drop for EtcdHandle {
+    fn drop(&mut self) {
+        let rev = self.rev();
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&(std::mem::take(&mut self.name), rev));
+    }
+}
+
+#[async_trait]
+impl GuardHandle for EtcdHandle {
+    /// Delete our key; `true` if it was still there. No comparison is
+    /// needed: the key's name holds this acquisition's owner token, and only
+    /// this acquisition writes it (put if absent; moved to a longer lease
+    /// only while its create revision is ours), so whatever key of that name
+    /// exists is ours, whether or not we learnt its revision.
+    async fn release(&self) -> Result<bool, LockError> {
+        let held = requests::delete(&self.inner.client, &self.key, "releasing a lock").await?;
+        self.revoke_own(&self.current_lease());
+        Ok(held)
+    }
+
+    /// Keep the key's lease alive for at least `ttl`: a keep-alive if the
+    /// lease is long enough, else (a lease of the lock's own) a new lease of
+    /// `ttl` the key moves to. `false` if the key or its lease is gone.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let rev = self.rev();
+        let lease = self.current_lease();
+        let current = self.lease_ttl();
+        if ttl <= current {
+            let (alive, ours) = tokio::join!(self.keep_alive_once(), self.key_is_ours(rev));
+            return Ok(alive? && ours?);
+        }
+        let Lease::Own { .. } = lease else {
+            return Err(LockError::invalid_options(format!(
+                "this lock lives on the client's session lease ({current:?}); extend it by at most that, or acquire with another TTL to give it a lease of its own"
+            )));
+        };
+        let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
+        let granted = requests::grant(&self.inner.client, secs, "granting a lease").await?;
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                rev,
+            )])
+            .and_then([TxnOp::put(
+                self.key.as_str(),
+                self.owner.as_str(),
+                Some(PutOptions::new().with_lease(granted.id())),
+            )]);
+        let resp =
+            requests::txn(&self.inner.client, txn, "moving a lock to a longer lease").await?;
+        let fresh = Lease::Own {
+            id: granted.id(),
+            ttl: Duration::from_secs(u64::try_from(granted.ttl()).unwrap_or(0).max(1)),
+        };
+        if resp.succeeded() {
+            *self.lease.lock().unwrap_or_else(|e| e.into_inner()) = fresh;
+            self.revoke_own(&lease);
+        } else {
+            self.revoke_own(&fresh);
+        }
+        Ok(resp.succeeded())
+    }
+}
