@@ -15,6 +15,7 @@
 mod config;
 mod error;
 mod extends;
+mod handle;
 mod keys;
 mod lock;
 mod queue_wait;

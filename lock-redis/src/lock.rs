@@ -1,4 +1,4 @@
-//! `RedisLock`: the client, its acquire path and its guard handle.
+//! `RedisLock`: the client and its acquire path.
 
 use std::fmt;
 use std::future::Future;
@@ -20,10 +20,11 @@ use tokio::time::Instant;
 use crate::config::{RedisConfig, parse_url};
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
-use crate::keys::{Keys, LockKeys};
+use crate::handle::RedisHandle;
+use crate::keys::Keys;
 use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
 use crate::script_call::ScriptCall;
-use crate::scripts::{ACQUIRE, RELEASE, WITHDRAW};
+use crate::scripts::{ACQUIRE, WITHDRAW};
 use crate::state::read_state;
 use crate::subscriber::{Subscriber, Subscription};
 
@@ -69,16 +70,16 @@ pub struct RedisLock {
     watchdog: Watchdog,
 }
 
-struct Inner {
+pub(crate) struct Inner {
     client: redis::Client,
-    conn: ConnectionManager,
+    pub(crate) conn: ConnectionManager,
     keys: Keys,
-    config: RedisConfig,
+    pub(crate) config: RedisConfig,
     display: String,
     subscriber: OnceCell<Arc<Subscriber>>,
     wakeups: Wakeups,
     /// Extends (renewals) waiting together go out as one script run.
-    extends: Batcher<Extension, bool>,
+    pub(crate) extends: Batcher<Extension, bool>,
 }
 
 impl RedisLock {
@@ -391,38 +392,5 @@ impl QueuedLock for Queue<'_> {
     /// TTL (set by someone else).
     fn pause_while_held(&self, holder_left: Option<Duration>, _: &LockOptions, _: u32) -> Duration {
         holder_left.unwrap_or(BACKSTOP)
-    }
-}
-
-struct RedisHandle {
-    inner: Arc<Inner>,
-    keys: LockKeys,
-    /// The owner token, as stored in the lock key.
-    owner: String,
-}
-
-#[async_trait]
-impl GuardHandle for RedisHandle {
-    async fn release(&self) -> Result<bool, LockError> {
-        let mut conn = self.inner.conn.clone();
-        let keys = &self.keys;
-        let mut call = ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 3);
-        call.arg(&self.owner)
-            .arg(&self.keys.channel)
-            .arg(self.inner.config.handoff_window.as_millis() as u64);
-        let released: i64 = call
-            .invoke(&mut conn)
-            .await
-            .map_err(|e| map_redis("releasing a lock", e))?;
-        Ok(released == 1)
-    }
-
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let extension = Extension {
-            key: self.keys.lock.clone(),
-            owner: self.owner.clone(),
-            ttl,
-        };
-        self.inner.extends.call(extension).await
     }
 }
