@@ -11,6 +11,8 @@
 //! they cannot be met.
 
 mod config;
+mod error;
+mod handle;
 mod lock;
 mod node;
 mod quorum;

@@ -1,5 +1,5 @@
-//! `Redlock`: the client, the quorum acquire with its fencing write-back,
-//! the waiting loop and the guard handle.
+//! `Redlock`: the client, the quorum acquire with its fencing write-back
+//! and the waiting loop.
 
 use std::fmt;
 use std::sync::Arc;
@@ -17,8 +17,10 @@ use lock_redis::raw::{Keys, LockState, QueuedLock, Subscription, wait_in_queue};
 use tokio::time::Instant;
 
 use crate::config::{RedlockConfig, parse_url};
-use crate::node::{BACKEND, LockRef, Node, NodeGrant, Waiter};
-use crate::quorum::{Replies, Stragglers, causes, count, failed, gather, majority};
+use crate::error::{BACKEND, causes, quorum_not_reached};
+use crate::handle::RedlockHandle;
+use crate::node::{LockRef, Node, NodeGrant, Waiter};
+use crate::quorum::{Replies, Stragglers, count, failed, gather, majority};
 
 const CAPABILITIES: Capabilities =
     // Safety rests on timing assumptions (bounded pauses, clock rates,
@@ -97,13 +99,13 @@ pub struct Redlock {
     watchdog: Watchdog,
 }
 
-struct Inner {
-    nodes: Vec<Arc<Node>>,
+pub(crate) struct Inner {
+    pub(crate) nodes: Vec<Arc<Node>>,
     /// Each node's `host:port/db`, for diagnostics.
-    names: Vec<String>,
+    pub(crate) names: Vec<String>,
     keys: Keys,
     config: RedlockConfig,
-    quorum: usize,
+    pub(crate) quorum: usize,
     wakeups: Wakeups,
 }
 
@@ -358,11 +360,7 @@ impl Redlock {
         }
         let down = failed(&replies);
         if n - down < q {
-            return Err(LockError::QuorumNotReached {
-                acquired: grants.len(),
-                needed: q,
-                causes: causes(&replies, &inner.names),
-            });
+            return Err(quorum_not_reached(grants.len(), q, &replies, &inner.names));
         }
         Ok(Attempt::Held {
             expires_in: if grants.is_empty() {
@@ -667,79 +665,6 @@ impl QueuedLock for Queue<'_> {
     /// fails it in bounded time.
     fn unreachable(&self, error: &LockError) -> bool {
         matches!(error, LockError::QuorumNotReached { .. })
-    }
-}
-
-struct RedlockHandle {
-    inner: Arc<Inner>,
-    lock: Arc<LockRef>,
-}
-
-#[async_trait]
-impl GuardHandle for RedlockHandle {
-    /// Release on every node at once; `true` if a majority still held it.
-    /// Done as soon as the answer is settled; slow nodes finish in the
-    /// background. Each node gets the longer release bound (see
-    /// `Node::release`) rather than a retry: a release that ran but whose
-    /// answer was lost would find the key gone when asked again, and could
-    /// not tell that from a lock that was no longer ours.
-    async fn release(&self) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let q = inner.quorum;
-        let replies = gather(
-            inner
-                .nodes
-                .iter()
-                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), None)),
-            Stragglers::Finish,
-            |r| {
-                let ours = count(r, |&ours| ours);
-                let open = r.iter().filter(|r| r.is_none()).count();
-                ours >= q || ours + failed(r) + open < q
-            },
-        )
-        .await;
-        let ours = count(&replies, |&ours| ours);
-        if ours >= inner.quorum {
-            return Ok(true);
-        }
-        if ours + failed(&replies) >= inner.quorum {
-            // The unreachable nodes could have made it a majority.
-            return Err(LockError::QuorumNotReached {
-                acquired: ours,
-                needed: inner.quorum,
-                causes: causes(&replies, &inner.names),
-            });
-        }
-        Ok(false)
-    }
-
-    /// Extend on every node at once; `true` once a majority extended,
-    /// `false` if too many nodes say it is no longer ours.
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let (n, q) = (inner.nodes.len(), inner.quorum);
-        let replies = gather(
-            inner
-                .nodes
-                .iter()
-                .map(|node| Arc::clone(node).extend(Arc::clone(&self.lock), ttl)),
-            Stragglers::Finish,
-            |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
-        )
-        .await;
-        let extended = count(&replies, |&ok| ok);
-        if extended >= q {
-            Ok(true)
-        } else if n - count(&replies, |&ok| !ok) < q {
-            Ok(false)
-        } else {
-            Err(LockError::QuorumNotReached {
-                acquired: extended,
-                needed: q,
-                causes: causes(&replies, &inner.names),
-            })
-        }
     }
 }
 

@@ -16,9 +16,8 @@ use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
 use crate::config::{NodeUrl, RedlockConfig};
+use crate::error::{BACKEND, node_reply};
 use crate::scripts::FENCE;
-
-pub(crate) const BACKEND: &str = "redlock";
 
 /// A queued waiter: its id (the payload of the release message that wakes
 /// it) and its arrival ticket, the same on every node, so that every node
@@ -135,19 +134,8 @@ impl Node {
         doing: &'static str,
         fut: impl Future<Output = redis::RedisResult<T>>,
     ) -> impl Future<Output = Result<T, LockError>> {
-        tokio::time::timeout(limit, fut).map(move |reply| match reply {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(map_error(
-                BACKEND,
-                &format!("{doing} on {}", self.display),
-                e,
-            )),
-            Err(_) => Err(LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("{doing} on {}: no answer within {limit:?}", self.display),
-                source: None,
-            }),
-        })
+        tokio::time::timeout(limit, fut)
+            .map(move |reply| node_reply(&self.display, doing, limit, reply))
     }
 
     /// `SET lock owner NX PX ttl` and, if granted, `INCR` of the counter
@@ -276,19 +264,9 @@ impl Node {
         let mut conn = self.conn.clone();
         let ping = redis::cmd("PING");
         let reply = ping.query_async::<String>(&mut conn);
-        match tokio::time::timeout(connect_timeout + self.timeout, reply).await {
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(map_error(
-                BACKEND,
-                &format!("connecting to {}", self.display),
-                e,
-            )),
-            Err(_) => Err(LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("connecting to {}: no answer in time", self.display),
-                source: None,
-            }),
-        }
+        let limit = connect_timeout + self.timeout;
+        let reply = tokio::time::timeout(limit, reply).await;
+        node_reply(&self.display, "connecting (PING)", limit, reply).map(drop)
     }
 
     /// This node's view of one lock, read atomically.

@@ -69,28 +69,6 @@ pub(crate) fn failed<T>(replies: &Replies<T>) -> usize {
     replies.iter().filter(|r| matches!(r, Some(Err(_)))).count()
 }
 
-/// `"node: cause"` for every node that failed, for diagnostics.
-pub(crate) fn causes<T>(replies: &Replies<T>, names: &[String]) -> Vec<String> {
-    replies
-        .iter()
-        .zip(names)
-        .filter_map(|(r, name)| match r {
-            Some(Err(e)) => {
-                // The whole chain: "unavailable: releasing on X" alone does
-                // not say whether it timed out, was refused or dropped.
-                let mut cause = format!("{name}: {e}");
-                let mut source = std::error::Error::source(e);
-                while let Some(inner) = source {
-                    cause.push_str(&format!(": {inner}"));
-                    source = inner.source();
-                }
-                Some(cause)
-            }
-            _ => None,
-        })
-        .collect()
-}
-
 /// The majority of `n` nodes.
 pub(crate) fn majority(n: usize) -> usize {
     n / 2 + 1
@@ -99,6 +77,7 @@ pub(crate) fn majority(n: usize) -> usize {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::error::causes;
 
     #[test]
     fn majorities() {

@@ -1,0 +1,86 @@
+//! The guard's handle on a Redlock: release and extend on every node at
+//! once, answered by the majority.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use lock_core::LockError;
+use lock_core::raw::GuardHandle;
+
+use crate::error::quorum_not_reached;
+use crate::lock::Inner;
+use crate::node::LockRef;
+use crate::quorum::{Stragglers, count, failed, gather};
+
+/// One grant's handle: the lock's keys and owner on every node, released
+/// and extended on all of them at once.
+pub(crate) struct RedlockHandle {
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) lock: Arc<LockRef>,
+}
+
+#[async_trait]
+impl GuardHandle for RedlockHandle {
+    /// Release on every node at once; `true` if a majority still held it.
+    /// Done as soon as the answer is settled; slow nodes finish in the
+    /// background. Each node gets the longer release bound (see
+    /// `Node::release`) rather than a retry: a release that ran but whose
+    /// answer was lost would find the key gone when asked again, and could
+    /// not tell that from a lock that was no longer ours.
+    async fn release(&self) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let q = inner.quorum;
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), None)),
+            Stragglers::Finish,
+            |r| {
+                let ours = count(r, |&ours| ours);
+                let open = r.iter().filter(|r| r.is_none()).count();
+                ours >= q || ours + failed(r) + open < q
+            },
+        )
+        .await;
+        let ours = count(&replies, |&ours| ours);
+        if ours >= inner.quorum {
+            return Ok(true);
+        }
+        if ours + failed(&replies) >= inner.quorum {
+            // The unreachable nodes could have made it a majority.
+            return Err(quorum_not_reached(
+                ours,
+                inner.quorum,
+                &replies,
+                &inner.names,
+            ));
+        }
+        Ok(false)
+    }
+
+    /// Extend on every node at once; `true` once a majority extended,
+    /// `false` if too many nodes say it is no longer ours.
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let (n, q) = (inner.nodes.len(), inner.quorum);
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).extend(Arc::clone(&self.lock), ttl)),
+            Stragglers::Finish,
+            |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
+        )
+        .await;
+        let extended = count(&replies, |&ok| ok);
+        if extended >= q {
+            Ok(true)
+        } else if n - count(&replies, |&ok| !ok) < q {
+            Ok(false)
+        } else {
+            Err(quorum_not_reached(extended, q, &replies, &inner.names))
+        }
+    }
+}
