@@ -31,11 +31,11 @@ use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{ConnectOptions, Database, Pool};
 use tokio::time::Instant;
 
+use crate::config::{SqlConfig, SqlMode, SqlUrl};
 use crate::error::map_sqlx;
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::shared::{SessionSql, SharedSessions};
-use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 /// A lock granted on a connection of its own: the connection (holding the
 /// lock), the grant's token (0 without fencing) and when it was asked for.
@@ -222,6 +222,7 @@ impl<D> SqlLock<D> {
     }
 
     /// The dialect, with its connections.
+    #[cfg(any(test, feature = "postgres"))]
     pub(crate) fn dialect(&self) -> &D {
         &self.dialect
     }

@@ -18,6 +18,8 @@
 //! ever travel as bind parameters.
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod config;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod engine;
 #[cfg(any(feature = "sqlite", feature = "postgres", feature = "mysql"))]
 mod error;
@@ -32,13 +34,9 @@ mod postgres;
 mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
-#[cfg(feature = "sqlite")]
-mod sqlite_batch;
-#[cfg(feature = "sqlite")]
-mod sqlite_gate;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-mod url_opts;
 
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+pub use config::{SqlConfig, SqlMode};
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use engine::SqlLock;
 pub use ident::{Identifier, MAX_IDENTIFIER_LEN};
@@ -52,5 +50,3 @@ pub use sqlite::{SqliteConfig, SqliteLock};
 /// constructors (an application's own pool) and the transactions of
 /// `PgLockedTransaction`.
 pub use sqlx;
-#[cfg(any(feature = "postgres", feature = "mysql"))]
-pub use url_opts::{SqlConfig, SqlMode};

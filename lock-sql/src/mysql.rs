@@ -47,11 +47,11 @@ use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql, Row};
 use tokio::time::Instant;
 
+use crate::config::{SqlConfig, SqlMode, SqlUrl};
 use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
 use crate::shared::{SessionSql, Tried};
-use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "mysql";
 

@@ -67,12 +67,12 @@ use sqlx::postgres::PgConnectOptions;
 use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
+use crate::config::{SqlConfig, SqlMode, SqlUrl};
 use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
 use crate::shared::{SessionSql, Tried};
-use crate::url_opts::{SqlConfig, SqlMode, SqlUrl};
 
 const BACKEND: &str = "postgres";
 
@@ -812,8 +812,8 @@ mod tests {
     use sqlx::postgres::PgConnectOptions;
 
     use super::{PgSession, Statements};
+    use crate::config::SqlConfig;
     use crate::shared::SharedSessions;
-    use crate::url_opts::SqlConfig;
 
     /// A shared session sets its idle bound only when a lock asks for
     /// another, and keeps it when its last lock is given back.

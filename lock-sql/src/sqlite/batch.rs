@@ -15,9 +15,9 @@ use sqlx::AssertSqlSafe;
 use sqlx::query::QueryScalar;
 use sqlx::sqlite::{Sqlite, SqliteArguments, SqlitePool};
 
+use super::gate::WriteGate;
 use crate::error::map_sqlx;
 use crate::ident::Identifier;
-use super::gate::WriteGate;
 
 /// The most leases one transaction touches.
 const MAX_BATCH: usize = 1024;
