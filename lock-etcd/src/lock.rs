@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue};
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
-    Watchdog, validate_name,
+    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
+    Unrenewed, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -526,7 +526,7 @@ enum Step {
 }
 
 /// How many places in the queue one waiting acquisition may go through.
-const PLACES_PER_ACQUIRE: usize = 3;
+const PLACES_PER_ACQUIRE: u32 = 3;
 
 /// An acquisition whose key went with its lease or session before the
 /// grant: the server was unreachable for too long. Transient; `Lost`
@@ -555,20 +555,22 @@ impl RawLock for EtcdLock {
     /// session, while its wait allows, as a ZooKeeper waiter does.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
         let name = req.name;
-        let mut places = 0;
-        loop {
-            places += 1;
-            match self.acquire_inner(name, req.opts, req.deadline, true).await {
-                Ok(Some(guard)) => return Ok(Some(guard)),
-                Ok(None) | Err(LockError::Timeout { .. }) => return Ok(None),
-                Err(LockError::Lost { .. })
-                    if places < PLACES_PER_ACQUIRE && !req.expired_at(Instant::now()) =>
-                {
-                    tracing::info!(lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
+        let place_lost = |e: &LockError| matches!(e, LockError::Lost { .. });
+        let outcome = Retry::immediately()
+            .attempts(PLACES_PER_ACQUIRE)
+            .deadline(req.deadline)
+            .run("waiting for an etcd lock", place_lost, |sent| {
+                if sent > 0 {
+                    tracing::info!(target: "distlock", lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
                 }
-                Err(LockError::Lost { .. }) => return Err(place_gone(name)),
-                Err(e) => return Err(e),
-            }
+                self.acquire_inner(name, req.opts, req.deadline, true)
+            })
+            .await;
+        match outcome {
+            Ok(Some(guard)) => Ok(Some(guard)),
+            Ok(None) | Err(LockError::Timeout { .. }) => Ok(None),
+            Err(LockError::Lost { .. }) => Err(place_gone(name)),
+            Err(e) => Err(e),
         }
     }
 

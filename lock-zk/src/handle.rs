@@ -4,8 +4,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::LockError;
-use lock_core::raw::GuardHandle;
+use lock_core::raw::{GuardHandle, Retry};
+use lock_core::{Backoff, LockError};
 use zookeeper_client::Error as ZkError;
 
 use crate::error::zk_error;
@@ -18,32 +18,35 @@ pub(crate) struct ZkHandle {
     pub path: String,
 }
 
-/// How long the background delete waits between attempts, at most.
-const BACKGROUND_RETRY_MAX: Duration = Duration::from_secs(2);
+/// The background delete's pauses: the first before its first attempt,
+/// doubling up to two seconds.
+fn background_retry() -> Backoff {
+    Backoff::default()
+        .with_initial(Duration::from_millis(100))
+        .with_max(Duration::from_secs(2))
+        .with_jitter(0.0)
+}
 
 impl ZkHandle {
     /// Keep deleting until the node is gone or the session has ended.
     async fn delete_in_background(self) {
-        let mut pause = Duration::from_millis(100);
-        loop {
-            if self.session.is_terminated() {
-                tracing::debug!(path = %self.path, "session ended; the node went with it");
-                return;
+        let backoff = background_retry();
+        tokio::time::sleep(backoff.initial).await;
+        let still_cut = |e: &LockError| e.is_transient() && !self.session.is_terminated();
+        let outcome = Retry::with_backoff(backoff)
+            .run("releasing a lock in the background", still_cut, |_| {
+                self.delete()
+            })
+            .await;
+        match outcome {
+            Ok(_) => {
+                tracing::info!(target: "distlock", path = %self.path, "a release cut by a connection failure completed");
             }
-            tokio::time::sleep(pause).await;
-            match self.delete().await {
-                Ok(_) => {
-                    tracing::info!(path = %self.path, "a release cut by a connection failure completed");
-                    return;
-                }
-                Err(e) if e.is_transient() => {
-                    tracing::debug!(path = %self.path, error = %e, "release still cut; trying again");
-                    pause = (pause * 2).min(BACKGROUND_RETRY_MAX);
-                }
-                Err(e) => {
-                    tracing::warn!(path = %self.path, error = %e, "release failed; the node goes with its session");
-                    return;
-                }
+            Err(e) if e.is_transient() => {
+                tracing::debug!(target: "distlock", path = %self.path, error = %e, "session ended; the node went with it");
+            }
+            Err(e) => {
+                tracing::warn!(target: "distlock", path = %self.path, error = %e, "release failed; the node goes with its session");
             }
         }
     }

@@ -2,6 +2,7 @@
 //! implementation (join the queue, wait for the predecessor, grant).
 
 use std::fmt;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -100,7 +101,7 @@ struct Inner {
 
 /// How many sessions one waiting acquisition may go through: a waiter whose
 /// session expires joins the queue again on a fresh one.
-const SESSIONS_PER_ACQUIRE: usize = 3;
+const SESSIONS_PER_ACQUIRE: u32 = 3;
 
 /// How many times one acquisition tries to start a fresh session whose
 /// connection fails for a transient reason (the server just back, a
@@ -240,25 +241,36 @@ impl ZkLock {
             .saturating_sub(1))
     }
 
+    /// Join the queue and wait; a waiter whose session ends meanwhile joins
+    /// again on a fresh one, at most [`SESSIONS_PER_ACQUIRE`] times in all
+    /// and not past the wait's deadline.
     async fn acquire_inner(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
-        let dir = lock_node(&self.inner.root, name);
-        let mut sessions = 0;
-        loop {
+        let (opts, deadline) = (req.opts, req.deadline);
+        let dir = lock_node(&self.inner.root, req.name);
+        // Whether the last attempt failed because its session ended.
+        let session_ended = AtomicBool::new(false);
+        let (ended, dir) = (&session_ended, dir.as_str());
+        let session_gone = |_: &LockError| ended.load(Ordering::Relaxed);
+        let join = move |sent| async move {
+            if sent > 0 {
+                tracing::info!(
+                    target: "distlock",
+                    name = req.name,
+                    "zookeeper session ended while waiting; queueing again on a new one"
+                );
+            }
+            ended.store(false, Ordering::Relaxed);
             let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
-            sessions += 1;
-            match self.attempt(&session, &dir, req).await {
-                Err(e)
-                    if session.is_terminated()
-                        && sessions < SESSIONS_PER_ACQUIRE
-                        && deadline.is_none_or(|d| Instant::now() < d) =>
-                {
-                    tracing::info!(error = %e, name, "zookeeper session ended while waiting; queueing again on a new one");
-                }
-                done => return done,
-            }
-        }
+            let done = self.attempt(&session, dir, req).await;
+            ended.store(done.is_err() && session.is_terminated(), Ordering::Relaxed);
+            done
+        };
+        Retry::immediately()
+            .attempts(SESSIONS_PER_ACQUIRE)
+            .deadline(deadline)
+            .run("waiting for a zookeeper lock", session_gone, join)
+            .await
     }
 
     /// Join the queue in `session` and wait (until `deadline`) to be first.
