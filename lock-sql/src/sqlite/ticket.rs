@@ -33,7 +33,8 @@ pub(crate) struct Ticket {
 struct Place {
     /// The ticket number and when its heartbeat was last written.
     taken: Option<(i64, Instant)>,
-    /// The waiter left: a ticket taken from now on is deleted at once.
+    /// The waiter left: a ticket being taken now is rolled back, never
+    /// committed.
     left: bool,
 }
 
