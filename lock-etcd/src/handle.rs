@@ -5,7 +5,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::LockError;
 use lock_core::raw::{GuardHandle, LeaseState};
 
@@ -69,15 +69,24 @@ impl EtcdHandle {
         requests::keep_alive_once(&self.inner.client, self.lease_id()).await
     }
 
-    /// Whether our key still exists with our revision.
+    /// Whether our key still exists with our revision, by a linearizable
+    /// read. Not a transaction of the comparison alone: etcd serves a
+    /// transaction without operations as a serializable read, from the
+    /// member's own store, and a member behind the leader answers it from
+    /// before our key was put.
     pub(crate) async fn key_is_ours(&self, rev: i64) -> Result<bool, LockError> {
-        let txn = Txn::new().when([Compare::create_revision(
-            self.key.as_str(),
-            CompareOp::Equal,
-            rev,
-        )]);
-        let resp = requests::txn(&self.inner.client, txn, "checking a lock key").await?;
-        Ok(resp.succeeded())
+        let options = GetOptions::new().with_keys_only();
+        let resp = requests::get(
+            &self.inner.client,
+            &self.key,
+            options,
+            "checking a lock key",
+        )
+        .await?;
+        Ok(resp
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.create_revision() == rev))
     }
 
     /// Give back a lease of the lock's own, in the background.
