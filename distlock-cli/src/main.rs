@@ -13,9 +13,12 @@
 
 mod compare;
 mod exit;
+mod group;
 mod release;
 mod run;
+mod signals;
 mod status;
+mod terminal;
 mod wait_arg;
 
 use std::process::ExitCode;
@@ -51,10 +54,18 @@ enum Command {
     Compare(compare::CompareArgs),
 }
 
+/// Whether distlock's log lines on stderr may carry colour: only on a
+/// terminal, and not when `NO_COLOR` is set to anything but "".
+fn colour_on_stderr() -> bool {
+    use std::io::IsTerminal;
+    std::io::stderr().is_terminal() && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty())
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     tracing_subscriber::fmt()
         .with_writer(std::io::stderr)
+        .with_ansi(colour_on_stderr())
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("DISTLOCK_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn")),

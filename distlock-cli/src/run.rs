@@ -1,19 +1,22 @@
 //! `distlock run`: acquire a lock, run a command while holding it, release
-//! it when the command exits.
+//! it when the command and everything it started have exited.
 //!
+//! - The command leads a process group of its own ([`crate::group`]);
+//!   nothing started in it outlives the lock: on a loss, and when the
+//!   command exits leaving processes behind, the whole group gets SIGTERM,
+//!   then SIGKILL after `--kill-grace`, and the lock is released only once
+//!   the group is gone.
 //! - The lock is auto-renewed while the command runs. If it is lost
 //!   (`lost()` fires: taken over, its session or connection gone, or a
-//!   renewal failed until its validity deadline), the command gets SIGTERM,
-//!   then SIGKILL after `--kill-grace`, and `distlock` exits with
-//!   [`exit::LOST`].
+//!   renewal failed until its validity deadline), or found no longer ours
+//!   at release, `distlock` exits with [`exit::LOST`], never with the
+//!   command's own code.
 //! - `--hold-at-least D` keeps the lock, renewed, until `D` after the grant
 //!   even if the command ends sooner: `distlock` stays running and releases
 //!   then. (A lease left to outlive the process would not work on the
 //!   backends whose locks end with their connection.)
-//! - SIGINT, SIGTERM and SIGHUP are passed on to the command; a signal that
-//!   arrives while waiting for the lock stops the wait.
+//! - Signals: see [`crate::signals`] and [`crate::terminal`].
 
-use std::convert::Infallible;
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::process::ExitStatus;
@@ -21,29 +24,35 @@ use std::time::Duration;
 
 use clap::Args;
 use distlock::{DistributedLock, LockError, LockGuard, LockOptions, Wait};
-use indicatif::{ProgressBar, ProgressDrawTarget, ProgressStyle};
-use rustix::process::{Pid, Signal};
-use tokio::process::{Child, Command};
-use tokio::signal::unix::{SignalKind, signal};
+use indicatif::{ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
+use rustix::process::Signal;
+use tokio::process::Command;
 use tokio::time::Instant;
 
 use crate::exit;
+use crate::group::{self, Group};
+use crate::signals::{self, Received, Signals};
 use crate::status::held_by;
+use crate::terminal;
 use crate::wait_arg::{parse_duration, parse_wait};
+
+/// How long an acquisition waits before the spinner appears: a lock that
+/// is free at once shows nothing.
+const SPINNER_AFTER: Duration = Duration::from_millis(300);
 
 /// Arguments of `distlock run`.
 #[derive(Args)]
 pub(crate) struct RunArgs {
     /// The lock service, e.g. redis://host:6379, postgres://user:pass@host/db,
     /// etcd://host:2379, sqlite:///var/lib/app/locks.db
-    #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
+    #[arg(short = 'u', long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: String,
     /// The lease TTL; the lock is renewed about every third of it while held.
-    #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
+    #[arg(short = 't', long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     ttl: Duration,
     /// How long to wait for a held lock: a duration, `forever`, or `none`
     /// (one attempt).
-    #[arg(long, default_value = "forever", value_parser = parse_wait, value_name = "DURATION|forever|none")]
+    #[arg(short = 'w', long, default_value = "forever", value_parser = parse_wait, value_name = "DURATION|forever|none")]
     wait: Wait,
     /// Keep the lock until this long after it was granted, even if the
     /// command ends sooner (so that a job started on several machines runs
@@ -51,10 +60,18 @@ pub(crate) struct RunArgs {
     /// then.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     hold_at_least: Option<Duration>,
-    /// After a lost lock, how long the command has between SIGTERM and
-    /// SIGKILL.
+    /// After a lost lock (or when the command exits leaving processes
+    /// behind), how long the command's process group has between SIGTERM
+    /// and SIGKILL.
     #[arg(long, default_value = "10s", value_parser = parse_duration, value_name = "DURATION")]
     kill_grace: Duration,
+    /// The exit code when the lock is held by someone else (as flock's -E).
+    #[arg(short = 'E', long, default_value_t = exit::BUSY, value_name = "N")]
+    conflict_exit_code: u8,
+    /// Say nothing of distlock's own but errors and a lost lock: no
+    /// spinner, no message for a busy lock.
+    #[arg(short = 'q', long)]
+    quiet: bool,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -71,6 +88,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
     };
+    group::become_subreaper();
     let locks = match distlock::connect(&args.url).await {
         Ok(locks) => locks,
         Err(e) => return exit::failed(&e),
@@ -80,52 +98,84 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         .wait(args.wait)
         .auto_renew(true);
     let guard = tokio::select! {
-        acquired = acquire(&*locks, &args.name, &opts) => match acquired {
+        acquired = acquire(&*locks, &args.name, &opts, args.quiet) => match acquired {
             Ok(guard) => guard,
-            Err(e) => return exit::failed(&e),
+            Err(e @ LockError::Timeout { .. }) if args.quiet => {
+                return exit::for_error(&e, args.conflict_exit_code);
+            }
+            Err(e) => return exit::failed_with(&e, args.conflict_exit_code),
         },
-        received = signals.next() => {
-            eprintln!("distlock: stopped by {received:?} while waiting for {:?}", args.name);
-            return exit::SIGNAL_BASE + signal_number(received);
+        received = signals.next_stop() => {
+            eprintln!(
+                "distlock: stopped by {} while waiting for lock {:?}",
+                signals::name(received),
+                args.name
+            );
+            return exit::SIGNAL_BASE + signals::number(received);
         }
     };
     let granted = Instant::now();
     let backend = locks.capabilities().backend;
-    tracing::debug!(lock = %args.name, token = ?guard.fencing_token(), backend, "lock acquired");
-    let code = hold(&args, &guard, backend, &mut signals).await;
+    tracing::debug!(target: "distlock", lock = %args.name, token = ?guard.fencing_token(), backend, "lock acquired");
+    let mut code = hold(&args, &guard, backend, &mut signals).await;
     if let Some(at_least) = args.hold_at_least
         && code != exit::LOST
+        && keep_until(&guard, granted + at_least, &mut signals).await
     {
-        keep_until(&guard, granted + at_least, &mut signals).await;
+        code = exit::LOST;
     }
-    match guard.release().await {
-        Ok(true) => {}
-        Ok(false) => tracing::warn!(lock = %args.name, "the lock had already expired at release"),
-        Err(e) => eprintln!("distlock: releasing {:?}: {e}", args.name),
-    }
-    code
+    release(guard, code).await
 }
 
-/// Acquire, with a spinner on stderr while waiting (when it is a terminal).
+/// Give the lock back: `code`, or [`exit::LOST`] if the lock was no longer
+/// ours (said with the reason, unless a loss was said already).
+async fn release(guard: LockGuard, code: u8) -> u8 {
+    let name = guard.name().to_string();
+    let why = match guard.is_lost() {
+        Some(reason) => reason.to_string(),
+        None if guard
+            .validity_deadline()
+            .is_some_and(|d| d <= Instant::now()) =>
+        {
+            "its lease had expired".to_string()
+        }
+        None => "it was taken over: gone, or held by someone else".to_string(),
+    };
+    match guard.release().await {
+        Ok(true) => code,
+        Ok(false) if code == exit::LOST => code,
+        Ok(false) => {
+            eprintln!(
+                "distlock: lock {name:?} was no longer ours at release ({why}); the command may have run part of the time without it"
+            );
+            exit::LOST
+        }
+        Err(e) => {
+            eprintln!("distlock: releasing lock {name:?}: {}", exit::message(&e));
+            code
+        }
+    }
+}
+
+/// Acquire, with a spinner on stderr once the wait has lasted a moment
+/// (when stderr is a terminal and not `quiet`).
 async fn acquire(
     locks: &dyn DistributedLock,
     name: &str,
     opts: &LockOptions,
+    quiet: bool,
 ) -> Result<LockGuard, LockError> {
-    let spinner = Spinner::after(
-        Duration::from_millis(300),
-        name,
-        locks.capabilities().backend,
-    );
-    let acquired = tokio::select! {
+    if quiet || !std::io::stderr().is_terminal() {
+        return locks.acquire(name, opts).await;
+    }
+    tokio::select! {
         acquired = locks.acquire(name, opts) => acquired,
-        never = spinner.run(locks, name) => match never {},
-    };
-    spinner.clear();
-    acquired
+        never = spinner(locks, name) => match never {},
+    }
 }
 
 /// Run the command under the held lock: its exit code, or [`exit::LOST`].
+/// Returns once the command's whole process group is gone.
 async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Signals) -> u8 {
     let Some((program, rest)) = args.command.split_first() else {
         return exit::USAGE;
@@ -133,6 +183,7 @@ async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Si
     let mut command = Command::new(program);
     command
         .args(rest)
+        .process_group(0)
         .env("DISTLOCK_NAME", &args.name)
         .env("DISTLOCK_BACKEND", backend)
         .env_remove("DISTLOCK_FENCING_TOKEN")
@@ -150,9 +201,16 @@ async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Si
             };
         }
     };
-    loop {
+    let Some(group) = Group::of(&child) else {
+        return match child.wait().await {
+            Ok(status) => code_of(status),
+            Err(_) => exit::UNAVAILABLE,
+        };
+    };
+    let lent = terminal::Lent::to(&group);
+    let code = loop {
         tokio::select! {
-            status = child.wait() => return match status {
+            status = child.wait() => break match status {
                 Ok(status) => code_of(status),
                 Err(e) => {
                     eprintln!("distlock: waiting for the command: {e}");
@@ -161,55 +219,53 @@ async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Si
             },
             reason = guard.lost() => {
                 eprintln!(
-                    "distlock: lost the lock {:?} ({reason}); stopping the command",
+                    "distlock: lost the lock {:?} ({reason}); stopping the command's process group",
                     args.name
                 );
-                stop(&mut child, args.kill_grace).await;
+                group.stop(&mut child, args.kill_grace).await;
+                drop(lent);
                 return exit::LOST;
             }
-            received = signals.next() => {
-                tracing::debug!(signal = ?received, "passing a signal to the command");
-                send(&child, received);
+            received = signals.next() => match received {
+                Received::PassOn(signal) => {
+                    tracing::debug!(target: "distlock", signal = signals::name(signal), "passing a signal to the command's group");
+                    group.signal(signal);
+                }
+                Received::Suspend => signals::refuse_suspension(),
+                Received::ChildChanged => {
+                    if group.leader_stopped() {
+                        group.signal(Signal::CONT);
+                        signals::refuse_suspension();
+                    }
+                }
             }
         }
+    };
+    if !group.is_gone() {
+        if !args.quiet {
+            eprintln!(
+                "distlock: the command exited, leaving processes in its group; stopping them before the lock is released"
+            );
+        }
+        group.stop(&mut child, args.kill_grace).await;
     }
+    drop(lent);
+    code
 }
 
-/// Hold the lock (renewed) until `until`; a loss or a signal ends it early.
-async fn keep_until(guard: &LockGuard, until: Instant, signals: &mut Signals) {
+/// Hold the lock (renewed) until `until`; a signal ends it early. Whether
+/// the lock was lost meanwhile (said on stderr).
+async fn keep_until(guard: &LockGuard, until: Instant, signals: &mut Signals) -> bool {
     tokio::select! {
-        () = tokio::time::sleep_until(until) => {}
+        () = tokio::time::sleep_until(until) => false,
         reason = guard.lost() => {
             eprintln!("distlock: lost the lock {:?} during --hold-at-least ({reason})", guard.name());
+            true
         }
-        received = signals.next() => {
-            tracing::debug!(signal = ?received, "--hold-at-least cut short");
+        received = signals.next_stop() => {
+            tracing::debug!(target: "distlock", signal = signals::name(received), "--hold-at-least cut short");
+            false
         }
-    }
-}
-
-/// SIGTERM, then SIGKILL after `grace`; returns once the command is gone.
-async fn stop(child: &mut Child, grace: Duration) {
-    send(child, Signal::TERM);
-    if tokio::time::timeout(grace, child.wait()).await.is_err() {
-        if let Err(e) = child.start_kill() {
-            tracing::warn!(error = %e, "killing the command");
-        }
-        let _ = child.wait().await;
-    }
-}
-
-/// Send `signal` to the command, if it is still running.
-fn send(child: &Child, signal: Signal) {
-    let Some(pid) = child
-        .id()
-        .and_then(|id| i32::try_from(id).ok())
-        .and_then(Pid::from_raw)
-    else {
-        return;
-    };
-    if let Err(e) = rustix::process::kill_process(pid, signal) {
-        tracing::debug!(error = %e, ?signal, "signalling the command");
     }
 }
 
@@ -223,85 +279,26 @@ fn code_of(status: ExitStatus) -> u8 {
     }
 }
 
-fn signal_number(signal: Signal) -> u8 {
-    u8::try_from(signal.as_raw()).unwrap_or(0)
-}
-
-/// The signals passed on to the command.
-struct Signals {
-    interrupt: tokio::signal::unix::Signal,
-    terminate: tokio::signal::unix::Signal,
-    hangup: tokio::signal::unix::Signal,
-}
-
-impl Signals {
-    fn new() -> std::io::Result<Self> {
-        Ok(Signals {
-            interrupt: signal(SignalKind::interrupt())?,
-            terminate: signal(SignalKind::terminate())?,
-            hangup: signal(SignalKind::hangup())?,
-        })
+/// "Waiting for NAME on BACKEND", with the time waited and what the
+/// backend tells of the holder (looked at every two seconds), on stderr,
+/// from [`SPINNER_AFTER`] on; never returns, and is cleared when dropped.
+async fn spinner(locks: &dyn DistributedLock, name: &str) -> std::convert::Infallible {
+    tokio::time::sleep(SPINNER_AFTER).await;
+    let waiting_for = format!(
+        "waiting for lock {name:?} on {}",
+        locks.capabilities().backend
+    );
+    let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr())
+        .with_finish(ProgressFinish::AndClear);
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
+        bar.set_style(style);
     }
-
-    /// The next signal received.
-    async fn next(&mut self) -> Signal {
-        tokio::select! {
-            _ = self.interrupt.recv() => Signal::INT,
-            _ = self.terminate.recv() => Signal::TERM,
-            _ = self.hangup.recv() => Signal::HUP,
+    bar.set_message(waiting_for.clone());
+    bar.enable_steady_tick(Duration::from_millis(120));
+    loop {
+        if let Ok(info) = locks.inspect(name).await {
+            bar.set_message(format!("{waiting_for}: {}", held_by(&info)));
         }
-    }
-}
-
-/// "Waiting for NAME on BACKEND", with the time waited, on stderr while an
-/// acquisition waits, if stderr is a terminal.
-struct Spinner {
-    bar: Option<ProgressBar>,
-    delay: Duration,
-    waiting_for: String,
-}
-
-impl Spinner {
-    /// A spinner that appears after `delay` (a lock granted at once shows
-    /// nothing).
-    fn after(delay: Duration, name: &str, backend: &str) -> Self {
-        let bar = std::io::stderr().is_terminal().then(|| {
-            let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
-            if let Ok(style) = ProgressStyle::with_template("{spinner} {msg} ({elapsed})") {
-                bar.set_style(style);
-            }
-            bar
-        });
-        let waiting_for = format!("waiting for lock {name:?} on {backend}");
-        if let Some(bar) = &bar {
-            bar.set_message(waiting_for.clone());
-        }
-        Spinner {
-            bar,
-            delay,
-            waiting_for,
-        }
-    }
-
-    /// Show the spinner after the delay, with what the backend tells of
-    /// the holder (looked at every two seconds); never returns.
-    async fn run(&self, locks: &dyn DistributedLock, name: &str) -> Infallible {
-        tokio::time::sleep(self.delay).await;
-        let Some(bar) = &self.bar else {
-            return std::future::pending().await;
-        };
-        bar.enable_steady_tick(Duration::from_millis(120));
-        loop {
-            if let Ok(info) = locks.inspect(name).await {
-                bar.set_message(format!("{}: {}", self.waiting_for, held_by(&info)));
-            }
-            tokio::time::sleep(Duration::from_secs(2)).await;
-        }
-    }
-
-    fn clear(&self) {
-        if let Some(bar) = &self.bar {
-            bar.finish_and_clear();
-        }
+        tokio::time::sleep(Duration::from_secs(2)).await;
     }
 }

@@ -148,8 +148,9 @@ async fn bad_input_is_one_line_and_names_no_password() {
     let err = text(&out.stderr);
     assert_eq!(err.trim().lines().count(), 1, "{err}");
     assert!(!err.contains("s3cret"), "{err}");
+    // Configuration errors are 78 (EX_CONFIG), apart from the server's 69.
     let out = cli(&["status", "--url", "bogus://x", "name"]).await;
-    assert_eq!(out.status.code(), Some(69));
+    assert_eq!(out.status.code(), Some(78));
     let out = cli(&["status", "--url", &env("DISTLOCK_TEST_REDIS_URL"), ""]).await;
-    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
 }

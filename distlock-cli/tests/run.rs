@@ -104,6 +104,15 @@ async fn a_held_lock_is_busy() {
     let out = run_sh(&url, &["--wait", "none"], &name, "echo ran").await;
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
     assert!(text(&out.stdout).is_empty(), "the command did not run");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("held by someone else") && !stderr.contains("try_acquire"),
+        "{stderr}"
+    );
+    // flock's habits: -E sets the busy code, -q says nothing, -w is --wait.
+    let out = run_sh(&url, &["-w", "none", "-E", "3", "-q"], &name, "echo ran").await;
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+    assert!(text(&out.stderr).is_empty(), "{}", text(&out.stderr));
     let started = Instant::now();
     let out = run_sh(&url, &["--wait", "700ms"], &name, "echo ran").await;
     assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
@@ -124,8 +133,9 @@ async fn bad_input_and_an_unreachable_server_give_one_line_errors() {
             vec![],
             69,
         ),
-        ("nosuch://host", vec![], 69),
-        ("redis://127.0.0.1:1?colour=blue", vec![], 69),
+        // Configuration errors: the same input fails the same way again.
+        ("nosuch://host", vec![], 78),
+        ("redis://127.0.0.1:1?colour=blue", vec![], 78),
         ("memory://", vec!["--ttl", "5x"], 2),
         ("memory://", vec!["--wait", "soon"], 2),
         ("memory://", vec!["--kill-grace=-1s"], 2),
@@ -153,7 +163,27 @@ async fn bad_input_and_an_unreachable_server_give_one_line_errors() {
     }
     // An invalid lock name.
     let out = run_sh("memory://", &[], "", "echo ran").await;
-    assert_eq!(out.status.code(), Some(69), "{}", text(&out.stderr));
+    assert_eq!(out.status.code(), Some(78), "{}", text(&out.stderr));
+}
+
+/// An unreachable server's message carries the cause, not only what was
+/// being done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_is_reported_with_its_cause() {
+    let out = run_sh(
+        "redis://127.0.0.1:1?connect_timeout_ms=500",
+        &[],
+        &unique("cause"),
+        "echo ran",
+    )
+    .await;
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(69), "{stderr}");
+    assert!(
+        stderr.to_lowercase().contains("refused"),
+        "no cause in: {stderr}"
+    );
+    assert!(!stderr.contains("\x1b["), "colour codes in: {stderr:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -332,4 +362,227 @@ async fn help_names_the_environment_and_the_exit_codes() {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
     assert!(!help.contains("s3cret"), "--help shows the URL's password");
+}
+
+/// Processes whose command line holds `marker`.
+fn running_with(marker: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").expect("/proc").flatten() {
+        let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
+            continue;
+        };
+        let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+        if cmdline.contains(marker) {
+            found.push(format!(
+                "{}: {cmdline}",
+                entry.file_name().to_string_lossy()
+            ));
+        }
+    }
+    found
+}
+
+/// A `sleep` whose command line is unique: `sleep 3600.<digits>`.
+fn marked_sleep() -> String {
+    format!("3600.{}", common::rand_u64() % 1_000_000_000)
+}
+
+/// A command that starts a grandchild (`sleep` in the background of a
+/// shell) leaves nothing running once `distlock run` has exited: when its
+/// lock is taken away, when `distlock` gets SIGTERM, when `--kill-grace`
+/// runs out for a group that ignores SIGTERM, and when the command exits
+/// leaving the grandchild behind. Each case holds its lock until the group
+/// is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_started_under_the_lock_outlives_it() {
+    let url = env("DISTLOCK_TEST_REDIS_URL");
+    let operator = distlock::connect(&url).await.expect("connect");
+    let dir = tempfile::tempdir().expect("tempdir");
+    for case in ["taken-away", "sigterm", "grace-runs-out", "left-behind"] {
+        let name = unique(case);
+        let started = dir.path().join(case);
+        let marker = marked_sleep();
+        let script = match case {
+            "grace-runs-out" => format!(
+                "trap '' TERM; sleep {marker} & touch \"{}\"; wait",
+                started.display()
+            ),
+            "left-behind" => format!("sleep {marker} & touch \"{}\"", started.display()),
+            _ => format!("sleep {marker} & touch \"{}\"; wait", started.display()),
+        };
+        let mut run = distlock()
+            .args(["run", "--url", &url, "--kill-grace", "1s", &name, "--"])
+            .args(["bash", "-c", &script])
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("start distlock");
+        wait_for(&started).await;
+        assert!(!running_with(&marker).is_empty(), "{case}: no grandchild");
+        match case {
+            "taken-away" | "grace-runs-out" => {
+                assert!(operator.force_release(&name).await.expect("take away"));
+            }
+            "sigterm" => {
+                let pid = run
+                    .id()
+                    .and_then(|id| i32::try_from(id).ok())
+                    .and_then(rustix::process::Pid::from_raw)
+                    .expect("pid");
+                rustix::process::kill_process(pid, rustix::process::Signal::TERM)
+                    .expect("signal distlock");
+            }
+            _ => {}
+        }
+        let status = tokio::time::timeout(Duration::from_secs(20), run.wait())
+            .await
+            .unwrap_or_else(|_| panic!("{case}: distlock still running after 20 s"))
+            .expect("wait");
+        let left = running_with(&marker);
+        assert!(
+            left.is_empty(),
+            "{case}: still running after distlock exited: {left:?}"
+        );
+        let expected = match case {
+            "taken-away" | "grace-runs-out" => 76,
+            "sigterm" => 128 + 15,
+            _ => 0,
+        };
+        assert_eq!(status.code(), Some(expected), "{case}");
+        if case == "left-behind" {
+            let g = operator.try_acquire(&name, &quick()).await.expect("try");
+            let g = g.expect("released once the group was gone");
+            assert!(g.release().await.expect("release"));
+        }
+    }
+}
+
+/// The lock is taken away while a short command runs, too briefly for a
+/// renewal to notice: the release finds it no longer ours, and distlock
+/// exits 76 with the reason, not the command's 0.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_loss_found_at_release_is_never_success() {
+    let url = env("DISTLOCK_TEST_REDIS_URL");
+    let operator = distlock::connect(&url).await.expect("connect");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let name = unique("lost-at-release");
+    let started = dir.path().join("started");
+    let go_on = dir.path().join("go-on");
+    let script = format!(
+        "touch \"{}\"; while [ ! -e \"{}\" ]; do sleep 0.02; done",
+        started.display(),
+        go_on.display()
+    );
+    let run = spawn_sh(&url, &[], &name, &script);
+    wait_for(&started).await;
+    assert!(operator.force_release(&name).await.expect("take away"));
+    std::fs::write(&go_on, b"").expect("let the command end");
+    let out = tokio::time::timeout(Duration::from_secs(20), run.wait_with_output())
+        .await
+        .expect("distlock exits")
+        .expect("wait");
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(76), "{stderr}");
+    assert!(stderr.contains("no longer ours at release"), "{stderr}");
+    assert!(stderr.contains("taken over"), "{stderr}");
+}
+
+/// A terminal of the test's own: the master side and the slave's path.
+fn pseudo_terminal() -> (std::fs::File, std::path::PathBuf) {
+    use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
+    let master = openpt(OpenptFlags::RDWR | OpenptFlags::NOCTTY).expect("openpt");
+    grantpt(&master).expect("grantpt");
+    unlockpt(&master).expect("unlockpt");
+    let slave = ptsname(&master, Vec::new()).expect("ptsname");
+    let slave = std::path::PathBuf::from(slave.to_string_lossy().into_owned());
+    (std::fs::File::from(master), slave)
+}
+
+/// Under a terminal, one Ctrl-C reaches the command once: the terminal's
+/// foreground is the command's group while it runs, and distlock does not
+/// pass the same interrupt on a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_ctrl_c_on_a_terminal_reaches_the_command_once() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    let (mut master, slave) = pseudo_terminal();
+    let terminal = || {
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&slave)
+            .expect("open the terminal")
+    };
+    let (started, interrupts) = (dir.path().join("started"), dir.path().join("interrupts"));
+    let script = format!(
+        "trap 'echo INT >> \"{}\"' INT; touch \"{}\"; while :; do sleep 0.05; done",
+        interrupts.display(),
+        started.display()
+    );
+    // setsid -c: a new session whose controlling terminal is stdin, as a
+    // login shell's; distlock is its foreground job.
+    let mut run = tokio::process::Command::new("setsid")
+        .arg("-c")
+        .arg(env!("CARGO_BIN_EXE_distlock"))
+        .args([
+            "run",
+            "--url",
+            &url,
+            &unique("ctrl-c"),
+            "--",
+            "sh",
+            "-c",
+            &script,
+        ])
+        .env_remove("DISTLOCK_URL")
+        .stdin(terminal())
+        .stdout(terminal())
+        .stderr(terminal())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start distlock on the terminal");
+    // Keep what the terminal shows, so that nothing blocks writing to it.
+    let shown = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut reader = master.try_clone().expect("clone the master");
+    let keep = std::sync::Arc::clone(&shown);
+    std::thread::spawn(move || {
+        use std::io::Read;
+        let mut buf = [0u8; 1024];
+        while let Ok(n @ 1..) = reader.read(&mut buf) {
+            keep.lock().expect("shown").extend_from_slice(&buf[..n]);
+        }
+    });
+    let shown = move || text(&shown.lock().expect("shown"));
+    let until = Instant::now() + Duration::from_secs(30);
+    while !started.exists() {
+        assert!(
+            Instant::now() < until,
+            "never started; the terminal showed: {}",
+            shown()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    master.write_all(b"\x03").expect("type Ctrl-C");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    let seen = std::fs::read_to_string(&interrupts).unwrap_or_default();
+    let pid = run
+        .id()
+        .and_then(|id| i32::try_from(id).ok())
+        .and_then(rustix::process::Pid::from_raw)
+        .expect("pid");
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("end distlock");
+    let status = tokio::time::timeout(Duration::from_secs(20), run.wait())
+        .await
+        .expect("distlock exits")
+        .expect("wait");
+    assert_eq!(
+        seen.lines().count(),
+        1,
+        "interrupts seen by the command: {seen:?}"
+    );
+    assert_eq!(
+        status.code(),
+        Some(128 + 15),
+        "the command ended by SIGTERM"
+    );
 }

@@ -183,4 +183,18 @@ impl LockError {
             LockError::Unavailable { .. } | LockError::QuorumNotReached { .. }
         )
     }
+
+    /// True for errors in what the caller asked for (the URL, the lock
+    /// name, the options, an operation the backend does not offer): asking
+    /// again unchanged fails the same way, on any server. A tool that
+    /// retries transient errors reports these as configuration errors.
+    pub fn is_config(&self) -> bool {
+        matches!(
+            self,
+            LockError::InvalidUrl { .. }
+                | LockError::InvalidName { .. }
+                | LockError::InvalidOptions { .. }
+                | LockError::Unsupported { .. }
+        )
+    }
 }
