@@ -183,7 +183,21 @@ async fn an_unreachable_server_is_reported_with_its_cause() {
         stderr.to_lowercase().contains("refused"),
         "no cause in: {stderr}"
     );
-    assert!(!stderr.contains("\x1b["), "colour codes in: {stderr:?}");
+}
+
+/// distlock's log lines carry no colour codes when stderr is not a
+/// terminal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_lines_carry_no_colour_off_a_terminal() {
+    let out = distlock()
+        .args(["run", "--url", "memory://", &unique("plain"), "--", "true"])
+        .env("DISTLOCK_LOG", "debug")
+        .output()
+        .await
+        .expect("start distlock");
+    let stderr = text(&out.stderr);
+    assert!(stderr.contains("lock acquired"), "no log lines: {stderr}");
+    assert!(!stderr.contains('\x1b'), "colour codes in: {stderr:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -358,6 +372,10 @@ async fn help_names_the_environment_and_the_exit_codes() {
         "75",
         "76",
         "[env: DISTLOCK_URL]",
+        "--conflict-exit-code",
+        "78",
+        "Examples:",
+        "process group",
     ] {
         assert!(help.contains(needle), "--help lacks {needle:?}:\n{help}");
     }
@@ -584,5 +602,10 @@ async fn one_ctrl_c_on_a_terminal_reaches_the_command_once() {
         status.code(),
         Some(128 + 15),
         "the command ended by SIGTERM"
+    );
+    assert!(
+        !shown().contains("waiting for lock"),
+        "a spinner for a free lock: {}",
+        shown()
     );
 }
