@@ -1,5 +1,5 @@
 //! `distlock compare`, the real binary against real servers: the table, the
-//! JSON and CSV numbers and both SVG charts, for Redis, etcd, Postgres (one
+//! JSON and CSV numbers and the three SVG charts, for Redis, etcd, Postgres (one
 //! of them labelled) and SQLite side by side; bad arguments are errors that say so, never a panic.
 
 use std::process::Stdio;
@@ -70,12 +70,49 @@ async fn compares_redis_etcd_postgres_and_sqlite() {
                 row["acquisitions_per_s"].as_f64().unwrap_or(0.0) > 0.0,
                 "{row}"
             );
+            // Hand-offs do not apply to one task.
+            assert!(row["handoffs_per_s"].is_null(), "{row}");
+            assert!(row["handoff_p50_us"].is_null(), "{row}");
+        }
+        if row["tasks"] == 3 {
+            let turns: Vec<u64> = row["turns_per_task"]
+                .as_array()
+                .expect("turns per task")
+                .iter()
+                .filter_map(|t| t.as_u64())
+                .collect();
+            assert_eq!(turns.len(), 3, "{row}");
+            assert!(turns.windows(2).all(|w| w[0] <= w[1]), "{row}");
+            assert_eq!(Some(turns[0]), row["per_task_min"].as_u64(), "{row}");
         }
     }
     let csv = std::fs::read_to_string(report.join("report.csv")).expect("report.csv");
     assert_eq!(csv.lines().count(), 1 + urls.len() * 3, "{csv}");
     assert!(csv.starts_with("service,url,workload,tasks,"), "{csv}");
-    for chart in ["latency.svg", "handoffs.svg"] {
+    // Figures to a tenth, without float noise.
+    for field in csv.lines().skip(1).flat_map(|l| l.split(',')) {
+        if let Some((_, decimals)) = field.split_once('.')
+            && decimals.bytes().all(|b| b.is_ascii_digit())
+        {
+            assert!(decimals.len() <= 1, "{field} in {csv}");
+        }
+    }
+    // After the quoted workload: tasks, cycles, p50, p99, acquisitions/s,
+    // hand-offs/s, hand-off p50, p99, per task min, max, error.
+    let one_task: Vec<&str> = csv
+        .lines()
+        .find_map(|l| l.split_once("\"contended, 1 tasks\","))
+        .expect("a one-task row")
+        .1
+        .split(',')
+        .collect();
+    assert!(!one_task[4].is_empty(), "{one_task:?}");
+    assert_eq!(
+        one_task[5..8],
+        ["", "", ""],
+        "hand-offs of one task: {one_task:?}"
+    );
+    for chart in ["latency.svg", "handoffs.svg", "fairness.svg"] {
         let svg = std::fs::read_to_string(report.join(chart)).expect(chart);
         assert!(svg.contains("<svg"), "{chart}");
         for label in ["redis", "etcd", "sqlite"] {

@@ -1,5 +1,6 @@
 //! The SVG charts of `distlock compare`: the distribution of the
-//! uncontended cycle's latency, and hand-offs per second under contention.
+//! uncontended cycle's latency, hand-offs per second under contention, and
+//! how fairly the lock went round the contending tasks.
 
 use std::path::Path;
 use std::time::Duration;
@@ -10,7 +11,14 @@ use super::{Outcome, Target};
 
 type ChartResult = Result<(), Box<dyn std::error::Error>>;
 
-const SIZE: (u32, u32) = (900, 540);
+const SIZE: (u32, u32) = (960, 600);
+
+/// The title's font.
+const CAPTION: (&str, u32) = ("sans-serif", 26);
+/// The axis descriptions' font.
+const AXIS: (&str, u32) = ("sans-serif", 19);
+/// The tick labels' and the legend's font.
+const LABEL: (&str, u32) = ("sans-serif", 17);
 
 fn color(i: usize) -> RGBColor {
     const PALETTE: [RGBColor; 8] = [
@@ -49,8 +57,13 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
         .filter_map(|(_, s)| s.last())
         .map(|d| ms(*d))
         .fold(0.0, f64::max);
+    // Whole decades, so that every decade gets its ticks (the axis puts
+    // them from the first power of ten on).
     let (lo, hi) = if lo.is_finite() && hi > lo {
-        (lo * 0.9, hi * 1.1)
+        (
+            10f64.powf(lo.log10().floor()),
+            10f64.powf(hi.log10().ceil()),
+        )
     } else {
         (0.01, 100.0)
     };
@@ -59,14 +72,20 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Uncontended acquire + release: latency distribution",
-            ("sans-serif", 22),
+            CAPTION,
         )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(56)
+        .margin(20)
+        .x_label_area_size(56)
+        .y_label_area_size(72)
         .build_cartesian_2d((lo..hi).log_scale(), 0.0..1.0)?;
     chart
         .configure_mesh()
+        // Enough key points for 2×, 3×, … 9× in every decade; labels on
+        // 1, 2 and 5 of each.
+        .x_labels(80)
+        .x_label_formatter(&|x| one_two_five(*x))
+        .label_style(LABEL)
+        .axis_desc_style(AXIS)
         .x_desc("latency (ms, log scale)")
         .y_desc("share of cycles at most this long")
         .draw()?;
@@ -87,6 +106,7 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::LowerRight)
+        .label_font(LABEL)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
@@ -128,11 +148,11 @@ pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
     let mut chart = ChartBuilder::on(&root)
         .caption(
             "Contended: hand-offs per second (higher is better)",
-            ("sans-serif", 22),
+            CAPTION,
         )
-        .margin(16)
-        .x_label_area_size(44)
-        .y_label_area_size(64)
+        .margin(20)
+        .x_label_area_size(56)
+        .y_label_area_size(80)
         .build_cartesian_2d(0.0..targets.len() as f64, 0.0..top)?;
     chart
         .configure_mesh()
@@ -146,6 +166,8 @@ pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
                 String::new()
             }
         })
+        .label_style(LABEL)
+        .axis_desc_style(AXIS)
         .y_desc("hand-offs per second")
         .draw()?;
     let width = 0.8 / counts.len().max(1) as f64;
@@ -162,9 +184,109 @@ pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
     chart
         .configure_series_labels()
         .position(SeriesLabelPosition::UpperRight)
+        .label_font(LABEL)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
     root.present()?;
     Ok(())
+}
+
+/// A tick label on a log axis: `x` where it is 1, 2 or 5 times a power of
+/// ten (`0.2`, `1`, `50`), nothing elsewhere.
+fn one_two_five(x: f64) -> String {
+    if x <= 0.0 {
+        return String::new();
+    }
+    let decade = 10f64.powf(x.log10().floor());
+    let mantissa = x / decade;
+    let near = |m: f64| (mantissa - m).abs() < 1e-6 * m;
+    if !(near(1.0) || near(2.0) || near(5.0)) {
+        return String::new();
+    }
+    let digits = usize::try_from(-(x.log10().floor() as i64)).unwrap_or(0);
+    format!("{x:.digits$}")
+}
+
+/// How fairly the lock went round, with the most tasks of the run: each
+/// service's tasks from the fewest turns to the most, as a share of an
+/// equal split (1 = every task got as many turns as the others).
+pub(super) fn fairness(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> ChartResult {
+    let runs: Vec<(usize, Vec<f64>)> = outcomes
+        .iter()
+        .enumerate()
+        .filter_map(|(i, o)| {
+            let (_, run) = o.contended.iter().max_by_key(|(tasks, _)| *tasks)?;
+            let turns = &run.as_ref().ok()?.run.turns;
+            let total: usize = turns.iter().sum();
+            (turns.len() > 1 && total > 0).then(|| {
+                let equal = total as f64 / turns.len() as f64;
+                (i, turns.iter().map(|&t| t as f64 / equal).collect())
+            })
+        })
+        .collect();
+    let tasks = runs.iter().map(|(_, r)| r.len()).max().unwrap_or(2);
+    let top = runs
+        .iter()
+        .flat_map(|(_, r)| r.iter().copied())
+        .fold(1.0, f64::max)
+        * 1.1;
+    let root = SVGBackend::new(path, SIZE).into_drawing_area();
+    root.fill(&WHITE)?;
+    let mut chart = ChartBuilder::on(&root)
+        .caption(
+            format!("Contended, {tasks} tasks: turns per task, fewest to most"),
+            CAPTION,
+        )
+        .margin(20)
+        .x_label_area_size(56)
+        .y_label_area_size(80)
+        .build_cartesian_2d(1..tasks, 0.0..top)?;
+    chart
+        .configure_mesh()
+        .x_labels(tasks)
+        .label_style(LABEL)
+        .axis_desc_style(AXIS)
+        .x_desc("task, from the fewest turns to the most")
+        .y_desc("turns ÷ an equal share (1 = fair)")
+        .draw()?;
+    for (i, shares) in runs {
+        let c = color(i);
+        let points: Vec<(usize, f64)> = shares
+            .into_iter()
+            .enumerate()
+            .map(|(k, s)| (k + 1, s))
+            .collect();
+        chart
+            .draw_series(LineSeries::new(points.clone(), c.stroke_width(2)))?
+            .label(targets[i].label.clone())
+            .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
+        chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
+    }
+    chart
+        .configure_series_labels()
+        .position(SeriesLabelPosition::UpperLeft)
+        .label_font(LABEL)
+        .background_style(WHITE.mix(0.8))
+        .border_style(BLACK)
+        .draw()?;
+    root.present()?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_two_five;
+
+    #[test]
+    fn log_ticks_are_labelled_on_one_two_and_five() {
+        let labels: Vec<String> = [0.1, 0.2, 0.3, 0.5, 1.0, 2.0, 4.0, 5.0, 10.0, 20.0]
+            .into_iter()
+            .map(one_two_five)
+            .collect();
+        assert_eq!(
+            labels,
+            ["0.1", "0.2", "", "0.5", "1", "2", "", "5", "10", "20"]
+        );
+    }
 }

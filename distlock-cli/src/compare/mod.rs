@@ -11,7 +11,7 @@
 //!   and most turns of any task).
 //!
 //! The table goes to stdout; `--out DIR` also writes `report.json`,
-//! `report.csv`, `latency.svg` and `handoffs.svg`.
+//! `report.csv`, `latency.svg`, `handoffs.svg` and `fairness.svg`.
 
 mod chart;
 mod measure;
@@ -47,7 +47,7 @@ pub(crate) struct CompareArgs {
     /// The lease TTL of every acquisition (auto-renewed, as by default).
     #[arg(long, default_value = "30s", value_parser = parse_duration, value_name = "DURATION")]
     ttl: Duration,
-    /// Write report.json, report.csv, latency.svg and handoffs.svg here.
+    /// Write report.json, report.csv, latency.svg, handoffs.svg and fairness.svg here.
     #[arg(long, value_name = "DIR")]
     out: Option<PathBuf>,
 }
@@ -118,7 +118,7 @@ pub(crate) async fn compare(args: CompareArgs) -> u8 {
             return exit::UNAVAILABLE;
         }
         eprintln!(
-            "distlock: wrote report.json, report.csv, latency.svg and handoffs.svg to {}",
+            "distlock: wrote report.json, report.csv, latency.svg, handoffs.svg and fairness.svg to {}",
             dir.display()
         );
     }

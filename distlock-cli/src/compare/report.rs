@@ -14,6 +14,16 @@ fn per_sec(n: usize, ran: Duration) -> f64 {
     n as f64 / ran.as_secs_f64().max(f64::EPSILON)
 }
 
+/// `x` to one decimal, for the JSON and CSV figures (no float noise such
+/// as `414.43300000000005`).
+fn tenths(x: f64) -> f64 {
+    (x * 10.0).round() / 10.0
+}
+
+/// What the table shows where a figure does not apply (hand-offs with one
+/// task).
+const NOT_APPLICABLE: &str = "—";
+
 /// The table printed to stdout.
 pub(super) fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration) -> String {
     let mut out = String::new();
@@ -65,14 +75,25 @@ pub(super) fn table(targets: &[Target], outcomes: &[Outcome], duration: Duration
             match &o.contended[k].1 {
                 Ok(c) => {
                     let r = &c.run;
+                    let (handoffs, gap) = if *tasks > 1 {
+                        (
+                            format!("{:.1}", per_sec(r.handoffs, c.ran)),
+                            format!(
+                                "{:>12.1} / {:>11.1}",
+                                us(r.handoff_gap.0),
+                                us(r.handoff_gap.1)
+                            ),
+                        )
+                    } else {
+                        (NOT_APPLICABLE.to_string(), NOT_APPLICABLE.to_string())
+                    };
                     let _ = writeln!(
                         out,
-                        "  {:<width$} {:>10.1} {:>12.1} {:>12.1} / {:>11.1} {:>10} / {}",
+                        "  {:<width$} {:>10.1} {:>12} {:>26} {:>10} / {}",
                         t.label,
                         per_sec(r.acquisitions, c.ran),
-                        per_sec(r.handoffs, c.ran),
-                        us(r.handoff_gap.0),
-                        us(r.handoff_gap.1),
+                        handoffs,
+                        gap,
                         r.per_task.0,
                         r.per_task.1
                     );
@@ -98,8 +119,8 @@ fn rows(targets: &[Target], outcomes: &[Outcome]) -> Vec<serde_json::Value> {
         match &o.uncontended {
             Ok(u) => {
                 row["cycles"] = u.samples.len().into();
-                row["p50_us"] = us(u.percentiles.0).into();
-                row["p99_us"] = us(u.percentiles.1).into();
+                row["p50_us"] = tenths(us(u.percentiles.0)).into();
+                row["p99_us"] = tenths(us(u.percentiles.1)).into();
             }
             Err(e) => row["error"] = e.to_string().into(),
         }
@@ -114,12 +135,16 @@ fn rows(targets: &[Target], outcomes: &[Outcome]) -> Vec<serde_json::Value> {
             match run {
                 Ok(c) => {
                     let r = &c.run;
-                    row["acquisitions_per_s"] = per_sec(r.acquisitions, c.ran).into();
-                    row["handoffs_per_s"] = per_sec(r.handoffs, c.ran).into();
-                    row["handoff_p50_us"] = us(r.handoff_gap.0).into();
-                    row["handoff_p99_us"] = us(r.handoff_gap.1).into();
+                    row["acquisitions_per_s"] = tenths(per_sec(r.acquisitions, c.ran)).into();
+                    // Hand-offs do not apply to one task: left empty.
+                    if *tasks > 1 {
+                        row["handoffs_per_s"] = tenths(per_sec(r.handoffs, c.ran)).into();
+                        row["handoff_p50_us"] = tenths(us(r.handoff_gap.0)).into();
+                        row["handoff_p99_us"] = tenths(us(r.handoff_gap.1)).into();
+                    }
                     row["per_task_min"] = r.per_task.0.into();
                     row["per_task_max"] = r.per_task.1.into();
+                    row["turns_per_task"] = r.turns.clone().into();
                 }
                 Err(e) => row["error"] = e.to_string().into(),
             }
@@ -147,8 +172,9 @@ const COLUMNS: [&str; 14] = [
     "error",
 ];
 
-/// Write `report.json`, `report.csv`, `latency.svg` and `handoffs.svg`
-/// into `dir` (created if missing).
+/// Write `report.json`, `report.csv` (without the turns of each task),
+/// `latency.svg`, `handoffs.svg` and `fairness.svg` into `dir` (created if
+/// missing).
 pub(super) fn write(
     dir: &Path,
     targets: &[Target],
@@ -177,5 +203,6 @@ pub(super) fn write(
     csv.flush()?;
     chart::latency(&dir.join("latency.svg"), targets, outcomes)?;
     chart::handoffs(&dir.join("handoffs.svg"), targets, outcomes)?;
+    chart::fairness(&dir.join("fairness.svg"), targets, outcomes)?;
     Ok(())
 }

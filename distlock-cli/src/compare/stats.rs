@@ -39,6 +39,9 @@ pub(crate) struct Contention {
     pub handoff_gap: (Duration, Duration),
     /// The fewest and the most turns one task took.
     pub per_task: (usize, usize),
+    /// The turns of every task, fewest first: how fairly the lock went
+    /// round.
+    pub turns: Vec<usize>,
 }
 
 impl Contention {
@@ -63,14 +66,16 @@ impl Contention {
             }
         }
         gaps.sort_unstable();
+        per_task.sort_unstable();
         Contention {
             acquisitions,
             handoffs: gaps.len(),
             handoff_gap: p50_p99(&gaps),
             per_task: (
-                per_task.iter().copied().min().unwrap_or(0),
-                per_task.iter().copied().max().unwrap_or(0),
+                per_task.first().copied().unwrap_or(0),
+                per_task.last().copied().unwrap_or(0),
             ),
+            turns: per_task,
         }
     }
 }
@@ -112,5 +117,6 @@ mod tests {
         assert_eq!(c.handoff_gap, (ms(2), ms(2)));
         // Task 2 never held it.
         assert_eq!(c.per_task, (0, 3));
+        assert_eq!(c.turns, vec![0, 2, 3]);
     }
 }
