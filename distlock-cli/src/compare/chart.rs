@@ -21,7 +21,7 @@ const AXIS: (&str, u32) = ("sans-serif", 19);
 const LABEL: (&str, u32) = ("sans-serif", 17);
 
 fn color(i: usize) -> RGBColor {
-    const PALETTE: [RGBColor; 8] = [
+    const PALETTE: [RGBColor; 10] = [
         RGBColor(31, 119, 180),
         RGBColor(255, 127, 14),
         RGBColor(44, 160, 44),
@@ -30,6 +30,8 @@ fn color(i: usize) -> RGBColor {
         RGBColor(140, 86, 75),
         RGBColor(227, 119, 194),
         RGBColor(127, 127, 127),
+        RGBColor(188, 189, 34),
+        RGBColor(23, 190, 207),
     ];
     PALETTE[i % PALETTE.len()]
 }
@@ -60,8 +62,10 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
     // Whole decades, so that every decade gets its ticks (the axis puts
     // them from the first power of ten on).
     let (lo, hi) = if lo.is_finite() && hi > lo {
+        // (A hair below the power of ten: the axis finds its first
+        // decade by rounding a logarithm up.)
         (
-            10f64.powf(lo.log10().floor()),
+            10f64.powf(lo.log10().floor()) * 0.999,
             10f64.powf(hi.log10().ceil()),
         )
     } else {
@@ -86,6 +90,8 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
         .x_label_formatter(&|x| one_two_five(*x))
         .label_style(LABEL)
         .axis_desc_style(AXIS)
+        .bold_line_style(BLACK.mix(0.15))
+        .light_line_style(TRANSPARENT)
         .x_desc("latency (ms, log scale)")
         .y_desc("share of cycles at most this long")
         .draw()?;
@@ -103,13 +109,7 @@ pub(super) fn latency(path: &Path, targets: &[Target], outcomes: &[Outcome]) -> 
             .label(targets[i].label.clone())
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::LowerRight)
-        .label_font(LABEL)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::LowerRight)?;
     root.present()?;
     Ok(())
 }
@@ -168,6 +168,9 @@ pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
         })
         .label_style(LABEL)
         .axis_desc_style(AXIS)
+        .bold_line_style(BLACK.mix(0.15))
+        .light_line_style(TRANSPARENT)
+        .y_label_formatter(&|y| format!("{y:.0}"))
         .y_desc("hand-offs per second")
         .draw()?;
     let width = 0.8 / counts.len().max(1) as f64;
@@ -181,14 +184,23 @@ pub(super) fn handoffs(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
             .label(format!("{tasks} tasks"))
             .legend(move |(x, y)| Rectangle::new([(x, y - 5), (x + 12, y + 5)], c.filled()));
     }
+    legend(&mut chart, SeriesLabelPosition::UpperRight)?;
+    root.present()?;
+    Ok(())
+}
+
+/// The chart's legend, boxed, at `at`.
+fn legend<'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, SVGBackend<'a>, CT>,
+    at: SeriesLabelPosition,
+) -> ChartResult {
     chart
         .configure_series_labels()
-        .position(SeriesLabelPosition::UpperRight)
+        .position(at)
         .label_font(LABEL)
         .background_style(WHITE.mix(0.8))
         .border_style(BLACK)
         .draw()?;
-    root.present()?;
     Ok(())
 }
 
@@ -226,11 +238,14 @@ pub(super) fn fairness(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
         })
         .collect();
     let tasks = runs.iter().map(|(_, r)| r.len()).max().unwrap_or(2);
-    let top = runs
+    // Room above an equal share for the legend, top left, where the
+    // fewest turns (at most an equal share) leave the chart empty.
+    let top = (runs
         .iter()
         .flat_map(|(_, r)| r.iter().copied())
         .fold(1.0, f64::max)
-        * 1.1;
+        * 1.1)
+        .max(2.2);
     let root = SVGBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
     let mut chart = ChartBuilder::on(&root)
@@ -247,6 +262,8 @@ pub(super) fn fairness(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
         .x_labels(tasks)
         .label_style(LABEL)
         .axis_desc_style(AXIS)
+        .bold_line_style(BLACK.mix(0.15))
+        .light_line_style(TRANSPARENT)
         .x_desc("task, from the fewest turns to the most")
         .y_desc("turns ÷ an equal share (1 = fair)")
         .draw()?;
@@ -263,13 +280,7 @@ pub(super) fn fairness(path: &Path, targets: &[Target], outcomes: &[Outcome]) ->
             .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], c.stroke_width(2)));
         chart.draw_series(points.into_iter().map(|p| Circle::new(p, 4, c.filled())))?;
     }
-    chart
-        .configure_series_labels()
-        .position(SeriesLabelPosition::UpperLeft)
-        .label_font(LABEL)
-        .background_style(WHITE.mix(0.8))
-        .border_style(BLACK)
-        .draw()?;
+    legend(&mut chart, SeriesLabelPosition::UpperLeft)?;
     root.present()?;
     Ok(())
 }
