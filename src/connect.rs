@@ -24,7 +24,7 @@ use crate::registry;
 /// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
 /// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`](crate::MigratingLock)) | those of the nested URLs |
 ///
-/// Every URL but `migrate://` also takes `fencing_epoch=N` (0–65535): the
+/// Every URL but `migrate://` also takes `fencing_epoch=N` (0–32767): the
 /// backend's tokens are handed out as `(N << 48) | token` ([`EpochLock`]),
 /// which the last step of a migration uses to stay above the old backend's
 /// tokens.
@@ -62,7 +62,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
         other => other,
     })?;
     Ok(match epoch {
-        Some(epoch) => Arc::new(EpochLock::new(lock, epoch)),
+        Some(epoch) => Arc::new(EpochLock::new(lock, epoch)?),
         None => lock,
     })
 }

@@ -10,9 +10,12 @@ use lock_core::{DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
 pub const EPOCH_OPTION: &str = "fencing_epoch";
 /// Bits below the epoch: a backend's own token must stay under 2^48.
 pub const EPOCH_SHIFT: u32 = 48;
+/// The largest epoch: 2^15 − 1, so that every token with an epoch fits in
+/// an `i64` (a SQL `BIGINT`, [`LockGuard::fencing_token_i64`]).
+pub const MAX_EPOCH: u16 = (1 << (63 - EPOCH_SHIFT)) - 1;
 
 /// A lock whose fencing tokens are the inner backend's with `epoch` in the
-/// high 16 bits: `(epoch << 48) | token`. Every token of epoch N+1 is larger
+/// high bits: `(epoch << 48) | token`, the epoch at most [`MAX_EPOCH`]. Every token of epoch N+1 is larger
 /// than every token of epoch N, so the last step of a migration (the new
 /// backend alone, with a higher epoch than the old one's) never hands out a
 /// token a fenced resource has seen beaten.
@@ -22,7 +25,7 @@ pub const EPOCH_SHIFT: u32 = 48;
 /// # async fn main() -> Result<(), distlock::LockError> {
 /// use std::sync::Arc;
 /// use distlock::{DistributedLock, EpochLock, LockOptions, MemoryLock};
-/// let locks = EpochLock::new(Arc::new(MemoryLock::new()), 1);
+/// let locks = EpochLock::new(Arc::new(MemoryLock::new()), 1)?;
 /// let guard = locks.acquire("report", &LockOptions::new()).await?;
 /// assert_eq!(guard.fencing_token(), Some((1 << 48) | 1));
 /// # Ok(()) }
@@ -34,9 +37,15 @@ pub struct EpochLock {
 }
 
 impl EpochLock {
-    /// `inner` with its tokens moved into `epoch`, as a lock.
-    pub fn new(inner: Arc<dyn DistributedLock>, epoch: u16) -> Layered<Self> {
-        Layered::new(EpochLock { inner, epoch })
+    /// `inner` with its tokens moved into `epoch`, as a lock;
+    /// [`LockError::InvalidOptions`] for an epoch above [`MAX_EPOCH`].
+    pub fn new(inner: Arc<dyn DistributedLock>, epoch: u16) -> Result<Layered<Self>, LockError> {
+        if epoch > MAX_EPOCH {
+            return Err(LockError::invalid_options(format!(
+                "fencing epoch {epoch} is above {MAX_EPOCH}: tokens would not fit in an i64"
+            )));
+        }
+        Ok(Layered::new(EpochLock { inner, epoch }))
     }
 
     /// The epoch.
@@ -100,9 +109,13 @@ impl LayeredLock for EpochLock {
 
 /// The value of a `fencing_epoch` option.
 pub(crate) fn parse_epoch(value: &str) -> Result<u16, String> {
-    value.parse().map_err(|_| {
-        format!("`{EPOCH_OPTION}` must be a whole number from 0 to 65535, got `{value}`")
-    })
+    value
+        .parse()
+        .ok()
+        .filter(|epoch| *epoch <= MAX_EPOCH)
+        .ok_or_else(|| {
+            format!("`{EPOCH_OPTION}` must be a whole number from 0 to {MAX_EPOCH}, got `{value}`")
+        })
 }
 
 #[cfg(test)]
@@ -110,11 +123,28 @@ mod tests {
     use super::*;
 
     #[test]
-    fn epochs_are_16_bit_numbers() {
+    fn epochs_are_numbers_up_to_the_largest() {
         assert_eq!(parse_epoch("2"), Ok(2));
-        assert_eq!(parse_epoch("65535"), Ok(65535));
-        for bad in ["x", "70000", "-1", ""] {
+        assert_eq!(parse_epoch("32767"), Ok(MAX_EPOCH));
+        for bad in ["x", "32768", "65535", "70000", "-1", ""] {
             assert!(parse_epoch(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The largest token of the largest epoch is a positive `i64`, and an
+    /// epoch above it is refused.
+    #[tokio::test]
+    async fn a_token_with_the_largest_epoch_fits_in_an_i64() {
+        let locks = EpochLock::new(Arc::new(lock_core::MemoryLock::new()), MAX_EPOCH)
+            .expect("the largest epoch");
+        let guard = locks
+            .acquire("epoch", &LockOptions::new())
+            .await
+            .expect("acquire");
+        let token = guard.fencing_token_i64().expect("a token that fits");
+        assert_eq!(token, i64::from(MAX_EPOCH) << EPOCH_SHIFT | 1);
+        let largest = u64::from(MAX_EPOCH) << EPOCH_SHIFT | ((1 << EPOCH_SHIFT) - 1);
+        assert!(i64::try_from(largest).is_ok(), "{largest}");
+        assert!(EpochLock::new(Arc::new(lock_core::MemoryLock::new()), MAX_EPOCH + 1).is_err());
     }
 }

@@ -36,12 +36,12 @@ mod registry;
 pub use lock_layers as layers;
 
 pub use connect::{ConnectOptions, connect, connect_with};
-pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock};
+pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock, MAX_EPOCH};
 pub use lock_core::redact_url;
 pub use lock_core::{
     Backoff, Capabilities, CrashRelease, DistributedLock, Fencing, Grade, LockError, LockGuard,
     LockInfo, LockOptions, LockOwner, LossKind, LossReason, MAX_NAME_BYTES, MemoryLock,
-    RELEASE_PATIENCE, ReentrantGuard, WAIT_OVERRUN, Wait, Waiting,
+    RELEASE_PATIENCE, ReentrantGuard, WAIT_OVERRUN, Wait, Waiting, with_lock,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};

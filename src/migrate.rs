@@ -145,7 +145,7 @@ impl MigratingLock {
             // again, so that the grant has a full TTL ahead (the rule
             // `confirmed_lease_start` applies to a single backend).
             let refreshed = if first_granted.elapsed() > opts.ttl / 10 {
-                first.extend(opts.ttl).await
+                first.extend(opts.ttl).await.map(drop)
             } else {
                 Ok(())
             };
@@ -178,7 +178,7 @@ fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
 
 async fn release_quietly(guard: LockGuard, name: &str) {
     if let Err(e) = guard.release().await {
-        tracing::warn!(lock = %name, error = %e, "releasing one part of a migrating lock failed; it ends with its lease");
+        tracing::warn!(target: "distlock", lock = %name, error = %e, "releasing one part of a migrating lock failed; it ends with its lease");
     }
 }
 
@@ -203,7 +203,7 @@ fn compose(name: &str, from: LockGuard, to: LockGuard, caps: Capabilities) -> Lo
         tokio::select! {
             reason = watched.lost() => {
                 if let Some(parts) = weak.upgrade() {
-                    tracing::debug!(lock = %lock, %reason, "migrating lock lost; its parts are no longer renewed");
+                    tracing::debug!(target: "distlock", lock = %lock, %reason, "migrating lock lost; its parts are no longer renewed");
                     parts.stop_renewal().await;
                 }
             }
@@ -254,7 +254,7 @@ impl GuardHandle for Parts {
                 return Ok(false);
             };
             match g.extend(ttl).await {
-                Ok(()) => {}
+                Ok(_) => {}
                 Err(LockError::NotHeld { .. } | LockError::Lost { .. }) => return Ok(false),
                 Err(e) => return Err(e),
             }

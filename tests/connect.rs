@@ -233,7 +233,9 @@ impl distlock::layers::Layer for Noting {
     ) -> std::sync::Arc<dyn distlock::DistributedLock> {
         self.log.lock().expect("log").push(self.name);
         match self.epoch {
-            Some(epoch) => std::sync::Arc::new(distlock::EpochLock::new(inner, epoch)),
+            Some(epoch) => std::sync::Arc::new(
+                distlock::EpochLock::new(inner, epoch).expect("an epoch within range"),
+            ),
             None => inner,
         }
     }

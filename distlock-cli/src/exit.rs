@@ -4,8 +4,6 @@
 //! can tell a transient failure (69, 75) from a mistake (2, 78) and from a
 //! lost lock (76).
 
-use std::error::Error as _;
-
 use distlock::LockError;
 
 /// The command line was invalid (clap's own code).
@@ -97,29 +95,18 @@ pub(crate) fn for_error(e: &LockError, busy: u8) -> u8 {
 }
 
 /// `e` in words for the command's user: a busy lock without the library's
-/// advice, anything else with its chain of causes, each once.
+/// advice, anything else as its `Display`, which names the innermost cause.
 pub(crate) fn message(e: &LockError) -> String {
-    if let LockError::Timeout { name, waited } = e {
-        return if waited.is_zero() {
+    match e {
+        LockError::Timeout { name, waited } if waited.is_zero() => {
             format!("lock {name:?} is held by someone else")
-        } else {
-            format!(
-                "lock {name:?} is still held by someone else after waiting {}",
-                humantime::format_duration(*waited)
-            )
-        };
-    }
-    let mut text = e.to_string();
-    let mut cause = e.source();
-    while let Some(c) = cause {
-        let said = c.to_string();
-        if !said.is_empty() && !text.contains(&said) {
-            text.push_str(": ");
-            text.push_str(&said);
         }
-        cause = c.source();
+        LockError::Timeout { name, waited } => format!(
+            "lock {name:?} is still held by someone else after waiting {}",
+            humantime::format_duration(*waited)
+        ),
+        e => e.to_string(),
     }
-    text
 }
 
 #[cfg(test)]

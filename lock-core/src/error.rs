@@ -27,7 +27,7 @@ pub enum LockError {
     },
 
     /// The lock service could not be reached or did not answer in time.
-    #[error("{backend} is unavailable: {reason}")]
+    #[error("{backend} is unavailable: {reason}{}", cause_suffix(reason, source))]
     Unavailable {
         /// The backend that failed (`"sqlite"`, `"redis"`, …).
         backend: &'static str,
@@ -121,7 +121,7 @@ pub enum LockError {
     },
 
     /// The server answered with something the backend did not expect.
-    #[error("{backend} error: {reason}")]
+    #[error("{backend} error: {reason}{}", cause_suffix(reason, source))]
     Backend {
         /// The backend that failed.
         backend: &'static str,
@@ -131,6 +131,27 @@ pub enum LockError {
         #[source]
         source: Option<BoxError>,
     },
+}
+
+/// `": "` and the innermost cause of `source`, unless `reason` says it
+/// already: a message that names what failed and why, once, whatever
+/// prints it (`Display` alone, or a reporter that also walks `source()`).
+fn cause_suffix(reason: &str, source: &Option<BoxError>) -> String {
+    let Some(mut cause) = source
+        .as_deref()
+        .map(|e| e as &(dyn std::error::Error + 'static))
+    else {
+        return String::new();
+    };
+    while let Some(inner) = cause.source() {
+        cause = inner;
+    }
+    let said = cause.to_string();
+    if said.is_empty() || reason.contains(&said) {
+        String::new()
+    } else {
+        format!(": {said}")
+    }
 }
 
 fn causes_suffix(causes: &[String]) -> String {
@@ -196,5 +217,69 @@ impl LockError {
                 | LockError::InvalidOptions { .. }
                 | LockError::Unsupported { .. }
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An error two levels deep, as a client library wraps an I/O error.
+    #[derive(Debug, thiserror::Error)]
+    #[error("failed to connect")]
+    struct Wrapping(#[source] std::io::Error);
+
+    #[test]
+    fn display_names_the_innermost_cause_once() {
+        let refused =
+            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+        let e = LockError::unavailable(
+            "redis",
+            "connecting to redis://127.0.0.1:1/0",
+            Wrapping(refused),
+        );
+        assert_eq!(
+            e.to_string(),
+            "redis is unavailable: connecting to redis://127.0.0.1:1/0: Connection refused"
+        );
+        let said = LockError::backend(
+            "etcd",
+            "put failed: Connection refused",
+            std::io::Error::other("Connection refused"),
+        );
+        assert_eq!(
+            said.to_string(),
+            "etcd error: put failed: Connection refused"
+        );
+        let alone = LockError::Unavailable {
+            backend: "zk",
+            reason: "no session".into(),
+            source: None,
+        };
+        assert_eq!(alone.to_string(), "zk is unavailable: no session");
+    }
+
+    #[test]
+    fn configuration_errors_are_not_transient() {
+        let config = [
+            LockError::invalid_options("ttl"),
+            LockError::InvalidName {
+                name: String::new(),
+                reason: "empty".into(),
+            },
+            LockError::InvalidUrl {
+                url: "x://".into(),
+                reason: "scheme".into(),
+            },
+            LockError::Unsupported {
+                backend: "zk",
+                operation: "inspect",
+            },
+        ];
+        for e in &config {
+            assert!(e.is_config() && !e.is_transient(), "{e}");
+        }
+        let down = LockError::unavailable("redis", "connecting", "refused");
+        assert!(!down.is_config() && down.is_transient());
     }
 }

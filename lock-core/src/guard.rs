@@ -38,6 +38,7 @@ pub const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 /// assert!(guard.release().await?);
 /// # Ok(()) }
 /// ```
+#[must_use = "a guard dropped at once releases its lock at once: bind it (`let _guard = …`) for as long as the work runs"]
 pub struct LockGuard {
     name: String,
     fencing_token: Option<u64>,
@@ -171,10 +172,37 @@ impl LockGuard {
 
     /// The fencing token of this grant: strictly greater than every earlier
     /// grant's token for the same name (see [`Capabilities::fencing`] for how
-    /// far that holds). Pass it to the protected resource so it can refuse
+    /// far that holds). Tokens are per lock name: two names' tokens are not
+    /// comparable. Pass it to the protected resource so it can refuse
     /// writes from an older holder.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
+    }
+
+    /// The fencing token as an `i64`, the type of a SQL `BIGINT` column
+    /// (Postgres, MySQL and SQLite integers are signed). Every token this
+    /// crate's backends give fits: they are database sequences, etcd
+    /// revisions, ZooKeeper transaction ids and Redis counters, all signed
+    /// 64-bit on their servers, and a fencing epoch keeps them below 2^63.
+    /// `None` when the backend has no tokens (or, from a backend of
+    /// another crate, for a token above `i64::MAX`).
+    pub fn fencing_token_i64(&self) -> Option<i64> {
+        self.fencing_token.and_then(|t| i64::try_from(t).ok())
+    }
+
+    /// `Ok` while the lock is neither known nor suspected lost and its
+    /// validity deadline has not passed; else [`LockError::Lost`] with the
+    /// reason. The check right before each write to the protected resource,
+    /// which checks the fencing token as well: `lost()` alone can be
+    /// noticed late by a busy scheduler.
+    pub fn ensure_held(&self) -> Result<(), LockError> {
+        match self.lease.lost_now() {
+            None => Ok(()),
+            Some(reason) => Err(LockError::Lost {
+                name: self.name.clone(),
+                reason,
+            }),
+        }
     }
 
     /// Resolves when the lock is known or suspected lost: a renewal found it
@@ -195,11 +223,15 @@ impl LockGuard {
         self.lease.deadline()
     }
 
-    /// Prolong the lock: the server keeps it for `ttl` from now.
+    /// Prolong the lock: the server keeps it for `ttl` from now. Returns
+    /// the new [validity deadline](Self::validity_deadline), which says
+    /// what the backend gave: less than `ttl` ahead where the lock is also
+    /// bounded by something else (a ZooKeeper node by its session's
+    /// timeout), and `None` for a lock held by a connection or session.
     /// Fails with [`LockError::NotHeld`] (and fires [`lost`](Self::lost)) if
     /// the lock is no longer ours, and with [`LockError::Lost`] if it was
     /// already lost or its validity deadline passed before the renewal landed.
-    pub async fn extend(&self, ttl: Duration) -> Result<(), LockError> {
+    pub async fn extend(&self, ttl: Duration) -> Result<Option<Instant>, LockError> {
         validate_ttl(ttl, &self.caps)?;
         if let Some(reason) = self.lease.lost_now() {
             return Err(LockError::Lost {
@@ -216,7 +248,7 @@ impl LockGuard {
             // A renewal that lands after the validity deadline cannot undo
             // the window in which the lock may have been someone else's.
             match self.lease.lost_now() {
-                None => Ok(()),
+                None => Ok(self.lease.deadline()),
                 Some(reason) => Err(LockError::Lost {
                     name: self.name.clone(),
                     reason,
@@ -246,7 +278,7 @@ impl LockGuard {
         match tokio::time::timeout(RELEASE_PATIENCE, handle.release()).await {
             Ok(outcome) => outcome,
             Err(_) => {
-                tracing::warn!(
+                tracing::warn!(target: "distlock",
                     lock = %self.name,
                     patience = ?RELEASE_PATIENCE,
                     "release unanswered; going on in the background"
@@ -277,18 +309,18 @@ impl Drop for LockGuard {
                 let name = std::mem::take(&mut self.name);
                 rt.spawn(async move {
                     match handle.release().await {
-                        Ok(true) => tracing::debug!(lock = %name, "released on drop"),
+                        Ok(true) => tracing::debug!(target: "distlock", lock = %name, "released on drop"),
                         Ok(false) => {
-                            tracing::debug!(lock = %name, "dropped guard's lock was no longer held")
+                            tracing::debug!(target: "distlock", lock = %name, "dropped guard's lock was no longer held")
                         }
-                        Err(e) => tracing::warn!(
+                        Err(e) => tracing::warn!(target: "distlock", 
                             lock = %name, error = %e,
                             "release on drop failed; the server frees the lock when its lease ends"
                         ),
                     }
                 });
             }
-            Err(_) => tracing::warn!(
+            Err(_) => tracing::warn!(target: "distlock",
                 lock = %self.name,
                 "guard dropped outside a tokio runtime; the server frees the lock when its lease ends"
             ),

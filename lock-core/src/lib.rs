@@ -22,6 +22,7 @@ mod memory;
 mod name;
 mod options;
 mod reentrant;
+mod with_lock;
 
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
 pub use error::{BoxError, LockError};
@@ -34,5 +35,6 @@ pub use name::MAX_NAME_BYTES;
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait};
 pub use raw::url::redact_url;
 pub use reentrant::{LockOwner, ReentrantGuard};
+pub use with_lock::with_lock;
 
 pub mod raw;

@@ -108,6 +108,47 @@ async fn renewal_finding_the_lock_gone_fires_lost_at_once() {
     );
 }
 
+/// What a `fmt` subscriber wrote, kept for the test to read.
+#[derive(Clone, Default)]
+struct Captured(Arc<std::sync::Mutex<Vec<u8>>>);
+
+impl std::io::Write for Captured {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A lock found gone is a warning under the `distlock` target, which a
+/// plain subscriber filtered on `distlock=warn` shows.
+#[tokio::test(start_paused = true)]
+async fn a_loss_is_a_warning_under_the_distlock_target() {
+    let logged = Captured::default();
+    let writer = logged.clone();
+    let subscriber = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new("distlock=warn"))
+        .with_ansi(false)
+        .with_writer(move || writer.clone())
+        .finish();
+    let _default = tracing::subscriber::set_default(subscriber);
+    let handle = Arc::new(Scripted::default());
+    let g = guard(&handle, Duration::from_secs(30), &Watchdog::new());
+    handle.gone.store(true, Ordering::SeqCst);
+    assert_eq!(g.lost().await, LossReason::TakenOver);
+    let text = String::from_utf8_lossy(&logged.0.lock().expect("log")).into_owned();
+    assert!(
+        text.contains("WARN") && text.contains("distlock") && text.contains("gone"),
+        "no warning of the loss: {text:?}"
+    );
+}
+
 #[tokio::test(start_paused = true)]
 async fn unreachable_server_fires_lost_at_the_validity_deadline_not_before() {
     let handle = Arc::new(Scripted::default());

@@ -171,7 +171,7 @@ impl EtcdLock {
             .map_err(|e| map_etcd(&format!("granting a lease on {server}"), e))?;
         let min_lease = Duration::from_secs(u64::try_from(probe.ttl()).unwrap_or(1).max(1));
         let _ = client.lease_client().revoke(probe.id()).await;
-        tracing::debug!(server = %server, ?min_lease, "etcd lock client connected");
+        tracing::debug!(target: "distlock", server = %server, ?min_lease, "etcd lock client connected");
         Ok(EtcdLock {
             inner: Arc::new(Inner {
                 client,
@@ -421,7 +421,7 @@ impl EtcdLock {
                         Ok(Some(_)) => Ok(Step::Reread),
                         Ok(None) => return Err(queue::place_lost(name)),
                         Err(e) => {
-                            tracing::debug!(lock = %name, error = %e, "the queue as of a deletion could not be read; reading it now");
+                            tracing::debug!(target: "distlock", lock = %name, error = %e, "the queue as of a deletion could not be read; reading it now");
                             Ok(Step::Reread)
                         }
                     }
@@ -437,7 +437,7 @@ impl EtcdLock {
                 // A leader election or a member going away while we wait:
                 // keep our place and look again, until the deadline.
                 Err(e) if e.is_transient() => {
-                    tracing::debug!(lock = %name, error = %e, "etcd unavailable while waiting; retrying");
+                    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while waiting; retrying");
                     let pause = Instant::now() + Duration::from_millis(200);
                     if deadline.is_some_and(|d| d <= pause) {
                         return Err(e);

@@ -53,7 +53,7 @@ impl Session {
             granted.id(),
             ttl,
         ));
-        tracing::debug!(lease = granted.id(), ?ttl, "etcd session started");
+        tracing::debug!(target: "distlock", lease = granted.id(), ?ttl, "etcd session started");
         Ok(session)
     }
 
@@ -143,12 +143,12 @@ async fn keep_alive(client: Client, session: Weak<Session>, lease: i64, ttl: Dur
             Ok(Err(etcd_client::Error::LeaseKeepAliveError(reason)))
                 if reason.contains("not found") =>
             {
-                tracing::warn!(lease, "etcd session lease is gone; its locks are lost");
+                tracing::warn!(target: "distlock", lease, "etcd session lease is gone; its locks are lost");
                 session.end(LossReason::TakenOver);
                 return;
             }
             Ok(Ok(Some(_))) => {
-                tracing::warn!(
+                tracing::warn!(target: "distlock",
                     lease,
                     "etcd session lease expired or was revoked; its locks are lost"
                 );
@@ -158,14 +158,14 @@ async fn keep_alive(client: Client, session: Weak<Session>, lease: i64, ttl: Dur
             failed => {
                 stream = None;
                 if !session.usable() {
-                    tracing::warn!(
+                    tracing::warn!(target: "distlock",
                         lease,
                         "etcd session could not be kept alive past its deadline"
                     );
                     session.end(LossReason::DeadlinePassed);
                     return;
                 }
-                tracing::debug!(lease, outcome = ?failed.map(|r| r.map(|_| ())), "etcd keep-alive failed; retrying");
+                tracing::debug!(target: "distlock", lease, outcome = ?failed.map(|r| r.map(|_| ())), "etcd keep-alive failed; retrying");
                 next = Instant::now() + period.min(Duration::from_millis(250));
             }
         }

@@ -477,7 +477,7 @@ async fn a_lock_taken_through_one_member_is_extended_through_another() {
                 let name = unique("extended-at-once");
                 let g = lock.acquire(&name, &opts).await.expect("acquire");
                 match g.extend(Duration::from_secs(2)).await {
-                    Ok(()) => {}
+                    Ok(_) => {}
                     Err(LockError::NotHeld { .. }) => refused += 1,
                     Err(e) => panic!("extend: {e}"),
                 }

@@ -213,7 +213,7 @@ impl<E: Events> GuardHandle for ObservedHandle<E> {
         let result = guard.extend(ttl).await;
         *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
         match result {
-            Ok(()) => Ok(true),
+            Ok(_) => Ok(true),
             Err(LockError::Lost { .. } | LockError::NotHeld { .. }) => Ok(false),
             Err(e) => Err(e),
         }

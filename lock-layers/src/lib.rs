@@ -52,13 +52,22 @@ pub trait Layer {
     fn layer(&self, inner: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock>;
 }
 
-/// `lock.layer(l)` for any `Arc<dyn DistributedLock>`.
+/// `lock.layer(l)` for an `Arc<dyn DistributedLock>` and for an `Arc` of
+/// any concrete lock (`Arc::new(PgLock::with_pool(…)).layer(TracingLayer)`).
+/// Keep a clone of a concrete lock's `Arc` to reach its own methods
+/// (`PgLock::begin`, `EtcdLock::fencing_compare`) beside the layered lock.
 pub trait LayerExt {
     /// This lock wrapped by `layer`.
     fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock>;
 }
 
 impl LayerExt for Arc<dyn DistributedLock> {
+    fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock> {
+        layer.layer(self)
+    }
+}
+
+impl<L: DistributedLock + 'static> LayerExt for Arc<L> {
     fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock> {
         layer.layer(self)
     }

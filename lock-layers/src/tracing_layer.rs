@@ -20,7 +20,7 @@ use crate::events::{Events, Observed, Outcome};
 ///   (`released`, `not_held`, `error`);
 /// - `distlock.renew` (`debug`): `backend`, `outcome` (`renewed`,
 ///   `not_held`, `failed`), one per renewal the watchdog makes;
-/// - an `info` event `distlock.lost` with `backend` and `reason` when a
+/// - a `warn` event `distlock.lost` with `backend` and `reason` when a
 ///   held lock is lost or suspected lost.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct TracingLayer;
@@ -103,6 +103,6 @@ impl Events for Spans {
     }
 
     fn lost(&self, backend: &'static str, reason: &LossReason) {
-        tracing::info!(target: "distlock", backend, reason = %reason, "distlock.lost");
+        tracing::warn!(target: "distlock", backend, reason = %reason, "distlock.lost");
     }
 }

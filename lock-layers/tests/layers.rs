@@ -89,7 +89,8 @@ async fn spans_carry_backend_outcome_and_token_and_the_name_only_at_debug() {
         let subscriber = tracing_subscriber::registry().with(spans.clone().with_filter(filter));
         let _default = tracing::subscriber::set_default(subscriber);
         let store = MemoryLock::new();
-        let locks = (Arc::new(store.clone()) as Arc<dyn DistributedLock>).layer(TracingLayer);
+        // A concrete lock's `Arc` takes layers as it is.
+        let locks = Arc::new(store.clone()).layer(TracingLayer);
         let g = locks.acquire("orders/42", &opts(300)).await.unwrap();
         let token = g.fencing_token().unwrap();
         assert!(busy(&*locks, "orders/42", &opts(300)).await);

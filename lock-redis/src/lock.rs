@@ -138,7 +138,7 @@ impl RedisLock {
         )
         .await?
         .map_err(|e| map_redis(&format!("connecting to {server}"), e))?;
-        tracing::debug!(server = %server, "redis lock client connected");
+        tracing::debug!(target: "distlock", server = %server, "redis lock client connected");
         // The connection's own response timeout bounds each batch too, with
         // a connect attempt's time on top for a reconnect.
         let extends = extend_batcher(
@@ -353,7 +353,7 @@ async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
     )
     .await;
     if !matches!(done, Ok(Ok(_))) {
-        tracing::debug!("withdrawing a waiter failed; its queue entry expires by itself");
+        tracing::debug!(target: "distlock", "withdrawing a waiter failed; its queue entry expires by itself");
     }
 }
 

@@ -181,7 +181,7 @@ impl Subscriber {
                 within(&this.config, "unsubscribing", conn.unsubscribe(&channel)).await,
                 Ok(Ok(()))
             ) {
-                tracing::debug!("unsubscribe failed; the channel stays subscribed until reconnect");
+                tracing::debug!(target: "distlock", "unsubscribe failed; the channel stays subscribed until reconnect");
             }
         });
     }

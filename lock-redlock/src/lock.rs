@@ -181,7 +181,7 @@ impl Redlock {
                 source: None,
             });
         }
-        tracing::debug!(nodes = ?names, up, "redlock client connected");
+        tracing::debug!(target: "distlock", nodes = ?names, up, "redlock client connected");
         Ok(Redlock {
             inner: Arc::new(Inner {
                 nodes,
@@ -326,7 +326,7 @@ impl Redlock {
                     Unrenewed::Left,
                 )));
             }
-            tracing::debug!(lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
+            tracing::debug!(target: "distlock", lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
             too_late = Some(start.elapsed());
         }
         // Give back whatever may have landed: every node that did not refuse,
@@ -436,7 +436,7 @@ impl Redlock {
         )
         .await;
         for cause in causes(&replies, &inner.names) {
-            tracing::debug!(%cause, "waiting without this node's release messages");
+            tracing::debug!(target: "distlock", %cause, "waiting without this node's release messages");
         }
         replies
             .into_iter()
@@ -583,7 +583,7 @@ impl fmt::Debug for Redlock {
 
 fn report_withdrawals<T>(replies: Replies<T>) {
     if failed(&replies) > 0 {
-        tracing::debug!(
+        tracing::debug!(target: "distlock",
             "withdrawing a waiter failed on some nodes; its entries expire by themselves"
         );
     }

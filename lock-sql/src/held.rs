@@ -132,7 +132,7 @@ impl<DB: Database> Warm<DB> {
             return Err(crate::error::map_sqlx(backend, DOING, e));
         }
         budget.0 -= 1;
-        tracing::debug!(backend, error = %e, "a pooled connection had died; taking another");
+        tracing::debug!(target: "distlock", backend, error = %e, "a pooled connection had died; taking another");
         pinned.close();
         *pinned = self
             .pinned()
@@ -244,7 +244,7 @@ pub(crate) async fn release<DB: Database>(
             Ok(ours)
         }
         Err(e) => {
-            tracing::debug!(lock, error = %e, "release found the connection broken");
+            tracing::debug!(target: "distlock", lock, error = %e, "release found the connection broken");
             Ok(false)
         }
     }
@@ -266,7 +266,7 @@ pub(crate) async fn touch<DB: Database>(
     match statement(conn).await {
         Ok(()) => Ok(true),
         Err(e) => {
-            tracing::debug!(lock, error = %e, "renewal found the connection broken");
+            tracing::debug!(target: "distlock", lock, error = %e, "renewal found the connection broken");
             Ok(false)
         }
     }

@@ -116,7 +116,7 @@ impl MySqlDialect {
                 .execute(&mut **conn)
                 .await
             {
-                tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
+                tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "setting a session back failed");
                 pinned.close();
                 return;
             }
@@ -689,7 +689,7 @@ impl Dialect for MySqlDialect {
                 .execute(&mut **conn)
                 .await
         {
-            tracing::debug!(backend = BACKEND, error = %e, "setting a session back failed");
+            tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "setting a session back failed");
         }
         Ok(ours)
     }

@@ -248,7 +248,7 @@ impl SqlLock<PgDialect> {
             if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
                 // Two clients creating the table at once may race; the
                 // loser's error is harmless if the table is there now.
-                tracing::debug!(error = %e, "creating the lock table");
+                tracing::debug!(target: "distlock", error = %e, "creating the lock table");
             }
         }
         sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {t} LIMIT 0")))

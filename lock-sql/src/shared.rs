@@ -548,7 +548,7 @@ async fn serve<S: SessionSql>(
         }
     }
     let mut session = state.lock().await;
-    tracing::debug!(
+    tracing::debug!(target: "distlock",
         backend = session.backend,
         locks = session.held.len(),
         "a shared session ended"
@@ -562,7 +562,7 @@ impl<S: SessionSql> Session<S> {
     /// in an unknown state, and the session ends now.
     fn begin(&mut self) -> bool {
         if self.midway {
-            tracing::debug!(
+            tracing::debug!(target: "distlock",
                 backend = self.backend,
                 "a shared session's statement was dropped half way"
             );
@@ -595,7 +595,7 @@ impl<S: SessionSql> Session<S> {
             .map(|(name, _)| name.clone())
             .collect();
         for name in expired {
-            tracing::debug!(backend = self.backend, lock = %name, "an unrenewed lock ran out on its shared session");
+            tracing::debug!(target: "distlock", backend = self.backend, lock = %name, "an unrenewed lock ran out on its shared session");
             self.unlock(&name).await;
             if self.conn.is_none() {
                 return;
@@ -642,7 +642,7 @@ impl<S: SessionSql> Session<S> {
         };
         self.server_idle = None;
         if let Err(e) = sql.keep(conn, idle).await {
-            tracing::debug!(backend = self.backend, error = %e, "renewing on a shared session failed");
+            tracing::debug!(target: "distlock", backend = self.backend, error = %e, "renewing on a shared session failed");
             self.end();
             return;
         }
@@ -725,7 +725,7 @@ impl<S: SessionSql> Session<S> {
             }
             Attempt::Failed(e) => Err((map_sqlx(self.backend, "acquiring a lock", e), false)),
             Attempt::Broken(e) => {
-                tracing::debug!(backend = self.backend, error = %e, "a shared session broke");
+                tracing::debug!(target: "distlock", backend = self.backend, error = %e, "a shared session broke");
                 self.end();
                 Err((map_sqlx(self.backend, "acquiring a lock", e), true))
             }
@@ -778,7 +778,7 @@ impl<S: SessionSql> Session<S> {
         match sql.unlock(conn, name).await {
             Ok(ours) => ours,
             Err(e) => {
-                tracing::debug!(backend = self.backend, error = %e, "releasing on a shared session failed");
+                tracing::debug!(target: "distlock", backend = self.backend, error = %e, "releasing on a shared session failed");
                 self.end();
                 false
             }

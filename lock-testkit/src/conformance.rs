@@ -1372,7 +1372,14 @@ pub async fn validity_never_outlasts_the_lease(h: Harness) {
         }
     };
     within("granted");
-    g.extend(ttl).await.expect("extend");
+    let extended_to = g.extend(ttl).await.expect("extend");
+    // What extend says it gave is the guard's deadline (the watchdog may
+    // have moved it on since, never back).
+    assert_eq!(extended_to.is_some(), g.validity_deadline().is_some());
+    if let (Some(said), Some(now)) = (extended_to, g.validity_deadline()) {
+        assert!(said <= now, "extend said {said:?}, the guard has {now:?}");
+        assert!(said.saturating_duration_since(Instant::now()) <= ttl);
+    }
     within("extended");
     for _ in 0..3 {
         tokio::time::sleep(ttl / 2).await;

@@ -97,7 +97,7 @@ impl GuardHandle for ZkHandle {
                     Ok(rt) => {
                         rt.spawn(async move { again.delete_in_background().await });
                     }
-                    Err(_) => tracing::warn!(
+                    Err(_) => tracing::warn!(target: "distlock",
                         path = %self.path,
                         "release failed outside a runtime; the node goes with its session"
                     ),

@@ -199,7 +199,7 @@ impl ZkLock {
                 source: None,
             });
         };
-        tracing::info!(server = %self.inner.display, "zookeeper session ended; starting a new one");
+        tracing::info!(target: "distlock", server = %self.inner.display, "zookeeper session ended; starting a new one");
         let fresh = Session::connect(url).await?;
         *self.inner.session.lock().unwrap_or_else(|e| e.into_inner()) = Arc::clone(&fresh);
         Ok(fresh)

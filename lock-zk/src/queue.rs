@@ -106,7 +106,7 @@ async fn create(session: &Session, dir: &str, id: &str) -> Result<Enqueued, Lock
                 // (or before the client gave up on it): look, then create
                 // again only if it did not.
                 if let Some(found) = find(client, dir, id).await? {
-                    tracing::debug!(path = %found.path, "found our node after a lost create reply");
+                    tracing::debug!(target: "distlock", path = %found.path, "found our node after a lost create reply");
                     return Ok(found);
                 }
             }
@@ -158,10 +158,10 @@ impl Drop for Sweep<'_> {
             match find(&session.client, &dir, &id).await {
                 Ok(Some(orphan)) => {
                     let deleted = retrying(|| session.client.delete(&orphan.path, None)).await;
-                    tracing::info!(path = %orphan.path, ?deleted, "deleted the node of an abandoned acquisition");
+                    tracing::info!(target: "distlock", path = %orphan.path, ?deleted, "deleted the node of an abandoned acquisition");
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(error = %e, dir, "could not look for the node of an abandoned acquisition; it ends with the session"),
+                Err(e) => tracing::warn!(target: "distlock", error = %e, dir, "could not look for the node of an abandoned acquisition; it ends with the session"),
             }
         });
     }

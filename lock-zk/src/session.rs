@@ -94,7 +94,7 @@ impl Session {
                 let Some((kind, detail)) = loss_of(state) else {
                     continue;
                 };
-                tracing::warn!(
+                tracing::warn!(target: "distlock",
                     ?state,
                     "zookeeper session state; its locks are {kind:?} lost"
                 );

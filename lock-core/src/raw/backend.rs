@@ -115,7 +115,7 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
                 match tokio::time::timeout_at(deadline + WAIT_OVERRUN, self.wait(req)).await {
                     Ok(granted) => granted?,
                     Err(_) => {
-                        tracing::warn!(
+                        tracing::warn!(target: "distlock",
                             name,
                             overrun = ?WAIT_OVERRUN,
                             "the wait's requests were still unanswered past its end; cut off"

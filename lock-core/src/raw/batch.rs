@@ -140,7 +140,7 @@ async fn drive<I, O>(
                 }
             }
             Err(e) => {
-                tracing::debug!(backend, items = sent, error = %e, "batch failed");
+                tracing::debug!(target: "distlock", backend, items = sent, error = %e, "batch failed");
                 for reply in replies {
                     let _ = reply.send(Err(copy_of(&e)));
                 }

@@ -103,7 +103,7 @@ impl Drop for PendingGrant {
                 rt.spawn(clean_up(handle));
             }
             Err(_) => {
-                tracing::warn!("cancelled acquisition outside a runtime; its lease ends by itself")
+                tracing::warn!(target: "distlock", "cancelled acquisition outside a runtime; its lease ends by itself")
             }
         }
     }
@@ -134,7 +134,7 @@ pub(crate) async fn clean_up(handle: Arc<dyn GuardHandle>) {
         )
         .await;
     if let Err(e) = released {
-        tracing::warn!(error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
+        tracing::warn!(target: "distlock", error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
     }
 }
 
@@ -186,7 +186,7 @@ pub async fn confirmed_lease_start(
         if took <= in_time {
             return Ok(again);
         }
-        tracing::debug!(
+        tracing::debug!(target: "distlock",
             name,
             ?took,
             "a grant's confirmation was slow; confirming again"

@@ -184,7 +184,7 @@ impl Watchdog {
                     let driver = drive(Arc::downgrade(&self.shared), self.shared.wake.clone());
                     s.driver = Some(rt.spawn(driver));
                 }
-                Err(_) => tracing::warn!(
+                Err(_) => tracing::warn!(target: "distlock",
                     "no tokio runtime: the lock is not renewed and its lost() fires at the validity deadline"
                 ),
             }
@@ -310,13 +310,13 @@ impl Schedule {
         let next = match result {
             Ok(true) => now + lease.renewal_period(),
             Ok(false) => {
-                tracing::warn!("a check found the lock gone (its connection ended)");
+                tracing::warn!(target: "distlock", "a check found the lock gone (its connection ended)");
                 lease.mark_lost(LossReason::TakenOver);
                 self.entries.remove(&id);
                 return;
             }
             Err(e) => {
-                tracing::debug!(error = %e, "checking a lock failed; trying again");
+                tracing::debug!(target: "distlock", error = %e, "checking a lock failed; trying again");
                 now + (lease.renewal_period() / 10).max(MIN_RETRY)
             }
         };
@@ -358,18 +358,18 @@ impl Schedule {
                 sent_at + lease.renewal_period()
             }
             Ok(false) => {
-                tracing::warn!("renewal found the lock gone or taken over");
+                tracing::warn!(target: "distlock", "renewal found the lock gone or taken over");
                 lease.mark_lost(LossReason::TakenOver);
                 self.entries.remove(&id);
                 return;
             }
             Err(e) => {
                 let Some(deadline) = lease.deadline().filter(|_| lease.lost_now().is_none()) else {
-                    tracing::warn!(error = %e, "renewal failed and the lock's validity has ended");
+                    tracing::warn!(target: "distlock", error = %e, "renewal failed and the lock's validity has ended");
                     self.entries.remove(&id);
                     return;
                 };
-                tracing::warn!(error = %e, "renewal failed; retrying until the validity deadline");
+                tracing::warn!(target: "distlock", error = %e, "renewal failed; retrying until the validity deadline");
                 let retry = Instant::now() + (ttl / 10).max(MIN_RETRY);
                 retry.min(deadline)
             }
@@ -458,9 +458,9 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
                     shared.schedule().checked(id, result);
                 }
                 Outcome::Expired { result } => match result {
-                    Ok(true) => tracing::debug!("a lock without auto-renewal reached its TTL and was released"),
+                    Ok(true) => tracing::debug!(target: "distlock", "a lock without auto-renewal reached its TTL and was released"),
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(error = %e, "releasing a lock at the end of its TTL failed"),
+                    Err(e) => tracing::warn!(target: "distlock", error = %e, "releasing a lock at the end of its TTL failed"),
                 },
             },
         }

@@ -277,7 +277,7 @@ impl SqliteLock {
                 .await
                 .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
         }
-        tracing::debug!(path = %path.display(), table = t, "sqlite lock store open");
+        tracing::debug!(target: "distlock", path = %path.display(), table = t, "sqlite lock store open");
         let sql = Statements::new(&table);
         let gate = gate_for(&path);
         let batches = Writes {

@@ -188,6 +188,6 @@ where
 /// go stale by itself.
 async fn forget_ticket(inner: &Inner, n: i64) {
     if let Err(e) = drop_ticket(inner, &inner.pool, n).await {
-        tracing::debug!(error = %e, "leaving the waiters' line failed; the ticket goes stale by itself");
+        tracing::debug!(target: "distlock", error = %e, "leaving the waiters' line failed; the ticket goes stale by itself");
     }
 }
