@@ -185,13 +185,22 @@ pub fn client_url(url: &LockUrl, tls: bool, host: &HostPort, db: u16) -> String 
     )
 }
 
-/// Make sure rustls has a process-wide crypto provider before a TLS
-/// connection is made: the redis client builds its TLS configuration from
-/// the default provider, and when a program links more than one (another
-/// backend's client may bring its own) there is no default until one is
-/// installed. Installing is a no-op when the application already chose.
-pub fn ensure_tls_provider() {
-    let _ = rustls::crypto::ring::default_provider().install_default();
+/// Before a TLS client connects, make sure rustls has a process-wide
+/// crypto provider: the redis client builds its TLS configuration from the
+/// default provider, and when a program links more than one (another
+/// backend's client may bring its own) there is none until one is
+/// installed. Nothing is installed for a client without TLS, nor when the
+/// application has installed a provider already, so that an application
+/// that installs its own (aws-lc-rs, say) after connecting a plain
+/// `redis://` lock still can.
+pub fn ensure_tls_provider(client: &redis::Client) {
+    let tls = matches!(
+        client.get_connection_info().addr(),
+        redis::ConnectionAddr::TcpTls { .. }
+    );
+    if tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
 }
 
 /// A client the application made, checked for what the lock needs: RESP3

@@ -88,7 +88,6 @@ impl RedisLock {
     /// `handoff_window` (durations with their unit: `250ms`, `2s`).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
-        crate::config::ensure_tls_provider();
         let client =
             redis::Client::open(parsed.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
                 url: parsed.display.clone(),
@@ -123,6 +122,7 @@ impl RedisLock {
         server: String,
     ) -> Result<Self, LockError> {
         config.validate()?;
+        crate::config::ensure_tls_provider(&client);
         // Commands on the hot path rely on these bounds alone (no timer of
         // our own per call): the reply within `response_timeout`, and one
         // reconnect attempt within `connect_timeout`, so an outage fails fast.

@@ -147,7 +147,6 @@ impl Redlock {
                 "Redlock needs at least one client",
             ));
         }
-        lock_redis::raw::ensure_tls_provider();
         let nodes = clients
             .into_iter()
             .map(|client| {

@@ -65,7 +65,6 @@ impl Node {
     /// A node whose connection is made lazily (on first use, and again after
     /// a failure), so that a node that is down does not stop the client.
     pub(crate) fn new(url: &NodeUrl, config: &RedlockConfig) -> Result<Self, LockError> {
-        lock_redis::raw::ensure_tls_provider();
         let client =
             redis::Client::open(url.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
                 url: url.display.clone(),
@@ -83,6 +82,7 @@ impl Node {
         display: String,
         config: &RedlockConfig,
     ) -> Result<Self, LockError> {
+        lock_redis::raw::ensure_tls_provider(&client);
         let release_timeout = config.node_timeout.max(config.connect_timeout);
         // The client's own bound is the longest any request may take (a
         // release's); the node timeout of the hot path is ours (`bounded`).
