@@ -68,9 +68,12 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 }
 
 /// What [`connect_with`] applies to a lock besides its URL: settings that
-/// are objects, not text. Today, layers (tracing, metrics, retries, or the
+/// are objects, not text. Layers (tracing, metrics, retries, or the
 /// application's own [`Layer`]), wrapped around the lock in the order they
-/// are added: the first added is the innermost.
+/// are added: the first added is the innermost; and a fencing epoch, the
+/// `fencing_epoch` URL option for a lock built without a URL. A lock built
+/// from the application's own client or pool (`RedisLock::with_client`,
+/// `PgLock::with_pool`, …) gets the same through [`apply`](Self::apply).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -90,6 +93,7 @@ pub async fn connect(url: &str) -> Result<Arc<dyn DistributedLock>, LockError> {
 #[derive(Clone, Default)]
 pub struct ConnectOptions {
     layers: Vec<Arc<dyn Layer + Send + Sync>>,
+    epoch: Option<u16>,
 }
 
 impl ConnectOptions {
@@ -103,12 +107,53 @@ impl ConnectOptions {
         self.layers.push(Arc::new(layer));
         self
     }
+
+    /// Hand out the backend's tokens in `epoch` ([`EpochLock`]), inside
+    /// every layer; as the `fencing_epoch` URL option, which must then not
+    /// be given as well. Checked (at most [`MAX_EPOCH`](crate::MAX_EPOCH))
+    /// when applied.
+    pub fn fencing_epoch(mut self, epoch: u16) -> Self {
+        self.epoch = Some(epoch);
+        self
+    }
+
+    /// `lock` with these options: its tokens in the fencing epoch if one is
+    /// set, then the layers, innermost first. For a lock built from the
+    /// application's own client or pool.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), distlock::LockError> {
+    /// use std::sync::Arc;
+    /// use distlock::layers::TracingLayer;
+    /// use distlock::{ConnectOptions, LockOptions, MemoryLock};
+    ///
+    /// let options = ConnectOptions::new().fencing_epoch(2).layer(TracingLayer);
+    /// let locks = options.apply(Arc::new(MemoryLock::new()))?;
+    /// let guard = locks.acquire("invoice-run", &LockOptions::new()).await?;
+    /// assert_eq!(guard.fencing_token(), Some((2 << 48) | 1));
+    /// # Ok(()) }
+    /// ```
+    pub fn apply(
+        &self,
+        lock: Arc<dyn DistributedLock>,
+    ) -> Result<Arc<dyn DistributedLock>, LockError> {
+        let lock: Arc<dyn DistributedLock> = match self.epoch {
+            Some(epoch) => Arc::new(EpochLock::new(lock, epoch)?),
+            None => lock,
+        };
+        Ok(self
+            .layers
+            .iter()
+            .fold(lock, |inner, layer| layer.layer(inner)))
+    }
 }
 
 impl fmt::Debug for ConnectOptions {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("ConnectOptions")
             .field("layers", &self.layers.len())
+            .field("epoch", &self.epoch)
             .finish()
     }
 }
@@ -118,9 +163,10 @@ pub async fn connect_with(
     url: &str,
     options: &ConnectOptions,
 ) -> Result<Arc<dyn DistributedLock>, LockError> {
-    let lock = connect(url).await?;
-    Ok(options
-        .layers
-        .iter()
-        .fold(lock, |inner, layer| layer.layer(inner)))
+    if options.epoch.is_some() && LockUrl::take_option(url, EPOCH_OPTION)?.1.is_some() {
+        return Err(LockError::invalid_options(format!(
+            "a fencing epoch is given twice: as `{EPOCH_OPTION}` in the URL and in the ConnectOptions"
+        )));
+    }
+    options.apply(connect(url).await?)
 }

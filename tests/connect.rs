@@ -316,3 +316,43 @@ fn configs_read_from_urls_as_connect_does() {
         other => panic!("expected InvalidUrl, got {other:?}"),
     }
 }
+
+/// A lock built without a URL (as from the application's own client) gets
+/// the options' fencing epoch, inside its layers; an epoch given both in
+/// the URL and in the options is refused, typed; one above `MAX_EPOCH`
+/// too.
+#[tokio::test]
+async fn connect_options_apply_an_epoch_and_layers_to_a_lock_built_without_a_url() {
+    use distlock::layers::TracingLayer;
+    use distlock::{ConnectOptions, LockError, LockOptions, MemoryLock};
+
+    let options = ConnectOptions::new().fencing_epoch(3).layer(TracingLayer);
+    let locks = options
+        .apply(std::sync::Arc::new(MemoryLock::new()))
+        .expect("apply");
+    let guard = locks
+        .acquire("apply", &LockOptions::new())
+        .await
+        .expect("acquire");
+    assert_eq!(guard.fencing_token(), Some((3 << 48) | 1));
+    assert!(guard.release().await.expect("release"));
+
+    let twice = distlock::connect_with("memory://?fencing_epoch=1", &options).await;
+    assert!(
+        matches!(twice, Err(LockError::InvalidOptions { .. })),
+        "{:?}",
+        twice.err()
+    );
+    let too_high = ConnectOptions::new()
+        .fencing_epoch(distlock::MAX_EPOCH + 1)
+        .apply(std::sync::Arc::new(MemoryLock::new()));
+    assert!(matches!(too_high, Err(LockError::InvalidOptions { .. })));
+    let from_url = distlock::connect_with("memory://", &ConnectOptions::new().fencing_epoch(3))
+        .await
+        .expect("connect_with");
+    let guard = from_url
+        .acquire("apply", &LockOptions::new())
+        .await
+        .expect("acquire");
+    assert_eq!(guard.fencing_token(), Some((3 << 48) | 1));
+}
