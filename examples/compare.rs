@@ -82,7 +82,7 @@ async fn uncontended(locks: &Arc<dyn DistributedLock>) -> Result<(Duration, Dura
 async fn contended(locks: &Arc<dyn DistributedLock>) -> Result<(Duration, Duration), LockError> {
     let opts = LockOptions::new()
         .auto_renew(false)
-        .wait(Wait::Up(Duration::from_secs(10)));
+        .wait(Wait::UpTo(Duration::from_secs(10)));
     let mut samples = Vec::with_capacity(CYCLES / 3);
     for _ in 0..CYCLES / 3 {
         let held = locks.acquire("compare/contended", &opts).await?;

@@ -55,7 +55,7 @@ async fn process(
 ) -> Result<(u8, u64, u64), LockError> {
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
-        .wait(Wait::Up(Duration::from_secs(30)));
+        .wait(Wait::UpTo(Duration::from_secs(30)));
     let (mut lowest, mut highest) = (u64::MAX, 0);
     for _ in 0..rounds {
         let guard = locks.acquire("nightly-report", &opts).await?;

@@ -33,7 +33,7 @@ async fn main() -> Result<(), LockError> {
 
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(5))
-        .wait(Wait::Up(Duration::from_secs(30)));
+        .wait(Wait::UpTo(Duration::from_secs(30)));
     let mut workers = Vec::new();
     for id in 1..=4 {
         let (locks, opts) = (locks.clone(), opts.clone());

@@ -13,7 +13,7 @@
 //! let url = format!("sqlite://{}/locks.db", dir.path().display());
 //! let locks = distlock::connect(&url).await?;
 //!
-//! let opts = LockOptions::new().wait(Wait::Up(Duration::from_secs(5)));
+//! let opts = LockOptions::new().wait(Wait::UpTo(Duration::from_secs(5)));
 //! let guard = locks.acquire("invoice-run", &opts).await?;
 //! let token = guard.fencing_token(); // hand this to the protected resource
 //! tokio::select! {

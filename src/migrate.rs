@@ -172,7 +172,7 @@ fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
         (Wait::No, _) | (_, None) => opts.clone(),
         (_, Some(d)) => opts
             .clone()
-            .wait(Wait::Up(d.saturating_duration_since(Instant::now()))),
+            .wait(Wait::UpTo(d.saturating_duration_since(Instant::now()))),
     }
 }
 
@@ -492,7 +492,7 @@ mod tests {
         use lock_core::{LockOptions, MemoryLock, Wait};
         let (from, to) = (MemoryLock::new(), MemoryLock::new());
         let ttl = Duration::from_millis(1500);
-        let opts = LockOptions::new().ttl(ttl).wait(Wait::Up(ttl * 4));
+        let opts = LockOptions::new().ttl(ttl).wait(Wait::UpTo(ttl * 4));
         // Someone already on the new backend holds the lock for 1 s.
         let blocker = to.acquire("job", &opts).await.expect("blocker");
         let release_later = tokio::spawn(async move {

@@ -174,7 +174,7 @@ async fn one_lost_part_loses_the_lock() {
         // The guard is kept (the loss ignored): the healthy part must still
         // end with its lease, though it was being renewed.
         let g2 = other
-            .acquire(&name, &opts.clone().wait(Wait::Up(ttl * 3)))
+            .acquire(&name, &opts.clone().wait(Wait::UpTo(ttl * 3)))
             .await
             .expect("the healthy part ended with its lease");
         assert!(!g.release().await.expect("release"));
@@ -196,7 +196,7 @@ async fn a_timed_out_wait_for_to_gives_from_back() {
     let err = migrating
         .acquire(
             "job",
-            &LockOptions::new().wait(Wait::Up(Duration::from_millis(300))),
+            &LockOptions::new().wait(Wait::UpTo(Duration::from_millis(300))),
         )
         .await
         .expect_err("`to` is held");

@@ -229,7 +229,10 @@ async fn zookeeper_digest() {
     );
     assert!(guard.release().await.expect("release"));
     let next = same
-        .acquire("job", &opts.clone().wait(Wait::Up(Duration::from_secs(5))))
+        .acquire(
+            "job",
+            &opts.clone().wait(Wait::UpTo(Duration::from_secs(5))),
+        )
         .await
         .expect("the same identity acquires after the release");
     assert!(next.release().await.expect("release"));

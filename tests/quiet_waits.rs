@@ -41,7 +41,7 @@ fn waits_log_no_slow_statement_warnings() {
                 tokio::time::sleep(Duration::from_millis(1500)).await;
                 held.release().await.expect("release");
             };
-            let waiting = opts.clone().wait(Wait::Up(Duration::from_secs(10)));
+            let waiting = opts.clone().wait(Wait::UpTo(Duration::from_secs(10)));
             let wait = waiter.acquire(&name, &waiting);
             let ((), got) = tokio::join!(release, wait);
             got.expect("the waiter gets the lock")

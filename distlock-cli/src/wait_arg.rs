@@ -9,7 +9,7 @@ pub(crate) fn parse_wait(text: &str) -> Result<Wait, String> {
     match text.trim() {
         "forever" => Ok(Wait::Forever),
         "none" | "0" => Ok(Wait::No),
-        other => parse_duration(other).map(Wait::Up),
+        other => parse_duration(other).map(Wait::UpTo),
     }
 }
 
@@ -27,10 +27,10 @@ mod tests {
     fn waits_and_durations() {
         assert_eq!(parse_wait("forever"), Ok(Wait::Forever));
         assert_eq!(parse_wait("none"), Ok(Wait::No));
-        assert_eq!(parse_wait("10s"), Ok(Wait::Up(Duration::from_secs(10))));
+        assert_eq!(parse_wait("10s"), Ok(Wait::UpTo(Duration::from_secs(10))));
         assert_eq!(
             parse_wait("250ms"),
-            Ok(Wait::Up(Duration::from_millis(250)))
+            Ok(Wait::UpTo(Duration::from_millis(250)))
         );
         assert_eq!(parse_duration("5m"), Ok(Duration::from_secs(300)));
         for bad in ["", "ten", "5x", "-1s"] {

@@ -133,7 +133,7 @@ async fn acquire_all(
 ) -> (Vec<LockGuard>, Option<String>, Duration) {
     let opts = LockOptions::new()
         .ttl(cfg.ttl)
-        .wait(Wait::Up(Duration::from_secs(30)))
+        .wait(Wait::UpTo(Duration::from_secs(30)))
         .auto_renew(true);
     let started = Instant::now();
     let limited = Arc::new(AtomicBool::new(false));

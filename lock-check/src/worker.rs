@@ -158,7 +158,7 @@ async fn hold_once(
     let end = pick_end();
     let opts = LockOptions::new()
         .ttl(cfg.ttl)
-        .wait(Wait::Up(cfg.wait))
+        .wait(Wait::UpTo(cfg.wait))
         .auto_renew(end != HoldEnd::Expire);
     let started = now_ns();
     log.log(&Event::Acquiring {

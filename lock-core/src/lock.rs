@@ -220,7 +220,7 @@ mod tests {
             .await
             .expect("free");
         let wait = Duration::from_millis(200);
-        match locks.acquire("job", &options(Wait::Up(wait))).await {
+        match locks.acquire("job", &options(Wait::UpTo(wait))).await {
             Err(LockError::Timeout { name, waited }) => {
                 assert_eq!(name, "job");
                 assert!(waited >= wait, "{waited:?}");
@@ -253,7 +253,7 @@ mod tests {
             Err(LockError::Unavailable { .. })
         ));
 
-        let opts = options(Wait::Up(Duration::from_secs(5)));
+        let opts = options(Wait::UpTo(Duration::from_secs(5)));
         let req = Request::checked("job", &opts, &locks.raw_capabilities()).expect("request");
         let calls = AtomicU32::new(0);
         let guard = acquire_by_polling(req, None, |_| {
@@ -273,7 +273,7 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 2, "one retry");
         assert!(guard.release().await.expect("release"));
 
-        let short = options(Wait::Up(Duration::from_millis(50)));
+        let short = options(Wait::UpTo(Duration::from_millis(50)));
         let req = Request::checked("job", &short, &locks.raw_capabilities()).expect("request");
         let ended =
             acquire_by_polling(req, None, |_| async { Ok(Attempt::TooLate(too_late())) }).await;
@@ -311,7 +311,7 @@ mod tests {
         let start = Instant::now();
         let outcome = tokio::time::timeout(
             Duration::from_secs(3600),
-            locks.acquire("job", &options(Wait::Up(wait))),
+            locks.acquire("job", &options(Wait::UpTo(wait))),
         )
         .await
         .expect("the wait ends by itself");

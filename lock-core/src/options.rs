@@ -11,15 +11,24 @@ use crate::raw::{DEFAULT_SAFETY_MARGIN, drift_allowance};
 pub const MIN_TTL: Duration = Duration::from_millis(10);
 
 /// How long `acquire` waits for a held lock.
+///
+/// Not waiting has two shapes, one per call: `try_acquire` answers a held
+/// lock with `Ok(None)`, for code that expects it; `acquire` with
+/// `Wait::No` makes one attempt too and answers `Err(Timeout)`, for code
+/// that treats a held lock as a failure (as for a wait that ran out).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Wait {
     /// One attempt; a held lock gives [`LockError::Timeout`].
     No,
     /// Wait at most this long, then [`LockError::Timeout`]. A wait too
     /// long to represent as a deadline (`Duration::MAX`) waits forever.
-    Up(Duration),
+    UpTo(Duration),
     /// Wait until the lock is granted (or the future is dropped).
     Forever,
+    /// The former name of [`Wait::UpTo`]; [`LockOptions::wait`] turns it
+    /// into `UpTo`.
+    #[deprecated(note = "renamed `Wait::UpTo`")]
+    Up(Duration),
 }
 
 /// Retry delays for backends that must poll: exponential growth from
@@ -138,7 +147,7 @@ impl Backoff {
 /// use lock_core::{LockOptions, Wait};
 /// let opts = LockOptions::new()
 ///     .ttl(Duration::from_secs(10))
-///     .wait(Wait::Up(Duration::from_secs(2)))
+///     .wait(Wait::UpTo(Duration::from_secs(2)))
 ///     .auto_renew(false);
 /// assert_eq!(opts.ttl, Duration::from_secs(10));
 /// ```
@@ -190,13 +199,18 @@ impl LockOptions {
 
     /// Set how long `acquire` waits.
     pub fn wait(mut self, wait: Wait) -> Self {
+        #[allow(deprecated)]
+        let wait = match wait {
+            Wait::Up(d) => Wait::UpTo(d),
+            other => other,
+        };
         self.wait = wait;
         self
     }
 
-    /// Shorthand for `wait(Wait::Up(timeout))`.
+    /// Shorthand for `wait(Wait::UpTo(timeout))`.
     pub fn wait_timeout(self, timeout: Duration) -> Self {
-        self.wait(Wait::Up(timeout))
+        self.wait(Wait::UpTo(timeout))
     }
 
     /// Turn background renewal on or off.
@@ -247,6 +261,14 @@ pub fn validate_ttl(ttl: Duration, caps: &Capabilities) -> Result<(), LockError>
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// The former name still builds the same wait.
+    #[test]
+    #[allow(deprecated)]
+    fn wait_up_is_the_former_name_of_up_to() {
+        let d = Duration::from_millis(700);
+        assert_eq!(LockOptions::new().wait(Wait::Up(d)).wait, Wait::UpTo(d));
+    }
 
     fn duration() -> impl Strategy<Value = Duration> {
         prop_oneof![

@@ -22,7 +22,7 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let locks = (Arc::new(MemoryLock::new()) as Arc<dyn DistributedLock>).layer(MetricsLayer);
     let opts = LockOptions::new()
         .ttl(Duration::from_millis(300))
-        .wait(Wait::Up(Duration::from_secs(5)));
+        .wait(Wait::UpTo(Duration::from_secs(5)));
     let mut workers = Vec::new();
     for _ in 0..4 {
         let (locks, opts) = (Arc::clone(&locks), opts.clone());

@@ -117,7 +117,8 @@ impl Retrying {
     /// the lock held).
     fn wait_deadline(opts: &LockOptions, started: Instant) -> Option<Instant> {
         match opts.wait {
-            Wait::Up(d) => started.checked_add(d),
+            #[allow(deprecated)]
+            Wait::UpTo(d) | Wait::Up(d) => started.checked_add(d),
             Wait::No | Wait::Forever => None,
         }
     }
@@ -125,9 +126,10 @@ impl Retrying {
     /// `opts` with the caller's wait cut to what is left.
     fn remaining(opts: &LockOptions, started: Instant) -> LockOptions {
         match opts.wait {
-            Wait::Up(d) => opts
+            #[allow(deprecated)]
+            Wait::UpTo(d) | Wait::Up(d) => opts
                 .clone()
-                .wait(Wait::Up(d.saturating_sub(started.elapsed()))),
+                .wait(Wait::UpTo(d.saturating_sub(started.elapsed()))),
             Wait::No | Wait::Forever => opts.clone(),
         }
     }

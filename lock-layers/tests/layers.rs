@@ -78,7 +78,7 @@ async fn busy(locks: &dyn DistributedLock, name: &str, opts: &LockOptions) -> bo
 fn opts(ttl_ms: u64) -> LockOptions {
     LockOptions::new()
         .ttl(Duration::from_millis(ttl_ms))
-        .wait(Wait::Up(Duration::from_secs(5)))
+        .wait(Wait::UpTo(Duration::from_secs(5)))
 }
 
 #[tokio::test]
@@ -310,7 +310,7 @@ async fn retries_transient_failures_but_not_refusals_or_timeouts() {
     );
     assert_eq!(flaky.attempts.load(Ordering::SeqCst), 5);
     // A wait that runs out is not retried either.
-    let short = opts(1_000).wait(Wait::Up(Duration::from_millis(100)));
+    let short = opts(1_000).wait(Wait::UpTo(Duration::from_millis(100)));
     let e = locks.acquire("job", &short).await.unwrap_err();
     assert!(matches!(e, LockError::Timeout { .. }), "{e:?}");
     assert_eq!(flaky.attempts.load(Ordering::SeqCst), 6);
@@ -328,7 +328,7 @@ async fn retries_transient_failures_but_not_refusals_or_timeouts() {
     let e = locks
         .acquire(
             "job",
-            &opts(1_000).wait(Wait::Up(Duration::from_millis(500))),
+            &opts(1_000).wait(Wait::UpTo(Duration::from_millis(500))),
         )
         .await
         .unwrap_err();

@@ -1083,7 +1083,7 @@ mod tests {
                 &name,
                 &LockOptions::new()
                     .ttl(Duration::from_secs(10))
-                    .wait(Wait::Up(Duration::from_secs(3))),
+                    .wait(Wait::UpTo(Duration::from_secs(3))),
             )
             .await
             .expect("free once the unclaimed grant is dropped");
@@ -1102,7 +1102,7 @@ mod tests {
         let stamp = format!("{:?}", std::time::SystemTime::now());
         let quick = LockOptions::new()
             .ttl(Duration::from_secs(10))
-            .wait(Wait::Up(Duration::from_secs(3)));
+            .wait(Wait::UpTo(Duration::from_secs(3)));
         // Open a's session, so the next attempt sends its statement at once.
         let warm = a
             .acquire(&format!("warm/{stamp}"), &quick)

@@ -134,7 +134,7 @@ async fn a_row_force_release_leaves_no_probe_in_the_queue() {
             waiting
                 .acquire(
                     &name,
-                    &quick(30_000).wait(Wait::Up(Duration::from_secs(20))),
+                    &quick(30_000).wait(Wait::UpTo(Duration::from_secs(20))),
                 )
                 .await
         }

@@ -80,7 +80,7 @@ async fn worker(id: &str, dir: &Path) {
     let locks = open_in(dir).await;
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(10))
-        .wait(Wait::Up(Duration::from_secs(60)));
+        .wait(Wait::UpTo(Duration::from_secs(60)));
     let counter = dir.join("counter");
     let mut tokens = Vec::new();
     for _ in 0..ROUNDS {
@@ -131,7 +131,7 @@ async fn tokens_survive_a_killed_process() {
         let locks = open_in(&dir).await;
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(2))
-            .wait(Wait::Up(Duration::from_secs(10)));
+            .wait(Wait::UpTo(Duration::from_secs(10)));
         let mut log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
@@ -166,7 +166,7 @@ async fn tokens_survive_a_killed_process() {
     let g = locks
         .acquire(
             "crash",
-            &LockOptions::new().wait(Wait::Up(Duration::from_secs(60))),
+            &LockOptions::new().wait(Wait::UpTo(Duration::from_secs(60))),
         )
         .await
         .expect("acquire after the kill");
@@ -218,7 +218,7 @@ async fn five_processes_each_get_a_share() {
         let locks = open_in(&dir).await;
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(10))
-            .wait(Wait::Up(Duration::from_secs(60)));
+            .wait(Wait::UpTo(Duration::from_secs(60)));
         let end = tokio::time::Instant::now() + FAIR_RUN;
         let mut grants = 0u64;
         while tokio::time::Instant::now() < end {

@@ -298,7 +298,7 @@ pub async fn exclusion_under_contention(h: Harness) {
             tokens.clone(),
         );
         tasks.push(tokio::spawn(async move {
-            let o = opts(10_000, Wait::Up(Duration::from_secs(120)), false);
+            let o = opts(10_000, Wait::UpTo(Duration::from_secs(120)), false);
             for _ in 0..ROUNDS {
                 let guard = lock
                     .acquire(&name, &o)
@@ -348,7 +348,7 @@ pub async fn many_locks_held_at_once(h: Harness) {
     let count = caps.max_held.unwrap_or(64);
     let prefix = unique_name("many");
     // Renewed, so that the watchdog carries them all meanwhile.
-    let o = opts(5_000, Wait::Up(Duration::from_secs(10)), true);
+    let o = opts(5_000, Wait::UpTo(Duration::from_secs(10)), true);
     let mut guards = Vec::with_capacity(count);
     for i in 0..count {
         let name = format!("{prefix}/{i}");
@@ -368,7 +368,7 @@ pub async fn many_locks_held_at_once(h: Harness) {
     }
     if let Some(limit) = caps.max_held {
         let beyond = format!("{prefix}/beyond");
-        let long = opts(5_000, Wait::Up(Duration::from_secs(300)), true);
+        let long = opts(5_000, Wait::UpTo(Duration::from_secs(300)), true);
         let refused = tokio::time::timeout(Duration::from_secs(60), h.lock.acquire(&beyond, &long))
             .await
             .expect("refused before a minute of its five-minute wait");
@@ -438,7 +438,7 @@ pub async fn try_acquire_while_held(h: Harness) {
 /// hand-off time is printed, not asserted tightly).
 pub async fn waiter_gets_lock_after_release(h: Harness) {
     let name = unique_name("handoff");
-    let o = opts(10_000, Wait::Up(Duration::from_secs(30)), false);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(30)), false);
     let holder = h.lock.acquire(&name, &o).await.expect("acquire");
     let waiter = {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
@@ -471,7 +471,7 @@ pub async fn waiter_gets_lock_after_release(h: Harness) {
 pub async fn releaser_does_not_overtake_a_waiter(h: Harness) {
     let name = unique_name("barging");
     let fair = h.lock.capabilities().fair_queue;
-    let o = opts(10_000, Wait::Up(Duration::from_secs(20)), false);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(20)), false);
     let holder = h.lock.acquire(&name, &o).await.expect("acquire");
     let first_token = holder.fencing_token();
     let waiter = {
@@ -532,7 +532,7 @@ pub async fn wait_timeout(h: Harness) {
     let start = Instant::now();
     let r = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(wait), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(wait), false))
         .await;
     let took = start.elapsed();
     match r {
@@ -610,7 +610,7 @@ pub async fn cancelled_waiter_leaves_nothing_behind(h: Harness) {
         h.other
             .acquire(
                 &name,
-                &opts(10_000, Wait::Up(Duration::from_secs(2)), false),
+                &opts(10_000, Wait::UpTo(Duration::from_secs(2)), false),
             )
             .await
             .expect("no cancelled waiter may hold or block the lock")
@@ -626,7 +626,7 @@ pub async fn stale_release_is_refused(h: Harness) {
     let (_, old) = acquire_unheld(&h.lock, &name, ttl).await;
     let new = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(ttl + SLACK), false))
         .await
         .expect("acquire after expiry");
     assert!(old.is_lost().is_some(), "old holder's deadline has passed");
@@ -676,7 +676,7 @@ pub async fn abandoned_lock_expires(h: Harness) {
     }
     let g2 = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK * 2), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(ttl + SLACK * 2), false))
         .await
         .expect("abandoned lock is acquirable after its TTL");
     let took = start.elapsed();
@@ -743,7 +743,7 @@ pub async fn lost_fires_when_taken_away(h: Harness) {
     assert!(g.is_lost().is_some());
     let g2 = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(SLACK), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(SLACK), false))
         .await
         .expect("lock is free after being taken away");
     assert!(
@@ -765,7 +765,7 @@ pub async fn fencing_tokens_increase(h: Harness) {
         let g = lock
             .acquire(
                 &name,
-                &opts(10_000, Wait::Up(Duration::from_secs(5)), false),
+                &opts(10_000, Wait::UpTo(Duration::from_secs(5)), false),
             )
             .await
             .expect("acquire");
@@ -779,7 +779,7 @@ pub async fn fencing_tokens_increase(h: Harness) {
     std::mem::forget(lapsed);
     let g = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(ttl + SLACK), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(ttl + SLACK), false))
         .await
         .expect("acquire after expiry");
     tokens.push(g.fencing_token());
@@ -838,7 +838,7 @@ pub async fn extend_prolongs_and_fails_when_gone(h: Harness) {
     h.hook.take_away(&name).await.expect("fault hook");
     let next = h
         .other
-        .acquire(&name, &long.clone().wait(Wait::Up(SLACK * 2)))
+        .acquire(&name, &long.clone().wait(Wait::UpTo(SLACK * 2)))
         .await
         .expect("acquire after the take-away");
     let short = short_ttl(&h, 500);
@@ -882,7 +882,7 @@ pub async fn drop_releases(h: Harness) {
         .other
         .acquire(
             &name,
-            &opts(10_000, Wait::Up(Duration::from_secs(10)), false),
+            &opts(10_000, Wait::UpTo(Duration::from_secs(10)), false),
         )
         .await
         .expect("dropped guard's lock is released");
@@ -1071,7 +1071,7 @@ pub async fn options_at_their_limits_never_panic(h: Harness) {
         .await
         .expect("the holder");
     for o in &edge {
-        let waited = o.clone().wait(Wait::Up(Duration::from_millis(150)));
+        let waited = o.clone().wait(Wait::UpTo(Duration::from_millis(150)));
         match h.other.acquire(&name, &waited).await {
             Err(LockError::Timeout { .. } | LockError::InvalidOptions { .. }) => {}
             other => panic!("a held lock, {o:?}: {other:?}"),
@@ -1083,7 +1083,7 @@ pub async fn options_at_their_limits_never_panic(h: Harness) {
     }
     assert!(held.release().await.expect("release"));
     for o in &edge {
-        let o = o.clone().wait(Wait::Up(Duration::MAX));
+        let o = o.clone().wait(Wait::UpTo(Duration::MAX));
         match h.lock.acquire(&name, &o).await {
             Ok(g) => assert!(g.release().await.expect("release")),
             Err(LockError::InvalidOptions { .. }) => {}
@@ -1096,7 +1096,7 @@ pub async fn options_at_their_limits_never_panic(h: Harness) {
 /// returns to zero.
 pub async fn reentrant_owner_counts(h: Harness) {
     let name = unique_name("reentrant");
-    let o = opts(10_000, Wait::Up(Duration::from_secs(10)), true);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(10)), true);
     let a = LockOwner::new(h.lock.clone());
     let b = LockOwner::new(h.other.clone());
     let outer = a.acquire(&name, &o).await.expect("outer");
@@ -1141,7 +1141,7 @@ pub async fn reentrant_owner_counts(h: Harness) {
 pub async fn grant_after_long_wait_is_valid(h: Harness) {
     let name = unique_name("long-wait");
     let ttl = short_ttl(&h, 1_500);
-    let o = ttl_opts(ttl, Wait::Up(ttl * 6), true);
+    let o = ttl_opts(ttl, Wait::UpTo(ttl * 6), true);
     let holder = h.lock.acquire(&name, &o).await.expect("holder");
     let waiter = {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
@@ -1193,7 +1193,7 @@ pub async fn very_long_waits_work(h: Harness) {
         Duration::from_secs(u64::MAX),
         Duration::from_secs(30 * 86_400),
     ] {
-        let o = opts(10_000, Wait::Up(wait), false);
+        let o = opts(10_000, Wait::UpTo(wait), false);
         let g = tokio::time::timeout(HANG, h.lock.acquire(&name, &o))
             .await
             .expect("a free lock is granted")
@@ -1309,7 +1309,7 @@ pub async fn racing_on_a_new_name(h: Harness) {
                 let (name, start) = (name.clone(), Arc::clone(&start));
                 tokio::spawn(async move {
                     let o = if wait {
-                        opts(10_000, Wait::Up(Duration::from_millis(1500)), false)
+                        opts(10_000, Wait::UpTo(Duration::from_millis(1500)), false)
                     } else {
                         opts(10_000, Wait::No, false)
                     };
@@ -1399,7 +1399,7 @@ const QUEUED_WAITERS: usize = 12;
 pub async fn waiters_are_served_in_arrival_order(h: Harness) {
     let name = unique_name("fifo");
     let fair = h.lock.capabilities().fair_queue;
-    let o = opts(10_000, Wait::Up(Duration::from_secs(20)), false);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(20)), false);
     let holder = h.lock.acquire(&name, &o).await.expect("holder");
     let order = Arc::new(std::sync::Mutex::new(Vec::new()));
     let mut waiters = Vec::new();
@@ -1450,7 +1450,7 @@ pub async fn waiters_are_served_in_arrival_order(h: Harness) {
 /// while the holder holds, and is served once it releases.
 pub async fn a_waiter_behind_a_cancelled_one_waits_for_the_holder(h: Harness) {
     let name = unique_name("behind-cancelled");
-    let o = opts(10_000, Wait::Up(Duration::from_secs(20)), false);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(20)), false);
     let holder = h.lock.acquire(&name, &o).await.expect("holder");
     let first = {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
@@ -1489,7 +1489,7 @@ pub async fn notified_waiters_do_not_poll(h: Harness) {
     let slow = Backoff::default()
         .with_initial(Duration::from_secs(30))
         .with_max(Duration::from_secs(30));
-    let o = opts(10_000, Wait::Up(Duration::from_secs(60)), false).backoff(slow);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(60)), false).backoff(slow);
     let holder = h.lock.acquire(&name, &o).await.expect("holder");
     let waiter = {
         let (other, name, o) = (h.other.clone(), name.clone(), o.clone());
@@ -1517,7 +1517,7 @@ pub async fn notified_waiters_do_not_poll(h: Harness) {
 /// keeps it.
 pub async fn cancellation_at_any_point_leaves_the_lock_free(h: Harness) {
     let name = unique_name("cancel-anywhere");
-    let o = opts(10_000, Wait::Up(Duration::from_secs(5)), false);
+    let o = opts(10_000, Wait::UpTo(Duration::from_secs(5)), false);
     let mut completed = 0;
     for _ in 0..40 {
         let after = Duration::from_micros(rand::random::<u64>() % 3_000);
@@ -1530,7 +1530,7 @@ pub async fn cancellation_at_any_point_leaves_the_lock_free(h: Harness) {
     let started = Instant::now();
     let g = h
         .other
-        .acquire(&name, &opts(10_000, Wait::Up(SLACK * 2), false))
+        .acquire(&name, &opts(10_000, Wait::UpTo(SLACK * 2), false))
         .await
         .expect("the lock is free after the cancelled acquisitions");
     eprintln!(
@@ -1590,7 +1590,7 @@ pub async fn inspect_and_force_release(h: Harness) {
     assert!(!after.held, "after force_release: {after:?}");
     let next = h
         .other
-        .acquire(&name, &opts(TTL_MS, Wait::Up(SLACK), true))
+        .acquire(&name, &opts(TTL_MS, Wait::UpTo(SLACK), true))
         .await
         .expect("acquire after force_release");
     if let (Some(old), Some(new)) = (held.fencing_token(), next.fencing_token()) {
@@ -1609,7 +1609,7 @@ pub async fn inspect_and_force_release(h: Harness) {
         async move {
             lock.acquire(
                 &name,
-                &opts(TTL_MS, Wait::Up(Duration::from_secs(60)), true),
+                &opts(TTL_MS, Wait::UpTo(Duration::from_secs(60)), true),
             )
             .await
         }

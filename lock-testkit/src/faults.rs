@@ -229,7 +229,7 @@ pub async fn frozen_holder_loses_its_lock_to_a_later_token<L, F>(
     let frozen_at = tokio::time::Instant::now();
     let bound = freed_within + Duration::from_secs(5);
     let taken = locks
-        .acquire(&name, &opts.clone().wait(Wait::Up(bound)))
+        .acquire(&name, &opts.clone().wait(Wait::UpTo(bound)))
         .await
         .unwrap_or_else(|e| {
             panic!("the frozen holder's lock was not freed within {bound:?}: {e:?}")
@@ -295,7 +295,7 @@ pub async fn server_failure_gives_transient_errors<L, F>(
         .await
         .expect("holder");
     let wait = Duration::from_secs(6);
-    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::Up(wait)));
+    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::UpTo(wait)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
     for server in servers {
@@ -339,7 +339,7 @@ pub async fn frozen_server_bounds_waits_and_releases<L, F>(
         .await
         .expect("holder");
     let wait = Duration::from_secs(3);
-    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::Up(wait)));
+    let waiter = spawn_timed_acquire(&other, &name, opts.clone().wait(Wait::UpTo(wait)));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let restore = Restore(servers.iter().map(|s| s.to_string()).collect());
     for server in servers {
@@ -525,7 +525,10 @@ where
     let started = tokio::time::Instant::now();
     let next = loop {
         match other
-            .acquire(&name, &opts.clone().wait(Wait::Up(Duration::from_secs(2))))
+            .acquire(
+                &name,
+                &opts.clone().wait(Wait::UpTo(Duration::from_secs(2))),
+            )
             .await
         {
             Ok(g) => break g,
@@ -634,7 +637,7 @@ pub async fn killed_holder_frees_the_lock<L, F>(
         other => panic!("no bound known for {other:?}: add one here"),
     };
     let g = locks
-        .acquire(&name, &opts.clone().wait(Wait::Up(bound)))
+        .acquire(&name, &opts.clone().wait(Wait::UpTo(bound)))
         .await
         .unwrap_or_else(|e| {
             panic!(

@@ -163,7 +163,7 @@ async fn nobody_else_while_the_holder_believes(
     guard: LockGuard,
     limit: Duration,
 ) -> bool {
-    match other.acquire(name, &t.opts(Wait::Up(limit))).await {
+    match other.acquire(name, &t.opts(Wait::UpTo(limit))).await {
         Ok(next) => {
             let loss = guard.is_lost();
             assert!(
@@ -193,7 +193,7 @@ async fn nobody_else_while_the_holder_believes(
                 "nobody else was granted the lock; the holder suspected {suspected:?}, its release gave {released:?}"
             );
             let next = other
-                .acquire(name, &t.opts(Wait::Up(SLACK)))
+                .acquire(name, &t.opts(Wait::UpTo(SLACK)))
                 .await
                 .unwrap_or_else(|e| {
                     panic!(
@@ -255,10 +255,12 @@ pub async fn lost_grant(t: NetworkTarget, loss: Loss) {
         p.arm(loss, names(marker(&name)), HOLD);
     }
     let wait = t.freed_within + SLACK;
-    let outcome =
-        tokio::time::timeout(wait + SLACK, holder.acquire(&name, &t.opts(Wait::Up(wait))))
-            .await
-            .expect("the acquisition outlived its wait");
+    let outcome = tokio::time::timeout(
+        wait + SLACK,
+        holder.acquire(&name, &t.opts(Wait::UpTo(wait))),
+    )
+    .await
+    .expect("the acquisition outlived its wait");
     assert!(fired(&proxies) > 0, "no request named the lock");
     eprintln!(
         "lost {loss:?} at the grant: {:?}",
@@ -279,7 +281,7 @@ pub async fn lost_grant(t: NetworkTarget, loss: Loss) {
         Err(e) => assert!(e.is_transient(), "a lost {loss:?} at the grant gave {e:?}"),
     }
     let next = other
-        .acquire(&name, &t.opts(Wait::Up(t.freed_within + SLACK)))
+        .acquire(&name, &t.opts(Wait::UpTo(t.freed_within + SLACK)))
         .await
         .unwrap_or_else(|e| panic!("the lock was left held by nobody: {e:?}"));
     assert!(next.release().await.expect("release"));
@@ -320,7 +322,7 @@ pub async fn lost_release(t: NetworkTarget, loss: Loss) {
         Loss::Request => t.freed_within + SLACK,
     };
     let next = other
-        .acquire(&name, &t.opts(Wait::Up(bound)))
+        .acquire(&name, &t.opts(Wait::UpTo(bound)))
         .await
         .unwrap_or_else(|e| {
             panic!(

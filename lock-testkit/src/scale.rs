@@ -46,7 +46,7 @@ pub async fn holds_many_renewed_locks(
     crate::faults::capture_logs();
     let opts = LockOptions::new()
         .ttl(ttl)
-        .wait(Wait::Up(ttl * 10))
+        .wait(Wait::UpTo(ttl * 10))
         .auto_renew(true);
     let started = Instant::now();
     let guards: Vec<LockGuard> = futures_util::stream::iter(0..count)

@@ -441,7 +441,7 @@ async fn a_holder_paused_past_its_session_knows_it_lost_the_lock() {
             &name,
             &LockOptions::new()
                 .ttl(ttl)
-                .wait(Wait::Up(Duration::from_secs(8))),
+                .wait(Wait::UpTo(Duration::from_secs(8))),
         )
         .await
         .expect("the frozen holder's session expires and frees the lock");
@@ -555,7 +555,7 @@ async fn a_release_cut_by_a_server_crash_still_frees_the_lock() {
     let started = Instant::now();
     let other = ZkLock::connect(&url).await.expect("connect");
     let g2 = other
-        .acquire(&name, &opts.clone().wait(Wait::Up(session * 2)))
+        .acquire(&name, &opts.clone().wait(Wait::UpTo(session * 2)))
         .await
         .expect("the lock is freed while the holder's client lives on");
     eprintln!(

@@ -172,7 +172,7 @@ async fn contend(
                     }
                     let opts = opts
                         .clone()
-                        .wait(Wait::Up(left.max(Duration::from_millis(1))));
+                        .wait(Wait::UpTo(left.max(Duration::from_millis(1))));
                     let guard = match lock.acquire(&name, &opts).await {
                         Ok(guard) => guard,
                         Err(LockError::Timeout { .. }) => return Ok(()),

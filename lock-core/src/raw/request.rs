@@ -81,7 +81,8 @@ pub fn check_request(name: &str, opts: &LockOptions, caps: &Capabilities) -> Res
 pub fn wait_deadline(start: Instant, wait: Wait) -> Option<Instant> {
     match wait {
         Wait::No => Some(start),
-        Wait::Up(d) => start.checked_add(d),
+        #[allow(deprecated)]
+        Wait::UpTo(d) | Wait::Up(d) => start.checked_add(d),
         Wait::Forever => None,
     }
 }

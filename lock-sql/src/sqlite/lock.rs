@@ -585,7 +585,7 @@ mod tests {
             .with_jitter(0.0);
         let opts = LockOptions::new()
             .backoff(slow)
-            .wait(Wait::Up(Duration::from_secs(20)));
+            .wait(Wait::UpTo(Duration::from_secs(20)));
         let held = a.acquire("x", &opts).await.expect("acquire");
         let waiter =
             tokio::spawn(async move { b.acquire("x", &opts).await.map(|g| (Instant::now(), g)) });

@@ -42,7 +42,7 @@ pub(crate) async fn tokens_survive_a_server_crash<L: DistributedLock>(
     let name = unique("crash-tokens");
     let opts = LockOptions::new()
         .ttl(Duration::from_secs(5))
-        .wait(Wait::Up(Duration::from_secs(5)));
+        .wait(Wait::UpTo(Duration::from_secs(5)));
     let locks = connect().await.expect("connect");
     let mut highest = 0;
     for _ in 0..40 {
@@ -166,7 +166,7 @@ pub(crate) async fn a_leaked_guard_expires_beside_renewed_locks(
             &leaked,
             &LockOptions::new()
                 .ttl(ttl)
-                .wait(Wait::Up(Duration::from_secs(10))),
+                .wait(Wait::UpTo(Duration::from_secs(10))),
         )
         .await
         .expect("the leaked lock ends with its lease");
@@ -207,7 +207,7 @@ pub(crate) async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl
     );
     let short = LockOptions::new()
         .ttl(ttl)
-        .wait(Wait::Up(Duration::from_millis(1500)));
+        .wait(Wait::UpTo(Duration::from_millis(1500)));
     assert!(
         matches!(
             locks.acquire(&name, &short).await,
@@ -221,7 +221,7 @@ pub(crate) async fn a_held_name_is_not_granted_twice_on_one_session(locks: &impl
                 &name,
                 &LockOptions::new()
                     .ttl(ttl)
-                    .wait(Wait::Up(Duration::from_secs(10))),
+                    .wait(Wait::UpTo(Duration::from_secs(10))),
             )
             .await
     };
