@@ -27,6 +27,9 @@
 //! See [`Capabilities`] to compare what each backend guarantees, and
 //! [`LockOwner`] for opt-in reentrancy.
 
+// On docs.rs, the items a cargo feature brings say so.
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod connect;
 mod epoch;
 mod migrate;

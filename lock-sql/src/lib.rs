@@ -1,3 +1,5 @@
+// On docs.rs, the items a cargo feature brings say so.
+#![cfg_attr(docsrs, feature(doc_cfg))]
 #![doc = include_str!("../docs.md")]
 //! ## Overview
 //!
