@@ -233,12 +233,7 @@ impl LockGuard {
     /// already lost or its validity deadline passed before the renewal landed.
     pub async fn extend(&self, ttl: Duration) -> Result<Option<Instant>, LockError> {
         validate_ttl(ttl, &self.caps)?;
-        if let Some(reason) = self.lease.lost_now() {
-            return Err(LockError::Lost {
-                name: self.name.clone(),
-                reason,
-            });
-        }
+        self.ensure_held()?;
         let handle = self.handle.as_ref().ok_or_else(|| LockError::NotHeld {
             name: self.name.clone(),
         })?;
@@ -247,13 +242,8 @@ impl LockGuard {
             self.lease.renewed(sent_at, ttl);
             // A renewal that lands after the validity deadline cannot undo
             // the window in which the lock may have been someone else's.
-            match self.lease.lost_now() {
-                None => Ok(self.lease.deadline()),
-                Some(reason) => Err(LockError::Lost {
-                    name: self.name.clone(),
-                    reason,
-                }),
-            }
+            self.ensure_held()?;
+            Ok(self.lease.deadline())
         } else {
             self.lease.mark_lost(LossReason::TakenOver);
             Err(LockError::NotHeld {
