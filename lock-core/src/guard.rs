@@ -13,6 +13,7 @@ use crate::loss::LossReason;
 use crate::options::{LockOptions, validate_ttl};
 use crate::raw::GuardHandle;
 use crate::raw::LeaseState;
+use crate::raw::detached::{release_detached, spawn_release};
 use crate::raw::handle::clean_up;
 use crate::raw::{Registration, Watchdog};
 
@@ -24,6 +25,14 @@ pub const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 /// A held lock. Dropping it releases the lock in the background on the
 /// current tokio runtime; call [`release`](LockGuard::release) to learn
 /// whether the lock was still ours.
+///
+/// A guard dropped as its runtime shuts down (at the end of a
+/// `current_thread` `main` or a `#[tokio::test]`, or held by a task the
+/// shutdown cancels), or dropped outside any runtime, is released too: on a
+/// connection, thread and runtime of its own, waited for by the drop (at
+/// most [`DETACHED_PATIENCE`](crate::raw::DETACHED_PATIENCE)). Each
+/// backend's docs say what it sends then (the SQL session locks end with
+/// their connection).
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -273,7 +282,13 @@ impl LockGuard {
                     patience = ?RELEASE_PATIENCE,
                     "release unanswered; going on in the background"
                 );
-                tokio::spawn(clean_up(handle));
+                let name = self.name.clone();
+                spawn_release(
+                    &tokio::runtime::Handle::current(),
+                    Arc::clone(&handle),
+                    name,
+                    clean_up(handle),
+                );
                 Err(LockError::Unavailable {
                     backend: self.caps.backend,
                     reason: format!(
@@ -289,32 +304,38 @@ impl LockGuard {
 }
 
 impl Drop for LockGuard {
+    /// Release in the background, on the current runtime. If that runtime
+    /// is shutting down (its tasks are dropped unrun), or there is none,
+    /// the backend's [`detached_release`](GuardHandle::detached_release)
+    /// runs on a connection, thread and runtime of its own, and the drop
+    /// waits for it (at most [`DETACHED_PATIENCE`](crate::raw::DETACHED_PATIENCE)).
     fn drop(&mut self) {
         self.renewal.take();
         let Some(handle) = self.handle.take() else {
             return;
         };
+        let name = std::mem::take(&mut self.name);
         match tokio::runtime::Handle::try_current() {
             Ok(rt) => {
-                let name = std::mem::take(&mut self.name);
-                rt.spawn(async move {
-                    match handle.release().await {
-                        Ok(true) => tracing::debug!(target: "distlock", lock = %name, "released on drop"),
-                        Ok(false) => {
-                            tracing::debug!(target: "distlock", lock = %name, "dropped guard's lock was no longer held")
-                        }
-                        Err(e) => tracing::warn!(target: "distlock", 
-                            lock = %name, error = %e,
-                            "release on drop failed; the server frees the lock when its lease ends"
-                        ),
-                    }
-                });
+                let work = release_on_drop(Arc::clone(&handle), name.clone());
+                spawn_release(&rt, handle, name, work);
             }
-            Err(_) => tracing::warn!(target: "distlock",
-                lock = %self.name,
-                "guard dropped outside a tokio runtime; the server frees the lock when its lease ends"
-            ),
+            Err(_) => release_detached(handle.as_ref(), &name),
         }
+    }
+}
+
+/// A dropped guard's release, in the background.
+async fn release_on_drop(handle: Arc<dyn GuardHandle>, name: String) {
+    match handle.release().await {
+        Ok(true) => tracing::debug!(target: "distlock", lock = %name, "released on drop"),
+        Ok(false) => {
+            tracing::debug!(target: "distlock", lock = %name, "dropped guard's lock was no longer held")
+        }
+        Err(e) => tracing::warn!(target: "distlock",
+            lock = %name, error = %e,
+            "release on drop failed; the server frees the lock when its lease ends"
+        ),
     }
 }
 

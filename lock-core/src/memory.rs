@@ -250,12 +250,12 @@ struct MemoryHandle {
     owner: OwnerToken,
 }
 
-#[async_trait]
-impl GuardHandle for MemoryHandle {
-    async fn release(&self) -> Result<bool, LockError> {
+impl MemoryHandle {
+    /// Free the lock if it is still ours; `true` if it was.
+    fn release_now(&self) -> bool {
         let mut slots = self.shared.slots();
         let Some(slot) = slots.get_mut(&self.name) else {
-            return Ok(false);
+            return false;
         };
         let ours = slot
             .live_holder(Instant::now())
@@ -264,7 +264,24 @@ impl GuardHandle for MemoryHandle {
             slot.holder = None;
             slot.wake_head();
         }
-        Ok(ours)
+        ours
+    }
+}
+
+#[async_trait]
+impl GuardHandle for MemoryHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        Ok(self.release_now())
+    }
+
+    /// The lock lives in this process: the release needs no runtime.
+    fn detached_release(&self) -> Option<crate::raw::DetachedRelease> {
+        let handle = MemoryHandle {
+            shared: Arc::clone(&self.shared),
+            name: self.name.clone(),
+            owner: self.owner,
+        };
+        Some(Box::pin(async move { Ok(handle.release_now()) }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {

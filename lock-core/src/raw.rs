@@ -2,7 +2,8 @@
 //! an application needs to take, hold or compare locks.
 //!
 //! - [`GuardHandle`] is what a backend implements behind a [`LockGuard`](crate::LockGuard)
-//!   (release and extend by owner token); [`PendingGrant`] makes one
+//!   (release and extend by owner token, and a [`DetachedRelease`] for a
+//!   guard dropped as its runtime shuts down); [`PendingGrant`] makes one
 //!   acquisition attempt cancel-safe; [`OwnerToken`] is the random
 //!   identity a grant is stored under.
 //! - [`LeaseState`] tracks a lease's validity deadline and its loss;
@@ -35,6 +36,7 @@
 
 mod backend;
 mod batch;
+pub(crate) mod detached;
 pub(crate) mod handle;
 mod layered;
 mod lease;
@@ -53,6 +55,7 @@ pub use crate::options::validate_ttl;
 pub use async_trait::async_trait;
 pub use backend::RawLock;
 pub use batch::{BatchFn, Batcher};
+pub use detached::{DETACHED_PATIENCE, DetachedRelease};
 pub use handle::{GuardHandle, PendingGrant, confirmed_lease_start};
 pub use layered::{Layered, LayeredLock};
 pub use lease::{

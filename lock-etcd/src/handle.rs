@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::LockError;
-use lock_core::raw::{GuardHandle, LeaseState};
+use lock_core::raw::{DetachedRelease, GuardHandle, LeaseState};
 
 use crate::lock::Inner;
 use crate::requests;
@@ -122,6 +122,31 @@ impl GuardHandle for EtcdHandle {
         let held = requests::delete(&self.inner.client, &self.key, "releasing a lock").await?;
         self.revoke_own(&self.current_lease());
         Ok(held)
+    }
+
+    /// The same delete (and the revoke of a lease of its own), on a
+    /// client of its own connected from the URL. A lock on the
+    /// application's own client has none: its key goes with its lease.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let inner = Arc::clone(&self.inner);
+        inner.reconnect.as_ref()?;
+        let (key, lease) = (self.key.clone(), self.current_lease());
+        Some(Box::pin(async move {
+            let reconnect = inner
+                .reconnect
+                .as_ref()
+                .ok_or_else(|| LockError::Unavailable {
+                    backend: crate::error::BACKEND,
+                    reason: "no way to connect again".into(),
+                    source: None,
+                })?;
+            let client = reconnect.connect(&inner.display).await?;
+            let held = requests::delete(&client, &key, "releasing a lock at shutdown").await?;
+            if let Lease::Own { id, .. } = lease {
+                let _ = requests::revoke(&client, id, "revoking a lock's lease at shutdown").await;
+            }
+            Ok(held)
+        }))
     }
 
     /// Keep the key's lease alive for at least `ttl`: a keep-alive if the

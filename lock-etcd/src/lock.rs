@@ -88,14 +88,42 @@ pub struct EtcdLock {
     watchdog: Watchdog,
 }
 
+/// How a client built from a URL connects again: for a release at
+/// shutdown, on a runtime of its own. Holds the credentials: never shown.
+pub(crate) struct Reconnect {
+    endpoints: Vec<String>,
+    options: ConnectOptions,
+    /// A connection within this, or `Unavailable`.
+    limit: Duration,
+}
+
+impl Reconnect {
+    /// A new client, on the current runtime.
+    pub(crate) async fn connect(&self, display: &str) -> Result<Client, LockError> {
+        let limit = self.limit;
+        let connect = Client::connect(&self.endpoints, Some(self.options.clone()));
+        tokio::time::timeout(limit, connect)
+            .await
+            .map_err(|_| LockError::Unavailable {
+                backend: BACKEND,
+                reason: format!("connecting to {display}: no answer within {limit:?}"),
+                source: None,
+            })?
+            .map_err(|e| map_etcd(&format!("connecting to {display}"), e))
+    }
+}
+
 pub(crate) struct Inner {
     pub(crate) client: Client,
     config: EtcdConfig,
-    display: String,
+    pub(crate) display: String,
     caps: Capabilities,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The key of every lock held through this client, by (name, token).
     pub(crate) held: Mutex<HashMap<(String, i64), String>>,
+    /// How to connect again, for a client built from a URL (`None` for
+    /// the application's own client).
+    pub(crate) reconnect: Option<Reconnect>,
 }
 
 impl EtcdLock {
@@ -118,18 +146,13 @@ impl EtcdLock {
             options = options.with_tls(etcd_client::TlsOptions::new());
         }
         let limit = config.connect_timeout + config.request_timeout;
-        let client = tokio::time::timeout(limit, Client::connect(&parsed.endpoints, Some(options)))
-            .await
-            .map_err(|_| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!(
-                    "connecting to {}: no answer within {limit:?}",
-                    parsed.display
-                ),
-                source: None,
-            })?
-            .map_err(|e| map_etcd(&format!("connecting to {}", parsed.display), e))?;
-        Self::from_parts(client, config, parsed.display).await
+        let reconnect = Reconnect {
+            endpoints: parsed.endpoints,
+            options,
+            limit,
+        };
+        let client = reconnect.connect(&parsed.display).await?;
+        Self::from_parts(client, config, parsed.display, Some(reconnect)).await
     }
 
     /// A lock on an etcd client the application already has (its own
@@ -150,6 +173,7 @@ impl EtcdLock {
             client,
             config,
             "etcd (the application's client)".to_string(),
+            None,
         )
         .await
     }
@@ -158,6 +182,7 @@ impl EtcdLock {
         client: Client,
         config: EtcdConfig,
         server: String,
+        reconnect: Option<Reconnect>,
     ) -> Result<Self, LockError> {
         let limit = config.connect_timeout + config.request_timeout;
         // The server's shortest lease: a 1 s request comes back raised to it.
@@ -180,6 +205,7 @@ impl EtcdLock {
                 config,
                 session: tokio::sync::Mutex::new(None),
                 held: Mutex::new(HashMap::new()),
+                reconnect,
             }),
             watchdog: Watchdog::new(),
         })

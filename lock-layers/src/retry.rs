@@ -211,6 +211,10 @@ impl GuardHandle for RetryingHandle {
         }
     }
 
+    fn detached_release(&self) -> Option<lock_core::raw::DetachedRelease> {
+        self.inner.detached_release()
+    }
+
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         self.layer
             .retry(self.lease.deadline())

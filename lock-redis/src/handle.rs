@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::GuardHandle;
+use lock_core::raw::{DetachedRelease, GuardHandle};
+use redis::AsyncConnectionConfig;
+use redis::aio::ConnectionLike;
 
 use crate::error::map_redis;
 use crate::extends::Extension;
@@ -24,20 +26,49 @@ pub(crate) struct RedisHandle {
     pub(crate) owner: String,
 }
 
+/// Release the lock of `keys` if `owner` holds it, on `conn`: `true` if
+/// it was ours.
+async fn release_on(
+    conn: &mut impl ConnectionLike,
+    keys: &LockKeys,
+    owner: &str,
+    handoff_window: Duration,
+) -> Result<bool, LockError> {
+    let mut call = ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 3);
+    call.arg(owner)
+        .arg(&keys.channel)
+        .arg(handoff_window.as_millis() as u64);
+    let released: i64 = call
+        .invoke(conn)
+        .await
+        .map_err(|e| map_redis("releasing a lock", e))?;
+    Ok(released == 1)
+}
+
 #[async_trait]
 impl GuardHandle for RedisHandle {
     async fn release(&self) -> Result<bool, LockError> {
         let mut conn = self.inner.conn.clone();
-        let keys = &self.keys;
-        let mut call = ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 3);
-        call.arg(&self.owner)
-            .arg(&self.keys.channel)
-            .arg(self.inner.config.handoff_window.as_millis() as u64);
-        let released: i64 = call
-            .invoke(&mut conn)
-            .await
-            .map_err(|e| map_redis("releasing a lock", e))?;
-        Ok(released == 1)
+        let window = self.inner.config.handoff_window;
+        release_on(&mut conn, &self.keys, &self.owner, window).await
+    }
+
+    /// The same script, on a connection of its own made from the client
+    /// (its address, credentials and TLS set-up).
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let client = self.inner.client.clone();
+        let config = self.inner.config.clone();
+        let (keys, owner) = (self.keys.clone(), self.owner.clone());
+        Some(Box::pin(async move {
+            let connection = AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.response_timeout));
+            let mut conn = client
+                .get_multiplexed_async_connection_with_config(&connection)
+                .await
+                .map_err(|e| map_redis("connecting to release a lock at shutdown", e))?;
+            release_on(&mut conn, &keys, &owner, config.handoff_window).await
+        }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {

@@ -71,7 +71,7 @@ pub struct RedisLock {
 }
 
 pub(crate) struct Inner {
-    client: redis::Client,
+    pub(crate) client: redis::Client,
     pub(crate) conn: ConnectionManager,
     keys: Keys,
     pub(crate) config: RedisConfig,

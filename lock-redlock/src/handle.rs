@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::GuardHandle;
+use lock_core::raw::{DetachedRelease, GuardHandle};
 
 use crate::error::quorum_not_reached;
 use crate::lock::Inner;
@@ -62,6 +62,26 @@ impl GuardHandle for RedlockHandle {
 
     /// Extend on every node at once; `true` once a majority extended,
     /// `false` if too many nodes say it is no longer ours.
+    /// The release on every node, each on a connection of its own;
+    /// `true` if a majority still held it.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let quorum = self.inner.quorum;
+        let releases: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| node.release_detached(Arc::clone(&self.lock)))
+            .collect();
+        Some(Box::pin(async move {
+            let replies = futures_util::future::join_all(releases).await;
+            let ours = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+            match replies.into_iter().find_map(Result::err) {
+                Some(e) if ours < quorum => Err(e),
+                _ => Ok(ours >= quorum),
+            }
+        }))
+    }
+
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);

@@ -12,6 +12,7 @@ use lock_redis::raw::{
     ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, ScriptCall, Subscriber,
     Subscription, WITHDRAW, extend_batcher, map_error, read_state,
 };
+use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
 
@@ -225,6 +226,36 @@ impl Node {
             .bounded_by(self.release_timeout, "releasing", call.invoke(&mut conn))
             .await?;
         Ok(released == 1)
+    }
+
+    /// The release of `lock` on a connection of its own, made from this
+    /// node's client (not its live connection, which dies with the runtime
+    /// it was made on): for a guard dropped as its runtime shuts down.
+    pub(crate) fn release_detached(
+        &self,
+        lock: Arc<LockRef>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        let (client, display) = (self.client.clone(), self.display.clone());
+        let (limit, window) = (self.release_timeout, self.handoff_window);
+        async move {
+            let release = async {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(limit))
+                    .set_response_timeout(Some(limit));
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let keys = &lock.keys;
+                let mut call =
+                    ScriptCall::new(&RELEASE, &[&keys.lock, &keys.queue, &keys.handoff], 3);
+                call.arg(&lock.owner)
+                    .arg(&keys.channel)
+                    .arg(window.as_millis() as u64);
+                call.invoke::<i64>(&mut conn).await
+            };
+            let reply = tokio::time::timeout(limit * 2, release).await;
+            node_reply(&display, "releasing at shutdown", limit * 2, reply).map(|r| r == 1)
+        }
     }
 
     /// Leave this node's queue; a reservation held by `waiter` passes on.

@@ -4,10 +4,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{GuardHandle, Retry};
+use lock_core::raw::{DetachedRelease, GuardHandle, Retry};
 use lock_core::{Backoff, LockError};
 use zookeeper_client::Error as ZkError;
 
+use crate::config::ZkUrl;
 use crate::error::zk_error;
 use crate::session::{Session, retrying_resendable};
 
@@ -16,6 +17,9 @@ pub(crate) struct ZkHandle {
     /// The session our node lives in.
     pub session: Arc<Session>,
     pub path: String,
+    /// Where a session of its own comes from, for a release at shutdown:
+    /// the URL, or nowhere (the application's client).
+    pub url: Option<Arc<ZkUrl>>,
 }
 
 /// The background delete's pauses: the first before its first attempt,
@@ -92,6 +96,7 @@ impl GuardHandle for ZkHandle {
                 let again = ZkHandle {
                     session: Arc::clone(&self.session),
                     path: self.path.clone(),
+                    url: self.url.clone(),
                 };
                 match tokio::runtime::Handle::try_current() {
                     Ok(rt) => {
@@ -106,6 +111,23 @@ impl GuardHandle for ZkHandle {
             }
             done => done,
         }
+    }
+
+    /// The delete, in a session of its own started from the URL (with the
+    /// same credentials, so a creator-only node can be deleted). A lock on
+    /// the application's own client has none: its node goes with its
+    /// session.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let url = Arc::clone(self.url.as_ref()?);
+        let path = self.path.clone();
+        Some(Box::pin(async move {
+            let session = Session::connect(&url).await?;
+            match session.client.delete(&path, None).await {
+                Ok(()) => Ok(true),
+                Err(ZkError::NoNode) => Ok(false),
+                Err(e) => Err(zk_error("releasing a lock at shutdown", e)),
+            }
+        }))
     }
 
     async fn extend(&self, _ttl: Duration) -> Result<bool, LockError> {

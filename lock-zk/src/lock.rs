@@ -92,7 +92,7 @@ struct Inner {
     reconnect: tokio::sync::Mutex<()>,
     /// Where a fresh session comes from: the URL, or nowhere (the
     /// application's client).
-    url: Option<ZkUrl>,
+    url: Option<Arc<ZkUrl>>,
     /// The path under which lock nodes live.
     root: String,
     /// The URL without credentials.
@@ -131,7 +131,7 @@ impl ZkLock {
                 reconnect: tokio::sync::Mutex::new(()),
                 display: url.display(),
                 root: url.root.clone(),
-                url: Some(url),
+                url: Some(Arc::new(url)),
             }),
             watchdog: Watchdog::new(),
         })
@@ -289,6 +289,7 @@ impl ZkLock {
         let handle = Arc::new(ZkHandle {
             session: Arc::clone(session),
             path: ours.path,
+            url: self.inner.url.clone(),
         });
         // Leaving without the lock (timeout, error, cancellation) deletes
         // our node.

@@ -11,6 +11,7 @@ use tokio::time::Instant;
 
 use crate::error::LockError;
 use crate::options::LockOptions;
+use crate::raw::detached::{DetachedRelease, release_detached, spawn_release};
 use crate::raw::wait::lease_if_in_time;
 use crate::raw::{LeaseState, Retry};
 
@@ -27,6 +28,24 @@ pub trait GuardHandle: Send + Sync + 'static {
     /// Set the remaining lease to `ttl` from now. `Ok(true)` on success,
     /// `Ok(false)` if the lock is no longer ours.
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError>;
+
+    /// A release of this lock that needs nothing from the runtime it was
+    /// taken on: the returned future makes a connection of its own (from the
+    /// client's configuration, never from its live connections, which die
+    /// with their runtime) and gives the lock back by owner token over it.
+    ///
+    /// It runs when a release cannot run where the guard was dropped: the
+    /// guard was dropped as its runtime shut down (its background release
+    /// was dropped unfinished), or outside any runtime. It then runs on a
+    /// thread and a runtime of its own, at most
+    /// [`DETACHED_PATIENCE`](crate::raw::DETACHED_PATIENCE).
+    ///
+    /// `None` (the default) leaves the lock to its lease, or to its
+    /// session when the backend's lock ends with the connection that holds
+    /// it (the SQL backends): say which in the backend's `docs.md`.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        None
+    }
 }
 
 /// Cancel-safety for one acquisition attempt without a spawned task.
@@ -98,13 +117,10 @@ impl Drop for PendingGrant {
             return;
         }
         let handle = Arc::clone(&self.handle);
+        let what = "a cancelled acquisition".to_string();
         match tokio::runtime::Handle::try_current() {
-            Ok(rt) => {
-                rt.spawn(clean_up(handle));
-            }
-            Err(_) => {
-                tracing::warn!(target: "distlock", "cancelled acquisition outside a runtime; its lease ends by itself")
-            }
+            Ok(rt) => spawn_release(&rt, Arc::clone(&handle), what, clean_up(handle)),
+            Err(_) => release_detached(handle.as_ref(), &what),
         }
     }
 }

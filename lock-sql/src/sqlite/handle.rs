@@ -6,10 +6,12 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::GuardHandle;
+use lock_core::raw::{DetachedRelease, GuardHandle};
+use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 
 use super::batch::{Extension, Held};
-use super::lock::Inner;
+use super::lock::{BACKEND, Inner, now_ms};
+use crate::error::map_sqlx;
 
 /// One grant's handle: the lease row's name and owner token, released and
 /// extended through the client's batches.
@@ -28,6 +30,34 @@ impl GuardHandle for SqliteHandle {
             self.inner.wakeups.wake(&self.name);
         }
         Ok(released)
+    }
+
+    /// The lease freed on a connection of its own, opened with the pool's
+    /// options (the file, its busy timeout).
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let options = self.inner.pool.connect_options();
+        let sql = self.inner.sql.release_one.clone();
+        let (name, owner) = (self.name.clone(), self.owner_hex.clone());
+        let wakeups = self.inner.wakeups.clone();
+        Some(Box::pin(async move {
+            let failed = |e| map_sqlx(BACKEND, "releasing a lock at shutdown", e);
+            let mut conn = SqliteConnection::connect_with(&options)
+                .await
+                .map_err(failed)?;
+            let done = sqlx::query(AssertSqlSafe(sql))
+                .bind(&name)
+                .bind(&owner)
+                .bind(now_ms())
+                .execute(&mut conn)
+                .await
+                .map_err(failed)?;
+            let _ = conn.close().await;
+            let released = done.rows_affected() == 1;
+            if released {
+                wakeups.wake(&name);
+            }
+            Ok(released)
+        }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {

@@ -102,6 +102,9 @@ pub(crate) struct Statements {
     pub(crate) holder_expiry: String,
     pub(crate) holder: String,
     pub(crate) take_away: String,
+    /// One lease freed by its owner, outside the batches: a release at
+    /// shutdown.
+    pub(crate) release_one: String,
 }
 
 impl Statements {
@@ -140,6 +143,10 @@ impl Statements {
             take_away: format!(
                 "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
                  WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
+            ),
+            release_one: format!(
+                "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
+                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?3"
             ),
         }
     }
