@@ -35,6 +35,7 @@
 mod events;
 mod metrics_layer;
 mod retry;
+mod stack;
 mod tracing_layer;
 
 use std::sync::Arc;
@@ -43,6 +44,7 @@ use lock_core::DistributedLock;
 
 pub use metrics_layer::{MetricsLayer, names};
 pub use retry::RetryLayer;
+pub use stack::LayerStack;
 pub use tracing_layer::TracingLayer;
 
 /// Wraps a lock in another that adds behaviour (tracing, metrics,
@@ -52,23 +54,40 @@ pub trait Layer {
     fn layer(&self, inner: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock>;
 }
 
-/// `lock.layer(l)` for an `Arc<dyn DistributedLock>` and for an `Arc` of
-/// any concrete lock (`Arc::new(PgLock::with_pool(…)).layer(TracingLayer)`).
-/// Keep a clone of a concrete lock's `Arc` to reach its own methods
-/// (`PgLock::begin`, `EtcdLock::fencing_compare`) beside the layered lock.
+/// `lock.layer(l)`: on an `Arc<dyn DistributedLock>`, the layered lock; on
+/// an `Arc` of a concrete lock (`Arc::new(PgLock::with_pool(…).await?)`),
+/// a [`LayerStack`], which is the layered lock and keeps the concrete one
+/// reachable ([`get_ref`](LayerStack::get_ref), for `PgLock::begin` or
+/// `EtcdLock::fencing_compare`); on a [`LayerStack`], the stack with one
+/// more layer outside.
 pub trait LayerExt {
+    /// What wrapping this lock gives.
+    type Output;
+
     /// This lock wrapped by `layer`.
-    fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock>;
+    fn layer(self, layer: impl Layer) -> Self::Output;
 }
 
 impl LayerExt for Arc<dyn DistributedLock> {
+    type Output = Arc<dyn DistributedLock>;
+
     fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock> {
         layer.layer(self)
     }
 }
 
 impl<L: DistributedLock + 'static> LayerExt for Arc<L> {
-    fn layer(self, layer: impl Layer) -> Arc<dyn DistributedLock> {
-        layer.layer(self)
+    type Output = LayerStack<L>;
+
+    fn layer(self, layer: impl Layer) -> LayerStack<L> {
+        LayerStack::new(self).layer(layer)
+    }
+}
+
+impl<L: ?Sized> LayerExt for LayerStack<L> {
+    type Output = LayerStack<L>;
+
+    fn layer(self, layer: impl Layer) -> LayerStack<L> {
+        LayerStack::layer(self, layer)
     }
 }

@@ -93,7 +93,7 @@ async fn spans_carry_backend_outcome_and_token_and_the_name_only_at_debug() {
         let locks = Arc::new(store.clone()).layer(TracingLayer);
         let g = locks.acquire("orders/42", &opts(300)).await.unwrap();
         let token = g.fencing_token().unwrap();
-        assert!(busy(&*locks, "orders/42", &opts(300)).await);
+        assert!(busy(&locks, "orders/42", &opts(300)).await);
         tokio::time::sleep(Duration::from_millis(450)).await; // renewals
         assert!(g.release().await.unwrap());
 
@@ -488,4 +488,69 @@ async fn a_retried_release_that_finds_the_lock_gone_is_not_reported_as_lost() {
             .unwrap()
             .is_some()
     );
+}
+
+/// A layer that counts the acquisitions that pass through it.
+#[derive(Clone, Default)]
+struct Counting(Arc<AtomicUsize>);
+
+struct Counted {
+    inner: Arc<dyn DistributedLock>,
+    seen: Arc<AtomicUsize>,
+}
+
+#[async_trait]
+impl lock_core::raw::LayeredLock for Counted {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.inner
+    }
+
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.seen.fetch_add(1, Ordering::SeqCst);
+        self.inner.try_acquire(name, opts).await
+    }
+}
+
+impl lock_layers::Layer for Counting {
+    fn layer(&self, inner: Arc<dyn DistributedLock>) -> Arc<dyn DistributedLock> {
+        Arc::new(lock_core::raw::Layered::new(Counted {
+            inner,
+            seen: Arc::clone(&self.0),
+        }))
+    }
+}
+
+#[tokio::test]
+async fn a_concrete_lock_under_layers_stays_reachable_as_its_type() {
+    let (inner, outer) = (Counting::default(), Counting::default());
+    let store = Arc::new(MemoryLock::new());
+    let locks = Arc::clone(&store)
+        .layer(inner.clone())
+        .layer(TracingLayer)
+        .layer(outer.clone());
+    let g = locks
+        .try_acquire("orders/7", &opts(10_000))
+        .await
+        .expect("try_acquire")
+        .expect("free");
+    // Through every layer, once each.
+    assert_eq!(inner.0.load(Ordering::SeqCst), 1);
+    assert_eq!(outer.0.load(Ordering::SeqCst), 1);
+    // The lock underneath, as its own type, sees the same lock.
+    let memory: &MemoryLock = locks.get_ref();
+    assert!(memory.inspect("orders/7").await.expect("inspect").held);
+    assert!(Arc::ptr_eq(locks.inner(), &store));
+    // Erased, it still goes through the layers.
+    let erased: Arc<dyn DistributedLock> = locks.clone().into_dyn();
+    assert!(busy(&*erased, "orders/7", &opts(10_000)).await);
+    assert_eq!(inner.0.load(Ordering::SeqCst), 2);
+    assert!(g.release().await.expect("release"));
+    // Unwrapped, the layers are gone.
+    let unwrapped = locks.into_inner();
+    assert!(!busy(&*unwrapped, "orders/7", &opts(10_000)).await);
+    assert_eq!(inner.0.load(Ordering::SeqCst), 2);
 }
