@@ -203,26 +203,35 @@ pub fn ensure_tls_provider(client: &redis::Client) {
     }
 }
 
-/// A client the application made, checked for what the lock needs: RESP3
-/// (waiters are woken by push messages); its address as shown in errors,
-/// without credentials. Not RESP3 is [`LockError::InvalidOptions`].
-pub fn check_client(client: &redis::Client) -> Result<String, LockError> {
+/// The client a lock uses for a client the application made, and its
+/// address as shown in errors, without credentials. Waiters are woken by
+/// RESP3 push messages: a client that speaks RESP2 (redis-rs's default) is
+/// copied with RESP3 asked for, the same address, credentials, database and
+/// TLS set-up; the application's client is left as it is. The server must
+/// speak RESP3 (Redis ≥ 6). A client whose settings the redis crate
+/// refuses is [`LockError::InvalidOptions`].
+pub fn client_for_lock(client: &redis::Client) -> Result<(redis::Client, String), LockError> {
     let info = client.get_connection_info();
-    if info.redis_settings().protocol() != redis::ProtocolVersion::RESP3 {
-        return Err(LockError::invalid_options(
-            "the redis client must use RESP3 (add `?protocol=resp3` to its URL): waiters are woken by push messages",
-        ));
-    }
     let scheme = match info.addr() {
         redis::ConnectionAddr::TcpTls { .. } => "rediss",
         redis::ConnectionAddr::Unix(_) => "redis+unix",
         _ => "redis",
     };
-    Ok(format!(
-        "{scheme}://{}/{}",
-        info.addr(),
-        info.redis_settings().db()
-    ))
+    let display = format!("{scheme}://{}/{}", info.addr(), info.redis_settings().db());
+    if info.redis_settings().protocol() == redis::ProtocolVersion::RESP3 {
+        return Ok((client.clone(), display));
+    }
+    let settings = info
+        .redis_settings()
+        .clone()
+        .set_protocol(redis::ProtocolVersion::RESP3);
+    let resp3 = redis::Client::open(info.clone().set_redis_settings(settings)).map_err(|e| {
+        LockError::invalid_options(format!(
+            "the redis client's settings, with RESP3, are refused by the redis crate: {}",
+            e.detail().unwrap_or("invalid")
+        ))
+    })?;
+    Ok((resp3, display))
 }
 
 #[cfg(test)]

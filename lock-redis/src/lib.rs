@@ -31,7 +31,7 @@ pub mod raw {
     //! of its masters, and the queued wait both locks are written with. Not
     //! needed to use [`RedisLock`](crate::RedisLock).
 
-    pub use crate::config::{check_client, client_url, database, ensure_tls_provider};
+    pub use crate::config::{client_for_lock, client_url, database, ensure_tls_provider};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys};

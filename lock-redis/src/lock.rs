@@ -103,16 +103,17 @@ impl RedisLock {
     /// credentials and TLS set-up), with `config` in place of a URL's
     /// options: `RedisLock::with_client(client, RedisConfig::default())`.
     ///
-    /// The client must speak RESP3 (`?protocol=resp3` in its URL, or
-    /// `ProtocolVersion::RESP3` in its settings): waiters are woken by push
-    /// messages. Otherwise, and for invalid settings, the error is
-    /// [`LockError::InvalidOptions`]. The lock opens connections of its own
-    /// from the client (one multiplexed connection, and one for wake-ups).
+    /// The client may speak RESP2 (redis-rs's default) or RESP3: the lock's
+    /// own connections always speak RESP3, since waiters are woken by push
+    /// messages (the server must be Redis ≥ 6). The lock opens connections
+    /// of its own from the client's settings (one multiplexed connection,
+    /// and one for wake-ups); the application's client is not changed.
+    /// Invalid settings are [`LockError::InvalidOptions`].
     pub async fn with_client(
         client: redis::Client,
         config: RedisConfig,
     ) -> Result<Self, LockError> {
-        let server = crate::config::check_client(&client)?;
+        let (client, server) = crate::config::client_for_lock(&client)?;
         Self::from_parts(client, config, server).await
     }
 

@@ -130,13 +130,13 @@ impl Redlock {
     /// settings), with `config` in place of a URL's options:
     /// `Redlock::with_clients(clients, RedlockConfig::default())`.
     ///
-    /// Each client must speak RESP3 (`?protocol=resp3` in its URL, or
-    /// `ProtocolVersion::RESP3` in its settings): waiters are woken by push
-    /// messages. The lock opens connections of its own from each client
-    /// (one multiplexed connection, and one for wake-ups), lazily, so a
-    /// node that is down does not stop it; as with a URL, it succeeds when
-    /// a majority answers. Fewer than one client, a client that is not
-    /// RESP3, or invalid settings are [`LockError::InvalidOptions`].
+    /// A client may speak RESP2 (redis-rs's default) or RESP3: the lock's
+    /// own connections always speak RESP3, since waiters are woken by push
+    /// messages (each master must be Redis ≥ 6). The lock opens connections
+    /// of its own from each client's settings (one multiplexed connection,
+    /// and one for wake-ups), lazily, so a node that is down does not stop
+    /// it; as with a URL, it succeeds when a majority answers. No client,
+    /// or invalid settings, are [`LockError::InvalidOptions`].
     pub async fn with_clients(
         clients: Vec<redis::Client>,
         config: RedlockConfig,
@@ -150,7 +150,7 @@ impl Redlock {
         let nodes = clients
             .into_iter()
             .map(|client| {
-                let display = lock_redis::raw::check_client(&client)?;
+                let (client, display) = lock_redis::raw::client_for_lock(&client)?;
                 Node::with_client(client, display, &config).map(Arc::new)
             })
             .collect::<Result<Vec<_>, _>>()?;
