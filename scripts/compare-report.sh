@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The README's comparison of backends: `distlock compare` on the project's
+# The comparison of backends in distlock-cli/README.md: `distlock compare` on the project's
 # own servers (scripts/services.sh), every backend side by side, 5 s per
 # workload, one task and eight tasks; the table on stdout and the report
 # (report.json, report.csv, latency.svg, handoffs.svg, fairness.svg) in OUT.

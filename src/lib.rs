@@ -73,3 +73,8 @@ pub use registry::{Scheme, schemes};
 #[cfg(doctest)]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The guide's examples (`docs/guide.md`), compiled as doctests.
+#[cfg(doctest)]
+#[doc = include_str!("../docs/guide.md")]
+pub struct GuideDoctests;

@@ -22,7 +22,7 @@ pub(crate) const BACKEND: &str = "migrate";
 /// acquiring takes `from` first, then `to`; the lock is held only while both
 /// are. Processes on the old URL, on the migration URL and on the new URL
 /// can then run side by side, neighbour with neighbour, without two
-/// holders at once (see the README's "Migrating between backends").
+/// holders at once (see "Migrating between backends" in `docs/guide.md`).
 ///
 /// - **Order, no deadlock**: `from` is always taken first. If `to` cannot
 ///   be had within the wait, `from` is released and the acquire fails with
