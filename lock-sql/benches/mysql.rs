@@ -1,7 +1,7 @@
 //! MySQL/MariaDB lock benchmark: the session-lock body
 //! (`suites/session_bench.rs`: distlock in both modes against hand-written
 //! floors, then contended hand-offs) on MySQL's floors: `GET_LOCK`, and
-//! row locks with the token's upsert committed beside the transaction.
+//! row locks with the token's upsert beside the transaction.
 //!
 //! ```sh
 //! export $(scripts/services.sh env | xargs)
@@ -20,11 +20,13 @@ fn url() -> String {
         .expect("DISTLOCK_TEST_MYSQL_URL (see scripts/services.sh env)")
 }
 
-/// The counter's committed upsert distlock makes for each grant.
-const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_tokens (name, token) \
-     VALUES (?, LAST_INSERT_ID(1)) ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+/// The counter's upsert a grant makes: in the `MEMORY` counters table, in
+/// the epoch the counters count in (see `lock-sql/src/mysql/tokens.rs`).
+const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token) VALUES \
+     (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1)) \
+     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
 
-/// Advance `name`'s counter in one committed statement: the token.
+/// Advance `name`'s counter in one statement: the token.
 async fn draw_token(conn: &mut MySqlConnection, name: &str) -> u64 {
     sqlx::query(TOKEN_UPSERT)
         .bind(name.as_bytes())
@@ -75,7 +77,7 @@ impl Floors for MySqlFloors {
     /// lock's transaction on `conn` (with the same timeouts), the token's
     /// committed upsert on `tokens` (one drawn inside the lock's transaction is
     /// not durable before it ends), then the end of the lock's transaction.
-    async fn durable_row(&mut self, name: &str) {
+    async fn fenced_row(&mut self, name: &str) {
         let (conn, tokens) = (&mut self.conn, &mut self.tokens);
         sqlx::raw_sql(
             "SET SESSION innodb_lock_wait_timeout = 50, SESSION idle_transaction_timeout = 30; START TRANSACTION",
@@ -93,7 +95,7 @@ impl Floors for MySqlFloors {
 
     /// The cheapest hand-written advisory lock with a durable fencing token:
     /// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
-    async fn durable_advisory(&mut self, name: &str) {
+    async fn fenced_advisory(&mut self, name: &str) {
         let conn = &mut self.conn;
         get_lock(conn, name).await;
         assert!(draw_token(conn, name).await > 0);

@@ -16,8 +16,8 @@ use lock_testkit::bench::cycles::Cycles;
 use session_bench::Floors;
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
-const ROLLBACK: &str = "row, token from the sequence, ending in ROLLBACK";
-const COMMIT: &str = "row, token from the sequence, ending in COMMIT";
+const ROLLBACK: &str = "row, ending in ROLLBACK";
+const COMMIT: &str = "row, ending in COMMIT";
 const COMMIT_ASYNC: &str = "the same, COMMIT, synchronous_commit=off";
 
 fn url() -> String {
@@ -25,9 +25,8 @@ fn url() -> String {
         .expect("DISTLOCK_TEST_POSTGRES_URL (see scripts/services.sh env)")
 }
 
-/// One row-lock cycle on a plain connection with a token from the sequence
-/// (not durable: it is not committed), ending the transaction with `end`
-/// (`ROLLBACK` or `COMMIT`): what the end of the transaction costs.
+/// One row-lock cycle on a plain connection, ending the transaction with
+/// `end` (`ROLLBACK` or `COMMIT`): what the end of the transaction costs.
 async fn raw_row(conn: &mut PgConnection, name: &str, end: &str) {
     sqlx::raw_sql(
         "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 30000",
@@ -37,7 +36,7 @@ async fn raw_row(conn: &mut PgConnection, name: &str, end: &str) {
     .expect("begin");
     let token: Option<i64> = sqlx::query_scalar(
         "WITH l AS (SELECT name FROM distlock_locks WHERE name = $1 FOR UPDATE) \
-         SELECT nextval('distlock_locks_fence') FROM l",
+         SELECT 1::bigint FROM l",
     )
     .bind(name)
     .fetch_optional(&mut *conn)
@@ -76,17 +75,17 @@ async fn raw_advisory_plain(conn: &mut PgConnection, name: &str) {
     assert!(released);
 }
 
-/// The counter's upsert distlock commits for each grant (its first value
-/// from the sequence).
-const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_tokens (name, token) \
-     VALUES ($1, nextval('distlock_locks_fence')) \
-     ON CONFLICT (name) DO UPDATE SET token = distlock_locks_tokens.token + 1 RETURNING token";
+/// The counter's upsert a grant makes: in the unlogged counters table, in
+/// the epoch the counters count in (see `lock-sql/src/postgres/tokens.rs`).
+const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token) \
+     SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1 \
+     ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1 RETURNING token";
 
-/// The cheapest hand-written row lock with a durable fencing token: the
-/// lock's transaction on `conn`, the token's committed upsert on `tokens`
-/// (a token drawn inside the lock's transaction is not durable before it
-/// ends), then the end of the lock's transaction.
-async fn durable_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &str) {
+/// The cheapest hand-written row lock with a token that survives a crash:
+/// the lock's transaction on `conn`, the token's upsert on `tokens` (a
+/// token drawn inside the lock's transaction would be undone by its
+/// ROLLBACK), then the end of the lock's transaction.
+async fn fenced_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &str) {
     sqlx::raw_sql(
         "BEGIN; SET LOCAL lock_timeout = 0; SET LOCAL idle_in_transaction_session_timeout = 30000",
     )
@@ -106,17 +105,17 @@ async fn durable_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &
         .expect("end");
 }
 
-/// The cheapest hand-written advisory lock with a durable fencing token:
-/// one autocommit statement takes the lock (with the session's timeouts)
-/// and then upserts the counter (the lock feeds the row, so it is held
-/// first), so the token is committed when the reply comes; then the unlock.
-async fn durable_advisory(conn: &mut PgConnection, name: &str) {
+/// The cheapest hand-written advisory lock with a token that survives a
+/// crash: one autocommit statement takes the lock (with the session's
+/// timeouts) and then upserts the counter (the lock feeds the row, so it
+/// is held first); then the unlock.
+async fn fenced_advisory(conn: &mut PgConnection, name: &str) {
     let token: i64 = sqlx::query_scalar(
-        "INSERT INTO distlock_locks_tokens (name, token) \
-         SELECT $1, nextval('distlock_locks_fence') FROM (SELECT \
-         set_config('lock_timeout', $2, false), set_config('idle_session_timeout', $3, false), \
+        "INSERT INTO distlock_locks_counters (name, token) \
+         SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1 \
+         FROM (SELECT set_config('lock_timeout', $2, false), set_config('idle_session_timeout', $3, false), \
          pg_advisory_lock(hashtextextended('distlock:' || $1, 0))) AS locked \
-         ON CONFLICT (name) DO UPDATE SET token = distlock_locks_tokens.token + 1 RETURNING token",
+         ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1 RETURNING token",
     )
     .bind(name)
     .bind("0ms")
@@ -153,12 +152,12 @@ impl Floors for PgFloors {
             .expect("ping");
     }
 
-    async fn durable_row(&mut self, name: &str) {
-        durable_row(&mut self.conn, &mut self.tokens, name).await
+    async fn fenced_row(&mut self, name: &str) {
+        fenced_row(&mut self.conn, &mut self.tokens, name).await
     }
 
-    async fn durable_advisory(&mut self, name: &str) {
-        durable_advisory(&mut self.conn, name).await
+    async fn fenced_advisory(&mut self, name: &str) {
+        fenced_advisory(&mut self.conn, name).await
     }
 
     async fn row_plain(&mut self, name: &str) {

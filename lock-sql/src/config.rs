@@ -33,8 +33,10 @@ pub struct SqlConfig {
     /// without waiting, 0..=64 (default 2; 0 puts every lock on a pooled
     /// connection of its own).
     pub sessions: usize,
-    /// Draw a durable fencing token for every grant (the default). `false`
-    /// (`fencing=false` in a URL) skips the token's committed write, for
+    /// Draw a fencing token for every grant (the default): a per-name
+    /// counter that never goes backwards, across crashes and restarts of
+    /// the server too. `false` (`fencing=false` in a URL) skips the token's
+    /// write, for
     /// locks that only need exclusion; guards then carry no token and
     /// `capabilities().fencing` is `Fencing::None`.
     pub fencing: bool,

@@ -1,6 +1,6 @@
 //! MySQL 8 and MariaDB ≥ 10.6: row locks (`SELECT … FOR UPDATE` in a
 //! transaction held open on a connection of its own) or `GET_LOCK`
-//! advisory locks, with fencing tokens from an auto-increment counter.
+//! advisory locks, with fencing tokens from per-name counters.
 //!
 //! **Row mode** (default): the lock table has one row per name
 //! (`VARBINARY`, so names compare byte for byte, never by collation),
@@ -21,18 +21,16 @@
 //! thousands; an acquisition that has to wait does so on a pooled
 //! connection of its own (see the `shared` module).
 //!
-//! **Fencing tokens**: a per-name counter in `TABLE_tokens`, advanced
-//! after the grant by one committed statement (`INSERT … ON DUPLICATE KEY
-//! UPDATE token = LAST_INSERT_ID(token + 1)`): only the holder advances
-//! its name's counter, so tokens strictly increase, and the commit is
-//! durable before the grant is reported (with the server's default
-//! `innodb_flush_log_at_trx_commit = 1`), so they keep increasing across a
-//! crash of the server. Advisory mode advances it on the lock's own
-//! connection; row mode, whose lock is an open transaction, on another
-//! pooled connection. (An auto-increment drawn in a rolled-back insert is
-//! not durable: after a crash InnoDB hands those values out again.) A
-//! name's first token starts above every token the earlier
-//! auto-increment scheme (`TABLE_fence`) handed out.
+//! **Fencing tokens**: a per-name counter in the `MEMORY` table
+//! `TABLE_counters`, advanced after the grant by one statement (`INSERT …
+//! ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)`): only the
+//! holder advances its name's counter, so tokens strictly increase. The
+//! counters count in an epoch that is durable and advanced after each
+//! restart of the server (which empties `MEMORY` tables), so tokens keep
+//! increasing across crashes and restarts without a flush per grant; see
+//! the `tokens` module. Advisory mode advances the counter on the lock's
+//! own connection; row mode, whose lock is an open transaction, on
+//! another pooled connection.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,7 +42,7 @@ use lock_core::{
 };
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolConnection;
-use sqlx::{AssertSqlSafe, MySql, Row};
+use sqlx::{AssertSqlSafe, MySql};
 use tokio::time::Instant;
 
 use crate::config::{SqlConfig, SqlMode, SqlUrl};
@@ -52,6 +50,8 @@ use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
 use crate::shared::{SessionSql, Tried};
+
+mod tokens;
 
 const BACKEND: &str = "mysql";
 
@@ -128,18 +128,14 @@ impl MySqlDialect {
 /// The per-name fencing-token counters, shared by the client's own
 /// connections and its shared sessions.
 struct TokenCounter {
-    /// Advances a name's counter (the name, then the first token).
-    sql: String,
-    /// A name's first token: above every token handed out before the
-    /// per-name counters existed.
-    first: u64,
+    sql: tokens::Statements,
     /// Off (`fencing=false`): no token is drawn, and grants carry none.
     enabled: bool,
 }
 
 impl TokenCounter {
-    /// Advance `name`'s counter in a statement of its own, committed
-    /// (durably) before it returns; only a holder of `name` calls this.
+    /// Draw `name`'s next token on `conn`; only a holder of `name` calls
+    /// this.
     async fn advance(
         &self,
         conn: &mut sqlx::MySqlConnection,
@@ -148,12 +144,7 @@ impl TokenCounter {
         if !self.enabled {
             return Ok(0);
         }
-        let done = sqlx::query(AssertSqlSafe(self.sql.as_str()))
-            .bind(name.as_bytes())
-            .bind(self.first)
-            .execute(conn)
-            .await?;
-        Ok(done.last_insert_id())
+        self.sql.draw(conn, name).await
     }
 }
 
@@ -220,18 +211,11 @@ impl SqlLock<MySqlDialect> {
         restore_sessions: bool,
     ) -> Result<Self, LockError> {
         let t = config.table.as_str().to_string();
-        for ddl in [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t}_fence (id BIGINT UNSIGNED AUTO_INCREMENT PRIMARY KEY) ENGINE=InnoDB"
-            ),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t}_tokens (name VARBINARY(1024) PRIMARY KEY, \
-                 token BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
-            ),
-        ] {
+        let mut ddl = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
+        )];
+        ddl.extend(tokens::ddl(&t));
+        for ddl in ddl {
             sqlx::raw_sql(AssertSqlSafe(ddl))
                 .execute(&pool)
                 .await
@@ -241,27 +225,13 @@ impl SqlLock<MySqlDialect> {
             .fetch_one(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "reading the server version", e))?;
-        // The highest token the auto-increment scheme may have handed out.
-        let floor = sqlx::raw_sql(AssertSqlSafe(format!(
-            "START TRANSACTION; INSERT INTO {t}_fence () VALUES (); ROLLBACK; SELECT LAST_INSERT_ID()"
-        )))
-        .fetch_all(&pool)
-        .await
-        .map_err(|e| map_sqlx(BACKEND, "reading the token floor", e))?
-        .last()
-        .and_then(|r| r.try_get::<u64, _>(0).ok())
-        .unwrap_or(0);
         let (idle_var, isolation_var) = if version.contains("MariaDB") {
             ("idle_transaction_timeout", "tx_isolation")
         } else {
             ("wait_timeout", "transaction_isolation")
         };
         let tokens = Arc::new(TokenCounter {
-            sql: format!(
-                "INSERT INTO {t}_tokens (name, token) VALUES (?, LAST_INSERT_ID(?)) \
-                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
-            ),
-            first: floor + 1,
+            sql: tokens::Statements::new(&t),
             enabled: config.fencing,
         });
         let session = MySqlSession {
@@ -713,15 +683,14 @@ impl Dialect for MySqlDialect {
 
     /// The token of `name`'s latest grant: the holder's while it is held.
     async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT CAST(token AS SIGNED) FROM {}_tokens WHERE name = ?",
-            self.core.table.as_str()
-        )))
-        .bind(name.as_bytes())
-        .fetch_optional(self.core.pool.pool())
-        .await
-        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token.and_then(|t| u64::try_from(t).ok()))
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.tokens.sql.latest.as_str()))
+            .bind(name.as_bytes())
+            .fetch_optional(self.core.pool.pool())
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token
+            .and_then(|t| u64::try_from(t).ok())
+            .filter(|&t| tokens::is_complete(t)))
     }
 
     /// Held when a connection holds `name` (`IS_USED_LOCK`, or a `NOWAIT`

@@ -1,6 +1,6 @@
 //! Postgres: row locks (`SELECT … FOR UPDATE` in a transaction held open
 //! on a connection of its own) or session advisory locks, with fencing
-//! tokens from a sequence.
+//! tokens from per-name counters in a durable epoch.
 //!
 //! **Row mode** (default). The lock table has one row per lock name,
 //! inserted (and committed) the first time a name is used. Acquiring begins
@@ -29,20 +29,18 @@
 //! among 2^32 names), and the key space is shared with every other
 //! advisory lock user of the database; row mode has neither caveat.
 //!
-//! **Fencing tokens** are a per-name counter in `TABLE_tokens`, advanced
-//! by one committed upsert (a name's first token comes from the sequence
-//! `TABLE_fence`, so it starts above every token the earlier sequence-only
-//! scheme handed out). In advisory mode the upsert is part of the lock's
-//! own statement, which answers with the token: a grant is one round trip.
-//! In row mode it follows the grant.
+//! **Fencing tokens** are a per-name counter in the `UNLOGGED` table
+//! `TABLE_counters`, advanced by one upsert. In advisory mode the upsert is
+//! part of the lock's own statement, which answers with the token: a grant
+//! is one round trip. In row mode it follows the grant, on another pooled
+//! connection (the lock is an open transaction).
 //!
-//! **Tokens across a server crash.** A sequence read in a transaction that
-//! never commits is not flushed to the WAL; after a crash it could restart
-//! below tokens already handed out. The counter's upsert commits before
-//! the grant is reported (advisory mode: in the lock's statement; row
-//! mode, whose lock is an open transaction: on another pooled one), and a
-//! commit flushes the WAL under the default `synchronous_commit = on`.
-//! With `synchronous_commit = off` tokens are not safe across a crash.
+//! **Tokens across a server crash**, without a flush per grant: the
+//! counters count in a durable epoch (`TABLE_epoch`), and a crash of the
+//! server or of one of its backends, which empties every unlogged table,
+//! makes the next grant advance it (one flushed commit) before its token
+//! is handed out. A grant writes no WAL and waits for no flush; see the
+//! `tokens` module.
 //!
 //! **Durability and `synchronous_commit`.** A plain release ends the lock
 //! transaction with `ROLLBACK`, not `COMMIT`: the transaction wrote nothing
@@ -73,6 +71,8 @@ use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
 use crate::shared::{SessionSql, Tried};
+
+mod tokens;
 
 const BACKEND: &str = "postgres";
 
@@ -144,16 +144,17 @@ struct Statements {
     advisory_try_kept: String,
     /// Row mode's token, drawn after the row is locked.
     draw_token: String,
+    /// A drawn token completed: the epoch advanced after a crash.
+    tokens: tokens::Statements,
 }
 
 impl Statements {
     /// The statements on lock table `table`. Each advisory lock statement
     /// answers one row: NULL unless granted, else the grant's token (0
-    /// without `fencing`). With `fencing` the token's counter is advanced
-    /// in the same statement, so a grant costs one round trip and its
-    /// token is committed before the answer; a session advisory lock
-    /// outlives the abort of the statement that took it, so a caller whose
-    /// statement failed gives the lock back (or closes the connection).
+    /// without `fencing`), drawn in the same statement (see [`tokens`]), so
+    /// that a grant costs one round trip. A session advisory lock outlives
+    /// the abort of the statement that took it, so a caller whose statement
+    /// failed gives the lock back (or closes the connection).
     fn new(table: &Identifier, fencing: bool) -> Self {
         let t = table.as_str();
         let lock = |nowait: &str| {
@@ -163,10 +164,7 @@ impl Statements {
             )
         };
         let key = "hashtextextended('distlock:' || $1, 0)";
-        let draw_token = format!(
-            "INSERT INTO {t}_tokens (name, token) SELECT $1, nextval('{t}_fence') FROM l WHERE l.got \
-             ON CONFLICT (name) DO UPDATE SET token = {t}_tokens.token + 1 RETURNING token"
-        );
+        let draw_token = tokens::draw(t);
         let grant = |locked: String| match fencing {
             true => format!(
                 "WITH l AS (SELECT {locked} AS got), t AS ({draw_token}) SELECT (SELECT token FROM t)"
@@ -193,6 +191,7 @@ impl Statements {
             ),
             advisory_unlock_shared: format!("SELECT pg_advisory_unlock({key})"),
             advisory_try_kept: grant(format!("pg_try_advisory_lock({key})")),
+            tokens: tokens::Statements::new(t),
         }
     }
 }
@@ -236,15 +235,11 @@ impl SqlLock<PgDialect> {
         arm_check_before_waits: bool,
     ) -> Result<Self, LockError> {
         let t = config.table.as_str();
-        for ddl in [
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-            ),
-            format!("CREATE SEQUENCE IF NOT EXISTS {t}_fence"),
-            format!(
-                "CREATE TABLE IF NOT EXISTS {t}_tokens (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"
-            ),
-        ] {
+        let mut ddl = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )];
+        ddl.extend(tokens::ddl(t));
+        for ddl in ddl {
             if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
                 // Two clients creating the table at once may race; the
                 // loser's error is harmless if the table is there now.
@@ -331,22 +326,21 @@ impl PgDialect {
         Ok(pid)
     }
 
-    /// The token of a row-mode grant: `name`'s counter, advanced by a
-    /// committed statement (a name's first token comes from the sequence,
-    /// above every token of the earlier sequence-only scheme). Only a
-    /// holder of `name` advances it, so tokens strictly increase; the
-    /// commit flushes the WAL before the answer, so they keep increasing
-    /// across a crash of the server. The lock is an open transaction, so
-    /// the token is drawn on the client's side connection. (An advisory
-    /// grant advances the same counter in its lock statement.)
+    /// The token of a row-mode grant, drawn on the client's side
+    /// connection (the lock is an open transaction) by the same statement
+    /// an advisory grant runs (see [`tokens`]). Only a holder of `name`
+    /// draws it, so tokens strictly increase.
     async fn draw_row_token(&self, name: &str) -> Result<i64, LockError> {
         if !self.core.fencing {
             return Ok(0);
         }
-        let sql = self.sql.draw_token.as_str();
+        let (sql, tokens) = (self.sql.draw_token.as_str(), &self.sql.tokens);
         self.core
             .side
-            .run(async |conn| advance_token(sql, conn, name).await)
+            .run(async |conn| {
+                let drawn = advance_token(sql, conn, name).await?;
+                tokens.complete(conn, name, drawn).await
+            })
             .await
             .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))
     }
@@ -465,6 +459,12 @@ impl Dialect for PgDialect {
                     // a row lock's is drawn now. A failure closes the
                     // connection, and the lock goes with it.
                     let token = match core.mode {
+                        SqlMode::Advisory if core.fencing => self
+                            .sql
+                            .tokens
+                            .complete(conn, name, granted)
+                            .await
+                            .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))?,
                         SqlMode::Advisory => granted,
                         SqlMode::Row => self.draw_row_token(name).await?,
                     };
@@ -587,15 +587,14 @@ impl Dialect for PgDialect {
 
     /// The token of `name`'s latest grant: the holder's while it is held.
     async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(format!(
-            "SELECT token FROM {}_tokens WHERE name = $1",
-            self.core.table.as_str()
-        )))
-        .bind(name)
-        .fetch_optional(self.core.pool.pool())
-        .await
-        .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token.and_then(|t| u64::try_from(t).ok()))
+        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.tokens.latest.as_str()))
+            .bind(name)
+            .fetch_optional(self.core.pool.pool())
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(token
+            .filter(|&t| tokens::is_complete(t))
+            .and_then(|t| u64::try_from(t).ok()))
     }
 
     /// End the server session holding `name` (`pg_terminate_backend`) and
@@ -762,9 +761,13 @@ impl SessionSql for PgSession {
             }
         };
         match answer {
-            Some(Some(token)) => u64::try_from(token)
-                .map(Some)
-                .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}"))),
+            Some(Some(0)) => Ok(Some(0)),
+            Some(Some(drawn)) => {
+                let token = self.sql.tokens.complete(conn, name, drawn).await?;
+                u64::try_from(token)
+                    .map(Some)
+                    .map_err(|_| sqlx::Error::Protocol(format!("a negative fencing token {token}")))
+            }
             Some(None) => Ok(None),
             None => Err(sqlx::Error::Protocol(
                 "an advisory lock statement returned no row".into(),

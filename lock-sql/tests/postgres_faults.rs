@@ -138,7 +138,7 @@ async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
         "CREATE OR REPLACE FUNCTION {table}_refuse() RETURNS trigger LANGUAGE plpgsql \
          AS $$ BEGIN RAISE EXCEPTION 'token write refused'; END $$; \
-         CREATE OR REPLACE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table}_tokens \
+         CREATE OR REPLACE TRIGGER refuse BEFORE INSERT OR UPDATE ON {table}_counters \
          FOR EACH ROW EXECUTE FUNCTION {table}_refuse()"
     )))
     .execute(&admin)
@@ -166,10 +166,57 @@ async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
         assert!(g.release().await.expect("release"));
     }
     sqlx::raw_sql(sqlx::AssertSqlSafe(format!(
-        "DROP TABLE {table}_tokens, {table}; DROP SEQUENCE {table}_fence; \
+        "DROP TABLE {table}_counters, {table}_run, {table}_epoch, {table}; \
          DROP FUNCTION {table}_refuse()"
     )))
     .execute(&admin)
     .await
     .expect("drop the case's tables");
+}
+
+/// One Postgres backend process killed with SIGKILL while tokens are being
+/// drawn: the postmaster ends every session and runs crash recovery without
+/// restarting (which empties the unlogged token counters, and which
+/// `pg_postmaster_start_time()` does not show). Tokens keep rising across
+/// it, in both modes. See `common::tokens_rise_across`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tokens_survive_a_backend_crash() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    for mode in ["row", "advisory"] {
+        let url = format!(
+            "{}?connect_timeout_ms=2000&mode={mode}",
+            env("DISTLOCK_TEST_POSTGRES_URL")
+        );
+        let kill_a_backend = || {
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime");
+            rt.block_on(async {
+                let mut victim = <sqlx::PgConnection as sqlx::Connection>::connect(&env(
+                    "DISTLOCK_TEST_POSTGRES_URL",
+                ))
+                .await
+                .expect("connect the victim");
+                let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                    .fetch_one(&mut victim)
+                    .await
+                    .expect("its pid");
+                let killed = std::process::Command::new("kill")
+                    .args(["-KILL", &pid.to_string()])
+                    .status()
+                    .expect("kill");
+                assert!(killed.success(), "kill -KILL {pid}");
+            });
+        };
+        common::tokens_rise_across(
+            &format!("postgres {mode}, a backend killed"),
+            kill_a_backend,
+            move || {
+                let url = url.clone();
+                async move { PgLock::connect(&url).await }
+            },
+        )
+        .await;
+    }
 }

@@ -2,9 +2,9 @@
 //! MySQL/MariaDB, in interleaved blocks (`lock_testkit::bench::cycles`):
 //! distlock in row and advisory mode, with and without the guard's
 //! renewal, against the dialect's hand-written floors on plain sqlx (the
-//! cheapest lock whose fencing token is durable, committed before the
-//! grant as distlock's is, and the lock without a token, against distlock
-//! with `fencing=false`); then contended hand-offs with 8 clients.
+//! cheapest lock whose fencing token survives a crash of the server as
+//! distlock's does, drawing it from the same counters, and the plain lock
+//! a user writes without a token); then contended hand-offs with 8 clients.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,11 +36,13 @@ const WORK: Duration = Duration::from_millis(1);
 pub(crate) trait Floors {
     /// One round trip.
     async fn ping(&mut self);
-    /// The cheapest row lock with a durable token, on `name`'s row.
-    async fn durable_row(&mut self, name: &str);
-    /// The cheapest advisory lock with a durable token (the server's
-    /// advisory lock, the token's committed upsert, the unlock).
-    async fn durable_advisory(&mut self, name: &str);
+    /// The cheapest row lock with a token that survives a crash, on
+    /// `name`'s row (the token drawn from distlock's counters).
+    async fn fenced_row(&mut self, name: &str);
+    /// The cheapest advisory lock with a token that survives a crash (the
+    /// server's advisory lock and the token's upsert in one statement, the
+    /// unlock).
+    async fn fenced_advisory(&mut self, name: &str);
     /// The row lock without a token.
     async fn row_plain(&mut self, name: &str);
     /// The advisory lock without a token.
@@ -97,10 +99,10 @@ where
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
         m.measure(RTT, async |_| floors.ping().await).await;
-        m.measure(ROW_FLOOR, async |_| floors.durable_row("bench/raw").await)
+        m.measure(ROW_FLOOR, async |_| floors.fenced_row("bench/raw").await)
             .await;
         m.measure(ADVISORY_FLOOR, async |_| {
-            floors.durable_advisory("bench/raw").await
+            floors.fenced_advisory("bench/raw").await
         })
         .await;
         floors.more(&mut m).await;

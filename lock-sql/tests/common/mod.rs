@@ -29,53 +29,107 @@ pub(crate) async fn warm_connections_do_not_starve_the_pool(
     assert!(took);
 }
 
-/// Fencing tokens never go backwards across a crash of the server: after
-/// a burst of grants, the server is killed with SIGKILL at once and started
-/// again, and the first token granted afterwards (by a fresh client)
-/// exceeds every token granted before.
-pub(crate) async fn tokens_survive_a_server_crash<L: DistributedLock>(
-    server: &str,
+/// How many grants a token check makes before its fault, and after it.
+pub(crate) const GRANTS: usize = 40;
+
+/// Fencing tokens never go backwards across `fault` (a server killed with
+/// SIGKILL and started again, a clean restart, one server process killed):
+/// one task grants one name over and over (a fresh client after every
+/// error, as a restarted service would have) while the fault strikes after
+/// [`GRANTS`] grants, until [`GRANTS`] more grants succeeded after it; every
+/// token granted, in grant order, is above the one before.
+pub(crate) async fn tokens_rise_across<L, F>(
     what: &str,
-    connect: impl AsyncFn() -> Result<L, LockError>,
-) {
-    use lock_testkit::faults::{Restore, services};
-    let name = unique("crash-tokens");
-    let opts = LockOptions::new()
-        .ttl(Duration::from_secs(5))
-        .wait(Wait::UpTo(Duration::from_secs(5)));
-    let locks = connect().await.expect("connect");
-    let mut highest = 0;
-    for _ in 0..40 {
-        let g = locks.acquire(&name, &opts).await.expect("acquire");
-        highest = highest.max(g.fencing_token().expect("token"));
-        assert!(g.release().await.expect("release"));
-    }
-    let restore = Restore::servers([server]);
-    services(&["kill", server]);
-    services(&["start", server]);
-    drop(restore);
-    let started = tokio::time::Instant::now();
-    let after = loop {
-        let granted = match connect().await {
-            Ok(locks) => locks.acquire(&name, &opts).await,
-            Err(e) => Err(e),
-        };
-        match granted {
-            Ok(g) => break g,
-            Err(e) => assert!(
-                started.elapsed() < Duration::from_secs(60),
-                "{what}: no recovery after the restart: {e}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(250)).await;
+    fault: impl FnOnce() + Send + 'static,
+    connect: impl Fn() -> F + Send + 'static,
+) where
+    L: DistributedLock + 'static,
+    F: std::future::Future<Output = Result<L, LockError>> + Send,
+{
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    let name = unique("tokens-across");
+    let struck = Arc::new(AtomicBool::new(false));
+    let granted = Arc::new(AtomicUsize::new(0));
+    let grants = {
+        let (struck, granted) = (Arc::clone(&struck), Arc::clone(&granted));
+        let what = what.to_string();
+        tokio::spawn(async move {
+            let opts = LockOptions::new()
+                .ttl(Duration::from_secs(5))
+                .wait(Wait::UpTo(Duration::from_secs(5)));
+            let started = tokio::time::Instant::now();
+            let mut tokens = Vec::new();
+            let mut after = 0;
+            let mut locks = None;
+            while after < GRANTS {
+                assert!(
+                    started.elapsed() < Duration::from_secs(120),
+                    "{what}: only {after} grants after the fault"
+                );
+                if locks.is_none() {
+                    locks = connect().await.ok();
+                }
+                let Some(client) = &locks else {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                };
+                let was_struck = struck.load(Ordering::SeqCst);
+                match client.acquire(&name, &opts).await {
+                    Ok(g) => {
+                        tokens.push(g.fencing_token().expect("token"));
+                        let _ = g.release().await;
+                        granted.fetch_add(1, Ordering::SeqCst);
+                        after += usize::from(was_struck);
+                    }
+                    Err(_) => {
+                        locks = None;
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                }
+            }
+            tokens
+        })
     };
-    let token = after.fencing_token().expect("token");
-    eprintln!("{what}: last token before the crash {highest}, first after {token}");
-    assert!(
-        token > highest,
-        "{what}: fencing token went backwards across a server crash: {token} after {highest}"
+    while granted.load(Ordering::SeqCst) < GRANTS {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    tokio::task::spawn_blocking(fault).await.expect("the fault");
+    struck.store(true, Ordering::SeqCst);
+    let tokens = grants.await.expect("the granting task");
+    let backwards: Vec<_> = tokens.windows(2).filter(|w| w[1] <= w[0]).collect();
+    eprintln!(
+        "{what}: {} grants, tokens from {:#x} to {:#x}",
+        tokens.len(),
+        tokens.first().copied().unwrap_or(0),
+        tokens.last().copied().unwrap_or(0)
     );
-    assert!(after.release().await.expect("release"));
+    assert!(
+        backwards.is_empty(),
+        "{what}: fencing tokens went backwards: {backwards:x?}"
+    );
+}
+
+/// [`tokens_rise_across`] a server killed with SIGKILL and started again.
+pub(crate) fn kill_and_start(server: &'static str) -> impl FnOnce() + Send + 'static {
+    move || {
+        use lock_testkit::faults::{Restore, services};
+        let restore = Restore::servers([server]);
+        services(&["kill", server]);
+        services(&["start", server]);
+        drop(restore);
+    }
+}
+
+/// [`tokens_rise_across`] a clean restart of the server.
+pub(crate) fn stop_and_start(server: &'static str) -> impl FnOnce() + Send + 'static {
+    move || {
+        use lock_testkit::faults::{Restore, services};
+        let restore = Restore::servers([server]);
+        services(&["stop", server]);
+        services(&["start", server]);
+        drop(restore);
+    }
 }
 
 /// Advisory mode: a client's locks share a few sessions, so losing one
@@ -422,20 +476,44 @@ macro_rules! session_fault_tests {
             .await;
         }
 
-        /// See `common::tokens_survive_a_server_crash`.
+        /// Tokens keep rising across a crash of the server (SIGKILL, then
+        /// a start). See `common::tokens_rise_across`.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn tokens_survive_a_server_crash() {
             let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
             for mode in ["row", "advisory"] {
-                common::tokens_survive_a_server_crash(
-                    $server,
-                    &format!("{} {mode}", $server),
-                    async || {
-                        <$lock>::connect(&format!(
-                            "{}?connect_timeout_ms=2000&mode={mode}",
-                            ::lock_testkit::faults::env($url)
-                        ))
-                        .await
+                let url = format!(
+                    "{}?connect_timeout_ms=2000&mode={mode}",
+                    ::lock_testkit::faults::env($url)
+                );
+                common::tokens_rise_across(
+                    &format!("{} {mode}, server killed", $server),
+                    common::kill_and_start($server),
+                    move || {
+                        let url = url.clone();
+                        async move { <$lock>::connect(&url).await }
+                    },
+                )
+                .await;
+            }
+        }
+
+        /// Tokens keep rising across a clean restart of the server. See
+        /// `common::tokens_rise_across`.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tokens_survive_a_clean_restart() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            for mode in ["row", "advisory"] {
+                let url = format!(
+                    "{}?connect_timeout_ms=2000&mode={mode}",
+                    ::lock_testkit::faults::env($url)
+                );
+                common::tokens_rise_across(
+                    &format!("{} {mode}, clean restart", $server),
+                    common::stop_and_start($server),
+                    move || {
+                        let url = url.clone();
+                        async move { <$lock>::connect(&url).await }
                     },
                 )
                 .await;

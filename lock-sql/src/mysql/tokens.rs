@@ -1,0 +1,171 @@
+//! MySQL/MariaDB fencing tokens without a disk flush per grant.
+//!
+//! A token is `(epoch << 32) | n`, as on Postgres (see
+//! `postgres/tokens.rs`). The **epoch** is durable (InnoDB table
+//! `{t}_epoch`, committed with the log flushed) and advances each time the
+//! server lost its `MEMORY` tables: at every restart, clean or not. The
+//! **counters** (`{t}_counters`: each name's latest token) and the epoch
+//! they count in (`{t}_run`) are `MEMORY` tables: a grant's upsert writes no
+//! redo log, so it waits for no flush. (With binary logging on, the
+//! statement is logged like any other, and `sync_binlog = 1` flushes that
+//! log per statement: such servers keep a flush per grant.)
+//!
+//! After a restart the first grant finds no epoch in `{t}_run`, draws a
+//! token of epoch 0, which is never handed out, and completes it: the
+//! durable epoch is advanced and written to `{t}_run`, and the name's
+//! token becomes the first of the new epoch, above every token handed out
+//! before. A `MEMORY` table holds at most `max_heap_table_size` bytes
+//! (16 MiB by default: some 50 000 names of up to 256 bytes).
+
+use sqlx::{AssertSqlSafe, Connection};
+
+/// The largest epoch: tokens stay below 2^48.
+const MAX_EPOCH: u64 = 0xFFFF;
+
+/// The statements of the per-name counters.
+pub(crate) struct Statements {
+    /// Draw `?`'s next token: the name's counter plus one, or the first
+    /// token of the counters' epoch (epoch 0 if that was lost).
+    draw: String,
+    run: String,
+    advance: String,
+    read_epoch: String,
+    record_run: String,
+    raise: String,
+    rebase: String,
+    /// A name's latest token.
+    pub(crate) latest: String,
+}
+
+impl Statements {
+    /// On lock table `t` (a checked identifier).
+    pub(crate) fn new(t: &str) -> Self {
+        Statements {
+            draw: format!(
+                "INSERT INTO {t}_counters (name, token) VALUES \
+                 (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1)) \
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+            ),
+            run: format!("SELECT epoch FROM {t}_run WHERE id = 1"),
+            advance: format!(
+                "UPDATE {t}_epoch SET epoch = epoch + 1 WHERE id = 1 AND epoch < {MAX_EPOCH}"
+            ),
+            read_epoch: format!("SELECT epoch FROM {t}_epoch WHERE id = 1"),
+            record_run: format!(
+                "INSERT INTO {t}_run (id, epoch) VALUES (1, ?) \
+                 ON DUPLICATE KEY UPDATE epoch = GREATEST(epoch, VALUES(epoch))"
+            ),
+            raise: format!("UPDATE {t}_epoch SET epoch = GREATEST(epoch, ?) WHERE id = 1"),
+            rebase: format!(
+                "UPDATE {t}_counters SET token = LAST_INSERT_ID(GREATEST(token, CAST(? AS UNSIGNED) << 32) + 1) \
+                 WHERE name = ?"
+            ),
+            latest: format!("SELECT CAST(token AS SIGNED) FROM {t}_counters WHERE name = ?"),
+        }
+    }
+
+    /// The token of a grant of `name`, held by the caller: drawn, and
+    /// completed if the counters had lost their epoch (a restart) or
+    /// crossed into the next epoch's range.
+    pub(crate) async fn draw(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+    ) -> Result<u64, sqlx::Error> {
+        let drawn = sqlx::query(AssertSqlSafe(self.draw.as_str()))
+            .bind(name.as_bytes())
+            .execute(&mut *conn)
+            .await?
+            .last_insert_id();
+        if is_complete(drawn) {
+            return Ok(drawn);
+        }
+        if drawn >> 32 != 0 {
+            // Counted across into the next epoch's range: a restart from
+            // now on must advance beyond it.
+            sqlx::query(AssertSqlSafe(self.raise.as_str()))
+                .bind(drawn >> 32)
+                .execute(&mut *conn)
+                .await?;
+            return Ok(drawn);
+        }
+        let run: Option<u64> = sqlx::query_scalar(AssertSqlSafe(self.run.as_str()))
+            .fetch_optional(&mut *conn)
+            .await?;
+        let epoch = match run {
+            Some(epoch) => epoch,
+            None => self.advance(conn).await?,
+        };
+        let rebased = sqlx::query(AssertSqlSafe(self.rebase.as_str()))
+            .bind(epoch)
+            .bind(name.as_bytes())
+            .execute(&mut *conn)
+            .await?;
+        if rebased.rows_affected() != 1 {
+            return Err(sqlx::Error::Protocol(
+                "a drawn token's counter is gone".into(),
+            ));
+        }
+        Ok(rebased.last_insert_id())
+    }
+
+    /// Advance the durable epoch (committed, the log flushed) and record it
+    /// for the counters: the new epoch.
+    async fn advance(&self, conn: &mut sqlx::MySqlConnection) -> Result<u64, sqlx::Error> {
+        let mut tx = conn.begin().await?;
+        let advanced = sqlx::query(AssertSqlSafe(self.advance.as_str()))
+            .execute(&mut *tx)
+            .await?;
+        if advanced.rows_affected() != 1 {
+            return Err(sqlx::Error::Protocol(format!(
+                "the fencing tokens' epoch is at its limit ({MAX_EPOCH}): use a new lock table"
+            )));
+        }
+        let epoch: u64 = sqlx::query_scalar(AssertSqlSafe(self.read_epoch.as_str()))
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        sqlx::query(AssertSqlSafe(self.record_run.as_str()))
+            .bind(epoch)
+            .execute(&mut *conn)
+            .await?;
+        tracing::info!(target: "distlock", backend = "mysql", epoch, "the token counters were lost (a restart): fencing epoch advanced");
+        Ok(epoch)
+    }
+}
+
+/// Whether a drawn token can be handed out as it is: its epoch survived
+/// and its counter did not just cross into the next epoch's range.
+pub(crate) fn is_complete(token: u64) -> bool {
+    token >> 32 != 0 && token & 0xFFFF_FFFF != 0
+}
+
+/// The tables the tokens need, on lock table `t`.
+pub(crate) fn ddl(t: &str) -> [String; 4] {
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_epoch (id INT PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
+        ),
+        format!("INSERT IGNORE INTO {t}_epoch (id, epoch) VALUES (1, 0)"),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_run (id INT PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=MEMORY"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_counters (name VARBINARY(256) PRIMARY KEY, \
+             token BIGINT UNSIGNED NOT NULL) ENGINE=MEMORY"
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_complete_with_an_epoch_and_a_counter() {
+        assert!(is_complete((1 << 32) | 1));
+        assert!(!is_complete(1), "epoch 0: the counters lost theirs");
+        assert!(!is_complete(3 << 32), "crossed into epoch 3's range");
+        assert!((MAX_EPOCH << 32) | 0xFFFF_FFFF < 1 << 48);
+    }
+}

@@ -1,0 +1,162 @@
+//! Postgres fencing tokens without a disk flush per grant.
+//!
+//! A token is `(epoch << 32) | n`. The **epoch** is durable (table
+//! `{t}_epoch`, written by a committed, flushed transaction) and advances
+//! only after the server lost its unlogged data: after a crash of the
+//! server or of one of its backend processes (the postmaster's crash
+//! recovery), never at a clean restart. The **counter** lives in an
+//! `UNLOGGED` table (`{t}_counters`: each name's latest token), so a grant's
+//! write goes to no WAL and its commit waits for no flush; the epoch the
+//! counters count in is kept beside them in another unlogged table
+//! (`{t}_run`).
+//!
+//! Crash recovery empties every unlogged table at once. The first grant
+//! afterwards finds no epoch in `{t}_run` (it draws a token of epoch 0,
+//! which is never handed out) and completes it: the durable epoch is
+//! advanced (a flushed commit) and written to `{t}_run`, and the name's
+//! token becomes the first of the new epoch. Every token handed out before
+//! the crash had a lower epoch, so tokens never go backwards, while a grant
+//! in between pays no flush.
+//!
+//! The epoch has 16 bits, so tokens stay below 2^48 and a fencing epoch
+//! (`fencing_epoch`, up to 32767, shifted by 48) still orders above them
+//! within an `i64`. A name's counter that reaches 2^32 grants in one epoch
+//! moves into the next epoch's range; the durable epoch is raised to it
+//! first, so a crash after it still advances beyond.
+
+/// The largest epoch: tokens stay below 2^48.
+const MAX_EPOCH: i64 = 0xFFFF;
+
+/// The statements that complete a drawn token.
+#[derive(Clone)]
+pub(crate) struct Statements {
+    /// The epoch the counters count in, if it survived.
+    run: String,
+    /// Advance the durable epoch (flushed) and record it for the counters.
+    advance: String,
+    /// Raise the durable epoch to at least `$1` (flushed).
+    raise: String,
+    /// Move a name's token into epoch `$2`: the first token above both.
+    rebase: String,
+    /// A name's latest token.
+    pub(crate) latest: String,
+}
+
+impl Statements {
+    /// On lock table `t` (a checked identifier).
+    pub(crate) fn new(t: &str) -> Self {
+        Statements {
+            run: format!("SELECT epoch FROM {t}_run WHERE id = 1"),
+            advance: format!(
+                "WITH e AS (UPDATE {t}_epoch SET epoch = epoch + 1 WHERE id = 1 AND epoch < {MAX_EPOCH} \
+                 RETURNING epoch) \
+                 INSERT INTO {t}_run (id, epoch) SELECT 1, epoch FROM e \
+                 ON CONFLICT (id) DO UPDATE SET epoch = GREATEST({t}_run.epoch, excluded.epoch) \
+                 RETURNING epoch"
+            ),
+            raise: format!("UPDATE {t}_epoch SET epoch = GREATEST(epoch, $1) WHERE id = 1"),
+            rebase: format!(
+                "UPDATE {t}_counters SET token = GREATEST(token, $2::bigint << 32) + 1 \
+                 WHERE name = $1 RETURNING token"
+            ),
+            latest: format!("SELECT token FROM {t}_counters WHERE name = $1"),
+        }
+    }
+
+    /// The token of a grant of `name` (held on `conn`'s session, or by the
+    /// caller) whose statement drew `drawn`: `drawn` itself, unless the
+    /// counters had lost their epoch (a crash) or crossed into the next
+    /// epoch's range, which are completed here first.
+    pub(crate) async fn complete(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        name: &str,
+        drawn: i64,
+    ) -> Result<i64, sqlx::Error> {
+        if is_complete(drawn) {
+            return Ok(drawn);
+        }
+        if drawn >> 32 != 0 {
+            // Counted across into the next epoch's range: a crash from now
+            // on must advance beyond it.
+            sqlx::query(sqlx::AssertSqlSafe(self.raise.as_str()))
+                .bind(drawn >> 32)
+                .execute(&mut *conn)
+                .await?;
+            return Ok(drawn);
+        }
+        let epoch = match sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(self.run.as_str()))
+            .fetch_optional(&mut *conn)
+            .await?
+        {
+            Some(epoch) => epoch,
+            None => {
+                let advanced: Option<i64> =
+                    sqlx::query_scalar(sqlx::AssertSqlSafe(self.advance.as_str()))
+                        .fetch_optional(&mut *conn)
+                        .await?;
+                tracing::info!(target: "distlock", backend = "postgres", epoch = ?advanced, "the token counters were lost (a crash): fencing epoch advanced");
+                advanced.ok_or_else(|| {
+                    sqlx::Error::Protocol(format!(
+                        "the fencing tokens' epoch is at its limit ({MAX_EPOCH}): \
+                         use a new lock table"
+                    ))
+                })?
+            }
+        };
+        sqlx::query_scalar(sqlx::AssertSqlSafe(self.rebase.as_str()))
+            .bind(name)
+            .bind(epoch)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or_else(|| sqlx::Error::Protocol("a drawn token's counter is gone".into()))
+    }
+}
+
+/// Whether a drawn token can be handed out as it is: its epoch survived
+/// and its counter did not just cross into the next epoch's range.
+pub(crate) fn is_complete(token: i64) -> bool {
+    token >> 32 != 0 && token & 0xFFFF_FFFF != 0
+}
+
+/// The statement that draws a token for `$1` when the CTE `l` says `got`:
+/// the name's counter plus one, or (a name not seen since the counters were
+/// last emptied) the first token of the counters' epoch, epoch 0 if that
+/// was lost too. Returns `token`.
+pub(crate) fn draw(t: &str) -> String {
+    format!(
+        "INSERT INTO {t}_counters (name, token) \
+         SELECT $1, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1 FROM l WHERE l.got \
+         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1 RETURNING token"
+    )
+}
+
+/// The tables the tokens need, on lock table `t`.
+pub(crate) fn ddl(t: &str) -> [String; 4] {
+    [
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_epoch (id INT PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL)"
+        ),
+        format!("INSERT INTO {t}_epoch (id, epoch) VALUES (1, 0) ON CONFLICT DO NOTHING"),
+        format!(
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_run (id INT PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL)"
+        ),
+        format!(
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_counters (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"
+        ),
+    ]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_token_is_complete_with_an_epoch_and_a_counter() {
+        assert!(is_complete((1 << 32) | 1));
+        assert!(is_complete((MAX_EPOCH << 32) | 0xFFFF_FFFF));
+        assert!(!is_complete(1), "epoch 0: the counters lost theirs");
+        assert!(!is_complete(7 << 32), "crossed into epoch 7's range");
+        assert!((MAX_EPOCH << 32) | 0xFFFF_FFFF < 1 << 48);
+    }
+}
