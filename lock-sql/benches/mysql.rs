@@ -73,10 +73,10 @@ impl Floors for MySqlFloors {
         sqlx::query("SELECT 1").execute(conn).await.expect("ping");
     }
 
-    /// The cheapest hand-written row lock with a durable fencing token: the
-    /// lock's transaction on `conn` (with the same timeouts), the token's
-    /// committed upsert on `tokens` (one drawn inside the lock's transaction is
-    /// not durable before it ends), then the end of the lock's transaction.
+    /// The cheapest hand-written row lock with a token that survives a
+    /// restart: the lock's transaction on `conn` (with the same timeouts),
+    /// the token's upsert on `tokens`, then the end of the lock's
+    /// transaction.
     async fn fenced_row(&mut self, name: &str) {
         let (conn, tokens) = (&mut self.conn, &mut self.tokens);
         sqlx::raw_sql(
@@ -93,12 +93,23 @@ impl Floors for MySqlFloors {
             .expect("end");
     }
 
-    /// The cheapest hand-written advisory lock with a durable fencing token:
-    /// `GET_LOCK`, the token's committed upsert, `RELEASE_LOCK`.
+    /// The cheapest hand-written advisory lock with a token that survives
+    /// a restart: `GET_LOCK` feeding the token's upsert in one statement,
+    /// then `RELEASE_LOCK`.
     async fn fenced_advisory(&mut self, name: &str) {
         let conn = &mut self.conn;
-        get_lock(conn, name).await;
-        assert!(draw_token(conn, name).await > 0);
+        let done = sqlx::query(
+            "INSERT INTO distlock_locks_counters (name, token) \
+             SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1) \
+             FROM (SELECT GET_LOCK(?, 50) AS got) AS l WHERE l.got = 1 \
+             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
+        )
+        .bind(name.as_bytes())
+        .bind(name.as_bytes())
+        .execute(&mut *conn)
+        .await
+        .expect("lock and token");
+        assert!(done.rows_affected() > 0 && done.last_insert_id() > 0);
         release_lock(conn, name).await;
     }
 

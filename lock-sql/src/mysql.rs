@@ -770,16 +770,21 @@ impl SessionSql for MySqlSession {
         if let Some(idle) = idle {
             self.keep(conn, idle).await?;
         }
+        if self.tokens.enabled {
+            // The lock and its token in one statement (an upsert fed by
+            // `GET_LOCK`, whose answer is the insert id); a failure after
+            // the grant leaves the lock to the caller.
+            return self
+                .tokens
+                .sql
+                .try_lock_and_draw(conn, name, &advisory_key(name))
+                .await;
+        }
         let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
             .bind(advisory_key(name))
             .fetch_one(&mut *conn)
             .await?;
-        if granted != Some(1) {
-            return Ok(None);
-        }
-        // The token in a statement of its own (an upsert whose answer is
-        // the insert id); its failure leaves the lock to the caller.
-        self.tokens.advance(conn, name).await.map(Some)
+        Ok((granted == Some(1)).then_some(0))
     }
 
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {

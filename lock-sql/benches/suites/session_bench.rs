@@ -23,7 +23,7 @@ const ROW_RENEWED: &str = "distlock row acquire + release";
 const ADVISORY: &str = "distlock advisory, auto-renew off";
 const ADVISORY_RENEWED: &str = "distlock advisory acquire + release";
 const ROW_PLAIN_FLOOR: &str = "row, no token: BEGIN; FOR UPDATE; ROLLBACK";
-const ADVISORY_FLOOR: &str = "advisory floor: lock; token upsert; unlock";
+const ADVISORY_FLOOR: &str = "advisory floor: lock and token upsert; unlock";
 const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: lock; unlock";
 const ROW_PLAIN: &str = "distlock row, fencing=false";
 const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";

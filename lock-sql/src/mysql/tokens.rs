@@ -27,6 +27,9 @@ pub(crate) struct Statements {
     /// Draw `?`'s next token: the name's counter plus one, or the first
     /// token of the counters' epoch (epoch 0 if that was lost).
     draw: String,
+    /// `GET_LOCK(?, 0)` on the second argument and, if granted, the draw
+    /// of the first's token, in one statement: a row changed iff granted.
+    lock_and_draw: String,
     run: String,
     advance: String,
     read_epoch: String,
@@ -44,6 +47,12 @@ impl Statements {
             draw: format!(
                 "INSERT INTO {t}_counters (name, token) VALUES \
                  (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1)) \
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+            ),
+            lock_and_draw: format!(
+                "INSERT INTO {t}_counters (name, token) \
+                 SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1) \
+                 FROM (SELECT GET_LOCK(?, 0) AS got) AS l WHERE l.got = 1 \
                  ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
             ),
             run: format!("SELECT epoch FROM {t}_run WHERE id = 1"),
@@ -77,6 +86,39 @@ impl Statements {
             .execute(&mut *conn)
             .await?
             .last_insert_id();
+        self.complete(conn, name, drawn).await
+    }
+
+    /// One attempt at the advisory lock `key` (`GET_LOCK(key, 0)`) and, if
+    /// granted, `name`'s token, in one round trip: `None` if not granted.
+    /// On an error the lock may be held: the caller gives it back.
+    pub(crate) async fn try_lock_and_draw(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+        key: &str,
+    ) -> Result<Option<u64>, sqlx::Error> {
+        let done = sqlx::query(AssertSqlSafe(self.lock_and_draw.as_str()))
+            .bind(name.as_bytes())
+            .bind(key)
+            .execute(&mut *conn)
+            .await?;
+        if done.rows_affected() == 0 {
+            return Ok(None);
+        }
+        let drawn = done.last_insert_id();
+        self.complete(conn, name, drawn).await.map(Some)
+    }
+
+    /// The token of a grant of `name` whose draw gave `drawn`: `drawn`
+    /// itself, unless the counters had lost their epoch or crossed into
+    /// the next epoch's range, which are completed here first.
+    async fn complete(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+        drawn: u64,
+    ) -> Result<u64, sqlx::Error> {
         if is_complete(drawn) {
             return Ok(drawn);
         }
