@@ -23,9 +23,10 @@ pub enum SqlMode {
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct SqlConfig {
-    /// The lock table (created if missing); `distlock_locks` by default,
-    /// at most 57 characters (room for its `_fence` and `_tokens`
-    /// companions).
+    /// The lock table (created if missing, unless
+    /// [`create_schema`](Self::create_schema) is off); `distlock_locks` by
+    /// default, at most 54 characters (room for its `_epoch`, `_run` and
+    /// `_counters` companions).
     pub table: Identifier,
     /// Row locks (the default) or advisory locks.
     pub mode: SqlMode,
@@ -36,10 +37,15 @@ pub struct SqlConfig {
     /// Draw a fencing token for every grant (the default): a per-name
     /// counter that never goes backwards, across crashes and restarts of
     /// the server too. `false` (`fencing=false` in a URL) skips the token's
-    /// write, for
-    /// locks that only need exclusion; guards then carry no token and
-    /// `capabilities().fencing` is `Fencing::None`.
+    /// write, for locks that only need exclusion; guards then carry no
+    /// token and `capabilities().fencing` is `Fencing::None`.
     pub fencing: bool,
+    /// Create the lock's tables at start-up if they are missing (the
+    /// default). `false` (`create_schema=false` in a URL) leaves the schema
+    /// to the application: the lock only checks that its tables are there,
+    /// and refuses to start, naming the statements to run
+    /// (`PgLock::ddl`, `MySqlLock::ddl`), when they are not.
+    pub create_schema: bool,
 }
 
 impl SqlConfig {
@@ -66,6 +72,12 @@ impl SqlConfig {
         self.fencing = fencing;
         self
     }
+
+    /// With [`create_schema`](Self::create_schema).
+    pub fn with_create_schema(mut self, create_schema: bool) -> Self {
+        self.create_schema = create_schema;
+        self
+    }
 }
 
 impl Default for SqlConfig {
@@ -75,13 +87,15 @@ impl Default for SqlConfig {
             mode: SqlMode::Row,
             sessions: DEFAULT_SESSIONS,
             fencing: true,
+            create_schema: true,
         }
     }
 }
 
 impl SqlConfig {
     /// The settings a `postgres://`, `postgresql://`, `mysql://` or
-    /// `mariadb://` URL carries (`table`, `mode`, `sessions`, `fencing`),
+    /// `mariadb://` URL carries (`table`, `mode`, `sessions`, `fencing`,
+    /// `create_schema`),
     /// read as `connect` reads them, for the `with_pool` constructors.
     pub fn from_url(url: &str) -> Result<Self, LockError> {
         Ok(SqlUrl::parse(url, &["postgres", "postgresql", "mysql", "mariadb"])?.config())
@@ -102,11 +116,12 @@ impl SqlConfig {
     }
 }
 
-/// The longest lock table name: room for the `_fence` suffix.
-const MAX_TABLE_LEN: usize = 57;
+/// The longest lock table name: room for the `_counters` suffix within
+/// Postgres's 63.
+const MAX_TABLE_LEN: usize = 54;
 
 const TABLE_TOO_LONG: &str =
-    "the table name must leave room for the `_fence` sequence: at most 57 characters";
+    "the table name must leave room for the `_counters` table: at most 54 characters";
 
 /// The most shared sessions of one client.
 const MAX_SESSIONS: usize = 64;
@@ -126,6 +141,8 @@ pub(crate) struct SqlUrl {
     pub(crate) sessions: usize,
     /// Whether grants draw fencing tokens.
     pub(crate) fencing: bool,
+    /// Whether the lock creates its tables.
+    pub(crate) create_schema: bool,
 }
 
 /// Shared sessions of a client in advisory mode, unless the URL says.
@@ -166,6 +183,7 @@ impl SqlUrl {
             })?
             .unwrap_or(DEFAULT_SESSIONS);
         let fencing = options.flag("fencing")?.unwrap_or(true);
+        let create_schema = options.flag("create_schema")?.unwrap_or(true);
         let connect_timeout = match options.duration("connect_timeout")? {
             Some(d) if d.is_zero() => {
                 return Err(invalid("`connect_timeout` must be positive".into()));
@@ -193,6 +211,7 @@ impl SqlUrl {
             connect_timeout,
             sessions,
             fencing,
+            create_schema,
         })
     }
 
@@ -203,6 +222,7 @@ impl SqlUrl {
             mode: self.mode,
             sessions: self.sessions,
             fencing: self.fencing,
+            create_schema: self.create_schema,
         }
     }
 }

@@ -211,16 +211,34 @@ impl SqlLock<MySqlDialect> {
         restore_sessions: bool,
     ) -> Result<Self, LockError> {
         let t = config.table.as_str().to_string();
-        let mut ddl = vec![format!(
-            "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
-        )];
-        ddl.extend(tokens::ddl(&t));
-        for ddl in ddl {
-            sqlx::raw_sql(AssertSqlSafe(ddl))
-                .execute(&pool)
-                .await
-                .map_err(|e| map_sqlx(BACKEND, "creating the lock table", e))?;
+        if config.create_schema {
+            for ddl in Self::ddl(&config) {
+                sqlx::raw_sql(AssertSqlSafe(ddl))
+                    .execute(&pool)
+                    .await
+                    .map_err(|e| map_sqlx(BACKEND, "creating the lock table", e))?;
+            }
         }
+        let tables = match config.fencing {
+            true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
+            false => t.clone(),
+        };
+        let check = sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {tables} LIMIT 0")))
+            .execute(&pool)
+            .await;
+        match check {
+            Err(sqlx::Error::Database(e))
+                if e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| e.number() == NO_SUCH_TABLE) =>
+            {
+                return Err(LockError::invalid_options(format!(
+                    "the lock's tables are missing ({e}) and create_schema is off: create them \
+                     with the statements of MySqlLock::ddl: {}",
+                    Self::ddl(&config).join("; ")
+                )));
+            }
+            other => other.map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?,
+        };
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&pool)
             .await
@@ -254,6 +272,94 @@ impl SqlLock<MySqlDialect> {
         }))
     }
 }
+
+impl SqlLock<MySqlDialect> {
+    /// The statements that create the lock's tables for `config` (run at
+    /// start-up unless [`SqlConfig::create_schema`] is off; all are `IF NOT
+    /// EXISTS` or `INSERT IGNORE`): the lock table (a row per name, for row
+    /// mode), the durable epoch of the fencing tokens (InnoDB), and the
+    /// `MEMORY` tables of the counters and the epoch they count in. The
+    /// lock's account needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on
+    /// the four tables.
+    ///
+    /// ```
+    /// let ddl = lock_sql::MySqlLock::ddl(&lock_sql::SqlConfig::default());
+    /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS distlock_locks "));
+    /// ```
+    pub fn ddl(config: &SqlConfig) -> Vec<String> {
+        let t = config.table.as_str();
+        let mut ddl = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
+        )];
+        ddl.extend(tokens::ddl(t));
+        ddl
+    }
+
+    /// Remove what the lock keeps per name for the names nobody was granted
+    /// for `unused_for` (their token counters, and the rows of the lock
+    /// table that row mode locks, but for rows locked now): the tables
+    /// otherwise grow with every name ever locked. Returns how many names'
+    /// counters were removed. Tokens still never go backwards: the epoch
+    /// the counters count in is advanced first (one flushed commit), so a
+    /// removed name's next token is above its last. Run it now and then
+    /// (daily, say) from one client.
+    pub async fn remove_unused(&self, unused_for: Duration) -> Result<u64, LockError> {
+        let dialect = self.dialect();
+        let t = dialect.core.table.as_str();
+        let micros = u64::try_from(unused_for.as_micros()).unwrap_or(u64::MAX);
+        let failed = |e| map_sqlx(BACKEND, "removing unused names", e);
+        let pool = dialect.core.pool.pool();
+        let mut conn = pool.acquire().await.map_err(failed)?;
+        let stale: i64 = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT COUNT(*) FROM {t}_counters WHERE used_at < NOW(6) - INTERVAL ? MICROSECOND"
+        )))
+        .bind(micros)
+        .fetch_one(&mut *conn)
+        .await
+        .map_err(failed)?;
+        let mut removed = 0;
+        if stale > 0 {
+            // The counters are MEMORY tables, read as they are now (no
+            // snapshot): once the new epoch is recorded, a name drawn after
+            // its counter is gone starts above it.
+            dialect
+                .tokens
+                .sql
+                .advance(&mut conn)
+                .await
+                .map_err(failed)?;
+            removed = sqlx::query(AssertSqlSafe(format!(
+                "DELETE FROM {t}_counters WHERE used_at < NOW(6) - INTERVAL ? MICROSECOND"
+            )))
+            .bind(micros)
+            .execute(&mut *conn)
+            .await
+            .map_err(failed)?
+            .rows_affected();
+        }
+        let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
+        let names: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(format!(
+            "SELECT name FROM {t} WHERE name NOT IN (SELECT name FROM {t}_counters) \
+             FOR UPDATE SKIP LOCKED"
+        )))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(failed)?;
+        for name in names {
+            sqlx::query(AssertSqlSafe(format!("DELETE FROM {t} WHERE name = ?")))
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+        }
+        tx.commit().await.map_err(failed)?;
+        tracing::debug!(target: "distlock", backend = BACKEND, removed, "removed unused names");
+        Ok(removed)
+    }
+}
+
+/// ER_NO_SUCH_TABLE.
+const NO_SUCH_TABLE: u16 = 1146;
 
 impl MySqlDialect {
     /// The server connection holding `name`.

@@ -164,11 +164,9 @@ impl Statements {
             )
         };
         let key = "hashtextextended('distlock:' || $1, 0)";
-        let draw_token = tokens::draw(t);
+        let (draw_token, drawn) = (tokens::draw(t), tokens::DRAWN);
         let grant = |locked: String| match fencing {
-            true => format!(
-                "WITH l AS (SELECT {locked} AS got), t AS ({draw_token}) SELECT (SELECT token FROM t)"
-            ),
+            true => format!("WITH l AS (SELECT {locked} AS got), {draw_token} SELECT {drawn}"),
             false => format!("SELECT CASE WHEN {locked} THEN 0::bigint END"),
         };
         Statements {
@@ -184,7 +182,7 @@ impl Statements {
                 "set_config('idle_session_timeout', $2, false) IS NOT NULL \
                  AND pg_try_advisory_lock({key})"
             )),
-            draw_token: format!("WITH l AS (SELECT true AS got) {draw_token}"),
+            draw_token: format!("WITH l AS (SELECT true AS got), {draw_token} SELECT {drawn}"),
             advisory_unlock: format!(
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
@@ -235,21 +233,28 @@ impl SqlLock<PgDialect> {
         arm_check_before_waits: bool,
     ) -> Result<Self, LockError> {
         let t = config.table.as_str();
-        let mut ddl = vec![format!(
-            "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
-        )];
-        ddl.extend(tokens::ddl(t));
-        for ddl in ddl {
-            if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
-                // Two clients creating the table at once may race; the
-                // loser's error is harmless if the table is there now.
-                tracing::debug!(target: "distlock", error = %e, "creating the lock table");
+        if config.create_schema {
+            for ddl in Self::ddl(&config) {
+                if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
+                    // Two clients creating the table at once may race; the
+                    // loser's error is harmless if the table is there now.
+                    tracing::debug!(target: "distlock", error = %e, "creating the lock table");
+                }
             }
         }
-        sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {t} LIMIT 0")))
+        let tables = match config.fencing {
+            true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
+            false => t.to_string(),
+        };
+        let check = sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {tables} LIMIT 0")))
             .execute(&pool)
-            .await
-            .map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?;
+            .await;
+        match check {
+            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => {
+                return Err(missing_schema(&config, &e.to_string()));
+            }
+            other => other.map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?,
+        };
         let sql = Statements::new(&config.table, config.fencing);
         let session = PgSession { sql: sql.clone() };
         Ok(SqlLock::new(PgDialect {
@@ -265,6 +270,84 @@ impl SqlLock<PgDialect> {
     pub async fn queued(&self, name: &str) -> Result<usize, LockError> {
         self.dialect().queued(name).await
     }
+
+    /// The statements that create the lock's tables for `config` (run at
+    /// start-up unless [`SqlConfig::create_schema`] is off; all are `IF NOT
+    /// EXISTS`): the lock table (a row per name, for row mode), the durable
+    /// epoch of the fencing tokens, and the unlogged tables of the counters
+    /// and the epoch they count in. The lock's role needs `SELECT`,
+    /// `INSERT`, `UPDATE` and `DELETE` on the four tables.
+    ///
+    /// ```
+    /// let ddl = lock_sql::PgLock::ddl(&lock_sql::SqlConfig::default());
+    /// assert!(ddl[0].starts_with("CREATE TABLE IF NOT EXISTS distlock_locks "));
+    /// ```
+    pub fn ddl(config: &SqlConfig) -> Vec<String> {
+        let t = config.table.as_str();
+        let mut ddl = vec![format!(
+            "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+        )];
+        ddl.extend(tokens::ddl(t));
+        ddl
+    }
+
+    /// Remove what the lock keeps per name for the names nobody was granted
+    /// for `unused_for` (their token counters, and their rows in the lock
+    /// table, which row mode locks): the tables otherwise grow with every
+    /// name ever locked. Names held now are kept. Returns how many names'
+    /// counters were removed. Tokens still never go backwards: the epoch
+    /// the counters count in is advanced in the same transaction (one
+    /// flushed commit), so a removed name's next token is above its last.
+    /// Run it now and then (daily, say) from one client.
+    pub async fn remove_unused(&self, unused_for: Duration) -> Result<u64, LockError> {
+        let dialect = self.dialect();
+        let t = dialect.core.table.as_str();
+        let secs = unused_for.as_secs_f64();
+        let failed = |e| map_sqlx(BACKEND, "removing unused names", e);
+        let mut tx = dialect.core.pool.pool().begin().await.map_err(failed)?;
+        let removed = sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {t}_counters WHERE used_at < now() - make_interval(secs => $1)"
+        )))
+        .bind(secs)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?
+        .rows_affected();
+        if removed > 0 {
+            dialect
+                .sql
+                .tokens
+                .advance_in(&mut tx)
+                .await
+                .map_err(failed)?;
+        }
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE FROM {t} WHERE name IN (SELECT name FROM {t} l \
+             WHERE created_at < now() - make_interval(secs => $1) \
+             AND NOT EXISTS (SELECT 1 FROM {t}_counters c WHERE c.name = l.name) \
+             FOR UPDATE SKIP LOCKED)"
+        )))
+        .bind(secs)
+        .execute(&mut *tx)
+        .await
+        .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        tracing::debug!(target: "distlock", backend = BACKEND, removed, "removed unused names");
+        Ok(removed)
+    }
+}
+
+/// SQLSTATE of a missing table.
+const UNDEFINED_TABLE: &str = "42P01";
+
+/// The error of a lock whose tables are missing while it may not create
+/// them: configuration, naming the statements to run.
+fn missing_schema(config: &SqlConfig, cause: &str) -> LockError {
+    LockError::invalid_options(format!(
+        "the lock's tables are missing ({cause}) and create_schema is off: create them \
+         with the statements of PgLock::ddl: {}",
+        PgLock::ddl(config).join("; ")
+    ))
 }
 
 impl PgDialect {

@@ -50,13 +50,13 @@ impl Statements {
             draw: format!(
                 "INSERT INTO {t}_counters (name, token) VALUES \
                  (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1)) \
-                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6)"
             ),
             lock_and_draw: format!(
                 "INSERT INTO {t}_counters (name, token) \
                  SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1) \
                  FROM (SELECT GET_LOCK(?, 0) AS got) AS l WHERE l.got = 1 \
-                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)"
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6)"
             ),
             run: format!("SELECT epoch FROM {t}_run WHERE id = 1"),
             advance: format!(
@@ -156,7 +156,10 @@ impl Statements {
 
     /// Advance the durable epoch (committed, the log flushed) and record it
     /// for the counters: the new epoch.
-    async fn advance(&self, conn: &mut sqlx::MySqlConnection) -> Result<u64, sqlx::Error> {
+    pub(crate) async fn advance(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+    ) -> Result<u64, sqlx::Error> {
         let mut tx = conn.begin().await?;
         let advanced = sqlx::query(AssertSqlSafe(self.advance.as_str()))
             .execute(&mut *tx)
@@ -197,7 +200,8 @@ pub(crate) fn ddl(t: &str) -> [String; 4] {
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {t}_counters (name VARBINARY(256) PRIMARY KEY, \
-             token BIGINT UNSIGNED NOT NULL) ENGINE=MEMORY"
+             token BIGINT UNSIGNED NOT NULL, used_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) \
+             ENGINE=MEMORY"
         ),
     ]
 }

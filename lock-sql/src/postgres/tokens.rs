@@ -66,6 +66,19 @@ impl Statements {
         }
     }
 
+    /// Advance the epoch within the caller's transaction `tx` (the clean-up
+    /// of unused names): committed with it.
+    pub(crate) async fn advance_in(&self, tx: &mut sqlx::PgConnection) -> Result<i64, sqlx::Error> {
+        sqlx::query_scalar::<_, i64>(sqlx::AssertSqlSafe(self.advance.as_str()))
+            .fetch_optional(&mut *tx)
+            .await?
+            .ok_or_else(|| {
+                sqlx::Error::Protocol(format!(
+                    "the fencing tokens' epoch is at its limit ({MAX_EPOCH}): use a new lock table"
+                ))
+            })
+    }
+
     /// The token of a grant of `name` (held on `conn`'s session, or by the
     /// caller) whose statement drew `drawn`: `drawn` itself, unless the
     /// counters had lost their epoch (a crash) or crossed into the next
@@ -122,17 +135,28 @@ pub(crate) fn is_complete(token: i64) -> bool {
     token >> 32 != 0 && token & 0xFFFF_FFFF != 0
 }
 
-/// The statement that draws a token for `$1` when the CTE `l` says `got`:
-/// the name's counter plus one, or (a name not seen since the counters were
-/// last emptied) the first token of the counters' epoch, epoch 0 if that
-/// was lost too. Returns `token`.
+/// The common table expressions that draw a token for `$1` when the CTE
+/// `l` says `got`; [`DRAWN`] is the token they drew. The name's counter
+/// plus one (`u`, the usual case), or, for a name not seen since the
+/// counters were last emptied (`t`), the first token of the counters'
+/// epoch, epoch 0 if that was lost too. The epoch is read `FOR SHARE`, only
+/// on that second path: it then follows a concurrent advance to its
+/// committed epoch, which the statement's snapshot may predate (the
+/// clean-up of unused names advances the epoch as it deletes their
+/// counters). Every draw stamps `used_at`.
 pub(crate) fn draw(t: &str) -> String {
     format!(
-        "INSERT INTO {t}_counters (name, token) \
-         SELECT $1, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1 FROM l WHERE l.got \
-         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1 RETURNING token"
+        "u AS (UPDATE {t}_counters SET token = token + 1, used_at = now() \
+         WHERE name = $1 AND (SELECT got FROM l) RETURNING token), \
+         t AS (INSERT INTO {t}_counters (name, token, used_at) \
+         SELECT $1, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1 FOR SHARE), 0) << 32) | 1, now() \
+         FROM l WHERE l.got AND NOT EXISTS (SELECT 1 FROM u) \
+         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1, used_at = now() RETURNING token)"
     )
 }
+
+/// The token [`draw`]'s expressions drew (NULL if `l` did not say `got`).
+pub(crate) const DRAWN: &str = "coalesce((SELECT token FROM u), (SELECT token FROM t))";
 
 /// The tables the tokens need, on lock table `t`.
 pub(crate) fn ddl(t: &str) -> [String; 4] {
@@ -145,7 +169,8 @@ pub(crate) fn ddl(t: &str) -> [String; 4] {
             "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_run (id INT PRIMARY KEY CHECK (id = 1), epoch BIGINT NOT NULL)"
         ),
         format!(
-            "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_counters (name TEXT PRIMARY KEY, token BIGINT NOT NULL)"
+            "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_counters (name TEXT PRIMARY KEY, token BIGINT NOT NULL, \
+             used_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         ),
     ]
 }

@@ -77,6 +77,125 @@ macro_rules! session_conformance {
         /// The suite again with `fencing=false`, in both modes: guards,
         /// `inspect` and `capabilities()` carry no token, and everything
         /// else holds.
+        /// A suffix for a table of a case's own: the process and the clock.
+        fn table_suffix() -> String {
+            let nanos = ::std::time::SystemTime::now()
+                .duration_since(::std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            format!("{:x}_{nanos:x}", ::std::process::id())
+        }
+
+        /// The schema under the application's control: with
+        /// `create_schema=false` a lock on a database without its tables
+        /// refuses to start, as configuration, naming the statements to
+        /// run; once they have run (`ddl`), it works.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn without_create_schema_the_tables_come_from_ddl() {
+            use ::lock_core::{DistributedLock, LockOptions};
+            let base = ::lock_testkit::faults::env($url);
+            let table = format!("schema_{}", table_suffix());
+            let url = format!("{base}?create_schema=false&table={table}");
+            let refused = <$lock>::connect(&url).await;
+            let Err(e) = refused else {
+                panic!("a lock without its tables started");
+            };
+            assert!(e.is_config(), "not a configuration error: {e:?}");
+            let config = ::lock_sql::SqlConfig::from_url(&url).expect("config");
+            let ddl = <$lock>::ddl(&config);
+            assert!(
+                e.to_string().contains(&ddl[0]),
+                "the error does not name the statements: {e}"
+            );
+            let admin = <$pool>::new().connect(&base).await.expect("admin pool");
+            for statement in &ddl {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(statement.clone()))
+                    .execute(&admin)
+                    .await
+                    .expect("the published DDL runs");
+            }
+            let locks = <$lock>::connect(&url)
+                .await
+                .expect("started on the DDL's tables");
+            let g = locks
+                .acquire("schema/check", &LockOptions::new())
+                .await
+                .expect("acquire");
+            assert!(g.fencing_token().is_some());
+            assert!(g.release().await.expect("release"));
+            for suffix in ["_counters", "_run", "_epoch", ""] {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!("DROP TABLE {table}{suffix}")))
+                    .execute(&admin)
+                    .await
+                    .expect("drop the case's tables");
+            }
+        }
+
+        /// `remove_unused` removes the per-name rows of names unused for the
+        /// given time, keeps the others and held names, and tokens still
+        /// rise for a removed name.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn removing_unused_names_keeps_tokens_rising() {
+            use ::lock_core::{DistributedLock, LockOptions};
+            use ::std::time::Duration;
+            let base = ::lock_testkit::faults::env($url);
+            let admin = <$pool>::new().connect(&base).await.expect("admin pool");
+            for mode in ["row", "advisory"] {
+                // A table of its own: the clean-up would remove other
+                // tests' counters too.
+                let table = format!("unused_{mode}_{}", table_suffix());
+                let url = format!("{base}?mode={mode}&table={table}");
+                let locks = <$lock>::connect(&url).await.expect("connect");
+                let opts = LockOptions::new();
+                let (old, held) = (
+                    ::lock_testkit::conformance::unique_name("unused-old"),
+                    ::lock_testkit::conformance::unique_name("unused-held"),
+                );
+                let mut last = 0;
+                for _ in 0..3 {
+                    let g = locks.acquire(&old, &opts).await.expect("acquire");
+                    last = g.fencing_token().expect("token");
+                    assert!(g.release().await.expect("release"));
+                }
+                let holding = locks.acquire(&held, &opts).await.expect("acquire held");
+                let held_token = holding.fencing_token().expect("token");
+                tokio::time::sleep(Duration::from_millis(1200)).await;
+                let removed = locks
+                    .remove_unused(Duration::from_secs(1))
+                    .await
+                    .expect("remove");
+                assert_eq!(removed, 2, "{mode}: removed {removed}");
+                assert_eq!(
+                    locks.inspect(&old).await.expect("inspect").fencing_token,
+                    None,
+                    "{mode}: the unused name's counter is still there"
+                );
+                let again = locks.acquire(&old, &opts).await.expect("acquire again");
+                let next = again.fencing_token().expect("token");
+                assert!(next > last, "{mode}: token {next:#x} after {last:#x}");
+                assert!(again.release().await.expect("release"));
+                // The held name's lock was untouched (still ours), and its
+                // next token is above the one it was granted before.
+                assert!(holding.release().await.expect("release the held name"));
+                let after = locks
+                    .acquire(&held, &opts)
+                    .await
+                    .expect("acquire held again");
+                let after_token = after.fencing_token().expect("token");
+                assert!(
+                    after_token > held_token,
+                    "{mode}: {after_token:#x} after {held_token:#x}"
+                );
+                assert!(after.release().await.expect("release"));
+                for suffix in ["_counters", "_run", "_epoch", ""] {
+                    ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!("DROP TABLE {table}{suffix}")))
+                        .execute(&admin)
+                        .await
+                        .expect("drop the case's tables");
+                }
+            }
+        }
+
         mod without_fencing {
             mod row {
                 async fn harness() -> ::lock_testkit::conformance::Harness {
