@@ -188,6 +188,65 @@ pub(crate) async fn connect_pool<DB: Database>(
         .map_err(|e| map_sqlx(backend, &format!("connecting to {}", parsed.display), e))
 }
 
+/// The lock's tables on `pool`, as `config` says: created from `ddl` (its
+/// statements all `IF NOT EXISTS`) unless `create_schema` is off, then
+/// checked. Tables that are missing (`missing` tells the server's error)
+/// are a configuration error naming the statements (`ddl_fn`, the public
+/// function that returns them) and why creating them failed, if it did.
+pub(crate) async fn prepare_schema<DB: Database>(
+    backend: &'static str,
+    pool: &Pool<DB>,
+    config: &SqlConfig,
+    ddl: Vec<String>,
+    ddl_fn: &str,
+    missing: impl Fn(&sqlx::Error) -> bool,
+) -> Result<(), LockError>
+where
+    for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
+    for<'q> <DB as Database>::Arguments: sqlx::IntoArguments<DB>,
+{
+    let mut failed_ddl = None;
+    if config.create_schema {
+        for statement in &ddl {
+            if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
+                .execute(pool)
+                .await
+            {
+                // Two clients creating the tables at once may race; the
+                // loser's error is harmless if the tables are there now.
+                tracing::debug!(target: "distlock", backend, error = %e, "creating the lock's tables");
+                failed_ddl.get_or_insert(e);
+            }
+        }
+    }
+    let t = config.table.as_str();
+    let tables = match config.fencing {
+        true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
+        false => t.to_string(),
+    };
+    let check = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT 1 FROM {tables} LIMIT 0"
+    )))
+    .execute(pool)
+    .await;
+    match check {
+        Ok(_) => Ok(()),
+        Err(e) if missing(&e) => {
+            let why = match (&failed_ddl, config.create_schema) {
+                (Some(created), _) => format!("creating them failed: {created}"),
+                (None, false) => "create_schema is off".to_string(),
+                (None, true) => "they were created, then dropped".to_string(),
+            };
+            Err(LockError::invalid_options(format!(
+                "the lock's tables are missing ({e}; {why}): create them with the statements \
+                 of {ddl_fn}: {}",
+                ddl.join("; ")
+            )))
+        }
+        Err(e) => Err(map_sqlx(backend, "checking the lock's tables", e)),
+    }
+}
+
 /// Locks held by the sessions of a SQL server, in the dialect `D`: see
 /// [`PgLock`](crate::PgLock) and [`MySqlLock`](crate::MySqlLock), its two
 /// instances, for their URLs and modes.

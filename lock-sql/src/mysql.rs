@@ -210,35 +210,22 @@ impl SqlLock<MySqlDialect> {
         display: String,
         restore_sessions: bool,
     ) -> Result<Self, LockError> {
+        let no_such_table = |e: &sqlx::Error| match e {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| e.number() == NO_SUCH_TABLE),
+            _ => false,
+        };
+        engine::prepare_schema(
+            BACKEND,
+            &pool,
+            &config,
+            Self::ddl(&config),
+            "MySqlLock::ddl",
+            no_such_table,
+        )
+        .await?;
         let t = config.table.as_str().to_string();
-        if config.create_schema {
-            for ddl in Self::ddl(&config) {
-                sqlx::raw_sql(AssertSqlSafe(ddl))
-                    .execute(&pool)
-                    .await
-                    .map_err(|e| map_sqlx(BACKEND, "creating the lock table", e))?;
-            }
-        }
-        let tables = match config.fencing {
-            true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
-            false => t.clone(),
-        };
-        let check = sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {tables} LIMIT 0")))
-            .execute(&pool)
-            .await;
-        match check {
-            Err(sqlx::Error::Database(e))
-                if e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| e.number() == NO_SUCH_TABLE) =>
-            {
-                return Err(LockError::invalid_options(format!(
-                    "the lock's tables are missing ({e}) and create_schema is off: create them \
-                     with the statements of MySqlLock::ddl: {}",
-                    Self::ddl(&config).join("; ")
-                )));
-            }
-            other => other.map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?,
-        };
         let version: String = sqlx::query_scalar("SELECT VERSION()")
             .fetch_one(&pool)
             .await

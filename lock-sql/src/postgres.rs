@@ -232,29 +232,16 @@ impl SqlLock<PgDialect> {
         display: String,
         arm_check_before_waits: bool,
     ) -> Result<Self, LockError> {
-        let t = config.table.as_str();
-        if config.create_schema {
-            for ddl in Self::ddl(&config) {
-                if let Err(e) = sqlx::raw_sql(AssertSqlSafe(ddl)).execute(&pool).await {
-                    // Two clients creating the table at once may race; the
-                    // loser's error is harmless if the table is there now.
-                    tracing::debug!(target: "distlock", error = %e, "creating the lock table");
-                }
-            }
-        }
-        let tables = match config.fencing {
-            true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
-            false => t.to_string(),
-        };
-        let check = sqlx::query(AssertSqlSafe(format!("SELECT 1 FROM {tables} LIMIT 0")))
-            .execute(&pool)
-            .await;
-        match check {
-            Err(sqlx::Error::Database(e)) if e.code().as_deref() == Some(UNDEFINED_TABLE) => {
-                return Err(missing_schema(&config, &e.to_string()));
-            }
-            other => other.map_err(|e| map_sqlx(BACKEND, "checking the lock table", e))?,
-        };
+        let undefined_table = |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE));
+        engine::prepare_schema(
+            BACKEND,
+            &pool,
+            &config,
+            Self::ddl(&config),
+            "PgLock::ddl",
+            undefined_table,
+        )
+        .await?;
         let sql = Statements::new(&config.table, config.fencing);
         let session = PgSession { sql: sql.clone() };
         Ok(SqlLock::new(PgDialect {
@@ -292,9 +279,9 @@ impl SqlLock<PgDialect> {
     }
 
     /// Remove what the lock keeps per name for the names nobody was granted
-    /// for `unused_for` (their token counters, and their rows in the lock
-    /// table, which row mode locks): the tables otherwise grow with every
-    /// name ever locked. Names held now are kept. Returns how many names'
+    /// for `unused_for` (their token counters, and the rows of the lock
+    /// table that row mode locks, but for rows locked now): the tables
+    /// otherwise grow with every name ever locked. Returns how many names'
     /// counters were removed. Tokens still never go backwards: the epoch
     /// the counters count in is advanced in the same transaction (one
     /// flushed commit), so a removed name's next token is above its last.
@@ -339,16 +326,6 @@ impl SqlLock<PgDialect> {
 
 /// SQLSTATE of a missing table.
 const UNDEFINED_TABLE: &str = "42P01";
-
-/// The error of a lock whose tables are missing while it may not create
-/// them: configuration, naming the statements to run.
-fn missing_schema(config: &SqlConfig, cause: &str) -> LockError {
-    LockError::invalid_options(format!(
-        "the lock's tables are missing ({cause}) and create_schema is off: create them \
-         with the statements of PgLock::ddl: {}",
-        PgLock::ddl(config).join("; ")
-    ))
-}
 
 impl PgDialect {
     /// The server process (pid) whose session holds `name`.

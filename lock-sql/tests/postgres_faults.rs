@@ -182,41 +182,27 @@ async fn an_advisory_grant_whose_token_write_fails_leaves_the_lock_free() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_survive_a_backend_crash() {
     let _serial = one_at_a_time(&SERIAL).await;
-    for mode in ["row", "advisory"] {
-        let url = format!(
-            "{}?connect_timeout_ms=2000&mode={mode}",
-            env("DISTLOCK_TEST_POSTGRES_URL")
-        );
-        let kill_a_backend = || {
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime");
-            rt.block_on(async {
-                let mut victim = <sqlx::PgConnection as sqlx::Connection>::connect(&env(
-                    "DISTLOCK_TEST_POSTGRES_URL",
-                ))
+    let kill_a_backend = || {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("a runtime");
+        rt.block_on(async {
+            let mut victim = <sqlx::PgConnection as sqlx::Connection>::connect(&env(
+                "DISTLOCK_TEST_POSTGRES_URL",
+            ))
+            .await
+            .expect("connect the victim");
+            let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
+                .fetch_one(&mut victim)
                 .await
-                .expect("connect the victim");
-                let pid: i32 = sqlx::query_scalar("SELECT pg_backend_pid()")
-                    .fetch_one(&mut victim)
-                    .await
-                    .expect("its pid");
-                let killed = std::process::Command::new("kill")
-                    .args(["-KILL", &pid.to_string()])
-                    .status()
-                    .expect("kill");
-                assert!(killed.success(), "kill -KILL {pid}");
-            });
-        };
-        common::tokens_rise_across(
-            &format!("postgres {mode}, a backend killed"),
-            kill_a_backend,
-            move || {
-                let url = url.clone();
-                async move { PgLock::connect(&url).await }
-            },
-        )
-        .await;
-    }
+                .expect("its pid");
+            let killed = std::process::Command::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .status()
+                .expect("kill");
+            assert!(killed.success(), "kill -KILL {pid}");
+        });
+    };
+    tokens_rise_across("a backend killed", || kill_a_backend).await;
 }

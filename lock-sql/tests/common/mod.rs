@@ -476,19 +476,20 @@ macro_rules! session_fault_tests {
             .await;
         }
 
-        /// Tokens keep rising across a crash of the server (SIGKILL, then
-        /// a start). See `common::tokens_rise_across`.
-        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-        async fn tokens_survive_a_server_crash() {
-            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+        /// `common::tokens_rise_across` `fault` (`what` it is), in both
+        /// modes.
+        async fn tokens_rise_across<F: FnOnce() + Send + 'static>(
+            what: &str,
+            fault: impl Fn() -> F,
+        ) {
             for mode in ["row", "advisory"] {
                 let url = format!(
                     "{}?connect_timeout_ms=2000&mode={mode}",
                     ::lock_testkit::faults::env($url)
                 );
                 common::tokens_rise_across(
-                    &format!("{} {mode}, server killed", $server),
-                    common::kill_and_start($server),
+                    &format!("{} {mode}, {what}", $server),
+                    fault(),
                     move || {
                         let url = url.clone();
                         async move { <$lock>::connect(&url).await }
@@ -498,26 +499,19 @@ macro_rules! session_fault_tests {
             }
         }
 
-        /// Tokens keep rising across a clean restart of the server. See
-        /// `common::tokens_rise_across`.
+        /// Tokens keep rising across a crash of the server (SIGKILL, then
+        /// a start).
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn tokens_survive_a_server_crash() {
+            let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
+            tokens_rise_across("server killed", || common::kill_and_start($server)).await;
+        }
+
+        /// Tokens keep rising across a clean restart of the server.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn tokens_survive_a_clean_restart() {
             let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
-            for mode in ["row", "advisory"] {
-                let url = format!(
-                    "{}?connect_timeout_ms=2000&mode={mode}",
-                    ::lock_testkit::faults::env($url)
-                );
-                common::tokens_rise_across(
-                    &format!("{} {mode}, clean restart", $server),
-                    common::stop_and_start($server),
-                    move || {
-                        let url = url.clone();
-                        async move { <$lock>::connect(&url).await }
-                    },
-                )
-                .await;
-            }
+            tokens_rise_across("clean restart", || common::stop_and_start($server)).await;
         }
 
         /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
