@@ -138,17 +138,23 @@ async fn redlock() {
 #[cfg(feature = "postgres")]
 #[tokio::test]
 async fn postgres() {
-    let url = env("DISTLOCK_TEST_POSTGRES_URL");
-    check(&url, None).await;
-    check(&distlock_url_with(&url, "mode=row"), None).await;
+    both_modes("DISTLOCK_TEST_POSTGRES_URL").await;
 }
 
 #[cfg(feature = "mysql")]
 #[tokio::test]
 async fn mysql() {
-    let url = env("DISTLOCK_TEST_MYSQL_URL");
-    check(&url, None).await;
-    check(&distlock_url_with(&url, "mode=row"), None).await;
+    both_modes("DISTLOCK_TEST_MYSQL_URL").await;
+}
+
+/// A SQL server's URL, in row mode and in advisory mode.
+#[allow(dead_code)]
+async fn both_modes(var: &str) {
+    let url = env(var);
+    let sep = if url.contains('?') { '&' } else { '?' };
+    for mode in ["row", "advisory"] {
+        check(&format!("{url}{sep}mode={mode}"), None).await;
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -161,11 +167,4 @@ async fn etcd() {
 #[tokio::test]
 async fn zookeeper() {
     check(&env("DISTLOCK_TEST_ZK_URL"), None).await;
-}
-
-/// `url` with one more query option.
-#[allow(dead_code)]
-fn distlock_url_with(url: &str, option: &str) -> String {
-    let sep = if url.contains('?') { '&' } else { '?' };
-    format!("{url}{sep}{option}")
 }

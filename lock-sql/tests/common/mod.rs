@@ -110,23 +110,13 @@ pub(crate) async fn tokens_rise_across<L, F>(
     );
 }
 
-/// [`tokens_rise_across`] a server killed with SIGKILL and started again.
-pub(crate) fn kill_and_start(server: &'static str) -> impl FnOnce() + Send + 'static {
+/// [`tokens_rise_across`] a server stopped by `how` (`kill`: SIGKILL;
+/// `stop`: a clean shutdown) and started again.
+pub(crate) fn restart(server: &'static str, how: &'static str) -> impl FnOnce() + Send + 'static {
     move || {
         use lock_testkit::faults::{Restore, services};
         let restore = Restore::servers([server]);
-        services(&["kill", server]);
-        services(&["start", server]);
-        drop(restore);
-    }
-}
-
-/// [`tokens_rise_across`] a clean restart of the server.
-pub(crate) fn stop_and_start(server: &'static str) -> impl FnOnce() + Send + 'static {
-    move || {
-        use lock_testkit::faults::{Restore, services};
-        let restore = Restore::servers([server]);
-        services(&["stop", server]);
+        services(&[how, server]);
         services(&["start", server]);
         drop(restore);
     }
@@ -504,14 +494,14 @@ macro_rules! session_fault_tests {
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn tokens_survive_a_server_crash() {
             let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
-            tokens_rise_across("server killed", || common::kill_and_start($server)).await;
+            tokens_rise_across("server killed", || common::restart($server, "kill")).await;
         }
 
         /// Tokens keep rising across a clean restart of the server.
         #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
         async fn tokens_survive_a_clean_restart() {
             let _serial = ::lock_testkit::faults::one_at_a_time(&SERIAL).await;
-            tokens_rise_across("clean restart", || common::stop_and_start($server)).await;
+            tokens_rise_across("clean restart", || common::restart($server, "stop")).await;
         }
 
         /// See `lock_testkit::faults::server_failure_gives_transient_errors`.
