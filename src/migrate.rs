@@ -261,6 +261,23 @@ impl GuardHandle for Parts {
         }
         Ok(true)
     }
+
+    /// On both parts, `to` first: an observer of either backend sees the
+    /// new value.
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        for part in [&self.to, &self.from] {
+            let guard = part.lock().await;
+            let Some(g) = guard.as_ref() else {
+                return Ok(false);
+            };
+            match g.set_value(value).await {
+                Ok(()) => {}
+                Err(LockError::NotHeld { .. } | LockError::Lost { .. }) => return Ok(false),
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(true)
+    }
 }
 
 #[async_trait]
@@ -280,8 +297,8 @@ impl RawLock for MigratingLock {
     /// Held where either part is held (a process on the old URL holds only
     /// `from`, one on the new URL only `to`); the token is `from`'s when it
     /// is held there (the one a migrating guard carries), else `to`'s; the
-    /// lease is the earlier of the held parts'; the waiters are those of
-    /// both.
+    /// lease is the earlier of the held parts'; the holder record is the
+    /// one beside that token; the waiters are those of both.
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let from = self.from.inspect(name).await?;
         let to = self.to.inspect(name).await?;
@@ -291,17 +308,20 @@ impl RawLock for MigratingLock {
             LockInfo::free()
         };
         if info.held {
-            let token = if from.held {
-                from.fencing_token
+            let (token, holder) = if from.held {
+                (from.fencing_token, from.holder.clone())
             } else {
-                to.fencing_token
+                (to.fencing_token, to.holder.clone())
             };
-            let expires_in = [from, to]
+            let expires_in = [&from, &to]
                 .iter()
                 .filter(|part| part.held)
                 .filter_map(|part| part.expires_in)
                 .min();
-            info = info.with_fencing_token(token).with_expires_in(expires_in);
+            info = info
+                .with_fencing_token(token)
+                .with_expires_in(expires_in)
+                .with_holder(holder);
         }
         let waiters = match (from.waiters, to.waiters) {
             (Some(a), Some(b)) => Some(a + b),
@@ -369,6 +389,8 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         (Some(a), Some(b)) => Some(a.min(b)),
         (a, b) => a.or(b),
     })
+    .with_holder(from.holder && to.holder)
+    .with_observers(Waiting::Polling)
 }
 
 impl fmt::Debug for MigratingLock {

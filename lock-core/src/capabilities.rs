@@ -91,6 +91,14 @@ pub struct Capabilities {
     /// (Postgres and MySQL row mode) are bounded by the pool. Beyond it,
     /// acquiring fails at once with [`LockError::LimitReached`](crate::LockError::LimitReached).
     pub max_held: Option<usize>,
+    /// A grant records its holder (identity and value) on the server:
+    /// [`inspect`](crate::DistributedLock::inspect) returns it and a holder
+    /// can replace its value ([`LockGuard::set_value`](crate::LockGuard::set_value),
+    /// an election's `proclaim`). Elections need it.
+    pub holder: bool,
+    /// How an election's observers learn of a change: notified by the
+    /// server, or by reading the lock again every poll interval.
+    pub observers: Waiting,
 }
 
 impl Capabilities {
@@ -98,7 +106,7 @@ impl Capabilities {
     /// tokens, no fair queue, a crashed holder's lock freed by its TTL, no
     /// survival of a server failure, safety that depends on clocks,
     /// polling waiters, TTLs from [`MIN_TTL`](crate::MIN_TTL) to 30 days,
-    /// no bound on held locks. A backend adds what its tests prove with the
+    /// no bound on held locks, no holder record, polling observers. A backend adds what its tests prove with the
     /// `with_*` methods (all `const`, for a backend's `const`).
     pub const fn new(backend: &'static str, grade: Grade) -> Self {
         Capabilities {
@@ -113,6 +121,8 @@ impl Capabilities {
             max_ttl: Duration::from_secs(30 * 86_400),
             min_lease: crate::options::MIN_TTL,
             max_held: None,
+            holder: false,
+            observers: Waiting::Polling,
         }
     }
 
@@ -161,6 +171,18 @@ impl Capabilities {
     /// With [`min_lease`](Self::min_lease).
     pub const fn with_min_lease(mut self, min_lease: Duration) -> Self {
         self.min_lease = min_lease;
+        self
+    }
+
+    /// With [`holder`](Self::holder).
+    pub const fn with_holder(mut self, holder: bool) -> Self {
+        self.holder = holder;
+        self
+    }
+
+    /// With [`observers`](Self::observers).
+    pub const fn with_observers(mut self, observers: Waiting) -> Self {
+        self.observers = observers;
         self
     }
 

@@ -261,6 +261,42 @@ impl LockGuard {
         }
     }
 
+    /// Replace the value this grant recorded beside its holder
+    /// ([`LockOptions::value`]), as [`inspect`](crate::DistributedLock::inspect)
+    /// and an election's observers read it. Fails with
+    /// [`LockError::NotHeld`] (and fires [`lost`](Self::lost)) if the lock
+    /// is no longer ours, [`LockError::Lost`] if it was already lost,
+    /// [`LockError::InvalidOptions`] for a value over
+    /// [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES), and
+    /// [`LockError::Unsupported`] where the backend keeps no holder record
+    /// ([`Capabilities::holder`]).
+    pub async fn set_value(&self, value: &[u8]) -> Result<(), LockError> {
+        crate::holder::validate_value(value)?;
+        if !self.caps.holder {
+            return Err(LockError::Unsupported {
+                backend: self.caps.backend,
+                operation: "replacing a holder's value",
+            });
+        }
+        self.ensure_held()?;
+        let handle = self.handle.as_ref().ok_or_else(|| LockError::NotHeld {
+            name: self.name.clone(),
+        })?;
+        if handle.set_value(value).await? {
+            self.ensure_held()
+        } else {
+            self.lease.mark_lost(LossReason::TakenOver);
+            Err(LockError::NotHeld {
+                name: self.name.clone(),
+            })
+        }
+    }
+
+    /// What this lock's backend guarantees.
+    pub fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
     /// Give the lock back. `Ok(true)` if it was still ours, `Ok(false)` if it
     /// had already expired or been taken over (nothing is removed then).
     ///

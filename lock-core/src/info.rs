@@ -2,14 +2,17 @@
 
 use std::time::Duration;
 
+use crate::holder::Holder;
+
 /// A snapshot of one lock's state on its server, from
 /// [`DistributedLock::inspect`](crate::DistributedLock::inspect): whether it
 /// is held and, where the backend can read them, the holder's fencing token,
-/// how long the holder's lease still runs and how many acquisitions wait.
+/// how long the holder's lease still runs, how many acquisitions wait, and
+/// who the holder is (identity and value, as its grant recorded them).
 ///
 /// It may change as soon as it is read: use it to look (an operator's
 /// `distlock status`, a dashboard), never to decide whether to acquire.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 #[non_exhaustive]
 pub struct LockInfo {
     /// Someone holds the lock now.
@@ -22,6 +25,10 @@ pub struct LockInfo {
     pub expires_in: Option<Duration>,
     /// How many acquisitions wait for the lock, where the server can tell.
     pub waiters: Option<usize>,
+    /// Who holds the lock (identity, value, since when), where the backend
+    /// records it ([`Capabilities::holder`](crate::Capabilities::holder)).
+    /// Never a metrics label: it is per holder.
+    pub holder: Option<Holder>,
 }
 
 impl LockInfo {
@@ -47,6 +54,12 @@ impl LockInfo {
     /// Set how long the holder's lease has left.
     pub fn with_expires_in(mut self, left: Option<Duration>) -> Self {
         self.expires_in = left;
+        self
+    }
+
+    /// Set the holder's record.
+    pub fn with_holder(mut self, holder: Option<Holder>) -> Self {
+        self.holder = holder;
         self
     }
 

@@ -7,14 +7,20 @@
 //! - [`raw`]: for backend authors (the guard's handle, lease state, the
 //!   watchdog that renews every lease of a client, batching, wake-ups).
 //! - [`LockOwner`]: explicit, opt-in reentrancy over any backend.
+//! - [`Election`]: leader election on any lock: `campaign`, `leader`,
+//!   `observe`; a [`Leadership`] with its term, `proclaim`, `lost()` and
+//!   `resign`.
+//! - [`Holder`]: who holds a lock (identity, value), as `inspect` reads it.
 //! - [`MemoryLock`]: the in-process backend.
 //!
 //! The conformance suite every backend must pass, and the fault and
 //! benchmark helpers, are in the `lock-testkit` crate.
 
 mod capabilities;
+mod election;
 mod error;
 mod guard;
+mod holder;
 mod info;
 mod lock;
 mod loss;
@@ -25,8 +31,10 @@ mod reentrant;
 mod with_lock;
 
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
+pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led};
 pub use error::{BoxError, LockError};
 pub use guard::{LockGuard, RELEASE_PATIENCE};
+pub use holder::{Holder, MAX_IDENTITY_BYTES, MAX_VALUE_BYTES, default_identity};
 pub use info::LockInfo;
 pub use lock::{DistributedLock, WAIT_OVERRUN};
 pub use loss::{LossKind, LossReason};

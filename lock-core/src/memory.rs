@@ -21,6 +21,7 @@ use crate::info::LockInfo;
 use crate::loss::LossReason;
 use crate::options::LockOptions;
 use crate::raw::GuardHandle;
+use crate::raw::HolderRecord;
 use crate::raw::LeaseState;
 use crate::raw::OwnerToken;
 use crate::raw::Unrenewed;
@@ -32,7 +33,8 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_fair_queue(true)
     .with_crash_release(CrashRelease::ProcessExit)
     .with_depends_on_clocks(false)
-    .with_waiting(Waiting::Notified);
+    .with_waiting(Waiting::Notified)
+    .with_holder(true);
 
 /// Locks shared by the tasks of one process.
 ///
@@ -53,20 +55,21 @@ struct Shared {
 
 #[derive(Default)]
 struct Slot {
-    holder: Option<Holder>,
+    holder: Option<Current>,
     fence: u64,
     queue: VecDeque<(u64, Arc<Notify>)>,
 }
 
-struct Holder {
+struct Current {
     owner: OwnerToken,
     expires: Instant,
     lease: Weak<LeaseState>,
+    record: HolderRecord,
 }
 
 impl Slot {
     /// The live holder, dropping one whose lease has run out.
-    fn live_holder(&mut self, now: Instant) -> Option<&mut Holder> {
+    fn live_holder(&mut self, now: Instant) -> Option<&mut Current> {
         if self.holder.as_ref().is_some_and(|h| h.expires <= now) {
             self.holder = None;
         }
@@ -124,10 +127,11 @@ impl MemoryLock {
         slot.fence += 1;
         let owner = OwnerToken::random();
         let lease = Arc::new(LeaseState::granted(now, opts));
-        slot.holder = Some(Holder {
+        slot.holder = Some(Current {
             owner,
             expires: now + opts.ttl,
             lease: Arc::downgrade(&lease),
+            record: opts.holder_record(),
         });
         let handle: Arc<dyn GuardHandle> = Arc::new(MemoryHandle {
             shared: Arc::clone(&self.shared),
@@ -218,7 +222,12 @@ impl RawLock for MemoryLock {
         Ok(match slot.live_holder(now) {
             Some(holder) => LockInfo::held()
                 .with_fencing_token(Some(fence))
-                .with_expires_in(Some(holder.expires - now)),
+                .with_expires_in(Some(holder.expires - now))
+                .with_holder(Some(HolderRecord::decode_for(
+                    "memory",
+                    name,
+                    holder.record.as_bytes(),
+                )?)),
             None => LockInfo::free(),
         }
         .with_waiters(waiters))
@@ -290,6 +299,20 @@ impl GuardHandle for MemoryHandle {
         match slots.get_mut(&self.name).and_then(|s| s.live_holder(now)) {
             Some(h) if h.owner == self.owner => {
                 h.expires = now + ttl;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let mut slots = self.shared.slots();
+        match slots
+            .get_mut(&self.name)
+            .and_then(|s| s.live_holder(Instant::now()))
+        {
+            Some(h) if h.owner == self.owner => {
+                h.record = h.record.with_value(value);
                 Ok(true)
             }
             _ => Ok(false),

@@ -171,6 +171,16 @@ pub struct LockOptions {
     /// and never more than a quarter of the TTL (see
     /// [`safety_margin`](crate::raw::safety_margin)).
     pub safety_margin: Duration,
+    /// Who the grant records as its holder, shown by
+    /// [`inspect`](crate::DistributedLock::inspect) and `distlock status`
+    /// (at most [`MAX_IDENTITY_BYTES`](crate::MAX_IDENTITY_BYTES)); `None`:
+    /// this process's [`default_identity`](crate::default_identity),
+    /// `host (pid N, program)`.
+    pub identity: Option<String>,
+    /// A small value the grant records beside its holder (at most
+    /// [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES); empty by default): an
+    /// address, a shard map's version. An election's value.
+    pub value: Vec<u8>,
 }
 
 impl Default for LockOptions {
@@ -181,6 +191,8 @@ impl Default for LockOptions {
             auto_renew: true,
             backoff: Backoff::default(),
             safety_margin: DEFAULT_SAFETY_MARGIN,
+            identity: None,
+            value: Vec::new(),
         }
     }
 }
@@ -232,9 +244,38 @@ impl LockOptions {
         self
     }
 
+    /// Set the holder identity the grant records (default: this
+    /// process's [`default_identity`](crate::default_identity)).
+    pub fn identity(mut self, identity: impl Into<String>) -> Self {
+        self.identity = Some(identity.into());
+        self
+    }
+
+    /// Set the value the grant records beside its holder.
+    pub fn value(mut self, value: impl Into<Vec<u8>>) -> Self {
+        self.value = value.into();
+        self
+    }
+
+    /// The holder identity the grant records: [`identity`](Self::identity)
+    /// or this process's default.
+    pub fn holder_identity(&self) -> &str {
+        match &self.identity {
+            Some(identity) => identity,
+            None => crate::holder::default_identity(),
+        }
+    }
+
+    /// The record a grant asked for now under these options stores
+    /// ([`HolderRecord`](crate::raw::HolderRecord)).
+    pub fn holder_record(&self) -> crate::raw::HolderRecord {
+        crate::raw::HolderRecord::new(self.holder_identity(), &self.value)
+    }
+
     /// Check the options against what a backend can represent.
     pub fn validate(&self, caps: &Capabilities) -> Result<(), LockError> {
         validate_ttl(self.ttl, caps)?;
+        crate::holder::validate_holder(self.identity.as_deref(), &self.value)?;
         self.backoff.validate()
     }
 }

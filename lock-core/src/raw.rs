@@ -30,6 +30,8 @@
 //!   credentials, hosts, path, query) and shown without its password;
 //!   [`UrlOptions`] reads every backend URL's query options the same
 //!   way (typed, durations with units, unknown options refused).
+//! - [`HolderRecord`] is the byte string a grant stores for its holder
+//!   (identity, time, value), the same on every backend.
 //! - [`validate_name`] and [`validate_ttl`] check what a caller hands in.
 //! - [`async_trait`](macro@async_trait) is the attribute every implementation of
 //!   [`RawLock`] and [`GuardHandle`] carries.
@@ -50,6 +52,7 @@ mod wakeup;
 mod watchdog;
 
 pub use crate::guard::{RawGuard, Unrenewed};
+pub use crate::holder::HolderRecord;
 pub use crate::name::validate_name;
 pub use crate::options::validate_ttl;
 pub use async_trait::async_trait;

@@ -218,6 +218,19 @@ impl<E: Events> GuardHandle for ObservedHandle<E> {
             Err(e) => Err(e),
         }
     }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let Some(guard) = self.take() else {
+            return Ok(false);
+        };
+        let result = guard.set_value(value).await;
+        *self.inner.lock().unwrap_or_else(|e| e.into_inner()) = Some(guard);
+        match result {
+            Ok(()) => Ok(true),
+            Err(LockError::Lost { .. } | LockError::NotHeld { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 #[async_trait]

@@ -223,4 +223,17 @@ impl GuardHandle for RetryingHandle {
             })
             .await
     }
+
+    /// Sent again on a transient failure: writing the same value twice is
+    /// the same as once.
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        self.layer
+            .retry(self.lease.deadline())
+            .run(
+                "replacing a holder's value",
+                LockError::is_transient,
+                |_| self.inner.set_value(value),
+            )
+            .await
+    }
 }

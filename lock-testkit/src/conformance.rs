@@ -4,7 +4,8 @@
 //! [`conformance_suite!`](crate::conformance_suite) macro turns every case into
 //! its own `#[tokio::test]` in a module named `conformance`, so
 //! `cargo test conformance` runs exactly the suite and the output names each
-//! case per backend.
+//! case per backend. The same macro adds the election suite
+//! ([`crate::election`]) in a module named `election`.
 //!
 //! ```text
 //! async fn harness() -> lock_testkit::conformance::Harness { /* connect two clients */ }
@@ -256,6 +257,13 @@ macro_rules! conformance_suite {
                 inspect_and_force_release,
             );
         }
+
+        /// The election suite (and the holder record) against this backend.
+        mod election {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__election_cases!($harness);
+        }
     };
 }
 
@@ -263,11 +271,14 @@ macro_rules! conformance_suite {
 #[macro_export]
 macro_rules! __conformance_cases {
     ($harness:expr; $($case:ident),* $(,)?) => {
+        $crate::__conformance_cases!(@module conformance; $harness; $($case),*);
+    };
+    (@module $module:ident; $harness:expr; $($case:ident),* $(,)?) => {
         $(
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn $case() {
                 let harness = $harness.await;
-                $crate::conformance::$case(harness).await;
+                $crate::$module::$case(harness).await;
             }
         )*
     };

@@ -3,6 +3,8 @@
 //!
 //! - [`conformance`]: the conformance suite every backend runs against its
 //!   real server ([`conformance_suite!`]), with its [`Harness`](conformance::Harness).
+//! - [`election`]: the election suite (and the holder record), run by the
+//!   same macro.
 //! - [`faults`]: the fault scenarios (a killed or frozen holder in a child
 //!   process, a crashed server), `scripts/services.sh` verbs, the test
 //!   environment's URLs.
@@ -19,6 +21,7 @@
 pub mod bench;
 pub mod conformance;
 pub mod docs;
+pub mod election;
 pub mod faults;
 pub mod network;
 pub mod scale;

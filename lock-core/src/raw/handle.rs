@@ -29,6 +29,21 @@ pub trait GuardHandle: Send + Sync + 'static {
     /// `Ok(false)` if the lock is no longer ours.
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError>;
 
+    /// Replace the value of the holder record this grant stored with
+    /// `value` (already checked against [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES)),
+    /// by owner token: `Ok(true)` if the lock was still ours and now
+    /// carries it, `Ok(false)` if it is no longer ours (nothing changed).
+    /// A backend whose [`Capabilities::holder`](crate::Capabilities::holder)
+    /// is `true` implements it; the default answers
+    /// [`LockError::Unsupported`].
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let _ = value;
+        Err(LockError::Unsupported {
+            backend: "this backend",
+            operation: "replacing a holder's value",
+        })
+    }
+
     /// A release of this lock that needs nothing from the runtime it was
     /// taken on: the returned future makes a connection of its own (from the
     /// client's configuration, never from its live connections, which die

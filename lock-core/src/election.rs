@@ -1,0 +1,415 @@
+//! Leader election on any lock: a leader is the holder of the election's
+//! lock, its term the grant's fencing token, its value the holder
+//! record's value.
+//!
+//! Everything a lock guarantees carries over: one leader at a time under
+//! every fault the backend's capabilities cover, `lost()` before another
+//! candidate can win wherever the backend makes that knowable, terms that
+//! rise as fencing tokens do ([`Capabilities::fencing`](crate::Capabilities::fencing)).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use futures_util::Stream;
+use tokio::time::Instant;
+
+use crate::capabilities::Fencing;
+use crate::error::LockError;
+use crate::guard::LockGuard;
+use crate::info::LockInfo;
+use crate::loss::LossReason;
+use crate::options::{LockOptions, Wait};
+
+/// How often [`Election::observe`] reads the lock again by default, where
+/// the backend does not notify observers
+/// ([`Capabilities::observers`](crate::Capabilities::observers)).
+pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// One election: candidates [`campaign`](Self::campaign) for its lock,
+/// anyone reads the [`leader`](Self::leader) or
+/// [`observe`](Self::observe)s its changes.
+///
+/// It works on every backend whose capabilities give fencing tokens (the
+/// term) and a holder record (the value): every backend of this project.
+///
+/// ```
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), lock_core::LockError> {
+/// use std::sync::Arc;
+/// use lock_core::{Election, LockOptions, MemoryLock};
+/// let election = Election::new(Arc::new(MemoryLock::new()), "scheduler");
+/// let leadership = election.campaign("10.0.0.7:8080", &LockOptions::new()).await?;
+/// let leader = election.leader().await?.expect("a leader");
+/// assert_eq!(leader.term, leadership.term());
+/// assert_eq!(leader.value, b"10.0.0.7:8080");
+/// tokio::select! {
+///     _ = async { /* lead, passing leadership.term() to what it writes */ } => {}
+///     reason = leadership.lost() => eprintln!("no longer leader: {reason}"),
+/// }
+/// assert!(leadership.resign().await?);
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Election {
+    locks: Arc<dyn crate::DistributedLock>,
+    name: String,
+    poll: Duration,
+}
+
+/// The leader of an election as the server records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The leader's term: the fencing token of its win, greater than every
+    /// earlier leader's.
+    pub term: u64,
+    /// Who leads ([`LockOptions::identity`]).
+    pub identity: String,
+    /// What the leader published (its campaign's value or its latest
+    /// `proclaim`).
+    pub value: Vec<u8>,
+    /// When the leader campaigned, by its own clock; `None` where the
+    /// record was not readable.
+    pub since: Option<SystemTime>,
+}
+
+impl Leader {
+    /// The value as text, if it is UTF-8.
+    pub fn value_str(&self) -> Option<&str> {
+        std::str::from_utf8(&self.value).ok()
+    }
+
+    fn from_info(
+        name: &str,
+        backend: &'static str,
+        info: LockInfo,
+    ) -> Result<Option<Self>, LockError> {
+        if !info.held {
+            return Ok(None);
+        }
+        let term = info.fencing_token.ok_or_else(|| LockError::Backend {
+            backend,
+            reason: format!("election {name:?} has a leader whose term the server does not show"),
+            source: None,
+        })?;
+        Ok(Some(match info.holder {
+            Some(h) => Leader {
+                term,
+                identity: h.identity,
+                value: h.value,
+                since: Some(h.since),
+            },
+            None => Leader {
+                term,
+                identity: String::new(),
+                value: Vec::new(),
+                since: None,
+            },
+        }))
+    }
+}
+
+impl Election {
+    /// The election `name` over `locks` (its lock is `name`).
+    pub fn new(locks: Arc<dyn crate::DistributedLock>, name: impl Into<String>) -> Self {
+        Election {
+            locks,
+            name: name.into(),
+            poll: DEFAULT_POLL_INTERVAL,
+        }
+    }
+
+    /// How often observers read the lock again where the backend does not
+    /// notify them (default [`DEFAULT_POLL_INTERVAL`]).
+    pub fn poll_interval(mut self, every: Duration) -> Self {
+        self.poll = every.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn check_backend(&self) -> Result<(), LockError> {
+        let caps = self.locks.capabilities();
+        if caps.fencing == Fencing::None || !caps.holder {
+            return Err(LockError::Unsupported {
+                backend: caps.backend,
+                operation: "leader election (it needs fencing tokens for terms and a holder record for values)",
+            });
+        }
+        Ok(())
+    }
+
+    /// Wait (bounded by `opts.wait`) until this candidate leads, publishing
+    /// `value`. Cancel-safe as `acquire` is: dropping the future leaves no
+    /// candidacy behind. A win already lost when it arrives (the session
+    /// died as it was granted) is never reported: the campaign goes on
+    /// within the wait.
+    pub async fn campaign(
+        &self,
+        value: impl Into<Vec<u8>>,
+        opts: &LockOptions,
+    ) -> Result<Leadership, LockError> {
+        self.check_backend()?;
+        let start = Instant::now();
+        let mut opts = opts.clone().value(value);
+        loop {
+            let guard = self.locks.acquire(&self.name, &opts).await?;
+            if guard.ensure_held().is_ok() {
+                return Leadership::from_guard(guard, opts.value);
+            }
+            tracing::debug!(target: "distlock", election = %self.name,
+                "a win was lost as it arrived; campaigning on");
+            drop(guard);
+            opts.wait = match opts.wait {
+                Wait::UpTo(d) => match d.checked_sub(start.elapsed()) {
+                    Some(left) if !left.is_zero() => Wait::UpTo(left),
+                    _ => {
+                        return Err(LockError::Timeout {
+                            name: self.name.clone(),
+                            waited: start.elapsed(),
+                        });
+                    }
+                },
+                other => other,
+            };
+        }
+    }
+
+    /// One attempt: `Ok(None)` when another candidate leads.
+    pub async fn try_campaign(
+        &self,
+        value: impl Into<Vec<u8>>,
+        opts: &LockOptions,
+    ) -> Result<Option<Leadership>, LockError> {
+        self.check_backend()?;
+        let opts = opts.clone().value(value);
+        match self.locks.try_acquire(&self.name, &opts).await? {
+            Some(guard) if guard.ensure_held().is_ok() => {
+                Leadership::from_guard(guard, opts.value).map(Some)
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// The current leader, or `None`. A snapshot: it may change at once.
+    pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
+        self.check_backend()?;
+        let info = self.locks.inspect(&self.name).await?;
+        Leader::from_info(&self.name, self.locks.capabilities().backend, info)
+    }
+
+    /// The election's changes: first the current state, then every new
+    /// leader, new value and end of a leadership (`None`), in term order
+    /// (a term never goes back). It never ends by itself: a failed read is
+    /// an `Err` item, and the stream goes on reading. Where the backend
+    /// does not notify observers, a leadership shorter than the poll
+    /// interval may go unseen.
+    pub fn observe(
+        &self,
+    ) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
+        let state = Observing {
+            election: self.clone(),
+            last: None,
+            highest: 0,
+            first: true,
+        };
+        futures_util::stream::unfold(state, |mut s| async move {
+            let item = s.next_change().await;
+            Some((item, s))
+        })
+    }
+
+    /// Lead once, in the style of Curator's `LeaderSelector`: campaign,
+    /// then run `work(term)` while leader. If the leadership is lost first,
+    /// `work` is dropped (cancelled) and the outcome is [`Led::Lost`]; when
+    /// `work` finishes, the leadership is resigned and its output returned.
+    pub async fn lead<F, Fut, T>(
+        &self,
+        value: impl Into<Vec<u8>>,
+        opts: &LockOptions,
+        work: F,
+    ) -> Result<Led<T>, LockError>
+    where
+        F: FnOnce(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        let leadership = self.campaign(value, opts).await?;
+        let outcome = tokio::select! {
+            biased;
+            reason = leadership.lost() => Led::Lost { term: leadership.term(), reason },
+            out = work(leadership.term()) => Led::Finished(out),
+        };
+        match outcome {
+            Led::Finished(out) => {
+                if let Err(e) = leadership.resign().await {
+                    tracing::warn!(target: "distlock", election = %self.name, error = %e,
+                        "resigning after the work finished failed; the lease ends it");
+                }
+                Ok(Led::Finished(out))
+            }
+            lost => Ok(lost),
+        }
+    }
+
+    /// Lead until `work` finishes: campaign, run `work(term)` while
+    /// leader, and after a loss campaign again and run it anew with the
+    /// new term. Errors of a campaign (a timeout of `opts.wait`, a backend
+    /// error) end it.
+    pub async fn lead_until_done<F, Fut, T>(
+        &self,
+        value: impl Into<Vec<u8>> + Clone,
+        opts: &LockOptions,
+        mut work: F,
+    ) -> Result<T, LockError>
+    where
+        F: FnMut(u64) -> Fut,
+        Fut: Future<Output = T>,
+    {
+        loop {
+            match self.lead(value.clone(), opts, &mut work).await? {
+                Led::Finished(out) => return Ok(out),
+                Led::Lost { term, reason } => {
+                    tracing::info!(target: "distlock", election = %self.name, term, %reason,
+                        "leadership lost; campaigning again");
+                }
+            }
+        }
+    }
+}
+
+/// How one [`Election::lead`] ended.
+#[derive(Debug)]
+pub enum Led<T> {
+    /// The work finished while leader (and the leadership was resigned).
+    Finished(T),
+    /// The leadership was lost first; the work was cancelled.
+    Lost {
+        /// The term that was lost.
+        term: u64,
+        /// Why.
+        reason: LossReason,
+    },
+}
+
+/// An observer's position in the election's history.
+struct Observing {
+    election: Election,
+    /// The last state reported: the leader's term and value, or `None`.
+    last: Option<Option<(u64, Vec<u8>)>>,
+    /// The highest term reported: a read showing a lower one is stale.
+    highest: u64,
+    first: bool,
+}
+
+impl Observing {
+    async fn next_change(&mut self) -> Result<Option<Leader>, LockError> {
+        loop {
+            if !self.first {
+                tokio::time::sleep(self.election.poll).await;
+            }
+            self.first = false;
+            let now = self.election.leader().await?;
+            if let Some(l) = &now
+                && l.term < self.highest
+            {
+                tracing::debug!(target: "distlock", election = %self.election.name,
+                    term = l.term, highest = self.highest, "a stale read of an earlier term; skipped");
+                continue;
+            }
+            let key = now.as_ref().map(|l| (l.term, l.value.clone()));
+            if self.last.as_ref() != Some(&key) {
+                self.last = Some(key);
+                if let Some(l) = &now {
+                    self.highest = l.term;
+                }
+                return Ok(now);
+            }
+        }
+    }
+}
+
+/// Leadership of an election, won by [`Election::campaign`]: the lock's
+/// guard, with its term and value. Dropping it resigns in the background,
+/// as dropping a guard releases.
+#[must_use = "a leadership dropped at once resigns at once: bind it for as long as it leads"]
+#[derive(Debug)]
+pub struct Leadership {
+    guard: LockGuard,
+    term: u64,
+    value: Vec<u8>,
+}
+
+impl Leadership {
+    fn from_guard(guard: LockGuard, value: Vec<u8>) -> Result<Self, LockError> {
+        let Some(term) = guard.fencing_token() else {
+            return Err(LockError::Unsupported {
+                backend: guard.capabilities().backend,
+                operation: "leader election without fencing tokens (they are the terms)",
+            });
+        };
+        Ok(Leadership { guard, term, value })
+    }
+
+    /// The term: the fencing token of this win, greater than every earlier
+    /// leader's. Pass it to what the leader writes, which refuses lower ones.
+    pub fn term(&self) -> u64 {
+        self.term
+    }
+
+    /// The value this leader published last.
+    pub fn value(&self) -> &[u8] {
+        &self.value
+    }
+
+    /// The election's name.
+    pub fn name(&self) -> &str {
+        self.guard.name()
+    }
+
+    /// Replace the published value while still leader: observers see the
+    /// new one. Refused with [`LockError::NotHeld`] or [`LockError::Lost`]
+    /// once the leadership is gone (and `lost()` fires).
+    pub async fn proclaim(&mut self, value: impl Into<Vec<u8>>) -> Result<(), LockError> {
+        let value = value.into();
+        self.guard.set_value(&value).await?;
+        self.value = value;
+        Ok(())
+    }
+
+    /// Resolves when the leadership is known or suspected lost, before
+    /// another candidate can win wherever the backend makes that knowable
+    /// (as [`LockGuard::lost`]).
+    pub async fn lost(&self) -> LossReason {
+        self.guard.lost().await
+    }
+
+    /// The loss, if the leadership is known or suspected lost now.
+    pub fn is_lost(&self) -> Option<LossReason> {
+        self.guard.is_lost()
+    }
+
+    /// `Ok` while still leader by the local clock ([`LockGuard::ensure_held`]):
+    /// the check before each act of leadership.
+    pub fn ensure_leader(&self) -> Result<(), LockError> {
+        self.guard.ensure_held()
+    }
+
+    /// Hand over at once: `Ok(true)` if this candidate was still leader.
+    pub async fn resign(self) -> Result<bool, LockError> {
+        self.guard.release().await
+    }
+
+    /// The lock's guard underneath.
+    pub fn guard(&self) -> &LockGuard {
+        &self.guard
+    }
+
+    /// The guard, leaving the election's view of it.
+    pub fn into_guard(self) -> LockGuard {
+        self.guard
+    }
+}
