@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::LockError;
-use lock_core::raw::{DetachedRelease, GuardHandle, LeaseState};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord, LeaseState};
 
 use crate::lock::Inner;
 use crate::requests;
@@ -37,7 +37,8 @@ pub(crate) struct EtcdHandle {
     pub(crate) name: String,
     pub(crate) dir: String,
     pub(crate) key: String,
-    pub(crate) owner: String,
+    /// The holder record, the key's value.
+    pub(crate) record: Mutex<HolderRecord>,
     pub(crate) lease: Mutex<Lease>,
     pub(crate) state: Arc<LeaseState>,
     /// Our key's create revision, once put (0 before).
@@ -45,6 +46,13 @@ pub(crate) struct EtcdHandle {
 }
 
 impl EtcdHandle {
+    pub(crate) fn record(&self) -> HolderRecord {
+        self.record
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     pub(crate) fn current_lease(&self) -> Lease {
         self.lease.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
@@ -175,7 +183,7 @@ impl GuardHandle for EtcdHandle {
             )])
             .and_then([TxnOp::put(
                 self.key.as_str(),
-                self.owner.as_str(),
+                self.record().as_bytes(),
                 Some(PutOptions::new().with_lease(granted.id())),
             )]);
         let resp =
@@ -189,6 +197,28 @@ impl GuardHandle for EtcdHandle {
             self.revoke_own(&lease);
         } else {
             self.revoke_own(&fresh);
+        }
+        Ok(resp.succeeded())
+    }
+
+    /// Put the new record on our key, on its lease, only while its create
+    /// revision is ours.
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record().with_value(value);
+        let txn = Txn::new()
+            .when([Compare::create_revision(
+                self.key.as_str(),
+                CompareOp::Equal,
+                self.rev(),
+            )])
+            .and_then([TxnOp::put(
+                self.key.as_str(),
+                record.as_bytes(),
+                Some(PutOptions::new().with_ignore_lease()),
+            )]);
+        let resp = requests::txn(&self.inner.client, txn, "replacing a holder's value").await?;
+        if resp.succeeded() {
+            *self.record.lock().unwrap_or_else(|e| e.into_inner()) = record;
         }
         Ok(resp.succeeded())
     }

@@ -9,8 +9,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue};
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
-    Unrenewed, Watchdog, validate_name,
+    GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Retry, Unrenewed, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -40,6 +40,8 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         .with_survives_server_failure(true)
         .with_waiting(Waiting::Notified)
         .with_min_lease(min_lease)
+        // The holder record is the key's value.
+        .with_holder(true)
 }
 
 /// Locks on etcd (v3 API, 3.4 or later).
@@ -254,7 +256,7 @@ impl EtcdLock {
         let mut first = requests::get(
             &self.inner.client,
             &dir,
-            queue::first_by_creation(&dir),
+            queue::first_with_value(&dir),
             "reading a lock's holder",
         )
         .await?;
@@ -363,7 +365,7 @@ impl EtcdLock {
             name: name.to_string(),
             key: keys::key(&dir, lease.id(), &owner),
             dir,
-            owner,
+            record: Mutex::new(opts.holder_record()),
             lease: Mutex::new(lease),
             state,
             rev: Mutex::new(0),
@@ -376,7 +378,7 @@ impl EtcdLock {
             client,
             &handle.dir,
             &handle.key,
-            &handle.owner,
+            handle.record().as_bytes(),
             handle.lease_id(),
         )
         .await
@@ -623,10 +625,15 @@ impl RawLock for EtcdLock {
             .await?
             .map(Duration::from_secs)
         };
+        let record = match holder.value() {
+            [] => None,
+            bytes => Some(HolderRecord::decode_for(BACKEND, name, bytes)?),
+        };
         Ok(LockInfo::held()
             .with_fencing_token(u64::try_from(holder.create_revision()).ok())
             .with_expires_in(left)
-            .with_waiters(Some(keys.saturating_sub(1))))
+            .with_waiters(Some(keys.saturating_sub(1)))
+            .with_holder(record))
     }
 
     /// Revoke the lease of `name`'s holder: its key goes, the next waiter

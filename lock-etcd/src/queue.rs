@@ -53,7 +53,7 @@ pub(crate) async fn enqueue(
     client: &Client,
     dir: &str,
     key: &str,
-    owner: &str,
+    record: &[u8],
     lease: i64,
 ) -> Result<(i64, Place), LockError> {
     // The two newest keys after the put: ours, and the one before it.
@@ -65,7 +65,7 @@ pub(crate) async fn enqueue(
     let txn = Txn::new()
         .when([Compare::create_revision(key, CompareOp::Equal, 0)])
         .and_then([
-            TxnOp::put(key, owner, Some(PutOptions::new().with_lease(lease))),
+            TxnOp::put(key, record, Some(PutOptions::new().with_lease(lease))),
             TxnOp::get(dir, Some(newest)),
         ]);
     let resp = requests::txn(client, txn, "acquiring").await?;
@@ -167,16 +167,20 @@ fn created_before(dir: &str, rev: i64) -> GetOptions {
         .with_max_create_revision(rev - 1)
         .with_sort(SortTarget::Create, SortOrder::Descend)
         .with_limit(1)
-        .with_keys_only()
 }
 
 /// Get options for the first key (lowest create revision) under `dir`.
 pub(crate) fn first_by_creation(dir: &str) -> GetOptions {
+    first_with_value(dir).with_keys_only()
+}
+
+/// The first key under `dir` by creation, with its value (the holder's
+/// record).
+pub(crate) fn first_with_value(dir: &str) -> GetOptions {
     GetOptions::new()
         .with_range(keys::range_end(dir))
         .with_sort(SortTarget::Create, SortOrder::Ascend)
         .with_limit(1)
-        .with_keys_only()
 }
 
 /// The keys (and the count before the limit) of the get at `op`.
