@@ -4,7 +4,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{DetachedRelease, GuardHandle, Retry};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord, Retry};
 use lock_core::{Backoff, LockError};
 use zookeeper_client::Error as ZkError;
 
@@ -20,6 +20,9 @@ pub(crate) struct ZkHandle {
     /// Where a session of its own comes from, for a release at shutdown:
     /// the URL, or nowhere (the application's client).
     pub url: Option<Arc<ZkUrl>>,
+    /// The holder record the node was created with (identity and time
+    /// stay; `set_value` replaces the value).
+    pub record: HolderRecord,
 }
 
 /// The background delete's pauses: the first before its first attempt,
@@ -97,6 +100,7 @@ impl GuardHandle for ZkHandle {
                     session: Arc::clone(&self.session),
                     path: self.path.clone(),
                     url: self.url.clone(),
+                    record: self.record.clone(),
                 };
                 match tokio::runtime::Handle::try_current() {
                     Ok(rt) => {
@@ -139,6 +143,23 @@ impl GuardHandle for ZkHandle {
                 Ok(false)
             }
             Err(e) => Err(zk_error("checking a lock node", e)),
+        }
+    }
+
+    /// Set our node's data to the new record: the node is this
+    /// acquisition's own, so it is ours while it exists.
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record.with_value(value);
+        match retrying_resendable(|| {
+            self.session
+                .client
+                .set_data(&self.path, record.as_bytes(), None)
+        })
+        .await
+        {
+            Ok(_) => Ok(true),
+            Err(ZkError::NoNode | ZkError::SessionExpired | ZkError::ClientClosed) => Ok(false),
+            Err(e) => Err(zk_error("replacing a holder's value", e)),
         }
     }
 }

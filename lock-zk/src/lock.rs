@@ -7,8 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
-    Unrenewed, Watchdog, confirmed_lease_start, validate_name,
+    GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Retry, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -40,7 +40,9 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     .with_fair_queue(true)
     .with_crash_release(CrashRelease::Session)
     .with_survives_server_failure(true)
-    .with_waiting(Waiting::Notified);
+    .with_waiting(Waiting::Notified)
+    // The holder record is the node's data.
+    .with_holder(true);
 
 /// Locks on ZooKeeper.
 ///
@@ -285,11 +287,13 @@ impl ZkLock {
         let id = &id[..16];
         let sent_at = Instant::now();
         let client = &session.client;
-        let ours = enqueue(session, dir, id).await?;
+        let record = opts.holder_record();
+        let ours = enqueue(session, dir, id, record.as_bytes()).await?;
         let handle = Arc::new(ZkHandle {
             session: Arc::clone(session),
             path: ours.path,
             url: self.inner.url.clone(),
+            record,
         });
         // Leaving without the lock (timeout, error, cancellation) deletes
         // our node.
@@ -431,13 +435,20 @@ impl RawLock for ZkLock {
                 return Ok(LockInfo::free().with_waiters(Some(0)));
             };
             let path = format!("{dir}/{first}");
-            let stat = retrying_resendable(|| session.client.check_stat(&path))
-                .await
-                .map_err(|e| zk_error("reading the holder's node", e))?;
-            if let Some(stat) = stat {
+            let read = match retrying_resendable(|| session.client.get_data(&path)).await {
+                Ok(read) => Some(read),
+                Err(zookeeper_client::Error::NoNode) => None,
+                Err(e) => return Err(zk_error("reading the holder's node", e)),
+            };
+            if let Some((data, stat)) = read {
+                let holder = match data.as_slice() {
+                    [] => None,
+                    bytes => Some(HolderRecord::decode_for(BACKEND, name, bytes)?),
+                };
                 return Ok(LockInfo::held()
                     .with_fencing_token(u64::try_from(stat.czxid).ok())
-                    .with_waiters(Some(nodes.len() - 1)));
+                    .with_waiters(Some(nodes.len() - 1))
+                    .with_holder(holder));
             }
         }
         Err(LockError::Backend {

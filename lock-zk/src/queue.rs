@@ -64,6 +64,7 @@ pub(crate) async fn enqueue(
     session: &Arc<Session>,
     dir: &str,
     id: &str,
+    data: &[u8],
 ) -> Result<Enqueued, LockError> {
     let mut sweep = Sweep {
         session: Arc::clone(session),
@@ -71,21 +72,26 @@ pub(crate) async fn enqueue(
         id,
         armed: true,
     };
-    let done = create(session, dir, id).await;
+    let done = create(session, dir, id, data).await;
     if done.is_ok() {
         sweep.armed = false;
     }
     done
 }
 
-async fn create(session: &Session, dir: &str, id: &str) -> Result<Enqueued, LockError> {
+async fn create(
+    session: &Session,
+    dir: &str,
+    id: &str,
+    data: &[u8],
+) -> Result<Enqueued, LockError> {
     let client = &session.client;
     let prefix = attempt_prefix(dir, id);
     let mode = CreateMode::EphemeralSequential.with_acls(session.acls);
     let mut recreated = 0;
     let mut lost = 0;
     loop {
-        match client.create(&prefix, b"", &mode).await {
+        match client.create(&prefix, data, &mode).await {
             Ok((stat, seq)) => {
                 return Ok(Enqueued {
                     path: format!("{prefix}{seq}"),
