@@ -151,6 +151,11 @@ impl HolderRecord {
         }
     }
 
+    /// A record read back from a server, if the bytes are one.
+    pub fn from_stored(bytes: &[u8]) -> Option<Self> {
+        Self::decode(bytes).ok().map(|_| HolderRecord(bytes.to_vec()))
+    }
+
     /// The stored bytes.
     pub fn as_bytes(&self) -> &[u8] {
         &self.0

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::{DetachedRelease, GuardHandle};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
 use redis::AsyncConnectionConfig;
 use redis::aio::ConnectionLike;
 
@@ -15,7 +15,7 @@ use crate::extends::Extension;
 use crate::keys::LockKeys;
 use crate::lock::Inner;
 use crate::script_call::ScriptCall;
-use crate::scripts::RELEASE;
+use crate::scripts::{RELEASE, SET_HOLDER};
 
 /// One grant's handle: its keys and owner token, released by an
 /// owner-checked script and extended through the client's batch.
@@ -24,6 +24,8 @@ pub(crate) struct RedisHandle {
     pub(crate) keys: LockKeys,
     /// The owner token, as stored in the lock key.
     pub(crate) owner: String,
+    /// The holder record written with the grant.
+    pub(crate) record: HolderRecord,
 }
 
 /// Release the lock of `keys` if `owner` holds it, on `conn`: `true` if
@@ -78,5 +80,17 @@ impl GuardHandle for RedisHandle {
             ttl,
         };
         self.inner.extends.call(extension).await
+    }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record.with_value(value);
+        let mut call = ScriptCall::new(&SET_HOLDER, &[&self.keys.lock, &self.keys.holder], 2);
+        call.arg(&self.owner).arg(record.as_bytes());
+        let mut conn = self.inner.conn.clone();
+        let done: i64 = call
+            .invoke(&mut conn)
+            .await
+            .map_err(|e| map_redis("replacing a holder's value", e))?;
+        Ok(done == 1)
     }
 }

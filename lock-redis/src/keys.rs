@@ -56,6 +56,7 @@ impl Keys {
             fence: with(":fence"),
             queue: with(":queue"),
             handoff: with(":handoff"),
+            holder: with(":holder"),
             channel: with(":released"),
             lock: tag,
         }
@@ -74,6 +75,10 @@ pub struct LockKeys {
     /// The id of the waiter a release handed the lock to, with the hand-off
     /// window as its TTL.
     pub handoff: String,
+    /// The latest grant's holder record (identity, time, value), written by
+    /// the acquire script with the grant; no TTL, like the fence: the lock
+    /// key says whether it is held.
+    pub holder: String,
     /// The channel the release script publishes on.
     pub channel: String,
 }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
-    Wakeups, Watchdog, validate_name,
+    Attempt, Batcher, GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Unrenewed, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
@@ -36,7 +36,9 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // FIFO hand-off on release (reservations); a lock that expires instead of
     // being released goes to whichever waiter retries first.
     .with_fair_queue(true)
-    .with_waiting(Waiting::Notified);
+    .with_waiting(Waiting::Notified)
+    // The acquire script writes the holder record with the grant.
+    .with_holder(true);
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);
@@ -188,17 +190,25 @@ impl RedisLock {
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let owner = OwnerToken::random();
-        let handle = Arc::new(self.handle(name, owner));
+        let handle = Arc::new(self.handle(name, owner, opts));
         let keys = &handle.keys;
         let mut call = ScriptCall::new(
             &ACQUIRE,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.handoff],
-            4,
+            &[
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.handoff,
+                &keys.holder,
+            ],
+            6,
         );
         call.arg(&handle.owner)
             .arg(opts.ttl.as_millis() as u64)
             .arg(waiter.unwrap_or_default())
-            .arg(QUEUE_TTL.as_millis() as u64);
+            .arg(QUEUE_TTL.as_millis() as u64)
+            .arg("")
+            .arg(handle.record.as_bytes());
         let pending = PendingGrant::new(handle);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
@@ -233,11 +243,12 @@ impl RedisLock {
         )))
     }
 
-    fn handle(&self, name: &str, owner: OwnerToken) -> RedisHandle {
+    fn handle(&self, name: &str, owner: OwnerToken, opts: &LockOptions) -> RedisHandle {
         RedisHandle {
             inner: Arc::clone(&self.inner),
             keys: self.inner.keys.all(name),
             owner: owner.to_hex(),
+            record: opts.holder_record(),
         }
     }
 
@@ -288,7 +299,13 @@ impl RawLock for RedisLock {
             Some(_) => LockInfo::held()
                 .with_fencing_token(state.fence)
                 .with_expires_in(state.left)
-                .with_waiters(waiters),
+                .with_waiters(waiters)
+                .with_holder(
+                    state
+                        .holder
+                        .map(|r| HolderRecord::decode_for(BACKEND, name, &r))
+                        .transpose()?,
+                ),
         })
     }
 
@@ -317,6 +334,7 @@ impl RawLock for RedisLock {
                 inner: Arc::clone(&self.inner),
                 keys: keys.clone(),
                 owner,
+                record: HolderRecord::new("operator", b""),
             };
             if holder.release().await? {
                 return Ok(true);

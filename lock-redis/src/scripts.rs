@@ -16,10 +16,11 @@ use std::sync::LazyLock;
 
 use redis::Script;
 
-/// KEYS: lock, fence, queue, handoff. ARGV: owner, ttl ms, waiter id (empty
-/// for a newcomer that does not queue), queue TTL ms, and optionally the
-/// waiter's arrival ticket (decimal µs; default: the server's clock). A
-/// waiter keeps the ticket it first queued with.
+/// KEYS: lock, fence, queue, handoff, and optionally the holder key. ARGV:
+/// owner, ttl ms, waiter id (empty for a newcomer that does not queue),
+/// queue TTL ms, optionally the waiter's arrival ticket (decimal µs; empty
+/// or absent: the server's clock) and the holder record, written to the
+/// holder key with the grant. A waiter keeps the ticket it first queued with.
 /// Returns `{1, token}` when granted, `{0, ms to wait}` otherwise.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
@@ -36,6 +37,11 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// KEYS: queue, handoff. ARGV: waiter id, channel, hand-off window ms.
 /// Leaves the queue; a reservation held by this waiter passes to the next.
 pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
+
+/// KEYS: lock, holder. ARGV: owner, record. Writes the holder record only
+/// if `owner` holds the lock. Returns 1 if it did, else 0.
+pub static SET_HOLDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("set_holder.lua")));
 
 /// KEYS: locks. ARGV: each key's owner and ttl ms, in turn. Resets each
 /// lease only if its owner holds the lock (one run serves a batch of

@@ -18,6 +18,9 @@ pub struct LockState {
     pub fence: Option<u64>,
     /// Entries in the waiters' queue.
     pub queued: usize,
+    /// The latest grant's holder record (only a grant writes it): the
+    /// holder's while the lock is held.
+    pub holder: Option<Vec<u8>>,
 }
 
 /// Read `keys`' state on `conn` in one `MULTI`/`EXEC`.
@@ -25,12 +28,14 @@ pub async fn read_state<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
 ) -> redis::RedisResult<LockState> {
-    let (owner, pttl, fence, queued): (Option<String>, i64, Option<u64>, usize) = redis::pipe()
+    type State = (Option<String>, i64, Option<u64>, usize, Option<Vec<u8>>);
+    let (owner, pttl, fence, queued, holder): State = redis::pipe()
         .atomic()
         .get(&keys.lock)
         .pttl(&keys.lock)
         .get(&keys.fence)
         .zcard(&keys.queue)
+        .get(&keys.holder)
         .query_async(conn)
         .await?;
     Ok(LockState {
@@ -38,5 +43,6 @@ pub async fn read_state<C: ConnectionLike>(
         left: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
         queued,
+        holder,
     })
 }

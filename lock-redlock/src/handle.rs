@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::{DetachedRelease, GuardHandle};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
 
 use crate::error::quorum_not_reached;
 use crate::lock::Inner;
@@ -56,6 +56,39 @@ impl GuardHandle for RedlockHandle {
                 &replies,
                 &inner.names,
             ));
+        }
+        Ok(false)
+    }
+
+    /// Write the new record on every node that the lock is ours on;
+    /// `true` once a majority did, `false` if too many say it is not ours.
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let inner = &self.inner;
+        let q = inner.quorum;
+        let record: Arc<[u8]> = match HolderRecord::from_stored(&self.lock.record) {
+            Some(ours) => ours.with_value(value),
+            None => HolderRecord::new(lock_core::default_identity(), value),
+        }
+        .as_bytes()
+        .into();
+        let replies = gather(
+            inner.nodes.iter().map(|node| {
+                Arc::clone(node).set_holder(Arc::clone(&self.lock), Arc::clone(&record))
+            }),
+            Stragglers::Finish,
+            |r| {
+                let ours = count(r, |&ours| ours);
+                let open = r.iter().filter(|r| r.is_none()).count();
+                ours >= q || ours + failed(r) + open < q
+            },
+        )
+        .await;
+        let ours = count(&replies, |&ours| ours);
+        if ours >= q {
+            return Ok(true);
+        }
+        if ours + failed(&replies) >= q {
+            return Err(quorum_not_reached(ours, q, &replies, &inner.names));
         }
         Ok(false)
     }

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, GuardHandle, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
+    Attempt, GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
@@ -34,7 +34,9 @@ const CAPABILITIES: Capabilities =
         // clock), so every node hands the lock to the same, earliest waiter.
         .with_fair_queue(true)
         .with_survives_server_failure(true)
-        .with_waiting(Waiting::Notified);
+        .with_waiting(Waiting::Notified)
+        // Each node's acquire script writes the holder record with its grant.
+        .with_holder(true);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -277,6 +279,7 @@ impl Redlock {
             lock: Arc::new(LockRef {
                 keys: inner.keys.all(name),
                 owner: OwnerToken::random().to_hex(),
+                record: opts.holder_record().as_bytes().to_vec(),
             }),
         });
         // If this future is dropped mid-flight, the grant is released on all
@@ -501,10 +504,20 @@ impl RawLock for Redlock {
         let token = majority_token(&holding, self.inner.quorum);
         let mut left: Vec<Duration> = holding.iter().filter_map(|s| s.left).collect();
         left.sort_unstable_by(|a, b| b.cmp(a));
+        // The record most holding nodes carry: a `set_value` that
+        // succeeded reached a majority of them (one that failed may have
+        // reached a few).
+        let records: Vec<&[u8]> = holding.iter().filter_map(|s| s.holder.as_deref()).collect();
+        let holder = records
+            .iter()
+            .max_by_key(|r| records.iter().filter(|o| o == r).count())
+            .map(|r| HolderRecord::decode_for(BACKEND, name, r))
+            .transpose()?;
         Ok(LockInfo::held()
             .with_fencing_token(token)
             .with_expires_in(left.get(self.inner.quorum - 1).copied())
-            .with_waiters(waiters))
+            .with_waiters(waiters)
+            .with_holder(holder))
     }
 
     /// Release `name` on every node on behalf of each owner found there,
@@ -523,6 +536,7 @@ impl RawLock for Redlock {
             let lock = Arc::new(LockRef {
                 keys: self.inner.keys.all(name),
                 owner,
+                record: Vec::new(),
             });
             gather(
                 self.inner
@@ -631,6 +645,7 @@ impl QueuedLock for Queue<'_> {
         let lock = Arc::new(LockRef {
             keys: self.0.inner.keys.all(name),
             owner: String::new(),
+            record: Vec::new(),
         });
         let withdrawals: Vec<_> = self
             .0
@@ -681,6 +696,7 @@ mod tests {
             left: Some(Duration::from_secs(1)),
             fence: Some(fence),
             queued: 0,
+            holder: None,
         }
     }
 

@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, ScriptCall, Subscriber,
-    Subscription, WITHDRAW, extend_batcher, map_error, read_state,
+    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_HOLDER, ScriptCall,
+    Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -34,6 +34,9 @@ pub(crate) struct Waiter {
 pub(crate) struct LockRef {
     pub(crate) keys: LockKeys,
     pub(crate) owner: String,
+    /// The holder record each node stores with its grant (empty where the
+    /// reference only releases or withdraws).
+    pub(crate) record: Vec<u8>,
 }
 
 /// One node's answer to an acquire.
@@ -151,14 +154,21 @@ impl Node {
         let keys = &lock.keys;
         let mut call = ScriptCall::new(
             &ACQUIRE,
-            &[&keys.lock, &keys.fence, &keys.queue, &keys.handoff],
-            5,
+            &[
+                &keys.lock,
+                &keys.fence,
+                &keys.queue,
+                &keys.handoff,
+                &keys.holder,
+            ],
+            6,
         );
         call.arg(&lock.owner)
             .arg(ttl.as_millis() as u64)
             .arg(waiter.as_ref().map_or("", |w| w.id.as_str()))
             .arg(QUEUE_TTL.as_millis() as u64)
-            .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()));
+            .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()))
+            .arg(lock.record.as_slice());
         let mut conn = self.conn.clone();
         let (granted, value): (i64, i64) =
             self.bounded("acquiring", call.invoke(&mut conn)).await?;
@@ -290,6 +300,22 @@ impl Node {
         self.extends.call(extension).await
     }
 
+    /// Write `record` as the holder record if `owner` holds the lock here.
+    pub(crate) async fn set_holder(
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
+        record: Arc<[u8]>,
+    ) -> Result<bool, LockError> {
+        let keys = &lock.keys;
+        let mut call = ScriptCall::new(&SET_HOLDER, &[&keys.lock, &keys.holder], 2);
+        call.arg(&lock.owner).arg(&*record);
+        let mut conn = self.conn.clone();
+        let done: i64 = self
+            .bounded("replacing a holder's value", call.invoke(&mut conn))
+            .await?;
+        Ok(done == 1)
+    }
+
     /// A PING bounded by the connect timeout (the first use connects).
     pub(crate) async fn ping(self: Arc<Self>, connect_timeout: Duration) -> Result<(), LockError> {
         let mut conn = self.conn.clone();
@@ -360,6 +386,7 @@ mod tests {
         let lock = Arc::new(LockRef {
             keys: lock_redis::raw::Keys::new("size").all("n"),
             owner: String::new(),
+            record: Vec::new(),
         });
         let mut conn = node.conn.clone();
         let call = ScriptCall::new(&ACQUIRE, &[], 0);
