@@ -313,6 +313,8 @@ impl RawLock for MigratingLock {
             } else {
                 (to.fencing_token, to.holder.clone())
             };
+            // Only where both parts keep one (`Capabilities::holder`).
+            let holder = holder.filter(|_| self.raw_capabilities().holder);
             let expires_in = [&from, &to]
                 .iter()
                 .filter(|part| part.held)

@@ -5,6 +5,7 @@
 //! ```text
 //! distlock run --url redis://cache:6379 --ttl 30s --wait 10s nightly-report -- ./report.sh
 //! distlock status --url redis://cache:6379 nightly-report
+//! distlock leader --url etcd://etcd:2379 --watch scheduler
 //! distlock release --force --url redis://cache:6379 nightly-report
 //! distlock compare --url redis://cache:6379 --url etcd://etcd:2379 --out report/
 //! ```
@@ -14,6 +15,7 @@
 mod compare;
 mod exit;
 mod group;
+mod leader;
 mod release;
 mod run;
 mod signals;
@@ -44,6 +46,9 @@ enum Command {
     /// Show whether a lock is held and, where the backend can tell, the
     /// holder's fencing token, its lease's time left and the waiters.
     Status(status::StatusArgs),
+    /// Show an election's leader (term, identity, value) and, with
+    /// --watch, every change.
+    Leader(leader::LeaderArgs),
     /// Take a lock from its holder (--force): the operator's way out for a
     /// lock whose holder is gone but whose lease is long.
     #[command(after_long_help = release::WARNING)]
@@ -86,6 +91,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Leader(args) => leader::leader(args).await,
             Command::Release(args) => release::release(args).await,
             Command::Compare(args) => compare::compare(args).await,
         }

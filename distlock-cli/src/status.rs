@@ -1,6 +1,6 @@
 //! `distlock status`: whether a lock is held and, where the backend can
-//! tell, the holder's fencing token, its lease's time left and the number
-//! of waiters.
+//! tell, who holds it, the holder's fencing token, its lease's time left
+//! and the number of waiters.
 
 use std::time::Duration;
 
@@ -15,8 +15,9 @@ pub(crate) struct StatusArgs {
     /// The lock service, as for `distlock run`.
     #[arg(long, env = "DISTLOCK_URL", hide_env_values = true)]
     url: String,
-    /// Print one JSON object (`name`, `backend`, `held`, `fencing_token`,
-    /// `expires_in_ms`, `waiters`; `null` where the backend cannot tell).
+    /// Print one JSON object (`name`, `backend`, `held`, `holder`
+    /// {`identity`, `value`, `since`}, `fencing_token`, `expires_in_ms`,
+    /// `waiters`; `null` where the backend cannot tell).
     #[arg(long)]
     json: bool,
     /// The lock name.
@@ -49,6 +50,16 @@ pub(crate) fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
     let state = if info.held { "held" } else { "free" };
     let mut out = format!("lock {name:?} on {backend}: {state}\n");
     if info.held {
+        if let Some(holder) = &info.holder {
+            out.push_str(&format!(
+                "  held by        {} since {}\n",
+                holder.identity,
+                humantime::format_rfc3339_seconds(holder.since)
+            ));
+            if !holder.value.is_empty() {
+                out.push_str(&format!("  value          {}\n", value_text(&holder.value)));
+            }
+        }
         if let Some(token) = info.fencing_token {
             out.push_str(&format!("  fencing token  {token}\n"));
         }
@@ -64,6 +75,25 @@ pub(crate) fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
         out.push_str(&format!("  waiters        {waiters}\n"));
     }
     out
+}
+
+/// A holder's value as text: UTF-8 as it is (quoted), else its length.
+pub(crate) fn value_text(value: &[u8]) -> String {
+    match std::str::from_utf8(value) {
+        Ok(text) => format!("{text:?}"),
+        Err(_) => format!("({} bytes, not UTF-8)", value.len()),
+    }
+}
+
+/// A holder record as JSON: `identity`, `value` (text, or `null` when not
+/// UTF-8), `value_bytes`, `since` (RFC 3339).
+pub(crate) fn holder_json(holder: &distlock::Holder) -> serde_json::Value {
+    serde_json::json!({
+        "identity": holder.identity,
+        "value": holder.value_str(),
+        "value_bytes": holder.value.len(),
+        "since": humantime::format_rfc3339_millis(holder.since).to_string(),
+    })
 }
 
 /// One line on the holder, for the spinner of `distlock run`: `held
@@ -95,6 +125,7 @@ pub(crate) fn as_json(name: &str, backend: &str, info: &LockInfo) -> serde_json:
         "name": name,
         "backend": backend,
         "held": info.held,
+        "holder": info.holder.as_ref().map(holder_json),
         "fencing_token": info.fencing_token,
         "expires_in_ms": info.expires_in.map(|d| d.as_millis() as u64),
         "waiters": info.waiters,
@@ -128,6 +159,7 @@ mod tests {
         assert_eq!(held_by(&LockInfo::free()), "free");
         assert_eq!(free, "lock \"b\" on mysql: free\n");
         let json = as_json("b", "mysql", &LockInfo::free());
+        assert!(json["holder"].is_null());
         assert_eq!(json["held"], false);
         assert!(json["waiters"].is_null() && json["fencing_token"].is_null());
     }

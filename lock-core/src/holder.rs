@@ -153,7 +153,9 @@ impl HolderRecord {
 
     /// A record read back from a server, if the bytes are one.
     pub fn from_stored(bytes: &[u8]) -> Option<Self> {
-        Self::decode(bytes).ok().map(|_| HolderRecord(bytes.to_vec()))
+        Self::decode(bytes)
+            .ok()
+            .map(|_| HolderRecord(bytes.to_vec()))
     }
 
     /// The stored bytes.

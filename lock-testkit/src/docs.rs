@@ -19,7 +19,7 @@ use lock_core::Capabilities;
 
 /// The checklist's rows: each names a field of [`Capabilities`] and shows
 /// its value as the field's `Debug` form.
-pub const CHECKLIST: [&str; 7] = [
+pub const CHECKLIST: [&str; 9] = [
     "grade",
     "fencing",
     "fair_queue",
@@ -27,6 +27,8 @@ pub const CHECKLIST: [&str; 7] = [
     "survives_server_failure",
     "depends_on_clocks",
     "waiting",
+    "holder",
+    "observers",
 ];
 
 /// `caps`' checklist values, as `docs.md` writes them.
@@ -39,6 +41,8 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
         caps.survives_server_failure.to_string(),
         caps.depends_on_clocks.to_string(),
         format!("{:?}", caps.waiting),
+        caps.holder.to_string(),
+        format!("{:?}", caps.observers),
     ];
     CHECKLIST.into_iter().zip(values).collect()
 }
@@ -131,7 +135,9 @@ mod tests {
         | `crash_release` | `ProcessExit` | `Ttl` | |\n\
         | `survives_server_failure` | `false` | `false` | |\n\
         | `depends_on_clocks` | `false` | `true` | |\n\
-        | `waiting` | `Notified` | `Polling` | |\n\nMore.\n";
+        | `waiting` | `Notified` | `Polling` | |\n\
+        | `holder` | `true` | `false` | |\n\
+        | `observers` | `Polling` | `Polling` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {
