@@ -54,8 +54,11 @@ async fn status_and_forced_release_on_every_backend() {
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(6))
             .wait(Wait::No)
-            .auto_renew(true);
+            .auto_renew(true)
+            .identity("api-2 (pid 4312)")
+            .value(&b"10.0.0.7:8080"[..]);
         let guard = locks.acquire(&name, &opts).await.expect("acquire");
+        let keeps_holder = locks.capabilities().holder;
 
         let out = cli(&["status", "--url", &url, "--json", &name]).await;
         assert_eq!(
@@ -72,9 +75,41 @@ async fn status_and_forced_release_on_every_backend() {
             guard.fencing_token(),
             "{backend}: {report}"
         );
+        if keeps_holder {
+            assert_eq!(
+                report["holder"]["identity"], "api-2 (pid 4312)",
+                "{backend}: {report}"
+            );
+            assert_eq!(report["holder"]["value"], "10.0.0.7:8080", "{report}");
+            // The same lock read as an election.
+            let out = cli(&["leader", "--url", &url, "--json", &name]).await;
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "{backend}: {}",
+                text(&out.stderr)
+            );
+            let leader = json(&out);
+            assert_eq!(
+                leader["leader"]["term"].as_u64(),
+                guard.fencing_token(),
+                "{backend}: {leader}"
+            );
+            assert_eq!(leader["leader"]["value"], "10.0.0.7:8080", "{leader}");
+        } else {
+            assert!(report["holder"].is_null(), "{backend}: {report}");
+            let out = cli(&["leader", "--url", &url, &name]).await;
+            assert_eq!(out.status.code(), Some(78), "{backend}: elections refused");
+        }
         let out = cli(&["status", "--url", &url, &name]).await;
         let shown = text(&out.stdout);
         assert!(shown.contains(": held"), "{backend}: {shown}");
+        if keeps_holder {
+            assert!(
+                shown.contains("held by        api-2 (pid 4312) since"),
+                "{backend}: {shown}"
+            );
+        }
         if let Some(token) = guard.fencing_token() {
             assert!(shown.contains(&token.to_string()), "{backend}: {shown}");
         }
@@ -125,6 +160,14 @@ async fn status_and_forced_release_on_every_backend() {
 
         let out = cli(&["status", "--url", &url, "--json", &name]).await;
         assert_eq!(json(&out)["held"], false, "{backend}");
+        if keeps_holder {
+            let out = cli(&["leader", "--url", &url, &name]).await;
+            assert_eq!(
+                text(&out.stdout).trim(),
+                format!("election {name:?}: no leader"),
+                "{backend}"
+            );
+        }
         let out = cli(&["release", "--force", "--yes", "--url", &url, &name]).await;
         assert_eq!(out.status.code(), Some(0), "{backend}");
         assert!(
