@@ -20,6 +20,39 @@ pub(crate) struct RedlockHandle {
     pub(crate) lock: Arc<LockRef>,
 }
 
+impl RedlockHandle {
+    /// One owner-checked request per node, at once: `true` once a majority
+    /// answered that the lock is ours, `false` once too many say it is not,
+    /// and `QuorumNotReached` when the unreachable nodes could have made it
+    /// a majority. Done as soon as the answer is settled; slow nodes finish
+    /// in the background.
+    async fn on_majority<Fut>(
+        &self,
+        requests: impl IntoIterator<Item = Fut>,
+    ) -> Result<bool, LockError>
+    where
+        Fut: std::future::Future<Output = Result<bool, LockError>> + Send + 'static,
+    {
+        let inner = &self.inner;
+        let q = inner.quorum;
+        let replies = gather(requests, Stragglers::Finish, |r| {
+            let ours = count(r, |&ours| ours);
+            let open = r.iter().filter(|r| r.is_none()).count();
+            ours >= q || ours + failed(r) + open < q
+        })
+        .await;
+        let ours = count(&replies, |&ours| ours);
+        if ours >= q {
+            return Ok(true);
+        }
+        if ours + failed(&replies) >= q {
+            // The unreachable nodes could have made it a majority.
+            return Err(quorum_not_reached(ours, q, &replies, &inner.names));
+        }
+        Ok(false)
+    }
+}
+
 #[async_trait]
 impl GuardHandle for RedlockHandle {
     /// Release on every node at once; `true` if a majority still held it.
@@ -29,68 +62,31 @@ impl GuardHandle for RedlockHandle {
     /// answer was lost would find the key gone when asked again, and could
     /// not tell that from a lock that was no longer ours.
     async fn release(&self) -> Result<bool, LockError> {
-        let inner = &self.inner;
-        let q = inner.quorum;
-        let replies = gather(
-            inner
+        self.on_majority(
+            self.inner
                 .nodes
                 .iter()
                 .map(|node| Arc::clone(node).release(Arc::clone(&self.lock), None)),
-            Stragglers::Finish,
-            |r| {
-                let ours = count(r, |&ours| ours);
-                let open = r.iter().filter(|r| r.is_none()).count();
-                ours >= q || ours + failed(r) + open < q
-            },
         )
-        .await;
-        let ours = count(&replies, |&ours| ours);
-        if ours >= inner.quorum {
-            return Ok(true);
-        }
-        if ours + failed(&replies) >= inner.quorum {
-            // The unreachable nodes could have made it a majority.
-            return Err(quorum_not_reached(
-                ours,
-                inner.quorum,
-                &replies,
-                &inner.names,
-            ));
-        }
-        Ok(false)
+        .await
     }
 
     /// Write the new record on every node that the lock is ours on;
     /// `true` once a majority did, `false` if too many say it is not ours.
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
         let inner = &self.inner;
-        let q = inner.quorum;
         let record: Arc<[u8]> = match HolderRecord::from_stored(&self.lock.record) {
             Some(ours) => ours.with_value(value),
             None => HolderRecord::new(lock_core::default_identity(), value),
         }
         .as_bytes()
         .into();
-        let replies = gather(
+        self.on_majority(
             inner.nodes.iter().map(|node| {
                 Arc::clone(node).set_holder(Arc::clone(&self.lock), Arc::clone(&record))
             }),
-            Stragglers::Finish,
-            |r| {
-                let ours = count(r, |&ours| ours);
-                let open = r.iter().filter(|r| r.is_none()).count();
-                ours >= q || ours + failed(r) + open < q
-            },
         )
-        .await;
-        let ours = count(&replies, |&ours| ours);
-        if ours >= q {
-            return Ok(true);
-        }
-        if ours + failed(&replies) >= q {
-            return Err(quorum_not_reached(ours, q, &replies, &inner.names));
-        }
-        Ok(false)
+        .await
     }
 
     /// Extend on every node at once; `true` once a majority extended,
