@@ -80,20 +80,15 @@ impl Leader {
         std::str::from_utf8(&self.value).ok()
     }
 
-    fn from_info(
-        name: &str,
-        backend: &'static str,
-        info: LockInfo,
-    ) -> Result<Option<Self>, LockError> {
-        if !info.held {
-            return Ok(None);
-        }
-        let term = info.fencing_token.ok_or_else(|| LockError::Backend {
-            backend,
-            reason: format!("election {name:?} has a leader whose term the server does not show"),
-            source: None,
-        })?;
-        Ok(Some(match info.holder {
+    /// The leader a lock's state shows, if any.
+    fn from_info(info: LockInfo) -> Option<Self> {
+        // Held without a term: a grant still writing its term back (a
+        // Redlock grant between its majority and the token's write-back).
+        // Its candidate has not won yet: no leader so far.
+        let (true, Some(term)) = (info.held, info.fencing_token) else {
+            return None;
+        };
+        Some(match info.holder {
             Some(h) => Leader {
                 term,
                 identity: h.identity,
@@ -106,7 +101,7 @@ impl Leader {
                 value: Vec::new(),
                 since: None,
             },
-        }))
+        })
     }
 }
 
@@ -199,7 +194,7 @@ impl Election {
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
         self.check_backend()?;
         let info = self.locks.inspect(&self.name).await?;
-        Leader::from_info(&self.name, self.locks.capabilities().backend, info)
+        Ok(Leader::from_info(info))
     }
 
     /// The election's changes: first the current state, then every new
