@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The full history-check matrix: every backend with a server (and SQLite) ×
-# the nemeses that make sense for it, each run for DURATION, then one
-# Markdown table of all runs.
+# the nemeses that make sense for it, each run for DURATION, then the same
+# as leader elections (`--election`: candidates and observers) on every
+# backend that offers them, then one Markdown table of all runs.
 #
 #   scripts/check-matrix.sh [DURATION] [OUT_DIR] [FILTER]
 #
 # DURATION defaults to 60s; OUT_DIR to target/check-matrix (one directory
 # per run with its logs and report.json, and matrix.md); FILTER is a
-# substring of the run labels to keep (e.g. `postgres` or `kill-server`).
+# substring of the run labels to keep (e.g. `postgres`, `kill-server` or
+# `election`).
 # Exits non-zero if any run fails. The servers are started as in the test
 # suite (scripts/services.sh up) and every run leaves them all up.
 set -euo pipefail
@@ -41,14 +43,21 @@ CASES=(
     "zookeeper-ensemble|$DISTLOCK_TEST_ZK_ENSEMBLE_URL|$CLUSTER|zk1 zk2 zk3"
 )
 
+# The cases whose backend offers leader election (a holder record).
+ELECTIONS="redis redlock etcd etcd-cluster zookeeper zookeeper-ensemble"
+
 status=0
 dirs=()
-for case in "${CASES[@]}"; do
+# run_case PREFIX CASE [lock-check run options…]
+run_case() {
+    local prefix=$1 case=$2
+    shift 2
+    local label url nemeses servers
     IFS='|' read -r label url nemeses servers <<<"$case"
     for nemesis in $nemeses; do
-        run="$label-$nemesis"
+        run="$prefix$label-$nemesis"
         [[ -z $FILTER || $run == *"$FILTER"* ]] || continue
-        args=()
+        args=("$@")
         for s in $servers; do args+=(--server "$s"); done
         echo "== $run" >&2
         rm -rf "${OUT:?}/$run"
@@ -59,6 +68,12 @@ for case in "${CASES[@]}"; do
         fi
         [ -f "$OUT/$run/report.json" ] && dirs+=("$OUT/$run")
     done
+}
+for case in "${CASES[@]}"; do
+    run_case "" "$case"
+done
+for case in "${CASES[@]}"; do
+    [[ " $ELECTIONS " == *" ${case%%|*} "* ]] && run_case election- "$case" --election
 done
 "$BIN" table "${dirs[@]}" >"$OUT/matrix.md"
 echo "table: $OUT/matrix.md" >&2

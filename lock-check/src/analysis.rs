@@ -8,6 +8,7 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::clock::ms;
+use crate::election::ElectionReport;
 use crate::event::{Action, Event, HoldEnd, Stamped, read_log};
 use crate::worker::files;
 
@@ -66,7 +67,7 @@ pub struct Finding {
 }
 
 impl Finding {
-    fn add(&mut self, example: impl FnOnce() -> String) {
+    pub(crate) fn add(&mut self, example: impl FnOnce() -> String) {
         self.count += 1;
         if self.examples.len() < EXAMPLES {
             self.examples.push(example());
@@ -170,6 +171,9 @@ pub struct Report {
     pub release_errors: Finding,
     /// Workers that exited on their own with a failure (a panic, an I/O error).
     pub crashes: Finding,
+    /// What the observers of an election run (`--election`) saw.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub election: Option<ElectionReport>,
     /// What exceeded the capabilities: empty if the run passes.
     pub failures: Vec<String>,
 }
@@ -184,6 +188,8 @@ impl Report {
 struct Worker {
     id: u32,
     pid: u32,
+    /// It observed an election (no grants of its own).
+    observer: bool,
     events: Vec<Stamped<Event>>,
 }
 
@@ -192,7 +198,12 @@ pub fn analyse(dir: &Path) -> std::io::Result<Report> {
     let actions: Vec<Stamped<Action>> = read_log(&dir.join(files::CONTROLLER_LOG))?;
     let mut workers = Vec::new();
     for a in &actions {
-        if let Action::Spawned { worker, pid } = a.event {
+        if let Action::Spawned {
+            worker,
+            pid,
+            observer,
+        } = a.event
+        {
             let path = dir.join(files::worker_log(worker));
             let events = if path.exists() {
                 read_log(&path)?
@@ -202,6 +213,7 @@ pub fn analyse(dir: &Path) -> std::io::Result<Report> {
             workers.push(Worker {
                 id: worker,
                 pid,
+                observer,
                 events,
             });
         }
@@ -354,6 +366,19 @@ impl Analysis {
         self.in_time(&mut r);
         self.liveness(&mut r, actions, workers);
         self.errors(&mut r, actions, workers);
+        let election = actions
+            .iter()
+            .any(|a| matches!(a.event, Action::RunStarted { election: true, .. }));
+        if election {
+            let logs = |observer: bool| -> Vec<(u32, &[Stamped<Event>])> {
+                workers
+                    .iter()
+                    .filter(|w| w.observer == observer)
+                    .map(|w| (w.id, w.events.as_slice()))
+                    .collect()
+            };
+            r.election = Some(crate::election::analyse(&logs(false), &logs(true)));
+        }
         verdict(&mut r);
         r
     }
@@ -578,7 +603,8 @@ impl Analysis {
         let whole_run: Vec<u64> = workers
             .iter()
             .filter(|w| {
-                !self.killed_at.contains_key(&w.pid)
+                !w.observer
+                    && !self.killed_at.contains_key(&w.pid)
                     && w.events
                         .first()
                         .is_some_and(|e| e.t <= self.run_start + 5_000_000_000)
@@ -710,6 +736,30 @@ fn verdict(r: &mut Report) {
         (true, r.liveness.hangs.count, "hangs"),
         (true, r.crashes.count, "workers crashed"),
     ];
+    if let Some(e) = &r.election {
+        // `observe` promises both on every backend.
+        if e.terms_backwards.count > 0 {
+            r.failures.push(format!(
+                "{} observed terms lower than one seen before",
+                e.terms_backwards.count
+            ));
+        }
+        if e.unpublished.count > 0 {
+            r.failures.push(format!(
+                "{} observed states no leader published",
+                e.unpublished.count
+            ));
+        }
+        if e.observe_errors_not_transient.count > 0 {
+            r.failures.push(format!(
+                "{} observer errors that were not transient",
+                e.observe_errors_not_transient.count
+            ));
+        }
+        if e.observers == 0 || e.observations == 0 {
+            r.failures.push("no observer logged a state".into());
+        }
+    }
     for (promised, count, what) in broken {
         if promised && count > 0 {
             r.failures.push(format!("{count} {what}"));
@@ -802,6 +852,27 @@ impl fmt::Display for Report {
         writeln!(f, "  acquire errors by kind {:?}", self.acquire_errors)?;
         finding(f, "release errors", &self.release_errors)?;
         finding(f, "worker crashes", &self.crashes)?;
+        if let Some(e) = &self.election {
+            writeln!(f, "election (what the observers saw)")?;
+            writeln!(
+                f,
+                "  observers {}, states seen {}, terms seen {} of {} granted, proclaims {} ({} published), observe errors {:?}",
+                e.observers,
+                e.observations,
+                e.terms_seen.0,
+                e.terms_seen.1,
+                e.proclaims.0,
+                e.proclaims.1,
+                e.observe_errors
+            )?;
+            finding(f, "terms going back", &e.terms_backwards)?;
+            finding(f, "states no leader published", &e.unpublished)?;
+            finding(
+                f,
+                "observer errors not transient",
+                &e.observe_errors_not_transient,
+            )?;
+        }
         if self.passed() {
             writeln!(f, "verdict: PASS (within what the capabilities allow)")
         } else {
@@ -817,8 +888,8 @@ impl fmt::Display for Report {
 /// A Markdown table of several runs' reports, one row per run.
 pub fn table(runs: &[(String, Report)]) -> String {
     let mut out = String::from(
-        "| run | backend | nemesis | s | grants | faults | refused | harmless | fencing failures | token order | newest refused | in time: running / paused | lost on arrival | longest gap (ms) | hangs | acquire errors | verdict |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| run | backend | nemesis | s | grants | faults | refused | harmless | fencing failures | token order | newest refused | in time: running / paused | lost on arrival | longest gap (ms) | hangs | acquire errors | observers: terms back / unpublished | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (label, r) in runs {
         let faults: u64 = r.actions.values().sum();
@@ -828,7 +899,7 @@ pub fn table(runs: &[(String, Report)]) -> String {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         out.push_str(&format!(
-            "| {label} | {} ({}, {}) | {} | {:.0} | {} | {faults} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {} | {} | {} |\n",
+            "| {label} | {} ({}, {}) | {} | {:.0} | {} | {faults} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {} | {} | {} | {} |\n",
             r.backend,
             r.grade,
             r.fencing,
@@ -846,6 +917,10 @@ pub fn table(runs: &[(String, Report)]) -> String {
             r.liveness.longest_gap_ms,
             r.liveness.hangs.count,
             if errors.is_empty() { "–".to_string() } else { errors.join(", ") },
+            r.election.as_ref().map_or_else(
+                || "–".to_string(),
+                |e| format!("{} / {}", e.terms_backwards.count, e.unpublished.count)
+            ),
             if r.passed() { "pass" } else { "**FAIL**" },
         ));
     }
@@ -906,6 +981,8 @@ mod tests {
                 ttl_ms: 10_000,
                 wait_ms: 5_000,
                 duration_ms: 20_000,
+                election: false,
+                observers: 0,
             },
         )?;
         c.log_at(
@@ -913,6 +990,7 @@ mod tests {
             &Action::Spawned {
                 worker: 0,
                 pid: 100,
+                observer: false,
             },
         )?;
         c.log_at(
@@ -920,6 +998,7 @@ mod tests {
             &Action::Spawned {
                 worker: 1,
                 pid: 101,
+                observer: false,
             },
         )?;
         if pause {

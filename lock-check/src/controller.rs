@@ -15,7 +15,7 @@ use crate::event::{Action, EventLog};
 use crate::nemesis::{Broken, Nemesis, Services, pause_length, signal};
 use crate::register::FencedRegister;
 use crate::sabotage::Sabotage;
-use crate::worker::files;
+use crate::worker::{Role, files};
 
 /// A run's settings.
 #[derive(Debug, Clone)]
@@ -49,14 +49,19 @@ pub struct RunConfig {
     pub register: Option<PathBuf>,
     /// A deliberate defect for the workers' backend.
     pub sabotage: Option<Sabotage>,
+    /// The workers are candidates of an election on `name` instead of
+    /// holders of its lock.
+    pub election: bool,
+    /// Observer processes of an election run (beside `workers`).
+    pub observers: u32,
 }
 
 /// The worker processes of a run.
 struct Fleet {
     cfg: RunConfig,
     exe: PathBuf,
-    /// pid → (worker number, URL group, process).
-    children: BTreeMap<u32, (u32, usize, Child)>,
+    /// pid → (worker number, URL group, role, process).
+    children: BTreeMap<u32, (u32, usize, Role, Child)>,
     killed: HashSet<u32>,
     next_id: u32,
     /// Holder kills so far (they go round the URL groups).
@@ -64,7 +69,7 @@ struct Fleet {
 }
 
 impl Fleet {
-    fn spawn(&mut self, log: &EventLog, group: usize) -> std::io::Result<()> {
+    fn spawn(&mut self, log: &EventLog, group: usize, role: Role) -> std::io::Result<()> {
         let id = self.next_id;
         self.next_id += 1;
         let stderr = std::fs::File::create(self.cfg.dir.join(format!("worker-{id:04}.stderr")))?;
@@ -85,6 +90,7 @@ impl Fleet {
                 "--wait",
                 &humantime::format_duration(self.cfg.wait).to_string(),
             ])
+            .args(["--role", role.name()])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(stderr)
@@ -94,20 +100,24 @@ impl Fleet {
         }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
-        log.log(&Action::Spawned { worker: id, pid })?;
-        self.children.insert(pid, (id, group, child));
+        log.log(&Action::Spawned {
+            worker: id,
+            pid,
+            observer: role == Role::Observer,
+        })?;
+        self.children.insert(pid, (id, group, role, child));
         Ok(())
     }
 
     /// Log the workers that ended; replace them if `respawn`.
     fn reap(&mut self, log: &EventLog, respawn: bool) -> std::io::Result<()> {
         let mut ended = Vec::new();
-        for (pid, (id, group, child)) in &mut self.children {
+        for (pid, (id, group, role, child)) in &mut self.children {
             if let Some(status) = child.try_wait()? {
-                ended.push((*pid, *id, *group, status));
+                ended.push((*pid, *id, *group, *role, status));
             }
         }
-        for (pid, id, group, status) in ended {
+        for (pid, id, group, role, status) in ended {
             self.children.remove(&pid);
             use std::os::unix::process::ExitStatusExt;
             log.log(&Action::Exited {
@@ -118,7 +128,7 @@ impl Fleet {
                 by_controller: self.killed.contains(&pid),
             })?;
             if respawn {
-                self.spawn(log, group)?;
+                self.spawn(log, group, role)?;
             }
         }
         Ok(())
@@ -186,6 +196,8 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
         ttl_ms: millis(cfg.ttl),
         wait_ms: millis(cfg.wait),
         duration_ms: millis(cfg.duration),
+        election: cfg.election,
+        observers: cfg.observers,
     })?;
     let services = Services::new(&cfg.services);
     let mut broken = Broken::new(services.clone());
@@ -222,8 +234,16 @@ async fn drive(
     fleet: &mut Fleet,
 ) -> std::io::Result<bool> {
     let mut interrupt = Box::pin(interrupted());
+    let role = if cfg.election {
+        Role::Candidate
+    } else {
+        Role::Holder
+    };
     for i in 0..cfg.workers {
-        fleet.spawn(log, i as usize % cfg.urls.len())?;
+        fleet.spawn(log, i as usize % cfg.urls.len(), role)?;
+    }
+    for i in 0..cfg.observers {
+        fleet.spawn(log, i as usize % cfg.urls.len(), Role::Observer)?;
     }
     let start = Instant::now();
     let end = start + cfg.duration;

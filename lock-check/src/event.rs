@@ -59,6 +59,10 @@ pub enum Event {
         wait_ms: u64,
         /// How this hold will end if granted.
         end: HoldEnd,
+        /// In an election run: the value the candidate campaigns with
+        /// (unique per campaign).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        value: Option<String>,
     },
     /// `acquire` returned a guard.
     Granted {
@@ -125,6 +129,37 @@ pub enum Event {
         /// `release()`'s error, if it failed.
         error: Option<String>,
     },
+    /// In an election run: the leader is about to publish a new value
+    /// (logged before the request, so that an observer seeing it can be
+    /// matched even if the answer is lost).
+    Proclaiming {
+        /// The leadership's term.
+        term: u64,
+        /// The new value (unique).
+        value: String,
+    },
+    /// The answer to the latest [`Event::Proclaiming`].
+    Proclaimed {
+        /// `None` if published, else the error.
+        error: Option<String>,
+    },
+    /// An observer's stream gave a state: the leader's term and value, or
+    /// no leader.
+    Observed {
+        /// The leader's term.
+        term: Option<u64>,
+        /// Its value, as text.
+        value: Option<String>,
+    },
+    /// An observer's stream gave an error item (it goes on reading).
+    ObserveFailed {
+        /// The `LockError` variant.
+        kind: String,
+        /// Its message.
+        error: String,
+        /// `LockError::is_transient`: server trouble, not a wrong answer.
+        transient: bool,
+    },
     /// The worker leaves after the controller asked it to stop.
     Exiting,
 }
@@ -147,6 +182,13 @@ pub enum Action {
         wait_ms: u64,
         /// How long faults were injected.
         duration_ms: u64,
+        /// The workers were candidates of an election (`--election`), with
+        /// observer processes beside them.
+        #[serde(default)]
+        election: bool,
+        /// Observer processes (election runs).
+        #[serde(default)]
+        observers: u32,
     },
     /// A worker process was started.
     Spawned {
@@ -154,6 +196,9 @@ pub enum Action {
         worker: u32,
         /// Its process id.
         pid: u32,
+        /// It observes the election instead of campaigning.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        observer: bool,
     },
     /// A worker process ended.
     Exited {

@@ -14,6 +14,11 @@
 //! errors, and fails the run where a count exceeds what the backend's
 //! `capabilities()` allow.
 //!
+//! With `--election` the workers are candidates of an election on the
+//! lock's name (they campaign, write with their term and proclaim values)
+//! and observer processes log what `observe` shows; [`election`] checks
+//! that no observer saw a term go back or a state no leader published.
+//!
 //! `lock-check scale` is the scale benchmark ([`scale`]): one client holding
 //! thousands of auto-renewed locks, with its memory, CPU and the servers'
 //! own request counts ([`server_stats`]).
@@ -24,6 +29,7 @@
 pub mod analysis;
 pub mod clock;
 pub mod controller;
+pub mod election;
 pub mod event;
 pub mod nemesis;
 pub mod register;

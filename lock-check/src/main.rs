@@ -9,7 +9,7 @@ use clap::{Args, Parser, Subcommand};
 use lock_check::nemesis::Nemesis;
 use lock_check::sabotage::Sabotage;
 use lock_check::scale::ScaleConfig;
-use lock_check::worker::{self, WorkerConfig};
+use lock_check::worker::{self, Role, WorkerConfig};
 use lock_check::{Report, RunConfig, analysis, controller};
 
 /// Exit code of a run whose history exceeds what the backend allows.
@@ -123,6 +123,16 @@ struct RunArgs {
     /// directory's, so consecutive runs share it.
     #[arg(long)]
     register: Option<PathBuf>,
+    /// Check leader election instead of the bare lock: the workers are
+    /// candidates (campaign, write with the term, proclaim values, resign
+    /// or lose), and `--observers` processes observe the election; the
+    /// report adds what the observers saw (terms going back, values no
+    /// leader published).
+    #[arg(long)]
+    election: bool,
+    /// Observer processes of an `--election` run.
+    #[arg(long, default_value_t = 2)]
+    observers: u32,
 }
 
 #[derive(Args)]
@@ -145,6 +155,8 @@ struct WorkerArgs {
     wait: Duration,
     #[arg(long, value_enum)]
     sabotage: Option<Sabotage>,
+    #[arg(long, value_enum, default_value = "holder")]
+    role: Role,
 }
 
 fn main() -> ExitCode {
@@ -172,6 +184,7 @@ fn main() -> ExitCode {
                 ttl: a.ttl,
                 wait: a.wait,
                 sabotage: a.sabotage,
+                role: a.role,
             };
             match runtime.block_on(worker::run(cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -196,6 +209,8 @@ fn main() -> ExitCode {
                 servers: a.servers,
                 services: a.services,
                 sabotage: a.sabotage,
+                election: a.election,
+                observers: if a.election { a.observers } else { 0 },
             };
             match runtime.block_on(controller::run(cfg)) {
                 Ok(report) => publish(&report, Some(&a.dir.join("report.json"))),

@@ -1,11 +1,18 @@
 //! A worker process: acquires the run's lock again and again, writes to the
 //! fenced register while it holds it, and logs everything it does and sees.
+//!
+//! In an election run (`--election`) a worker is a candidate: it
+//! campaigns ([`Election::campaign`]) instead of acquiring, with a value
+//! unique to the campaign, writes with its term, and proclaims new values
+//! while it leads; or an observer: it logs every state
+//! [`Election::observe`] gives.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DistributedLock, LockError, LockGuard, LockOptions, Wait};
+use distlock::{DistributedLock, Election, LockError, LockGuard, LockOptions, Wait};
+use futures_util::StreamExt;
 use lock_core::raw::{LeaseState, RawGuard};
 
 use crate::clock::{instant_ns, now_ns};
@@ -51,6 +58,20 @@ pub struct WorkerConfig {
     pub wait: Duration,
     /// A deliberate defect to inject.
     pub sabotage: Option<Sabotage>,
+    /// What the worker does in the run.
+    pub role: Role,
+}
+
+/// What a worker does.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Role {
+    /// Acquire the lock, write, end the hold; again and again.
+    Holder,
+    /// Campaign in the election of the lock's name, write with the term,
+    /// proclaim values, end the leadership; again and again.
+    Candidate,
+    /// Observe the election of the lock's name.
+    Observer,
 }
 
 /// Run until the controller creates the stop file.
@@ -76,12 +97,55 @@ pub async fn run(cfg: WorkerConfig) -> std::io::Result<()> {
         fair_queue: caps.fair_queue,
         sabotage: cfg.sabotage.map(|s| s.name().to_string()),
     })?;
+    if cfg.role == Role::Observer {
+        observe(locks, &cfg, &log, &stop).await?;
+        return log.log(&Event::Exiting);
+    }
+    let mut campaigns = 0;
     while !stop.exists() {
-        hold_once(&*locks, &cfg, &log, &register).await?;
+        campaigns += 1;
+        hold_once(&locks, &cfg, &log, &register, campaigns).await?;
         tokio::time::sleep(Duration::from_micros(rand::random_range(0..5_000))).await;
     }
     log.log(&Event::Exiting)
 }
+
+/// Log every state the election's observer stream gives until asked to
+/// stop.
+async fn observe(
+    locks: Arc<dyn DistributedLock>,
+    cfg: &WorkerConfig,
+    log: &EventLog,
+    stop: &Path,
+) -> std::io::Result<()> {
+    let election = Election::new(locks, cfg.name.clone()).poll_interval(OBSERVER_POLL);
+    let mut changes = Box::pin(election.observe());
+    while !stop.exists() {
+        let item = tokio::select! {
+            item = changes.next() => item,
+            () = tokio::time::sleep(Duration::from_millis(100)) => continue,
+        };
+        match item {
+            Some(Ok(state)) => log.log(&Event::Observed {
+                term: state.as_ref().map(|l| l.term),
+                value: state.map(|l| String::from_utf8_lossy(&l.value).into_owned()),
+            })?,
+            // The stream goes on after an error item; the analysis counts
+            // the errors that were not transient.
+            Some(Err(e)) => log.log(&Event::ObserveFailed {
+                kind: error_kind(&e).to_string(),
+                error: e.to_string(),
+                transient: e.is_transient(),
+            })?,
+            None => return Err(std::io::Error::other("the observer stream ended")),
+        }
+    }
+    Ok(())
+}
+
+/// How often observers read the election where the backend does not
+/// notify them: often, so that short leaderships are seen.
+const OBSERVER_POLL: Duration = Duration::from_millis(20);
 
 /// Connect, retrying while the server is down (a worker respawned during a
 /// server fault); `None` if asked to stop first.
@@ -148,12 +212,14 @@ fn pick_end() -> HoldEnd {
     }
 }
 
-/// One acquire, hold and end.
+/// One acquire (or campaign), hold and end; `n` counts this worker's
+/// attempts (it makes campaign values unique).
 async fn hold_once(
-    locks: &dyn DistributedLock,
+    locks: &Arc<dyn DistributedLock>,
     cfg: &WorkerConfig,
     log: &EventLog,
     register: &FencedRegister,
+    n: u64,
 ) -> std::io::Result<()> {
     let end = pick_end();
     let opts = LockOptions::new()
@@ -161,11 +227,20 @@ async fn hold_once(
         .wait(Wait::UpTo(cfg.wait))
         .auto_renew(end != HoldEnd::Expire);
     let started = now_ns();
+    let value = (cfg.role == Role::Candidate).then(|| format!("w{}/{n}", cfg.id));
     log.log(&Event::Acquiring {
         wait_ms: u64::try_from(cfg.wait.as_millis()).unwrap_or(u64::MAX),
         end,
+        value: value.clone(),
     })?;
-    let guard = match locks.acquire(&cfg.name, &opts).await {
+    let acquired = match &value {
+        Some(value) => Election::new(Arc::clone(locks), cfg.name.clone())
+            .campaign(value.as_bytes(), &opts)
+            .await
+            .map(distlock::Leadership::into_guard),
+        None => locks.acquire(&cfg.name, &opts).await,
+    };
+    let guard = match acquired {
         Ok(guard) => guard,
         Err(e) => {
             log.log(&failed(started, &e))?;
@@ -187,7 +262,7 @@ async fn hold_once(
     // and waiters wait longer than a lease.
     let length =
         (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
-    let result = hold(&guard, length, log, register).await;
+    let result = hold(&guard, length, log, register, value.as_deref()).await;
     let ended = end_hold(guard, end, cfg.ttl, log).await;
     watcher.abort();
     result.and(ended)
@@ -230,14 +305,17 @@ async fn watch(lease: Arc<LeaseState>, log: EventLog) {
 
 /// 1–5 writes to the register, each checked against the guard first, with
 /// `lost()` watched in between; spread over `length` if given, else a few
-/// milliseconds apart.
+/// milliseconds apart. A leader (`campaign` is its campaign's value)
+/// proclaims a new value after one write in three.
 async fn hold(
     guard: &LockGuard,
     length: Option<Duration>,
     log: &EventLog,
     register: &FencedRegister,
+    campaign: Option<&str>,
 ) -> std::io::Result<()> {
     let writes = rand::random_range(1..=5);
+    let mut proclaims = 0;
     let pause = |n: u32| match length {
         Some(length) => length / n,
         None => Duration::from_micros(rand::random_range(500..3_000)),
@@ -264,6 +342,20 @@ async fn hold(
             accepted: out.accepted,
             highest: out.highest,
         })?;
+        if let (Some(campaign), Some(term)) = (campaign, guard.fencing_token())
+            && rand::random_range(0..3) == 0
+        {
+            proclaims += 1;
+            let value = format!("{campaign}/p{proclaims}");
+            log.log(&Event::Proclaiming {
+                term,
+                value: value.clone(),
+            })?;
+            let answer = guard.set_value(value.as_bytes()).await;
+            log.log(&Event::Proclaimed {
+                error: answer.err().map(|e| e.to_string()),
+            })?;
+        }
         tokio::select! {
             () = tokio::time::sleep(pause(writes)) => {}
             _ = guard.lost() => return Ok(()),
@@ -312,4 +404,15 @@ async fn end_hold(
         still_held,
         error,
     })
+}
+
+impl Role {
+    /// The name `--role` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Holder => "holder",
+            Role::Candidate => "candidate",
+            Role::Observer => "observer",
+        }
+    }
 }

@@ -5,6 +5,9 @@
 //! run), whether the cases run as threads of one process (`cargo test`) or
 //! as processes of their own (`cargo nextest`): the turns are file locks.
 //! The full 60 s matrix is `scripts/check-matrix.sh`.
+//!
+//! The `election_*` cases run the same way with `--election` (candidates
+//! and observers) on every backend that offers elections.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -62,6 +65,11 @@ impl Turn {
 /// Run `lock-check` on `url` under each nemesis (with its servers); all must
 /// pass. `servers` names the server group the runs use.
 fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
+    check_runs(case, servers, url, nemeses, &[]);
+}
+
+/// [`check`] with `extra` arguments for every run.
+fn check_runs(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])], extra: &[&str]) {
     let _turn = Turn::take(servers);
     let root = tempfile::tempdir().expect("tempdir");
     let mut failed = Vec::new();
@@ -79,7 +87,8 @@ fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
         ])
         .arg("--dir")
         .arg(&dir)
-        .args(["--name", &format!("ci/{case}/{nemesis}")]);
+        .args(["--name", &format!("ci/{case}/{nemesis}")])
+        .args(extra);
         for s in *servers {
             cmd.args(["--server", s]);
         }
@@ -89,6 +98,13 @@ fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
         if !out.status.success() {
             eprintln!("{}", String::from_utf8_lossy(&out.stderr));
             failed.push(format!("{nemesis}: {:?}", out.status.code()));
+        }
+        if extra.contains(&"--election") {
+            let json = std::fs::read_to_string(dir.join("report.json")).unwrap_or_default();
+            let report: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            if report["election"]["observations"].as_u64().unwrap_or(0) == 0 {
+                failed.push(format!("{nemesis}: no election part in report.json"));
+            }
         }
     }
     assert!(failed.is_empty(), "{case}: failed runs {failed:?}");
@@ -189,6 +205,43 @@ fn zookeeper() {
         &env("DISTLOCK_TEST_ZK_URL"),
         &with_server_kill(&["zk"]),
     );
+}
+
+/// The election's runs of `case`: candidates and observers under the
+/// holder faults (and `server_kill`'s servers killed, if any); the
+/// report's election part must be there and clean.
+fn check_election(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    let mut nemeses: Vec<(&str, &[&str])> = vec![("kill-holder", &[]), ("pause-holder", &[])];
+    if !server_kill.is_empty() {
+        nemeses.push(("kill-server", server_kill));
+    }
+    check_runs(
+        &format!("election-{case}"),
+        servers,
+        url,
+        &nemeses,
+        &["--election", "--observers", "2"],
+    );
+}
+
+#[test]
+fn election_redis() {
+    check_election("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
+}
+
+#[test]
+fn election_redlock() {
+    check_election("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
+}
+
+#[test]
+fn election_etcd() {
+    check_election("etcd", "etcd", &env("DISTLOCK_TEST_ETCD_URL"), &["etcd"]);
+}
+
+#[test]
+fn election_zookeeper() {
+    check_election("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
 /// An interrupted run puts a paused server back.
