@@ -5,6 +5,7 @@
 //! ```text
 //! distlock run --url redis://cache:6379 --ttl 30s --wait 10s nightly-report -- ./report.sh
 //! distlock status --url redis://cache:6379 nightly-report
+//! distlock elect --url etcd://etcd:2379 --value 10.0.0.7:8080 --again scheduler -- ./scheduler
 //! distlock leader --url etcd://etcd:2379 --watch scheduler
 //! distlock release --force --url redis://cache:6379 nightly-report
 //! distlock compare --url redis://cache:6379 --url etcd://etcd:2379 --out report/
@@ -13,6 +14,7 @@
 //! Exit codes are listed in [`exit`] and in `distlock run --help`.
 
 mod compare;
+mod elect;
 mod exit;
 mod group;
 mod leader;
@@ -46,6 +48,11 @@ enum Command {
     /// Show whether a lock is held and, where the backend can tell, the
     /// holder's fencing token, its lease's time left and the waiters.
     Status(status::StatusArgs),
+    /// Campaign in an election and run a command while leader, with the
+    /// term in its environment; stop it if the leadership is lost (and
+    /// with --again campaign again).
+    #[command(after_long_help = elect::HELP)]
+    Elect(elect::ElectArgs),
     /// Show an election's leader (term, identity, value) and, with
     /// --watch, every change.
     Leader(leader::LeaderArgs),
@@ -91,6 +98,7 @@ fn main() -> ExitCode {
         match cli.command {
             Command::Run(args) => run::run(args).await,
             Command::Status(args) => status::status(args).await,
+            Command::Elect(args) => elect::elect(args).await,
             Command::Leader(args) => leader::leader(args).await,
             Command::Release(args) => release::release(args).await,
             Command::Compare(args) => compare::compare(args).await,

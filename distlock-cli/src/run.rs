@@ -117,7 +117,14 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     let granted = Instant::now();
     let backend = locks.capabilities().backend;
     tracing::debug!(target: "distlock", lock = %args.name, token = ?guard.fencing_token(), backend, "lock acquired");
-    let mut code = hold(&args, &guard, backend, &mut signals).await;
+    let program = Program {
+        command: &args.command,
+        kill_grace: args.kill_grace,
+        quiet: args.quiet,
+        held: "lock",
+        env: Vec::new(),
+    };
+    let mut code = hold(&program, &guard, backend, &mut signals).await;
     if let Some(at_least) = args.hold_at_least
         && code != exit::LOST
         && keep_until(&guard, granted + at_least, &mut signals).await
@@ -129,7 +136,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
 
 /// Give the lock back: `code`, or [`exit::LOST`] if the lock was no longer
 /// ours (said with the reason, unless a loss was said already).
-async fn release(guard: LockGuard, code: u8) -> u8 {
+pub(crate) async fn release(guard: LockGuard, code: u8) -> u8 {
     let name = guard.name().to_string();
     let why = match guard.is_lost() {
         Some(reason) => reason.to_string(),
@@ -174,27 +181,50 @@ async fn acquire(
     }
 }
 
-/// Run the command under the held lock: its exit code, or [`exit::LOST`].
+/// The command [`hold`] runs, and how.
+pub(crate) struct Program<'a> {
+    /// The program and its arguments.
+    pub(crate) command: &'a [OsString],
+    /// SIGTERM to SIGKILL, when the group is stopped.
+    pub(crate) kill_grace: Duration,
+    /// Say nothing but errors and a loss.
+    pub(crate) quiet: bool,
+    /// What is held, in messages: "lock", "leadership of election".
+    pub(crate) held: &'static str,
+    /// Variables for the command beside `DISTLOCK_NAME`,
+    /// `DISTLOCK_BACKEND` and `DISTLOCK_FENCING_TOKEN`.
+    pub(crate) env: Vec<(&'static str, String)>,
+}
+
+/// Run the command while `guard` holds: its exit code, or [`exit::LOST`].
 /// Returns once the command's whole process group is gone.
-async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Signals) -> u8 {
-    let Some((program, rest)) = args.command.split_first() else {
+pub(crate) async fn hold(
+    program: &Program<'_>,
+    guard: &LockGuard,
+    backend: &str,
+    signals: &mut Signals,
+) -> u8 {
+    let Some((executable, rest)) = program.command.split_first() else {
         return exit::USAGE;
     };
-    let mut command = Command::new(program);
+    let mut command = Command::new(executable);
     command
         .args(rest)
         .process_group(0)
-        .env("DISTLOCK_NAME", &args.name)
+        .env("DISTLOCK_NAME", guard.name())
         .env("DISTLOCK_BACKEND", backend)
         .env_remove("DISTLOCK_FENCING_TOKEN")
+        .env_remove("DISTLOCK_TERM")
         .env_remove("DISTLOCK_URL");
     if let Some(token) = guard.fencing_token() {
         command.env("DISTLOCK_FENCING_TOKEN", token.to_string());
     }
+    command.envs(program.env.iter().map(|(k, v)| (k, v)));
+    let program_name = executable.to_string_lossy();
     let mut child = match command.spawn() {
         Ok(child) => child,
         Err(e) => {
-            eprintln!("distlock: cannot run {}: {e}", program.to_string_lossy());
+            eprintln!("distlock: cannot run {program_name}: {e}");
             return match e.kind() {
                 std::io::ErrorKind::NotFound => exit::NOT_FOUND,
                 _ => exit::CANNOT_EXECUTE,
@@ -219,10 +249,11 @@ async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Si
             },
             reason = guard.lost() => {
                 eprintln!(
-                    "distlock: lost the lock {:?} ({reason}); stopping the command's process group",
-                    args.name
+                    "distlock: lost the {} {:?} ({reason}); stopping the command's process group",
+                    program.held,
+                    guard.name()
                 );
-                group.stop(&mut child, args.kill_grace).await;
+                group.stop(&mut child, program.kill_grace).await;
                 drop(lent);
                 return exit::LOST;
             }
@@ -242,12 +273,13 @@ async fn hold(args: &RunArgs, guard: &LockGuard, backend: &str, signals: &mut Si
         }
     };
     if !group.is_gone() {
-        if !args.quiet {
+        if !program.quiet {
             eprintln!(
-                "distlock: the command exited, leaving processes in its group; stopping them before the lock is released"
+                "distlock: the command exited, leaving processes in its group; stopping them before the {} is given up",
+                program.held
             );
         }
-        group.stop(&mut child, args.kill_grace).await;
+        group.stop(&mut child, program.kill_grace).await;
     }
     drop(lent);
     code
