@@ -362,9 +362,13 @@ impl ZkLock {
         sent_at: Instant,
         opts: &LockOptions,
     ) -> Result<LockGuard, LockError> {
-        let start = confirmed_lease_start(&pending, sent_at, opts.ttl, BACKEND, name).await?;
-        let lease =
-            Arc::new(LeaseState::granted(start, opts).bounded_by(session.client.session_timeout()));
+        // The lease is the TTL bounded by the session: a wait long for
+        // that bound (not only for the TTL) needs the grant confirmed, or
+        // a lease counted from the create would be spent on arrival.
+        let session_timeout = session.client.session_timeout();
+        let lease_length = opts.ttl.min(session_timeout);
+        let start = confirmed_lease_start(&pending, sent_at, lease_length, BACKEND, name).await?;
+        let lease = Arc::new(LeaseState::granted(start, opts).bounded_by(session_timeout));
         session.attach(&lease);
         let margin = lease.safety_margin();
         let guard = LockGuard::new(

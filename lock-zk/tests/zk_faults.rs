@@ -10,10 +10,11 @@
 //! The freeze stops the standalone server, so these tests run one at a time
 //! (a shared mutex) in this binary, apart from the conformance suite.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::RawGuard;
-use lock_core::{DistributedLock, LockOptions, Wait};
+use lock_core::{DistributedLock, Election, Leadership, LockOptions, Wait};
 use lock_testkit::faults::{
     announce_token, env, holder_role, one_at_a_time, spawn_holder, unique, upstreams_of,
 };
@@ -116,6 +117,21 @@ async fn a_frozen_server_suspends_then_expires_and_the_client_recovers() {
 /// caller doing anything.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_outlives_the_expiry_of_its_session() {
+    waiter_whose_session_expires(false).await;
+}
+
+/// The etcd#19597 case on ZooKeeper: a candidate whose session expires
+/// while it campaigns never reports a leadership on it; it campaigns again
+/// on a fresh session, within its wait, and wins with a higher term that
+/// the election shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_whose_session_expires_mid_campaign_never_believes_it_leads() {
+    waiter_whose_session_expires(true).await;
+}
+
+/// A waiter (a candidate, if `campaign`) queued behind a holder; the
+/// server is frozen past the session timeout.
+async fn waiter_whose_session_expires(campaign: bool) {
     use lock_testkit::faults::{Restore, services};
     let _serial = one_at_a_time(&SERIAL).await;
     let name = unique("waiter-expiry");
@@ -128,9 +144,15 @@ async fn a_waiter_outlives_the_expiry_of_its_session() {
     let waiting = tokio::spawn({
         let name = name.clone();
         async move {
-            waiter_client
-                .acquire(&name, &LockOptions::new().wait_timeout(SESSION * 10))
-                .await
+            let o = LockOptions::new().wait_timeout(SESSION * 10);
+            if campaign {
+                Election::new(Arc::new(waiter_client), name)
+                    .campaign("candidate", &o)
+                    .await
+                    .map(Leadership::into_guard)
+            } else {
+                waiter_client.acquire(&name, &o).await
+            }
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -149,6 +171,24 @@ async fn a_waiter_outlives_the_expiry_of_its_session() {
         holder.is_lost().is_some(),
         "the holder's session expired too"
     );
+    assert!(
+        g.is_lost().is_none(),
+        "granted on a live session: {:?} (waited {after:?})",
+        g.is_lost()
+    );
+    if campaign {
+        let leader = Election::new(Arc::new(client().await), name.clone())
+            .leader()
+            .await
+            .expect("leader")
+            .expect("a leader");
+        assert_eq!(
+            Some(leader.term),
+            g.fencing_token(),
+            "the election shows the win"
+        );
+        assert_eq!(leader.value, b"candidate");
+    }
     assert!(g.release().await.expect("release"));
     eprintln!("zk faults: a waiter whose session expired got the lock {after:?} after the thaw");
 }
