@@ -8,10 +8,11 @@
 //! this binary, apart from the conformance suite, and restart every member
 //! when they end, even on failure.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::RawGuard;
-use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_core::{DistributedLock, Election, Leadership, LockError, LockOptions, LossReason, Wait};
 use lock_etcd::EtcdLock;
 use lock_testkit::faults::{
     Restore, acquires_again, env, one_at_a_time, services, unique, upstreams_of,
@@ -241,6 +242,21 @@ async fn a_revoked_session_fires_lost_and_the_next_token_is_larger() {
 /// once the holder releases, with a larger token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
+    waiter_whose_lease_expires(false).await;
+}
+
+/// The etcd#19597 case: a candidate whose session (lease) goes while it
+/// campaigns never reports a leadership on it; it campaigns again on a
+/// fresh lease, within its wait, and wins with a higher term that the
+/// election shows.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_candidate_whose_session_expires_mid_campaign_never_believes_it_leads() {
+    waiter_whose_lease_expires(true).await;
+}
+
+/// A waiter (a candidate, if `campaign`) queued behind a holder has its
+/// lease revoked; the holder releases.
+async fn waiter_whose_lease_expires(campaign: bool) {
     let _serial = one_at_a_time(&SERIAL).await;
     let base = env("DISTLOCK_TEST_ETCD_URL");
     let (locks, other) = (client(&base).await, client(&base).await);
@@ -256,7 +272,14 @@ async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
             let o = LockOptions::new()
                 .ttl(Duration::from_secs(3))
                 .wait_timeout(Duration::from_secs(20));
-            other.acquire(&name, &o).await
+            if campaign {
+                Election::new(Arc::new(other), name)
+                    .campaign("candidate", &o)
+                    .await
+                    .map(Leadership::into_guard)
+            } else {
+                other.acquire(&name, &o).await
+            }
         }
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -290,6 +313,19 @@ async fn a_waiter_whose_lease_expires_while_queued_queues_again() {
     let g = outcome.expect("the waiter queues again and is granted");
     assert!(g.is_lost().is_none(), "granted on a live lease");
     assert!(g.fencing_token() > holder_token);
+    if campaign {
+        let leader = Election::new(Arc::new(locks.clone()), name.clone())
+            .leader()
+            .await
+            .expect("leader")
+            .expect("a leader");
+        assert_eq!(
+            Some(leader.term),
+            g.fencing_token(),
+            "the election shows the win"
+        );
+        assert_eq!(leader.value, b"candidate");
+    }
     assert!(
         locks
             .try_acquire(&name, &session_opts())
