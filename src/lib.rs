@@ -42,10 +42,11 @@ pub use connect::{ConnectOptions, connect, connect_with};
 pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock, MAX_EPOCH};
 pub use lock_core::redact_url;
 pub use lock_core::{
-    Backoff, Capabilities, CrashRelease, DEFAULT_POLL_INTERVAL, DistributedLock, Election, Fencing,
-    Grade, Holder, Leader, Leadership, Led, LockError, LockGuard, LockInfo, LockOptions, LockOwner,
-    LossKind, LossReason, MAX_IDENTITY_BYTES, MAX_NAME_BYTES, MAX_VALUE_BYTES, MemoryLock,
-    RELEASE_PATIENCE, ReentrantGuard, WAIT_OVERRUN, Wait, Waiting, default_identity, with_lock,
+    Backoff, Capabilities, Changes, CrashRelease, DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL,
+    DistributedLock, Election, Fencing, Grade, Holder, Leader, Leadership, Led, LockError,
+    LockGuard, LockInfo, LockOptions, LockOwner, LossKind, LossReason, MAX_IDENTITY_BYTES,
+    MAX_NAME_BYTES, MAX_VALUE_BYTES, MemoryLock, RELEASE_PATIENCE, ReentrantGuard, WAIT_OVERRUN,
+    Wait, Waiting, default_identity, with_lock,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};

@@ -118,7 +118,13 @@ async fn observe(
     log: &EventLog,
     stop: &Path,
 ) -> std::io::Result<()> {
-    let election = Election::new(locks, cfg.name.clone()).poll_interval(OBSERVER_POLL);
+    // Where the server notifies observers, rely on it (and its default
+    // re-read), so that the notifications are what the faults test.
+    let notified = locks.capabilities().observers == distlock::Waiting::Notified;
+    let mut election = Election::new(locks, cfg.name.clone());
+    if !notified {
+        election = election.poll_interval(OBSERVER_POLL);
+    }
     let mut changes = Box::pin(election.observe());
     while !stop.exists() {
         let item = tokio::select! {

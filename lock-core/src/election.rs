@@ -11,13 +11,14 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
-use crate::capabilities::Fencing;
+use crate::capabilities::{Fencing, Waiting};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
+use crate::lock::Changes;
 use crate::loss::LossReason;
 use crate::options::{LockOptions, Wait};
 
@@ -25,6 +26,11 @@ use crate::options::{LockOptions, Wait};
 /// the backend does not notify observers
 /// ([`Capabilities::observers`](crate::Capabilities::observers)).
 pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
+
+/// Where the server notifies observers, how often [`Election::observe`]
+/// reads the lock again all the same by default (a safety net: a
+/// notification is never the only way a change is seen).
+pub const DEFAULT_NOTIFIED_REREAD: Duration = Duration::from_secs(5);
 
 /// One election: candidates [`campaign`](Self::campaign) for its lock,
 /// anyone reads the [`leader`](Self::leader) or
@@ -54,7 +60,8 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 pub struct Election {
     locks: Arc<dyn crate::DistributedLock>,
     name: String,
-    poll: Duration,
+    /// Set by [`Election::poll_interval`]; else the defaults.
+    poll: Option<Duration>,
 }
 
 /// The leader of an election as the server records it.
@@ -111,14 +118,16 @@ impl Election {
         Election {
             locks,
             name: name.into(),
-            poll: DEFAULT_POLL_INTERVAL,
+            poll: None,
         }
     }
 
-    /// How often observers read the lock again where the backend does not
-    /// notify them (default [`DEFAULT_POLL_INTERVAL`]).
+    /// How often observers read the lock again: where the backend does not
+    /// notify them, the poll interval (default [`DEFAULT_POLL_INTERVAL`]);
+    /// where it does, the longest time between two reads however quiet
+    /// the server (default [`DEFAULT_NOTIFIED_REREAD`]).
     pub fn poll_interval(mut self, every: Duration) -> Self {
-        self.poll = every.max(Duration::from_millis(1));
+        self.poll = Some(every.max(Duration::from_millis(1)));
         self
     }
 
@@ -201,16 +210,21 @@ impl Election {
     /// leader, new value and end of a leadership (`None`), in term order
     /// (a term never goes back). It never ends by itself: a failed read is
     /// an `Err` item, and the stream goes on reading. Where the backend
-    /// does not notify observers, a leadership shorter than the poll
-    /// interval may go unseen.
+    /// notifies observers ([`Capabilities::observers`](crate::Capabilities::observers)),
+    /// each notification is followed by a read; elsewhere the lock is read
+    /// every poll interval, and a leadership shorter than it may go unseen
+    /// (also where notified, changes closer together than one read are
+    /// seen as their last state).
     pub fn observe(
         &self,
     ) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
         let state = Observing {
+            notified: self.locks.capabilities().observers == Waiting::Notified,
             election: self.clone(),
             last: None,
             highest: 0,
-            first: true,
+            read_now: true,
+            changes: None,
         };
         futures_util::stream::unfold(state, |mut s| async move {
             let item = s.next_change().await;
@@ -297,16 +311,20 @@ struct Observing {
     last: Option<Option<(u64, Vec<u8>)>>,
     /// The highest term reported: a read showing a lower one is stale.
     highest: u64,
-    first: bool,
+    /// Read without waiting: the first read.
+    read_now: bool,
+    /// The backend notifies observers (until it says it cannot).
+    notified: bool,
+    /// The server's notifications, while subscribed.
+    changes: Option<Changes>,
 }
 
 impl Observing {
     async fn next_change(&mut self) -> Result<Option<Leader>, LockError> {
         loop {
-            if !self.first {
-                tokio::time::sleep(self.election.poll).await;
+            if !std::mem::take(&mut self.read_now) {
+                self.wait().await?;
             }
-            self.first = false;
             let now = self.election.leader().await?;
             if let Some(l) = &now
                 && l.term < self.highest
@@ -323,6 +341,45 @@ impl Observing {
                 }
                 return Ok(now);
             }
+        }
+    }
+
+    /// Wait for the next reason to read the lock: a notification (or a
+    /// new subscription, which may have missed one), the re-read
+    /// interval, or the poll interval where the backend does not notify.
+    async fn wait(&mut self) -> Result<(), LockError> {
+        let election = &self.election;
+        if self.notified && self.changes.is_none() {
+            match election.locks.changes(&election.name).await {
+                Ok(Some(changes)) => {
+                    self.changes = Some(changes);
+                    return Ok(());
+                }
+                Ok(None) => self.notified = false,
+                Err(e) => {
+                    // Asked again at the next call, after a pause.
+                    tokio::time::sleep(election.poll.unwrap_or(DEFAULT_POLL_INTERVAL)).await;
+                    return Err(e);
+                }
+            }
+        }
+        let Some(changes) = &mut self.changes else {
+            tokio::time::sleep(election.poll.unwrap_or(DEFAULT_POLL_INTERVAL)).await;
+            return Ok(());
+        };
+        tokio::select! {
+            item = changes.next() => match item {
+                Some(Ok(())) => Ok(()),
+                Some(Err(e)) => {
+                    self.changes = None;
+                    Err(e)
+                }
+                None => {
+                    self.changes = None;
+                    Ok(())
+                }
+            },
+            () = tokio::time::sleep(election.poll.unwrap_or(DEFAULT_NOTIFIED_REREAD)) => Ok(()),
         }
     }
 }

@@ -31,12 +31,14 @@ mod reentrant;
 mod with_lock;
 
 pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
-pub use election::{DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led};
+pub use election::{
+    DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led,
+};
 pub use error::{BoxError, LockError};
 pub use guard::{LockGuard, RELEASE_PATIENCE};
 pub use holder::{Holder, MAX_IDENTITY_BYTES, MAX_VALUE_BYTES, default_identity};
 pub use info::LockInfo;
-pub use lock::{DistributedLock, WAIT_OVERRUN};
+pub use lock::{Changes, DistributedLock, WAIT_OVERRUN};
 pub use loss::{LossKind, LossReason};
 pub use memory::MemoryLock;
 pub use name::MAX_NAME_BYTES;

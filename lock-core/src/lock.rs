@@ -12,6 +12,12 @@ use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::options::LockOptions;
 
+/// Server notifications that a lock may have changed
+/// ([`DistributedLock::changes`]): one `Ok(())` per notification, an error
+/// when the channel broke (the stream ends after it).
+pub type Changes =
+    std::pin::Pin<Box<dyn futures_util::Stream<Item = Result<(), LockError>> + Send + 'static>>;
+
 /// A lock service, used as `Arc<dyn DistributedLock>` so the backend is
 /// picked at run time.
 ///
@@ -60,6 +66,19 @@ pub trait DistributedLock: Send + Sync {
             backend: self.capabilities().backend,
             operation: "inspect",
         })
+    }
+
+    /// A stream that yields each time the server says lock `name` may have
+    /// changed (granted, released, its holder record rewritten), where the
+    /// backend is notified by its server
+    /// ([`Capabilities::observers`] is [`Waiting::Notified`](crate::Waiting::Notified));
+    /// `Ok(None)` where it is not (the default). A notification carries no
+    /// state: read it with [`inspect`](Self::inspect) after subscribing, and
+    /// after each item. The stream ends, or yields an error and ends, when
+    /// the server's channel breaks: subscribe again.
+    async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        let _ = name;
+        Ok(None)
     }
 
     /// The operator's way out for a lock whose holder is gone but whose

@@ -13,8 +13,8 @@ use lock_core::raw::{
     Retry, Unrenewed, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    LossReason, Waiting,
+    Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, LossReason, Waiting,
 };
 use tokio::time::Instant;
 
@@ -42,6 +42,7 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         .with_min_lease(min_lease)
         // The holder record is the key's value.
         .with_holder(true)
+        .with_observers(Waiting::Notified)
 }
 
 /// Locks on etcd (v3 API, 3.4 or later).
@@ -609,6 +610,46 @@ impl RawLock for EtcdLock {
     /// The first key under the lock's directory (by creation) is the
     /// holder: its create revision is the token and its lease's time to
     /// live the time left (whole seconds); the keys after it wait.
+    /// A watch on the lock's whole key range (holder and waiters): each
+    /// response with events is a change (a grant, a release, a waiter
+    /// coming or going, a value put by `set_value`); lease renewals put
+    /// nothing.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        validate_name(name)?;
+        let dir = keys::dir(&self.inner.config.prefix, name);
+        let stream = requests::watch(
+            &self.inner.client,
+            dir.as_bytes(),
+            etcd_client::WatchOptions::new().with_prefix(),
+            "watching a lock for observers",
+        )
+        .await?;
+        Ok(Some(Box::pin(futures_util::stream::unfold(
+            Some(stream),
+            |stream| async move {
+                let mut stream = stream?;
+                loop {
+                    match stream.message().await {
+                        Ok(Some(r)) if r.canceled() => {
+                            let e = LockError::unavailable(
+                                BACKEND,
+                                "watching a lock for observers",
+                                format!("the watch was cancelled: {}", r.cancel_reason()),
+                            );
+                            return Some((Err(e), None));
+                        }
+                        Ok(Some(r)) if r.events().is_empty() => {}
+                        Ok(Some(_)) => return Some((Ok(()), Some(stream))),
+                        Ok(None) => return None,
+                        Err(e) => {
+                            return Some((Err(map_etcd("watching a lock for observers", e)), None));
+                        }
+                    }
+                }
+            },
+        ))))
+    }
+
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let (holder, keys) = self.holder(name).await?;
         let Some(holder) = holder else {

@@ -224,7 +224,7 @@ pub(crate) async fn watch(
         options = options.with_range(end);
         start = low;
     }
-    requests::watch(client, start, options).await
+    requests::watch(client, start, options, "watching the predecessor").await
 }
 
 /// The next turn a watch from [`watch`] reports, if its message has one:

@@ -121,13 +121,14 @@ pub(crate) async fn keep_alive_once(client: &Client, id: i64) -> Result<bool, Lo
     sent.await
 }
 
-/// A watch stream on `key`.
+/// A watch stream on `key`, for `doing` (the errors' context).
 pub(crate) async fn watch(
     client: &Client,
     key: &[u8],
     options: WatchOptions,
+    doing: &str,
 ) -> Result<WatchStream, LockError> {
-    retry("watching the predecessor", || {
+    retry(doing, || {
         let (mut w, options) = (client.watch_client(), options.clone());
         async move { w.watch(key.to_vec(), Some(options)).await }
     })

@@ -4,7 +4,9 @@ use std::fmt;
 use std::sync::Arc;
 
 use lock_core::raw::async_trait;
-use lock_core::{Capabilities, DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
+use lock_core::{
+    Capabilities, Changes, DistributedLock, LockError, LockGuard, LockInfo, LockOptions,
+};
 
 use crate::Layer;
 
@@ -122,6 +124,10 @@ impl<T: ?Sized + Send + Sync> DistributedLock for LayerStack<T> {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.outer.inspect(name).await
+    }
+
+    async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        self.outer.changes(name).await
     }
 
     async fn force_release(&self, name: &str) -> Result<bool, LockError> {

@@ -13,7 +13,8 @@ use futures_util::{Stream, StreamExt};
 use tokio::time::Instant;
 
 use lock_core::{
-    Election, Fencing, Leader, LockError, LockOptions, MAX_VALUE_BYTES, Wait, default_identity,
+    Election, Fencing, Leader, LockError, LockOptions, MAX_VALUE_BYTES, Wait, Waiting,
+    default_identity,
 };
 
 use crate::conformance::{Harness, unique_name};
@@ -420,6 +421,65 @@ pub async fn observers_see_every_term_in_order(h: Harness) {
     assert_eq!(seen, expected, "observed {seen:?} for terms {terms:?}");
 }
 
+/// Where the capabilities say the server notifies observers
+/// (`observers: Notified`), an observer that would read again only every
+/// minute sees a new leader, a proclaimed value and a resignation within
+/// seconds: it was woken. Where they say `Polling`, the backend offers no
+/// notifications ([`DistributedLock::changes`](lock_core::DistributedLock::changes) is `None`).
+pub async fn observers_are_woken_by_the_server_where_it_notifies(h: Harness) {
+    const REREAD: Duration = Duration::from_secs(60);
+    const WOKEN: Duration = Duration::from_secs(10);
+    let name = unique_name("woken");
+    let caps = h.lock.capabilities();
+    if caps.observers != Waiting::Notified {
+        let changes = h.lock.changes(&name).await.expect("changes");
+        assert!(
+            changes.is_none(),
+            "{}: observers: Polling, yet notifications are offered",
+            caps.backend
+        );
+        return;
+    }
+    let a = Election::new(h.lock.clone(), name.clone());
+    if !offered_or_refused(&h, &a).await {
+        return;
+    }
+    let b = Election::new(h.other.clone(), name).poll_interval(REREAD);
+    let mut events = Box::pin(b.observe());
+    let first = tokio::time::timeout(WOKEN, events.next()).await;
+    assert!(
+        matches!(first, Ok(Some(Ok(None)))),
+        "the first state, no leader: {first:?}"
+    );
+    let o = opts(Duration::from_secs(20), Wait::No, true, &h);
+    let mut leadership = a.campaign("v1", &o).await.expect("campaign");
+    let mut next = async || {
+        let started = Instant::now();
+        let item = tokio::time::timeout(WOKEN, events.next())
+            .await
+            .unwrap_or_else(|_| panic!("{}: no notification within {WOKEN:?}", caps.backend))
+            .expect("the stream goes on")
+            .expect("no read error");
+        (item, started.elapsed())
+    };
+    let (seen, after) = next().await;
+    assert_eq!(
+        seen.as_ref().map(|l| (l.term, l.value.clone())),
+        Some((leadership.term(), b"v1".to_vec())),
+        "the new leader"
+    );
+    leadership.proclaim("v2").await.expect("proclaim");
+    let (seen, _) = next().await;
+    assert_eq!(seen.map(|l| l.value), Some(b"v2".to_vec()), "the new value");
+    assert!(leadership.resign().await.expect("resign"));
+    let (seen, _) = next().await;
+    assert!(seen.is_none(), "no leader after the resignation: {seen:?}");
+    eprintln!(
+        "{}: an observer saw a new leader {after:?} after it won",
+        caps.backend
+    );
+}
+
 /// A campaign cancelled while it waits (dropped at any point) leaves no
 /// candidate behind: once the leader resigns, a newcomer wins at once.
 pub async fn a_cancelled_campaign_leaves_no_candidate(h: Harness) {
@@ -507,6 +567,7 @@ macro_rules! __election_cases {
             observers_see_every_term_in_order,
             a_cancelled_campaign_leaves_no_candidate,
             lead_runs_while_leader_and_stops_on_loss,
+            observers_are_woken_by_the_server_where_it_notifies,
         );
     };
 }

@@ -17,6 +17,7 @@ mod config;
 mod error;
 mod handle;
 mod lock;
+mod observe;
 mod path;
 mod queue;
 mod session;

@@ -11,8 +11,8 @@ use lock_core::raw::{
     Retry, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    LossReason, Waiting,
+    Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
+    LockOptions, LossReason, Waiting,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -42,7 +42,9 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     .with_survives_server_failure(true)
     .with_waiting(Waiting::Notified)
     // The holder record is the node's data.
-    .with_holder(true);
+    .with_holder(true)
+    // Watches on the queue and the first node's data (`observe.rs`).
+    .with_observers(Waiting::Notified);
 
 /// Locks on ZooKeeper.
 ///
@@ -460,6 +462,15 @@ impl RawLock for ZkLock {
             reason: format!("lock `{name}` changed hands three times while being read"),
             source: None,
         })
+    }
+
+    /// Watches on the lock's queue and on its first node's data
+    /// ([`crate::observe`]), on this client's session.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        validate_name(name)?;
+        let dir = lock_node(&self.inner.root, name);
+        let session = self.session().await?;
+        crate::observe::changes(session, dir).await.map(Some)
     }
 
     /// Delete the holder's node of `name`: the next waiter (watching it)

@@ -9,7 +9,7 @@ use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
-use crate::lock::{DistributedLock, WAIT_OVERRUN};
+use crate::lock::{Changes, DistributedLock, WAIT_OVERRUN};
 use crate::options::{LockOptions, Wait};
 use crate::raw::{Attempt, Request, acquire_by_polling};
 
@@ -84,6 +84,13 @@ pub trait RawLock: Send + Sync {
         })
     }
 
+    /// See [`DistributedLock::changes`]; `name` is not yet validated. The
+    /// default answers `Ok(None)`: no notifications, observers poll.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        let _ = name;
+        Ok(None)
+    }
+
     /// See [`DistributedLock::force_release`]; `name` is not yet
     /// validated. The default answers [`LockError::Unsupported`].
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
@@ -135,6 +142,10 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.raw_inspect(name).await
+    }
+
+    async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        self.raw_changes(name).await
     }
 
     async fn force_release(&self, name: &str) -> Result<bool, LockError> {

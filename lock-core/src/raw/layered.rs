@@ -10,7 +10,7 @@ use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
-use crate::lock::DistributedLock;
+use crate::lock::{Changes, DistributedLock};
 use crate::options::LockOptions;
 
 /// A lock that wraps another: every method forwards to
@@ -43,6 +43,11 @@ pub trait LayeredLock: Send + Sync + 'static {
     /// [`DistributedLock::inspect`]; forwards by default.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.inner().inspect(name).await
+    }
+
+    /// [`DistributedLock::changes`]; forwards by default.
+    async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        self.inner().changes(name).await
     }
 
     /// [`DistributedLock::force_release`]; forwards by default.
@@ -92,6 +97,10 @@ impl<L: LayeredLock> DistributedLock for Layered<L> {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.0.inspect(name).await
+    }
+
+    async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        self.0.changes(name).await
     }
 
     async fn force_release(&self, name: &str) -> Result<bool, LockError> {
