@@ -26,8 +26,10 @@ pub(crate) fn map_etcd(doing: &str, e: etcd_client::Error) -> LockError {
             TRANSIENT_CODES.contains(&(status.code() as i32))
                 || status.message().contains("no leader")
                 // A connection reset or refused under the request (gRPC
-                // reports it as UNKNOWN "transport error").
+                // reports it as UNKNOWN "transport error"), or a stream cut
+                // by the server's death (UNKNOWN "h2 protocol error").
                 || status.message().contains("transport error")
+                || status.message().contains("h2 protocol error")
         }
         _ => false,
     };
@@ -65,5 +67,25 @@ pub(crate) fn never_sent(e: &etcd_client::Error) -> bool {
         E::TransportError(_) => true,
         E::GRpcStatus(status) => status.code() as i32 == 14 && status.message().contains("connect"),
         _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown(message: &str) -> etcd_client::Error {
+        etcd_client::Error::GRpcStatus(tonic::Status::new(tonic::Code::Unknown, message))
+    }
+
+    /// A watch or request whose connection the server's death cut is
+    /// transient, as a refused connection is; an UNKNOWN status that says
+    /// nothing of the connection is not.
+    #[test]
+    fn a_stream_cut_by_the_servers_death_is_transient() {
+        let cut = unknown("h2 protocol error: error reading a body from connection");
+        assert!(map_etcd("watching", cut).is_transient());
+        assert!(map_etcd("watching", unknown("transport error")).is_transient());
+        assert!(!map_etcd("watching", unknown("etcdserver: bad request")).is_transient());
     }
 }
