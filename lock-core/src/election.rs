@@ -37,7 +37,8 @@ pub const DEFAULT_NOTIFIED_REREAD: Duration = Duration::from_secs(5);
 /// [`observe`](Self::observe)s its changes.
 ///
 /// It works on every backend whose capabilities give fencing tokens (the
-/// term) and a holder record (the value): every backend of this project.
+/// term) and a holder record (the value); elsewhere a campaign answers
+/// [`LockError::Unsupported`].
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]

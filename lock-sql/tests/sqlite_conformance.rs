@@ -122,3 +122,49 @@ mod without_fencing {
 
     lock_testkit::conformance_suite!(harness());
 }
+
+/// A lease table made before the holder record existed (no `holder`
+/// column) gains the column when opened, keeps its rows and tokens, and
+/// records holders from then on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lease_table_without_the_holder_column_gains_it() {
+    use lock_core::{DistributedLock, LockOptions};
+    use lock_sql::sqlx::{self, Connection};
+
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("older.db");
+    let url = format!("sqlite://{}?mode=rwc", path.display());
+    let mut conn = sqlx::SqliteConnection::connect(&url)
+        .await
+        .expect("connect");
+    sqlx::raw_sql(
+        "CREATE TABLE distlock_leases (name TEXT PRIMARY KEY NOT NULL, owner TEXT, \
+         fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID; \
+         INSERT INTO distlock_leases (name, fence) VALUES ('jobs', 41);",
+    )
+    .execute(&mut conn)
+    .await
+    .expect("an older table");
+    conn.close().await.expect("close");
+
+    let locks = SqliteLock::open(&path, SqliteConfig::default())
+        .await
+        .expect("open an older table");
+    let opts = LockOptions::new().identity("api-2").value("10.0.0.7");
+    let guard = locks.acquire("jobs", &opts).await.expect("acquire");
+    assert_eq!(guard.fencing_token(), Some(42), "the row's counter goes on");
+    let holder = locks.inspect("jobs").await.expect("inspect").holder;
+    let holder = holder.expect("a holder record");
+    assert_eq!(
+        (holder.identity.as_str(), holder.value.as_slice()),
+        ("api-2", b"10.0.0.7".as_slice())
+    );
+    // A second opener finds the column there.
+    let again = SqliteLock::open(&path, SqliteConfig::default())
+        .await
+        .expect("open again");
+    guard.set_value(b"10.0.0.8").await.expect("set_value");
+    let holder = again.inspect("jobs").await.expect("inspect").holder;
+    assert_eq!(holder.map(|h| h.value), Some(b"10.0.0.8".to_vec()));
+    assert!(guard.release().await.expect("release"));
+}

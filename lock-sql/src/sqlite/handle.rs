@@ -1,12 +1,13 @@
 //! The guard's handle on a SQLite lease: release and extend, each through
-//! the client's batch of writes.
+//! the client's batch of writes; the holder record's value replaced by
+//! owner.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::{DetachedRelease, GuardHandle};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
 use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 
 use super::batch::{Extension, Held};
@@ -20,6 +21,8 @@ pub(crate) struct SqliteHandle {
     pub(crate) name: String,
     /// The owner token, as stored in the row.
     pub(crate) owner_hex: String,
+    /// The holder record written with the grant.
+    pub(crate) record: HolderRecord,
 }
 
 #[async_trait]
@@ -63,6 +66,22 @@ impl GuardHandle for SqliteHandle {
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         let held = self.held();
         self.inner.extends.call(Extension { held, ttl }).await
+    }
+
+    /// Rewrite the row's holder record while the lease is ours and live
+    /// (one statement, this process's writers taking turns as for a grant).
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record.with_value(value);
+        let _turn = self.inner.gate.acquisition().await;
+        let done = sqlx::query(AssertSqlSafe(self.inner.sql.set_holder.as_str()))
+            .bind(&self.name)
+            .bind(&self.owner_hex)
+            .bind(record.as_bytes())
+            .bind(now_ms())
+            .execute(&self.inner.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "replacing a holder's value", e))?;
+        Ok(done.rows_affected() == 1)
     }
 }
 

@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry, Unrenewed,
-    Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Attempt, Batcher, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
+    Unrenewed, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -36,7 +36,9 @@ pub(crate) const BACKEND: &str = "sqlite";
 const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
     .with_fencing(Fencing::Safe)
     // Waiters are granted in ticket order.
-    .with_fair_queue(true);
+    .with_fair_queue(true)
+    // The lease row's `holder` column, written with the grant.
+    .with_holder(true);
 
 /// How often the first waiter in line looks whether the lock is free; the
 /// n-th looks n times as seldom.
@@ -101,6 +103,8 @@ pub(crate) struct Statements {
     pub(crate) drop_ticket: String,
     pub(crate) holder_expiry: String,
     pub(crate) holder: String,
+    /// Replace the holder record of a lease we own.
+    pub(crate) set_holder: String,
     pub(crate) take_away: String,
     /// One lease freed by its owner, outside the batches: a release at
     /// shutdown.
@@ -127,9 +131,10 @@ impl Statements {
                 "DELETE FROM \"{t}_waiters\" WHERE ticket = ?1 OR alive_until_ms < ?2"
             ),
             acquire: format!(
-                "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms) VALUES (?1, ?2, 1, ?3) \
+                "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms, holder) \
+                 VALUES (?1, ?2, 1, ?3, ?5) \
                  ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, fence = fence + 1, \
-                 expires_at_ms = excluded.expires_at_ms \
+                 expires_at_ms = excluded.expires_at_ms, holder = excluded.holder \
                  WHERE owner IS NULL OR expires_at_ms <= ?4 RETURNING fence"
             ),
             holder_expiry: format!(
@@ -137,8 +142,12 @@ impl Statements {
                  WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
             ),
             holder: format!(
-                "SELECT fence, expires_at_ms FROM \"{t}\" \
+                "SELECT fence, expires_at_ms, holder FROM \"{t}\" \
                  WHERE name = ?1 AND owner IS NOT NULL AND expires_at_ms > ?2"
+            ),
+            set_holder: format!(
+                "UPDATE \"{t}\" SET holder = ?3 \
+                 WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?4"
             ),
             take_away: format!(
                 "UPDATE \"{t}\" SET owner = NULL, expires_at_ms = 0 \
@@ -264,12 +273,14 @@ impl SqliteLock {
         let create = format!(
             "CREATE TABLE IF NOT EXISTS \"{t}\" (\
              name TEXT PRIMARY KEY NOT NULL, owner TEXT, \
-             fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0) WITHOUT ROWID"
+             fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0, \
+             holder BLOB) WITHOUT ROWID"
         );
         sqlx::query(AssertSqlSafe(create))
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "creating the lease table", e))?;
+        add_holder_column(&pool, &table).await?;
         let waiters = format!(
             "CREATE TABLE IF NOT EXISTS \"{t}_waiters\" (\
              ticket INTEGER PRIMARY KEY AUTOINCREMENT, name TEXT NOT NULL, \
@@ -360,8 +371,9 @@ impl SqliteLock {
             }
         }
         let owner = OwnerToken::random();
-        let handle = Arc::new(self.handle(name, owner));
+        let handle = Arc::new(self.handle(name, owner, opts.holder_record()));
         let owner = handle.owner_hex.clone();
+        let record = handle.record.as_bytes().to_vec();
         let pending = PendingGrant::new(handle);
         let sent_at = Instant::now();
         let now = now_ms();
@@ -399,6 +411,7 @@ impl SqliteLock {
             .bind(&owner)
             .bind(now.saturating_add(ms(opts.ttl)))
             .bind(now)
+            .bind(record)
             .fetch_optional(&mut *tx)
             .await
             .map_err(failed)?;
@@ -479,11 +492,12 @@ impl SqliteLock {
         Ok(expires.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
     }
 
-    fn handle(&self, name: &str, owner: OwnerToken) -> SqliteHandle {
+    fn handle(&self, name: &str, owner: OwnerToken, record: HolderRecord) -> SqliteHandle {
         SqliteHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             owner_hex: owner.to_hex(),
+            record,
         }
     }
 }
@@ -524,7 +538,7 @@ impl RawLock for SqliteLock {
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         validate_name(name)?;
         let now = now_ms();
-        let holder: Option<(i64, i64)> =
+        let holder: Option<(i64, i64, Option<Vec<u8>>)> =
             sqlx::query_as(AssertSqlSafe(self.inner.sql.holder.as_str()))
                 .bind(name)
                 .bind(now)
@@ -534,14 +548,20 @@ impl RawLock for SqliteLock {
         let waiters = Some(self.queued(name).await? as usize);
         Ok(match holder {
             None => LockInfo::free().with_waiters(waiters),
-            Some((fence, expires_at)) => LockInfo::held()
+            Some((fence, expires_at, record)) => LockInfo::held()
                 .with_fencing_token(u64::try_from(fence).ok().filter(|_| self.inner.fencing))
                 .with_expires_in(
                     u64::try_from(expires_at - now)
                         .ok()
                         .map(Duration::from_millis),
                 )
-                .with_waiters(waiters),
+                .with_waiters(waiters)
+                .with_holder(
+                    record
+                        .filter(|r| !r.is_empty())
+                        .map(|r| HolderRecord::decode_for(BACKEND, name, &r))
+                        .transpose()?,
+                ),
         })
     }
 
@@ -774,5 +794,29 @@ mod tests {
         ));
         assert!(start.elapsed() < Duration::from_secs(1));
         assert!(g.release().await.expect("release"));
+    }
+}
+
+/// Add the `holder` column to a lease table made before it existed (an
+/// older version of this crate); concurrent openers may race to add it.
+async fn add_holder_column(pool: &SqlitePool, table: &Identifier) -> Result<(), LockError> {
+    let failed = |e| map_sqlx(BACKEND, "adding the holder column to the lease table", e);
+    let has = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'holder'",
+        )
+        .bind(table.as_str())
+        .fetch_one(pool)
+        .await
+    };
+    if has().await.map_err(failed)? > 0 {
+        return Ok(());
+    }
+    let alter = format!("ALTER TABLE \"{}\" ADD COLUMN holder BLOB", table.as_str());
+    match sqlx::query(AssertSqlSafe(alter)).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Another process added it first.
+        Err(_) if has().await.map_err(failed)? > 0 => Ok(()),
+        Err(e) => Err(failed(e)),
     }
 }
