@@ -15,9 +15,10 @@ use tokio::time::Instant;
 mod common;
 use common::{distlock, env, text, unique};
 
-/// The backends that offer elections, by URL.
-fn election_urls() -> Vec<String> {
+/// The backends that offer elections, by URL (SQLite's file in `dir`).
+fn election_urls(dir: &Path) -> Vec<String> {
     vec![
+        format!("sqlite://{}/locks.db", dir.display()),
         env("DISTLOCK_TEST_REDIS_URL"),
         env("DISTLOCK_TEST_REDLOCK_URL"),
         env("DISTLOCK_TEST_ETCD_URL"),
@@ -50,7 +51,7 @@ async fn lines_of(path: &Path, lines: usize) -> Vec<String> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_runs_with_its_term_and_the_others_see_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    for url in election_urls() {
+    for url in election_urls(dir.path()) {
         let name = unique("elect");
         let seen = dir.path().join(format!("{:x}", common::rand_u64()));
         let go = dir.path().join(format!("{:x}", common::rand_u64()));
@@ -165,12 +166,11 @@ async fn a_lost_leadership_stops_the_command_and_again_campaigns_anew() {
     }
 }
 
-/// A backend without elections (SQLite keeps no holder record) is refused
-/// with 78 before anything runs.
+/// A backend without elections (Postgres keeps no holder record yet) is
+/// refused with 78 before anything runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_without_elections_is_refused() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let url = format!("sqlite://{}/locks.db", dir.path().display());
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
     let out = distlock()
         .args(["elect", "--url", &url, "jobs", "--", "sh", "-c", "echo ran"])
         .output()

@@ -225,6 +225,13 @@ fn check_election(case: &str, servers: &str, url: &str, server_kill: &'static [&
 }
 
 #[test]
+fn election_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    check_election("sqlite", "sqlite", &url, &[]);
+}
+
+#[test]
 fn election_redis() {
     check_election("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
 }
