@@ -14,9 +14,8 @@ use clap::Args;
 use distlock::{Election, LockError, LockOptions, Wait};
 
 use crate::exit;
-use crate::group;
-use crate::run::{Program, hold, release};
-use crate::signals::{self, Signals};
+use crate::run::{Program, hold, prepare, release};
+use crate::signals;
 use crate::wait_arg::{parse_duration, parse_wait};
 
 /// The environment, exit codes and examples of `distlock elect --help`.
@@ -84,17 +83,9 @@ pub(crate) struct ElectArgs {
 
 /// Run `args`, returning the exit code.
 pub(crate) async fn elect(args: ElectArgs) -> u8 {
-    let mut signals = match Signals::new() {
-        Ok(signals) => signals,
-        Err(e) => {
-            eprintln!("distlock: cannot watch for signals: {e}");
-            return exit::UNAVAILABLE;
-        }
-    };
-    group::become_subreaper();
-    let locks = match distlock::connect(&args.url).await {
-        Ok(locks) => locks,
-        Err(e) => return exit::failed(&e),
+    let (mut signals, locks) = match prepare(&args.url).await {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     let backend = locks.capabilities().backend;
     let mut opts = LockOptions::new()

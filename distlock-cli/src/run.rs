@@ -20,6 +20,7 @@
 use std::ffi::OsString;
 use std::io::IsTerminal;
 use std::process::ExitStatus;
+use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
@@ -79,19 +80,30 @@ pub(crate) struct RunArgs {
     command: Vec<OsString>,
 }
 
-/// Run `args`, returning the exit code.
-pub(crate) async fn run(args: RunArgs) -> u8 {
-    let mut signals = match Signals::new() {
+/// What a command that runs a program under a lock sets up first: the
+/// signals it passes on, `distlock` as the subreaper of what it starts,
+/// and the lock client for `url`; `Err` with the exit code (said on
+/// stderr) if any of it fails.
+pub(crate) async fn prepare(url: &str) -> Result<(Signals, Arc<dyn DistributedLock>), u8> {
+    let signals = match Signals::new() {
         Ok(signals) => signals,
         Err(e) => {
             eprintln!("distlock: cannot watch for signals: {e}");
-            return exit::UNAVAILABLE;
+            return Err(exit::UNAVAILABLE);
         }
     };
     group::become_subreaper();
-    let locks = match distlock::connect(&args.url).await {
-        Ok(locks) => locks,
-        Err(e) => return exit::failed(&e),
+    match distlock::connect(url).await {
+        Ok(locks) => Ok((signals, locks)),
+        Err(e) => Err(exit::failed(&e)),
+    }
+}
+
+/// Run `args`, returning the exit code.
+pub(crate) async fn run(args: RunArgs) -> u8 {
+    let (mut signals, locks) = match prepare(&args.url).await {
+        Ok(prepared) => prepared,
+        Err(code) => return code,
     };
     let opts = LockOptions::new()
         .ttl(args.ttl)

@@ -314,17 +314,13 @@ async fn waiter_whose_lease_expires(campaign: bool) {
     assert!(g.is_lost().is_none(), "granted on a live lease");
     assert!(g.fencing_token() > holder_token);
     if campaign {
-        let leader = Election::new(Arc::new(locks.clone()), name.clone())
-            .leader()
-            .await
-            .expect("leader")
-            .expect("a leader");
-        assert_eq!(
-            Some(leader.term),
-            g.fencing_token(),
-            "the election shows the win"
-        );
-        assert_eq!(leader.value, b"candidate");
+        lock_testkit::faults::assert_election_shows(
+            Arc::new(locks.clone()),
+            &name,
+            &g,
+            b"candidate",
+        )
+        .await;
     }
     assert!(
         locks

@@ -554,6 +554,28 @@ where
     drop(holder);
 }
 
+/// The election `name`, read through `locks`, shows `won` (a campaign's
+/// guard) as its leader, with `value`: a win after a fault is the one the
+/// server records.
+pub async fn assert_election_shows(
+    locks: std::sync::Arc<dyn lock_core::DistributedLock>,
+    name: &str,
+    won: &lock_core::LockGuard,
+    value: &[u8],
+) {
+    let leader = lock_core::Election::new(locks, name)
+        .leader()
+        .await
+        .expect("leader")
+        .expect("a leader");
+    assert_eq!(
+        Some(leader.term),
+        won.fencing_token(),
+        "the election shows the win"
+    );
+    assert_eq!(leader.value, value);
+}
+
 /// After servers come back: poll `try_acquire` (every 100 ms, on fresh
 /// names, with `opts`) until a lock is granted and released again, and
 /// return how long that took; fails the test if it takes longer than

@@ -177,17 +177,13 @@ async fn waiter_whose_session_expires(campaign: bool) {
         g.is_lost()
     );
     if campaign {
-        let leader = Election::new(Arc::new(client().await), name.clone())
-            .leader()
-            .await
-            .expect("leader")
-            .expect("a leader");
-        assert_eq!(
-            Some(leader.term),
-            g.fencing_token(),
-            "the election shows the win"
-        );
-        assert_eq!(leader.value, b"candidate");
+        lock_testkit::faults::assert_election_shows(
+            Arc::new(client().await),
+            &name,
+            &g,
+            b"candidate",
+        )
+        .await;
     }
     assert!(g.release().await.expect("release"));
     eprintln!("zk faults: a waiter whose session expired got the lock {after:?} after the thaw");
