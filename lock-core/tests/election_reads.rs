@@ -3,32 +3,18 @@
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use lock_core::{
-    Capabilities, DistributedLock, Election, LockError, LockGuard, LockInfo, LockOptions,
-    MemoryLock,
-};
+use lock_core::raw::{Layered, LayeredLock};
+use lock_core::{DistributedLock, Election, LockError, LockInfo, MemoryLock};
 
 /// The memory backend, except that `inspect` shows the lock held with no
 /// fencing token: what Redlock shows between a grant's majority and the
 /// write-back of its token.
-struct GrantInProgress(MemoryLock);
+struct GrantInProgress(Arc<dyn DistributedLock>);
 
 #[async_trait]
-impl DistributedLock for GrantInProgress {
-    async fn try_acquire(
-        &self,
-        name: &str,
-        opts: &LockOptions,
-    ) -> Result<Option<LockGuard>, LockError> {
-        self.0.try_acquire(name, opts).await
-    }
-
-    async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        self.0.acquire(name, opts).await
-    }
-
-    fn capabilities(&self) -> Capabilities {
-        self.0.capabilities()
+impl LayeredLock for GrantInProgress {
+    fn inner(&self) -> &Arc<dyn DistributedLock> {
+        &self.0
     }
 
     async fn inspect(&self, _name: &str) -> Result<LockInfo, LockError> {
@@ -41,6 +27,7 @@ impl DistributedLock for GrantInProgress {
 /// later.
 #[tokio::test]
 async fn a_grant_still_writing_its_term_reads_as_no_leader_yet() {
-    let election = Election::new(Arc::new(GrantInProgress(MemoryLock::new())), "e");
+    let lock = Layered::new(GrantInProgress(Arc::new(MemoryLock::new())));
+    let election = Election::new(Arc::new(lock), "e");
     assert!(election.leader().await.expect("read").is_none());
 }
