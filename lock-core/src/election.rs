@@ -223,7 +223,7 @@ impl Election {
             notified: self.locks.capabilities().observers == Waiting::Notified,
             election: self.clone(),
             last: None,
-            highest: 0,
+            floor: 0,
             read_now: true,
             changes: None,
         };
@@ -310,8 +310,12 @@ struct Observing {
     election: Election,
     /// The last state reported: the leader's term and value, or `None`.
     last: Option<Option<(u64, Vec<u8>)>>,
-    /// The highest term reported: a read showing a lower one is stale.
-    highest: u64,
+    /// The lowest term a read may show: the last term reported, or one
+    /// above it once that leadership was seen to end. A read below it is
+    /// stale: a server that shows the lock held before the new grant's
+    /// term is written (Postgres row mode, MySQL: one round trip) still
+    /// shows the term and holder of the grant before.
+    floor: u64,
     /// Read without waiting: the first read.
     read_now: bool,
     /// The backend notifies observers (until it says it cannot).
@@ -328,18 +332,21 @@ impl Observing {
             }
             let now = self.election.leader().await?;
             if let Some(l) = &now
-                && l.term < self.highest
+                && l.term < self.floor
             {
                 tracing::debug!(target: "distlock", election = %self.election.name,
-                    term = l.term, highest = self.highest, "a stale read of an earlier term; skipped");
+                    term = l.term, floor = self.floor, "a stale read of an ended term; skipped");
                 continue;
             }
             let key = now.as_ref().map(|l| (l.term, l.value.clone()));
             if self.last.as_ref() != Some(&key) {
+                self.floor = match (&now, &self.last) {
+                    (Some(l), _) => l.term,
+                    // The leadership reported last has ended.
+                    (None, Some(Some((term, _)))) => term.saturating_add(1),
+                    (None, _) => self.floor,
+                };
                 self.last = Some(key);
-                if let Some(l) = &now {
-                    self.highest = l.term;
-                }
                 return Ok(now);
             }
         }
