@@ -10,6 +10,14 @@
 //! handle of a pinned lock. A [`Dialect`] is what differs: its statements,
 //! its error classes and idle bounds, how it finds a holder.
 //!
+//! **The holder record** (identity, value, since: [`HolderRecord`]) is kept
+//! with fencing on, beside the name's token in the counters, written by
+//! the statement that draws the token (no round trip of its own); it
+//! shows in `inspect` while the name is held. A grant's value is replaced
+//! (an election's `proclaim`) by an update conditioned on the grant's
+//! token, then confirmed by renewing the lock on its own session: the
+//! value counts only if the lock was ours throughout ([`Recorded`]).
+//!
 //! Both ways of taking a lock are handed the caller's [`Request`], so the
 //! wait's deadline is the one set when the acquisition began: time spent on
 //! the shared session's attempt and on the pool's checkout counts against
@@ -18,13 +26,13 @@
 
 use std::fmt;
 use std::str::FromStr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, LeaseState, PendingGrant, RawGuard, RawLock, Request, Unrenewed, Watchdog,
-    confirmed_lease_start, validate_name,
+    DetachedRelease, GuardHandle, HolderRecord, LeaseState, PendingGrant, RawGuard, RawLock,
+    Request, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, Wait};
 use sqlx::pool::{PoolConnection, PoolOptions};
@@ -40,6 +48,11 @@ use crate::shared::{SessionSql, SharedSessions};
 /// A lock granted on a connection of its own: the connection (holding the
 /// lock), the grant's token (0 without fencing) and when it was asked for.
 pub(crate) type Pinning<DB> = (Pinned<DB>, u64, Instant);
+
+/// A name's latest grant as its counter shows it: the token and the
+/// stored holder record (none from a table older than the record, or while
+/// the grant's draw is being completed).
+pub(crate) type LatestGrant = (u64, Option<Vec<u8>>);
 
 /// What a SQL server's dialect gives the engine.
 #[async_trait]
@@ -83,8 +96,13 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<(), sqlx::Error>;
 
-    /// The token of `name`'s latest grant: the holder's while it is held.
-    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError>;
+    /// The token of `name`'s latest grant (the holder's while it is held)
+    /// and the holder record stored with it, if any. Fencing is on.
+    async fn latest_grant(&self, name: &str) -> Result<Option<LatestGrant>, LockError>;
+
+    /// Replace the holder record of `name`'s grant `token`, if that is
+    /// still the latest grant: whether it was. Fencing is on.
+    async fn set_holder(&self, name: &str, token: u64, record: &[u8]) -> Result<bool, LockError>;
 
     /// The server's view of `name` (a valid name): held or free, and its
     /// waiters where the server shows them; the engine adds the token.
@@ -190,14 +208,20 @@ pub(crate) async fn connect_pool<DB: Database>(
 
 /// The lock's tables on `pool`, as `config` says: created from `ddl` (its
 /// statements all `IF NOT EXISTS`) unless `create_schema` is off, then
-/// checked. Tables that are missing (`missing` tells the server's error)
-/// are a configuration error naming the statements (`ddl_fn`, the public
+/// checked; tables of an earlier version that fail the check are brought
+/// up to date by `upgrade` (statements that fail harmlessly where another
+/// client did it first) and checked again. With fencing, the tables
+/// checked are the lock table, `_epoch`, `_run`, `_counters` and those of
+/// `more_tables` (suffixes of the lock table's name). Tables or columns that are missing (`missing` tells the
+/// server's error) are a configuration error naming the statements (`ddl_fn`, the public
 /// function that returns them) and why creating them failed, if it did.
 pub(crate) async fn prepare_schema<DB: Database>(
     backend: &'static str,
     pool: &Pool<DB>,
     config: &SqlConfig,
     ddl: Vec<String>,
+    upgrade: Vec<String>,
+    more_tables: &[&str],
     ddl_fn: &str,
     missing: impl Fn(&sqlx::Error) -> bool,
 ) -> Result<(), LockError>
@@ -206,8 +230,8 @@ where
     for<'q> <DB as Database>::Arguments: sqlx::IntoArguments<DB>,
 {
     let mut failed_ddl = None;
-    if config.create_schema {
-        for statement in &ddl {
+    let mut run = async |statements: &[String]| {
+        for statement in statements {
             if let Err(e) = sqlx::raw_sql(sqlx::AssertSqlSafe(statement.clone()))
                 .execute(pool)
                 .await
@@ -218,17 +242,38 @@ where
                 failed_ddl.get_or_insert(e);
             }
         }
+    };
+    if config.create_schema {
+        run(&ddl).await;
     }
     let t = config.table.as_str();
-    let tables = match config.fencing {
-        true => format!("{t}, {t}_epoch, {t}_run, {t}_counters"),
-        false => t.to_string(),
+    // With fencing, the counters' holder column too.
+    let check = match config.fencing {
+        true => format!(
+            "SELECT 1 FROM {t}, {t}_epoch, {t}_run, {t}_counters{} WHERE {t}_counters.holder IS NULL LIMIT 0",
+            more_tables
+                .iter()
+                .map(|suffix| format!(", {t}{suffix}"))
+                .collect::<String>()
+        ),
+        false => format!("SELECT 1 FROM {t} LIMIT 0"),
     };
-    let check = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT 1 FROM {tables} LIMIT 0"
-    )))
-    .execute(pool)
-    .await;
+    let check_now = async || {
+        sqlx::query(sqlx::AssertSqlSafe(check.as_str()))
+            .execute(pool)
+            .await
+    };
+    let mut check = check_now().await;
+    // Tables of an earlier version are brought up to date only when they
+    // need it: an `ALTER TABLE` waits for every statement on the table (a
+    // waiting lock statement among them) and holds up those after it.
+    if config.create_schema
+        && let Err(e) = &check
+        && missing(e)
+    {
+        run(&upgrade).await;
+        check = check_now().await;
+    }
     match check {
         Ok(_) => Ok(()),
         Err(e) if missing(&e) => {
@@ -238,9 +283,10 @@ where
                 (None, true) => "they were created, then dropped".to_string(),
             };
             Err(LockError::invalid_options(format!(
-                "the lock's tables are missing ({e}; {why}): create them with the statements \
-                 of {ddl_fn}: {}",
-                ddl.join("; ")
+                "the lock's tables are missing or out of date ({e}; {why}): create them with the statements \
+                 of {ddl_fn}: {}; or bring tables of an earlier version up to date with: {}",
+                ddl.join("; "),
+                upgrade.join("; ")
             )))
         }
         Err(e) => Err(map_sqlx(backend, "checking the lock's tables", e)),
@@ -294,7 +340,12 @@ async fn on_shared<D: Dialect>(
 ) -> Result<Option<LockGuard>, LockError> {
     let sent_at = Instant::now();
     let core = lock.dialect.core();
-    match core.shared.try_lock(req.name, req.opts.ttl).await? {
+    let record = req.opts.holder_record();
+    match core
+        .shared
+        .try_lock(req.name, record.as_bytes(), req.opts.ttl)
+        .await?
+    {
         Some((handle, token)) => guard(lock, req, handle, token, sent_at).await.map(Some),
         None => Ok(None),
     }
@@ -330,11 +381,23 @@ async fn guard<D: Dialect>(
     sent_at: Instant,
 ) -> Result<LockGuard, LockError> {
     let (name, opts) = (req.name, req.opts);
+    let fencing = lock.dialect.core().fencing;
+    let handle: Arc<dyn GuardHandle> = match fencing {
+        true => Arc::new(Recorded {
+            inner: handle,
+            dialect: Arc::clone(&lock.dialect),
+            name: name.to_string(),
+            token,
+            record: opts.holder_record(),
+            ttl: Mutex::new(opts.ttl),
+        }),
+        false => handle,
+    };
     let pending = PendingGrant::new(handle);
     let start =
         confirmed_lease_start(&pending, sent_at, opts.ttl, D::CAPABILITIES.backend, name).await?;
     let lease = Arc::new(LeaseState::granted(start, opts));
-    let token = lock.dialect.core().fencing.then_some(token);
+    let token = fencing.then_some(token);
     let guard = LockGuard::new(
         name,
         token,
@@ -386,6 +449,8 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             } else {
                 Fencing::None
             })
+            // The holder record lives beside the token.
+            .with_holder(core.fencing)
     }
 
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
@@ -394,8 +459,14 @@ impl<D: Dialect> RawLock for SqlLock<D> {
         if !info.held || !self.dialect.core().fencing {
             return Ok(info);
         }
-        let token = self.dialect.latest_token(name).await?;
-        Ok(info.with_fencing_token(token))
+        let Some((token, record)) = self.dialect.latest_grant(name).await? else {
+            return Ok(info);
+        };
+        let holder = record
+            .filter(|r| !r.is_empty())
+            .map(|r| HolderRecord::decode_for(D::CAPABILITIES.backend, name, &r))
+            .transpose()?;
+        Ok(info.with_fencing_token(Some(token)).with_holder(holder))
     }
 
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
@@ -441,5 +512,50 @@ impl<D: Dialect> GuardHandle for SqlHandle<D> {
             self.dialect.touch(conn, ttl).await
         })
         .await
+    }
+}
+
+/// A grant's handle with its holder record (fencing on): releases and
+/// renewals go to the lock's own handle; `set_value` rewrites the record
+/// by the grant's token, then renews the lock on its session, so a value
+/// is reported set only if the lock was ours from the grant through the
+/// write.
+struct Recorded<D: Dialect> {
+    inner: Arc<dyn GuardHandle>,
+    dialect: Arc<D>,
+    name: String,
+    token: u64,
+    record: HolderRecord,
+    /// The lease of the latest renewal: the confirmation renews with it, so
+    /// the server's bound never falls below the client's deadline.
+    ttl: Mutex<Duration>,
+}
+
+#[async_trait]
+impl<D: Dialect> GuardHandle for Recorded<D> {
+    async fn release(&self) -> Result<bool, LockError> {
+        self.inner.release().await
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        *self.ttl.lock().unwrap_or_else(|e| e.into_inner()) = ttl;
+        self.inner.extend(ttl).await
+    }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record.with_value(value);
+        let written = self
+            .dialect
+            .set_holder(&self.name, self.token, record.as_bytes())
+            .await?;
+        if !written {
+            return Ok(false);
+        }
+        let ttl = *self.ttl.lock().unwrap_or_else(|e| e.into_inner());
+        self.inner.extend(ttl).await
+    }
+
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        self.inner.detached_release()
     }
 }

@@ -46,7 +46,7 @@ use sqlx::{AssertSqlSafe, MySql};
 use tokio::time::Instant;
 
 use crate::config::{SqlConfig, SqlMode, SqlUrl};
-use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
+use crate::engine::{self, Core, Dialect, LatestGrant, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
 use crate::shared::{SessionSql, Tried};
@@ -134,17 +134,18 @@ struct TokenCounter {
 }
 
 impl TokenCounter {
-    /// Draw `name`'s next token on `conn`; only a holder of `name` calls
-    /// this.
+    /// Draw `name`'s next token on `conn`, with the holder `record`; only
+    /// a holder of `name` calls this.
     async fn advance(
         &self,
         conn: &mut sqlx::MySqlConnection,
         name: &str,
+        record: &[u8],
     ) -> Result<u64, sqlx::Error> {
         if !self.enabled {
             return Ok(0);
         }
-        self.sql.draw(conn, name).await
+        self.sql.draw(conn, name, record).await
     }
 }
 
@@ -213,7 +214,7 @@ impl SqlLock<MySqlDialect> {
         let no_such_table = |e: &sqlx::Error| match e {
             sqlx::Error::Database(db) => db
                 .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                .is_some_and(|e| e.number() == NO_SUCH_TABLE),
+                .is_some_and(|e| matches!(e.number(), NO_SUCH_TABLE | BAD_FIELD)),
             _ => false,
         };
         engine::prepare_schema(
@@ -221,6 +222,8 @@ impl SqlLock<MySqlDialect> {
             &pool,
             &config,
             Self::ddl(&config),
+            tokens::upgrade(config.table.as_str()),
+            &["_holders"],
             "MySqlLock::ddl",
             no_such_table,
         )
@@ -264,10 +267,11 @@ impl SqlLock<MySqlDialect> {
     /// The statements that create the lock's tables for `config` (run at
     /// start-up unless [`SqlConfig::create_schema`] is off; all are `IF NOT
     /// EXISTS` or `INSERT IGNORE`): the lock table (a row per name, for row
-    /// mode), the durable epoch of the fencing tokens (InnoDB), and the
-    /// `MEMORY` tables of the counters and the epoch they count in. The
-    /// lock's account needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on
-    /// the four tables.
+    /// mode), the durable epoch of the fencing tokens (InnoDB), the
+    /// `MEMORY` tables of the counters (with short holder records) and the
+    /// epoch they count in, and the holder records too long for the
+    /// counters' row (InnoDB). The lock's account needs `SELECT`, `INSERT`,
+    /// `UPDATE` and `DELETE` on the five tables.
     ///
     /// ```
     /// let ddl = lock_sql::MySqlLock::ddl(&lock_sql::SqlConfig::default());
@@ -324,6 +328,15 @@ impl SqlLock<MySqlDialect> {
             .map_err(failed)?
             .rows_affected();
         }
+        // Long holder records of grants that are no longer any name's
+        // latest (a removed name's, or one replaced since).
+        sqlx::query(AssertSqlSafe(format!(
+            "DELETE h FROM {t}_holders h LEFT JOIN {t}_counters c \
+             ON c.name = h.name AND c.token = h.token WHERE c.name IS NULL"
+        )))
+        .execute(&mut *conn)
+        .await
+        .map_err(failed)?;
         let mut tx = sqlx::Connection::begin(&mut *conn).await.map_err(failed)?;
         let names: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(format!(
             "SELECT name FROM {t} WHERE name NOT IN (SELECT name FROM {t}_counters) \
@@ -347,6 +360,9 @@ impl SqlLock<MySqlDialect> {
 
 /// ER_NO_SUCH_TABLE.
 const NO_SUCH_TABLE: u16 = 1146;
+
+/// ER_BAD_FIELD_ERROR: a missing column (a table from before it).
+const BAD_FIELD: u16 = 1054;
 
 impl MySqlDialect {
     /// The server connection holding `name`.
@@ -620,7 +636,12 @@ impl MySqlDialect {
     /// own connection (advisory mode) or, since a row lock is an open
     /// transaction whose writes must not wait for its end, on the client's
     /// side connection.
-    async fn token_for(&self, pinned: &mut Pinned<MySql>, name: &str) -> Result<u64, LockError> {
+    async fn token_for(
+        &self,
+        pinned: &mut Pinned<MySql>,
+        name: &str,
+        record: &[u8],
+    ) -> Result<u64, LockError> {
         if !self.tokens.enabled {
             return Ok(0);
         }
@@ -628,13 +649,13 @@ impl MySqlDialect {
         match self.core.mode {
             SqlMode::Advisory => self
                 .tokens
-                .advance(&mut **pinned.conn(BACKEND)?, name)
+                .advance(&mut **pinned.conn(BACKEND)?, name, record)
                 .await
                 .map_err(failed),
             SqlMode::Row => self
                 .core
                 .side
-                .run(async |conn| self.tokens.advance(conn, name).await)
+                .run(async |conn| self.tokens.advance(conn, name, record).await)
                 .await
                 .map_err(failed),
         }
@@ -703,7 +724,8 @@ impl Dialect for MySqlDialect {
             };
             match outcome {
                 Ok(true) => {
-                    let token = self.token_for(&mut pinned, name).await?;
+                    let record = opts.holder_record();
+                    let token = self.token_for(&mut pinned, name, record.as_bytes()).await?;
                     return Ok(Some((pinned, token, sent_at)));
                 }
                 Ok(false) => {}
@@ -774,16 +796,26 @@ impl Dialect for MySqlDialect {
             .map(|_| ())
     }
 
-    /// The token of `name`'s latest grant: the holder's while it is held.
-    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.tokens.sql.latest.as_str()))
-            .bind(name.as_bytes())
-            .fetch_optional(self.core.pool.pool())
+    /// The token of `name`'s latest grant (the holder's while it is held)
+    /// and its holder record. A token still to be completed (the first
+    /// grant after a restart) is none yet.
+    async fn latest_grant(&self, name: &str) -> Result<Option<LatestGrant>, LockError> {
+        let latest = (self.tokens.sql)
+            .latest(self.core.pool.pool(), name)
             .await
             .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token
-            .and_then(|t| u64::try_from(t).ok())
-            .filter(|&t| tokens::is_complete(t)))
+        Ok(latest
+            .and_then(|(t, record)| Some((u64::try_from(t).ok()?, record)))
+            .filter(|&(t, _)| tokens::is_complete(t)))
+    }
+
+    async fn set_holder(&self, name: &str, token: u64, record: &[u8]) -> Result<bool, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "replacing a holder's value", e);
+        let mut conn = self.core.pool.pool().acquire().await.map_err(failed)?;
+        (self.tokens.sql)
+            .set_holder(&mut conn, name, token, record)
+            .await
+            .map_err(failed)
     }
 
     /// Held when a connection holds `name` (`IS_USED_LOCK`, or a `NOWAIT`
@@ -859,7 +891,13 @@ pub(crate) struct MySqlSession {
 impl SessionSql for MySqlSession {
     type Conn = sqlx::MySqlConnection;
 
-    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried {
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> Tried {
         if let Some(idle) = idle {
             self.keep(conn, idle).await?;
         }
@@ -870,7 +908,7 @@ impl SessionSql for MySqlSession {
             return self
                 .tokens
                 .sql
-                .try_lock_and_draw(conn, name, &advisory_key(name))
+                .try_lock_and_draw(conn, name, &advisory_key(name), record)
                 .await;
         }
         let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 0)")
@@ -1179,12 +1217,11 @@ mod tests {
         let mut dropped = 0;
         for i in 0..50 {
             let name = format!("dropped/{stamp}/{i}");
-            let mut attempt = Box::pin(
-                a.dialect()
-                    .core
-                    .shared
-                    .try_lock(&name, Duration::from_secs(60)),
-            );
+            let mut attempt = Box::pin(a.dialect().core.shared.try_lock(
+                &name,
+                b"",
+                Duration::from_secs(60),
+            ));
             let first = std::future::poll_fn(|cx| Poll::Ready(attempt.as_mut().poll(cx))).await;
             if let Poll::Ready(answered) = first {
                 let (handle, _) = answered.expect("try_lock").expect("free");

@@ -66,7 +66,7 @@ use sqlx::{AssertSqlSafe, Postgres};
 use tokio::time::Instant;
 
 use crate::config::{SqlConfig, SqlMode, SqlUrl};
-use crate::engine::{self, Core, Dialect, Pinning, SqlLock};
+use crate::engine::{self, Core, Dialect, LatestGrant, Pinning, SqlLock};
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
@@ -146,13 +146,17 @@ struct Statements {
     draw_token: String,
     /// A drawn token completed: the epoch advanced after a crash.
     tokens: tokens::Statements,
+    /// Grants draw a token (and store the holder record, the statements'
+    /// last parameter).
+    fencing: bool,
 }
 
 impl Statements {
     /// The statements on lock table `table`. Each advisory lock statement
     /// answers one row: NULL unless granted, else the grant's token (0
     /// without `fencing`), drawn in the same statement (see [`tokens`]), so
-    /// that a grant costs one round trip. A session advisory lock outlives
+    /// that a grant costs one round trip. With `fencing`, the holder record
+    /// is each grant statement's last parameter. A session advisory lock outlives
     /// the abort of the statement that took it, so a caller whose statement
     /// failed gives the lock back (or closes the connection).
     fn new(table: &Identifier, fencing: bool) -> Self {
@@ -164,32 +168,46 @@ impl Statements {
             )
         };
         let key = "hashtextextended('distlock:' || $1, 0)";
-        let (draw_token, drawn) = (tokens::draw(t), tokens::DRAWN);
-        let grant = |locked: String| match fencing {
-            true => format!("WITH l AS (SELECT {locked} AS got), {draw_token} SELECT {drawn}"),
+        let drawn = tokens::DRAWN;
+        // `holder`: the holder record's parameter.
+        let grant = |locked: String, holder: &str| match fencing {
+            true => format!(
+                "WITH l AS (SELECT {locked} AS got), {} SELECT {drawn}",
+                tokens::draw(t, holder)
+            ),
             false => format!("SELECT CASE WHEN {locked} THEN 0::bigint END"),
         };
         Statements {
             insert: format!("INSERT INTO {t} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
             lock_row: lock(""),
             lock_row_nowait: lock(" NOWAIT"),
-            advisory: grant(format!(
-                "set_config('lock_timeout', $2, false) IS NOT NULL \
-                 AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
-                 AND pg_advisory_lock({key}) IS NOT NULL"
-            )),
-            advisory_try: grant(format!(
-                "set_config('idle_session_timeout', $2, false) IS NOT NULL \
-                 AND pg_try_advisory_lock({key})"
-            )),
-            draw_token: format!("WITH l AS (SELECT true AS got), {draw_token} SELECT {drawn}"),
+            advisory: grant(
+                format!(
+                    "set_config('lock_timeout', $2, false) IS NOT NULL \
+                     AND set_config('idle_session_timeout', $3, false) IS NOT NULL \
+                     AND pg_advisory_lock({key}) IS NOT NULL"
+                ),
+                "$4",
+            ),
+            advisory_try: grant(
+                format!(
+                    "set_config('idle_session_timeout', $2, false) IS NOT NULL \
+                     AND pg_try_advisory_lock({key})"
+                ),
+                "$3",
+            ),
+            draw_token: format!(
+                "WITH l AS (SELECT true AS got), {} SELECT {drawn}",
+                tokens::draw(t, "$2")
+            ),
             advisory_unlock: format!(
                 "SELECT pg_advisory_unlock({key}), set_config('idle_session_timeout', '0', false), \
                  set_config('lock_timeout', '0', false)"
             ),
             advisory_unlock_shared: format!("SELECT pg_advisory_unlock({key})"),
-            advisory_try_kept: grant(format!("pg_try_advisory_lock({key})")),
+            advisory_try_kept: grant(format!("pg_try_advisory_lock({key})"), "$2"),
             tokens: tokens::Statements::new(t),
+            fencing,
         }
     }
 }
@@ -232,12 +250,14 @@ impl SqlLock<PgDialect> {
         display: String,
         arm_check_before_waits: bool,
     ) -> Result<Self, LockError> {
-        let undefined_table = |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE));
+        let undefined_table = |e: &sqlx::Error| matches!(e, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some(UNDEFINED_TABLE | UNDEFINED_COLUMN)));
         engine::prepare_schema(
             BACKEND,
             &pool,
             &config,
             Self::ddl(&config),
+            tokens::upgrade(config.table.as_str()),
+            &[],
             "PgLock::ddl",
             undefined_table,
         )
@@ -327,6 +347,9 @@ impl SqlLock<PgDialect> {
 /// SQLSTATE of a missing table.
 const UNDEFINED_TABLE: &str = "42P01";
 
+/// SQLSTATE of a missing column (a table from before the column).
+const UNDEFINED_COLUMN: &str = "42703";
+
 impl PgDialect {
     /// The server process (pid) whose session holds `name`.
     async fn holder_pid(&self, name: &str) -> Result<Option<i32>, LockError> {
@@ -388,9 +411,9 @@ impl PgDialect {
 
     /// The token of a row-mode grant, drawn on the client's side
     /// connection (the lock is an open transaction) by the same statement
-    /// an advisory grant runs (see [`tokens`]). Only a holder of `name`
-    /// draws it, so tokens strictly increase.
-    async fn draw_row_token(&self, name: &str) -> Result<i64, LockError> {
+    /// an advisory grant runs (see [`tokens`]), with the holder `record`.
+    /// Only a holder of `name` draws it, so tokens strictly increase.
+    async fn draw_row_token(&self, name: &str, record: &[u8]) -> Result<i64, LockError> {
         if !self.core.fencing {
             return Ok(0);
         }
@@ -398,7 +421,7 @@ impl PgDialect {
         self.core
             .side
             .run(async |conn| {
-                let drawn = advance_token(sql, conn, name).await?;
+                let drawn = advance_token(sql, conn, name, record).await?;
                 tokens.complete(conn, name, drawn).await
             })
             .await
@@ -457,6 +480,10 @@ impl Dialect for PgDialect {
         let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
         let mut pinned = core.pool.pinned().await.map_err(taken)?;
         let ttl_ms = opts.ttl.as_millis().max(1);
+        let record = opts.holder_record();
+        // The record is the grant statement's last parameter with fencing
+        // on, and is not sent without.
+        let record = self.sql.fencing.then_some(record.as_bytes());
         let sent_at = Instant::now();
         let mut dead = DeadBudget::new();
         loop {
@@ -504,13 +531,13 @@ impl Dialect for PgDialect {
                         .bind(name)
                         .bind(format!("{wait}ms"))
                         .bind(format!("{ttl_ms}ms"));
-                    committed_answer(lock, conn).await
+                    committed_answer(with_record(lock, record), conn).await
                 }
                 (SqlMode::Advisory, None) => {
                     let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
                         .bind(name)
                         .bind(format!("{ttl_ms}ms"));
-                    committed_answer(lock, conn).await
+                    committed_answer(with_record(lock, record), conn).await
                 }
             };
             match token {
@@ -526,7 +553,10 @@ impl Dialect for PgDialect {
                             .await
                             .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))?,
                         SqlMode::Advisory => granted,
-                        SqlMode::Row => self.draw_row_token(name).await?,
+                        SqlMode::Row => {
+                            self.draw_row_token(name, record.unwrap_or_default())
+                                .await?
+                        }
                     };
                     let token = u64::try_from(token).map_err(|_| LockError::Backend {
                         backend: BACKEND,
@@ -645,16 +675,35 @@ impl Dialect for PgDialect {
         Ok(info.with_waiters(Some(self.queued(name).await?)))
     }
 
-    /// The token of `name`'s latest grant: the holder's while it is held.
-    async fn latest_token(&self, name: &str) -> Result<Option<u64>, LockError> {
-        let token: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.sql.tokens.latest.as_str()))
+    /// The token of `name`'s latest grant (the holder's while it is held)
+    /// and its holder record. A token still to be completed (the first
+    /// grant after a crash) is none yet.
+    async fn latest_grant(&self, name: &str) -> Result<Option<LatestGrant>, LockError> {
+        let latest: Option<(i64, Option<Vec<u8>>)> =
+            sqlx::query_as(AssertSqlSafe(self.sql.tokens.latest.as_str()))
+                .bind(name)
+                .fetch_optional(self.core.pool.pool())
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
+        Ok(latest
+            .filter(|&(t, _)| tokens::is_complete(t))
+            .and_then(|(t, record)| Some((u64::try_from(t).ok()?, record))))
+    }
+
+    async fn set_holder(&self, name: &str, token: u64, record: &[u8]) -> Result<bool, LockError> {
+        let token = i64::try_from(token).map_err(|_| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("a fencing token {token} beyond the server's range"),
+            source: None,
+        })?;
+        let done = sqlx::query(AssertSqlSafe(self.sql.tokens.set_holder.as_str()))
             .bind(name)
-            .fetch_optional(self.core.pool.pool())
+            .bind(token)
+            .bind(record)
+            .execute(self.core.pool.pool())
             .await
-            .map_err(|e| map_sqlx(BACKEND, "reading a lock's token", e))?;
-        Ok(token
-            .filter(|&t| tokens::is_complete(t))
-            .and_then(|t| u64::try_from(t).ok()))
+            .map_err(|e| map_sqlx(BACKEND, "replacing a holder's value", e))?;
+        Ok(done.rows_affected() == 1)
     }
 
     /// End the server session holding `name` (`pg_terminate_backend`) and
@@ -806,18 +855,25 @@ impl SessionSql for PgSession {
         Ok(Duration::from_millis(millis.unsigned_abs()))
     }
 
-    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried {
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> Tried {
+        let record = self.sql.fencing.then_some(record);
         let answer = match idle {
             None => {
                 let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try_kept.as_str()))
                     .bind(name);
-                committed_answer(lock, conn).await?
+                committed_answer(with_record(lock, record), conn).await?
             }
             Some(idle) => {
                 let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
                     .bind(name)
                     .bind(format!("{}ms", idle.as_millis().max(1)));
-                committed_answer(lock, conn).await?
+                committed_answer(with_record(lock, record), conn).await?
             }
         };
         match answer {
@@ -836,16 +892,24 @@ impl SessionSql for PgSession {
     }
 }
 
+/// A grant statement's query with the holder record bound as its last
+/// parameter, if one is sent (fencing on).
+type GrantQuery<'q> =
+    sqlx::query::QueryScalar<'q, Postgres, Option<i64>, <Postgres as sqlx::Database>::Arguments>;
+
+/// `query` with `record` bound as its last parameter, if given.
+fn with_record<'q>(query: GrantQuery<'q>, record: Option<&'q [u8]>) -> GrantQuery<'q> {
+    match record {
+        Some(record) => query.bind(record),
+        None => query,
+    }
+}
+
 /// The first row of the answer to `query` on `conn`. Every row is read,
 /// so the answer is taken only once the statement's commit is done (a
 /// token is never handed out that a failed commit could hand out again).
 async fn committed_answer(
-    query: sqlx::query::QueryScalar<
-        '_,
-        Postgres,
-        Option<i64>,
-        <Postgres as sqlx::Database>::Arguments,
-    >,
+    query: GrantQuery<'_>,
     conn: &mut sqlx::PgConnection,
 ) -> Result<Option<Option<i64>>, sqlx::Error> {
     Ok(query.fetch_all(conn).await?.into_iter().next())
@@ -858,9 +922,11 @@ async fn advance_token(
     sql: &str,
     conn: &mut sqlx::PgConnection,
     name: &str,
+    record: &[u8],
 ) -> Result<i64, sqlx::Error> {
     let rows: Vec<i64> = sqlx::query_scalar(AssertSqlSafe(sql))
         .bind(name)
+        .bind(record)
         .fetch_all(conn)
         .await?;
     rows.first()

@@ -95,11 +95,17 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
     /// The session's idle bound set to `idle` if given (`None`: the
     /// server has it already), then one attempt at `name`, not waiting: if
     /// granted, the grant's fencing token, `name`'s counter advanced
-    /// durably before answering (0 where grants draw none). A
-    /// failure may leave `name` locked on the session (an advisory lock
-    /// outlives the abort of the statement that took it): the caller gives
-    /// it back.
-    async fn try_lock(&self, conn: &mut Self::Conn, name: &str, idle: Option<Duration>) -> Tried;
+    /// before answering, with the holder `record` beside it (0 where grants
+    /// draw none, and then no record is kept). A failure may leave `name`
+    /// locked on the session (an advisory lock outlives the abort of the
+    /// statement that took it): the caller gives it back.
+    async fn try_lock(
+        &self,
+        conn: &mut Self::Conn,
+        name: &str,
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> Tried;
 
     /// Give `name` back; whether the session held it. The session's idle
     /// bound stays as it is.
@@ -237,13 +243,14 @@ impl<S: SessionSql> SessionRef<S> {
         !self.ended.load(Ordering::Acquire) && !self.commands.is_closed()
     }
 
-    /// One attempt at `name`, its idle bound at least `idle`.
-    async fn lock(&self, name: &str, idle: Duration) -> LockReply {
+    /// One attempt at `name` with the holder `record`, its idle bound at
+    /// least `idle`.
+    async fn lock(&self, name: &str, record: &[u8], idle: Duration) -> LockReply {
         let mut session = Arc::clone(&self.state).lock_owned().await;
         let commands = self.commands.clone();
-        let name = name.to_string();
+        let (name, record) = (name.to_string(), record.to_vec());
         RunToEnd::new(&self.runtime, async move {
-            let Some((id, token)) = session.lock(&name, idle).await? else {
+            let Some((id, token)) = session.lock(&name, &record, idle).await? else {
                 return Ok(None);
             };
             Ok(Some(Grant {
@@ -302,11 +309,13 @@ impl<S: SessionSql> SharedSessions<S> {
         !self.slots.is_empty()
     }
 
-    /// One attempt at `name` on a shared session, its idle bound at least
-    /// `idle`: the lock's handle and token, or `None` if it is held.
+    /// One attempt at `name` on a shared session, with the holder
+    /// `record`, its idle bound at least `idle`: the lock's handle and
+    /// token, or `None` if it is held.
     pub(crate) async fn try_lock(
         &self,
         name: &str,
+        record: &[u8],
         idle: Duration,
     ) -> Result<Option<(Arc<dyn GuardHandle>, u64)>, LockError> {
         let count = self.slots.len().max(1);
@@ -316,7 +325,7 @@ impl<S: SessionSql> SharedSessions<S> {
         // one is opened for the next try.
         for _ in 0..3 {
             let session = self.session(slot).await?;
-            match session.lock(name, idle).await {
+            match session.lock(name, record, idle).await {
                 Ok(Some(grant)) => {
                     let (handle, token) = grant.claim(session);
                     return Ok(Some((Arc::new(handle), token)));
@@ -337,7 +346,12 @@ impl<S: SessionSql> SharedSessions<S> {
     /// answers it: a grant nobody has claimed yet.
     #[cfg(all(test, feature = "mysql"))]
     pub(crate) async fn grant_unclaimed(&self, name: &str, idle: Duration) -> Option<Grant> {
-        self.session(0).await.ok()?.lock(name, idle).await.ok()?
+        self.session(0)
+            .await
+            .ok()?
+            .lock(name, b"", idle)
+            .await
+            .ok()?
     }
 
     /// `f` run on the first session's connection (opened if there is
@@ -366,7 +380,7 @@ impl<S: SessionSql> SharedSessions<S> {
         };
         let cycle = async |secs| {
             let (handle, _token) = self
-                .try_lock(&name, Duration::from_secs(secs))
+                .try_lock(&name, b"", Duration::from_secs(secs))
                 .await
                 .expect("lock")
                 .expect("a free name is granted");
@@ -678,10 +692,12 @@ impl<S: SessionSql> Session<S> {
         ours
     }
 
-    /// One attempt at `name`: the grant's number and token if granted.
+    /// One attempt at `name` with the holder `record`: the grant's number
+    /// and token if granted.
     async fn lock(
         &mut self,
         name: &str,
+        record: &[u8],
         idle: Duration,
     ) -> Result<Option<(u64, u64)>, (LockError, bool)> {
         if !self.begin() {
@@ -692,7 +708,7 @@ impl<S: SessionSql> Session<S> {
             };
             return Err((ended, true));
         }
-        let answer = self.grant(name, idle).await;
+        let answer = self.grant(name, record, idle).await;
         self.midway = false;
         answer
     }
@@ -700,13 +716,14 @@ impl<S: SessionSql> Session<S> {
     async fn grant(
         &mut self,
         name: &str,
+        record: &[u8],
         idle: Duration,
     ) -> Result<Option<(u64, u64)>, (LockError, bool)> {
         if self.held.contains_key(name) {
             return Ok(None);
         }
         let bound = self.idle.max(idle);
-        match self.attempt(name, bound).await {
+        match self.attempt(name, record, bound).await {
             Attempt::Granted(token) => {
                 self.idle = bound;
                 let until = Instant::now() + idle;
@@ -735,14 +752,14 @@ impl<S: SessionSql> Session<S> {
     /// One attempt at `name` and, if granted, its token; a failed attempt,
     /// which may have locked `name` before failing (a token that could not
     /// be drawn), gives it back before answering.
-    async fn attempt(&mut self, name: &str, bound: Duration) -> Attempt {
+    async fn attempt(&mut self, name: &str, record: &[u8], bound: Duration) -> Attempt {
         let sql = Arc::clone(&self.sql);
         let Some(conn) = self.conn.as_mut() else {
             return Attempt::Broken(sqlx::Error::WorkerCrashed);
         };
         let set_idle = (self.server_idle != Some(bound)).then_some(bound);
         self.server_idle = None;
-        let failure = match sql.try_lock(conn, name, set_idle).await {
+        let failure = match sql.try_lock(conn, name, record, set_idle).await {
             Ok(answer) => {
                 self.server_idle = Some(bound);
                 return match answer {

@@ -120,6 +120,11 @@ pub async fn inspect_shows_the_holder(h: Harness) {
         .expect("holder");
     assert_eq!(holder.value, big, "the replaced value");
     assert_eq!(holder.identity, "worker-7 (pid 1)", "the identity stays");
+    // And back to a short one (a backend may keep long and short records
+    // apart: the short one must win).
+    g.set_value(b"shard 4").await.expect("a short value again");
+    let holder = h.other.inspect(&name).await.expect("inspect").holder;
+    assert_eq!(holder.map(|h| h.value), Some(b"shard 4".to_vec()));
     assert!(matches!(
         g.set_value(&[0; MAX_VALUE_BYTES + 1]).await,
         Err(LockError::InvalidOptions { .. })
@@ -133,9 +138,11 @@ pub async fn inspect_shows_the_holder(h: Harness) {
     // Taken away: the value can no longer be replaced, and the next
     // holder's record is not touched by the old one.
     h.other.force_release(&name).await.expect("force_release");
+    // The next holder's record is long from the grant on.
+    let long = vec![b'n'; MAX_VALUE_BYTES];
     let next = h
         .other
-        .acquire(&name, &o.clone().identity("next").value(&b"n"[..]))
+        .acquire(&name, &o.clone().identity("next").value(long.clone()))
         .await
         .expect("acquire after force_release");
     let refused = g.set_value(b"stale").await;
@@ -155,7 +162,7 @@ pub async fn inspect_shows_the_holder(h: Harness) {
         .expect("holder");
     assert_eq!(
         (holder.identity.as_str(), holder.value.as_slice()),
-        ("next", &b"n"[..])
+        ("next", long.as_slice())
     );
     assert!(next.release().await.expect("release"));
     drop(g);

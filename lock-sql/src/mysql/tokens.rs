@@ -15,9 +15,38 @@
 //! durable epoch is advanced and written to `{t}_run`, and the name's
 //! token becomes the first of the new epoch, above every token handed out
 //! before. A `MEMORY` table holds at most `max_heap_table_size` bytes
-//! (16 MiB by default: some 50 000 names of up to 256 bytes).
+//! (16 MiB by default: some 40 000 names).
+//!
+//! **The holder record** of a grant is written by the statement that draws
+//! its token, into the counters row, when it is at most
+//! [`INLINE_RECORD_BYTES`] long (an identity and a short value). A `MEMORY`
+//! table stores every row at its full width, so a column wide enough for
+//! the longest record (1294 bytes) would cut the names it holds by five;
+//! a longer record is kept in the InnoDB table `{t}_holders` instead, with
+//! its grant's token, written right after the draw (a flushed commit, for
+//! such grants only), and the counters row says so ([`ELSEWHERE`]).
 
+use lock_core::{MAX_IDENTITY_BYTES, MAX_VALUE_BYTES};
 use sqlx::{AssertSqlSafe, Connection};
+
+/// The longest holder record: its tag (4 bytes), the identity's length
+/// (2), the identity, the time (8) and the value.
+const MAX_RECORD_BYTES: usize = 4 + 2 + MAX_IDENTITY_BYTES + 8 + MAX_VALUE_BYTES;
+
+/// The longest holder record kept in the counters row itself.
+pub(crate) const INLINE_RECORD_BYTES: usize = 128;
+
+/// What the counters row holds in place of a longer record, kept in
+/// `{t}_holders` (never a record: records start with `dlh1`).
+const ELSEWHERE: &[u8] = b"dlh>";
+
+/// What the counters row stores for `record`.
+fn inline(record: &[u8]) -> &[u8] {
+    match record.len() <= INLINE_RECORD_BYTES {
+        true => record,
+        false => ELSEWHERE,
+    }
+}
 
 // Every token, `(MAX_EPOCH << 32) | 0xFFFF_FFFF` at most, below 2^48.
 const _: () = assert!(MAX_EPOCH < 1 << 16);
@@ -39,8 +68,14 @@ pub(crate) struct Statements {
     record_run: String,
     raise: String,
     rebase: String,
-    /// A name's latest token.
+    /// A name's latest token and holder record.
     pub(crate) latest: String,
+    /// Replace the counters row's record of a name's grant, if that
+    /// grant's token is still the latest.
+    set_inline: String,
+    /// Keep a long record of a name's grant in `{t}_holders`, if that
+    /// grant's token is still the latest.
+    keep_long: String,
 }
 
 impl Statements {
@@ -48,15 +83,17 @@ impl Statements {
     pub(crate) fn new(t: &str) -> Self {
         Statements {
             draw: format!(
-                "INSERT INTO {t}_counters (name, token) VALUES \
-                 (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1)) \
-                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6)"
+                "INSERT INTO {t}_counters (name, token, holder) VALUES \
+                 (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1), ?) \
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6), \
+                 holder = VALUES(holder)"
             ),
             lock_and_draw: format!(
-                "INSERT INTO {t}_counters (name, token) \
-                 SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1) \
+                "INSERT INTO {t}_counters (name, token, holder) \
+                 SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1), ? \
                  FROM (SELECT GET_LOCK(?, 0) AS got) AS l WHERE l.got = 1 \
-                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6)"
+                 ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), used_at = NOW(6), \
+                 holder = VALUES(holder)"
             ),
             run: format!("SELECT epoch FROM {t}_run WHERE id = 1"),
             advance: format!(
@@ -72,37 +109,111 @@ impl Statements {
                 "UPDATE {t}_counters SET token = LAST_INSERT_ID(GREATEST(token, CAST(? AS UNSIGNED) << 32) + 1) \
                  WHERE name = ?"
             ),
-            latest: format!("SELECT CAST(token AS SIGNED) FROM {t}_counters WHERE name = ?"),
+            latest: format!(
+                "SELECT CAST(c.token AS SIGNED), CASE WHEN c.holder = ? THEN h.holder ELSE c.holder END \
+                 FROM {t}_counters c LEFT JOIN {t}_holders h ON h.name = c.name AND h.token = c.token \
+                 WHERE c.name = ?"
+            ),
+            set_inline: format!("UPDATE {t}_counters SET holder = ? WHERE name = ? AND token = ?"),
+            keep_long: format!(
+                "INSERT INTO {t}_holders (name, token, holder) \
+                 SELECT name, token, ? FROM {t}_counters WHERE name = ? AND token = ? \
+                 ON DUPLICATE KEY UPDATE token = VALUES(token), holder = VALUES(holder)"
+            ),
         }
     }
 
-    /// The token of a grant of `name`, held by the caller: drawn, and
-    /// completed if the counters had lost their epoch (a restart) or
-    /// crossed into the next epoch's range.
+    /// The token of a grant of `name`, held by the caller: drawn (the
+    /// holder `record` stored with it), and completed if the counters had
+    /// lost their epoch (a restart) or crossed into the next epoch's range.
     pub(crate) async fn draw(
         &self,
         conn: &mut sqlx::MySqlConnection,
         name: &str,
+        record: &[u8],
     ) -> Result<u64, sqlx::Error> {
         let drawn = sqlx::query(AssertSqlSafe(self.draw.as_str()))
             .bind(name.as_bytes())
+            .bind(inline(record))
             .execute(&mut *conn)
             .await?
             .last_insert_id();
-        self.complete(conn, name, drawn).await
+        let token = self.complete(conn, name, drawn).await?;
+        self.keep_if_long(conn, name, token, record).await?;
+        Ok(token)
+    }
+
+    /// `name`'s latest token and its holder record, if any.
+    pub(crate) async fn latest<'c, E: sqlx::MySqlExecutor<'c>>(
+        &self,
+        conn: E,
+        name: &str,
+    ) -> Result<Option<(i64, Option<Vec<u8>>)>, sqlx::Error> {
+        sqlx::query_as(AssertSqlSafe(self.latest.as_str()))
+            .bind(ELSEWHERE)
+            .bind(name.as_bytes())
+            .fetch_optional(conn)
+            .await
+    }
+
+    /// Replace the holder record of `name`'s grant `token` with `record`,
+    /// if that grant is still the latest: whether it was. A long record is
+    /// kept first, then the counters row points to it.
+    pub(crate) async fn set_holder(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+        token: u64,
+        record: &[u8],
+    ) -> Result<bool, sqlx::Error> {
+        if !self.keep_if_long(conn, name, token, record).await? {
+            return Ok(false);
+        }
+        let done = sqlx::query(AssertSqlSafe(self.set_inline.as_str()))
+            .bind(inline(record))
+            .bind(name.as_bytes())
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+        Ok(done.rows_affected() == 1)
+    }
+
+    /// Keep `record` in `{t}_holders` if it is too long for the counters
+    /// row: whether `token` is still `name`'s latest (`true` for a short
+    /// record, which is not looked at).
+    async fn keep_if_long(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        name: &str,
+        token: u64,
+        record: &[u8],
+    ) -> Result<bool, sqlx::Error> {
+        if record.len() <= INLINE_RECORD_BYTES {
+            return Ok(true);
+        }
+        let done = sqlx::query(AssertSqlSafe(self.keep_long.as_str()))
+            .bind(record)
+            .bind(name.as_bytes())
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+        Ok(done.rows_affected() > 0)
     }
 
     /// One attempt at the advisory lock `key` (`GET_LOCK(key, 0)`) and, if
-    /// granted, `name`'s token, in one round trip: `None` if not granted.
-    /// On an error the lock may be held: the caller gives it back.
+    /// granted, `name`'s token (the holder `record` stored with it), in one
+    /// round trip: `None` if not granted. On an error the lock may be held:
+    /// the caller gives it back.
     pub(crate) async fn try_lock_and_draw(
         &self,
         conn: &mut sqlx::MySqlConnection,
         name: &str,
         key: &str,
+        record: &[u8],
     ) -> Result<Option<u64>, sqlx::Error> {
         let done = sqlx::query(AssertSqlSafe(self.lock_and_draw.as_str()))
             .bind(name.as_bytes())
+            .bind(inline(record))
             .bind(key)
             .execute(&mut *conn)
             .await?;
@@ -110,7 +221,9 @@ impl Statements {
             return Ok(None);
         }
         let drawn = done.last_insert_id();
-        self.complete(conn, name, drawn).await.map(Some)
+        let token = self.complete(conn, name, drawn).await?;
+        self.keep_if_long(conn, name, token, record).await?;
+        Ok(Some(token))
     }
 
     /// The token of a grant of `name` whose draw gave `drawn`: `drawn`
@@ -188,8 +301,8 @@ pub(crate) fn is_complete(token: u64) -> bool {
     token >> 32 != 0 && token & 0xFFFF_FFFF != 0
 }
 
-/// The tables the tokens need, on lock table `t`.
-pub(crate) fn ddl(t: &str) -> [String; 4] {
+/// The tables the tokens and holder records need, on lock table `t`.
+pub(crate) fn ddl(t: &str) -> [String; 5] {
     [
         format!(
             "CREATE TABLE IF NOT EXISTS {t}_epoch (id INT PRIMARY KEY, epoch BIGINT UNSIGNED NOT NULL) ENGINE=InnoDB"
@@ -200,15 +313,41 @@ pub(crate) fn ddl(t: &str) -> [String; 4] {
         ),
         format!(
             "CREATE TABLE IF NOT EXISTS {t}_counters (name VARBINARY(256) PRIMARY KEY, \
-             token BIGINT UNSIGNED NOT NULL, used_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6)) \
-             ENGINE=MEMORY"
+             token BIGINT UNSIGNED NOT NULL, used_at TIMESTAMP(6) NOT NULL DEFAULT CURRENT_TIMESTAMP(6), \
+             holder VARBINARY({INLINE_RECORD_BYTES})) ENGINE=MEMORY"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {t}_holders (name VARBINARY(256) PRIMARY KEY, \
+             token BIGINT UNSIGNED NOT NULL, holder VARBINARY({MAX_RECORD_BYTES}) NOT NULL) ENGINE=InnoDB"
         ),
     ]
+}
+
+/// What brings the tables of an earlier version up to date: the counters'
+/// holder column (MySQL has no `ADD COLUMN IF NOT EXISTS`: the statement
+/// fails harmlessly where the column is there).
+pub(crate) fn upgrade(t: &str) -> Vec<String> {
+    vec![format!(
+        "ALTER TABLE {t}_counters ADD COLUMN holder VARBINARY({INLINE_RECORD_BYTES})"
+    )]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_holder_record_fits_its_column() {
+        let record = lock_core::raw::HolderRecord::new(
+            &"i".repeat(MAX_IDENTITY_BYTES),
+            &[7; MAX_VALUE_BYTES],
+        );
+        assert_eq!(record.as_bytes().len(), MAX_RECORD_BYTES);
+        assert_eq!(inline(record.as_bytes()), ELSEWHERE);
+        let short = lock_core::raw::HolderRecord::new("api-2", b"10.0.0.5:8080");
+        assert_eq!(inline(short.as_bytes()), short.as_bytes());
+        assert!(lock_core::raw::HolderRecord::from_stored(ELSEWHERE).is_none());
+    }
 
     #[test]
     fn a_token_is_complete_with_an_epoch_and_a_counter() {

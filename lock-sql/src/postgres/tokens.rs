@@ -41,8 +41,11 @@ pub(crate) struct Statements {
     raise: String,
     /// Move a name's token into epoch `$2`: the first token above both.
     rebase: String,
-    /// A name's latest token.
+    /// A name's latest token and holder record.
     pub(crate) latest: String,
+    /// Replace the holder record (`$3`) of `$1`'s grant `$2`, if that is
+    /// still its latest.
+    pub(crate) set_holder: String,
 }
 
 impl Statements {
@@ -62,7 +65,10 @@ impl Statements {
                 "UPDATE {t}_counters SET token = GREATEST(token, $2::bigint << 32) + 1 \
                  WHERE name = $1 RETURNING token"
             ),
-            latest: format!("SELECT token FROM {t}_counters WHERE name = $1"),
+            latest: format!("SELECT token, holder FROM {t}_counters WHERE name = $1"),
+            set_holder: format!(
+                "UPDATE {t}_counters SET holder = $3 WHERE name = $1 AND token = $2"
+            ),
         }
     }
 
@@ -143,15 +149,17 @@ pub(crate) fn is_complete(token: i64) -> bool {
 /// on that second path: it then follows a concurrent advance to its
 /// committed epoch, which the statement's snapshot may predate (the
 /// clean-up of unused names advances the epoch as it deletes their
-/// counters). Every draw stamps `used_at`.
-pub(crate) fn draw(t: &str) -> String {
+/// counters). Every draw stamps `used_at` and stores the grant's holder
+/// record, the parameter `holder` (`$N`).
+pub(crate) fn draw(t: &str, holder: &str) -> String {
     format!(
-        "u AS (UPDATE {t}_counters SET token = token + 1, used_at = now() \
+        "u AS (UPDATE {t}_counters SET token = token + 1, used_at = now(), holder = {holder}::bytea \
          WHERE name = $1 AND (SELECT got FROM l) RETURNING token), \
-         t AS (INSERT INTO {t}_counters (name, token, used_at) \
-         SELECT $1, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1 FOR SHARE), 0) << 32) | 1, now() \
+         t AS (INSERT INTO {t}_counters (name, token, used_at, holder) \
+         SELECT $1, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1 FOR SHARE), 0) << 32) | 1, now(), {holder}::bytea \
          FROM l WHERE l.got AND NOT EXISTS (SELECT 1 FROM u) \
-         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1, used_at = now() RETURNING token)"
+         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1, used_at = now(), \
+         holder = excluded.holder RETURNING token)"
     )
 }
 
@@ -170,9 +178,17 @@ pub(crate) fn ddl(t: &str) -> [String; 4] {
         ),
         format!(
             "CREATE UNLOGGED TABLE IF NOT EXISTS {t}_counters (name TEXT PRIMARY KEY, token BIGINT NOT NULL, \
-             used_at TIMESTAMPTZ NOT NULL DEFAULT now())"
+             used_at TIMESTAMPTZ NOT NULL DEFAULT now(), holder BYTEA)"
         ),
     ]
+}
+
+/// What brings the tables of an earlier version up to date: the counters'
+/// holder column.
+pub(crate) fn upgrade(t: &str) -> Vec<String> {
+    vec![format!(
+        "ALTER TABLE {t}_counters ADD COLUMN IF NOT EXISTS holder BYTEA"
+    )]
 }
 
 #[cfg(test)]

@@ -123,11 +123,73 @@ macro_rules! session_conformance {
                 .expect("acquire");
             assert!(g.fencing_token().is_some());
             assert!(g.release().await.expect("release"));
-            for suffix in ["_counters", "_run", "_epoch", ""] {
-                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!("DROP TABLE {table}{suffix}")))
+            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                    "DROP TABLE IF EXISTS {table}{suffix}"
+                )))
+                .execute(&admin)
+                .await
+                .expect("drop the case's tables");
+            }
+        }
+
+        /// Tables from before the holder record (a counters table without
+        /// its `holder` column): with `create_schema=false` the lock refuses
+        /// to start, naming the statement that brings them up to date;
+        /// otherwise it adds the column and keeps holder records at once.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn counters_without_the_holder_column_gain_it() {
+            use ::lock_core::{DistributedLock, LockOptions};
+            let base = ::lock_testkit::faults::env($url);
+            let table = format!("old_{}", table_suffix());
+            let admin = <$pool>::new().connect(&base).await.expect("admin pool");
+            let config =
+                ::lock_sql::SqlConfig::from_url(&format!("{base}?table={table}")).expect("config");
+            for statement in <$lock>::ddl(&config) {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(statement))
                     .execute(&admin)
                     .await
-                    .expect("drop the case's tables");
+                    .expect("the published DDL runs");
+            }
+            ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                "ALTER TABLE {table}_counters DROP COLUMN holder"
+            )))
+            .execute(&admin)
+            .await
+            .expect("make the counters table an earlier version's");
+            let refused =
+                <$lock>::connect(&format!("{base}?table={table}&create_schema=false")).await;
+            let Err(e) = refused else {
+                panic!("a lock on out-of-date tables started without create_schema");
+            };
+            assert!(e.is_config(), "not a configuration error: {e:?}");
+            assert!(
+                e.to_string().contains("ADD COLUMN"),
+                "the error does not name the upgrade: {e}"
+            );
+            let locks = <$lock>::connect(&format!("{base}?table={table}"))
+                .await
+                .expect("started, the column added");
+            let opts = LockOptions::new().identity("upgraded").value("v1");
+            let g = locks
+                .acquire("upgrade/check", &opts)
+                .await
+                .expect("acquire");
+            let info = locks.inspect("upgrade/check").await.expect("inspect");
+            let holder = info.holder.expect("a holder record on the upgraded table");
+            assert_eq!(
+                (holder.identity.as_str(), holder.value.as_slice()),
+                ("upgraded", &b"v1"[..])
+            );
+            assert_eq!(info.fencing_token, g.fencing_token());
+            assert!(g.release().await.expect("release"));
+            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                    "DROP TABLE IF EXISTS {table}{suffix}"
+                )))
+                .execute(&admin)
+                .await
+                .expect("drop the case's tables");
             }
         }
 
@@ -187,11 +249,13 @@ macro_rules! session_conformance {
                     "{mode}: {after_token:#x} after {held_token:#x}"
                 );
                 assert!(after.release().await.expect("release"));
-                for suffix in ["_counters", "_run", "_epoch", ""] {
-                    ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!("DROP TABLE {table}{suffix}")))
-                        .execute(&admin)
-                        .await
-                        .expect("drop the case's tables");
+                for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
+                    ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                        "DROP TABLE IF EXISTS {table}{suffix}"
+                    )))
+                    .execute(&admin)
+                    .await
+                    .expect("drop the case's tables");
                 }
             }
         }
