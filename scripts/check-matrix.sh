@@ -44,7 +44,7 @@ CASES=(
 )
 
 # The cases whose backend offers leader election (a holder record).
-ELECTIONS="redis redlock sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
 dirs=()

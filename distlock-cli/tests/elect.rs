@@ -19,6 +19,8 @@ use common::{distlock, env, text, unique};
 fn election_urls(dir: &Path) -> Vec<String> {
     vec![
         format!("sqlite://{}/locks.db", dir.display()),
+        env("DISTLOCK_TEST_POSTGRES_URL"),
+        format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL")),
         env("DISTLOCK_TEST_REDIS_URL"),
         env("DISTLOCK_TEST_REDLOCK_URL"),
         env("DISTLOCK_TEST_ETCD_URL"),
@@ -166,11 +168,14 @@ async fn a_lost_leadership_stops_the_command_and_again_campaigns_anew() {
     }
 }
 
-/// A backend without elections (Postgres keeps no holder record yet) is
-/// refused with 78 before anything runs.
+/// A backend without elections (a SQL lock with `fencing=false`: no
+/// terms, no holder record) is refused with 78 before anything runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_backend_without_elections_is_refused() {
-    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
+    let url = format!(
+        "{}?mode=advisory&fencing=false",
+        env("DISTLOCK_TEST_POSTGRES_URL")
+    );
     let out = distlock()
         .args(["elect", "--url", &url, "jobs", "--", "sh", "-c", "echo ran"])
         .output()

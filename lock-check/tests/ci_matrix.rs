@@ -231,6 +231,21 @@ fn election_sqlite() {
     check_election("sqlite", "sqlite", &url, &[]);
 }
 
+/// Row mode: a grant shows as held before its term is written.
+#[test]
+fn election_postgres_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check_election("postgres-row", "postgres", &url, &["postgres"]);
+}
+
+/// Advisory mode: a grant after a wait draws its term in a statement of
+/// its own (a grant without waiting, in the same).
+#[test]
+fn election_mysql_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
+    check_election("mysql-advisory", "mysql", &url, &["mysql"]);
+}
+
 #[test]
 fn election_redis() {
     check_election("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
