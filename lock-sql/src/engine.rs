@@ -206,6 +206,19 @@ pub(crate) async fn connect_pool<DB: Database>(
         .map_err(|e| map_sqlx(backend, &format!("connecting to {}", parsed.display), e))
 }
 
+/// A dialect's schema, as [`prepare_schema`] sets it up.
+pub(crate) struct Schema<'a> {
+    /// The statements that create the tables (all `IF NOT EXISTS`).
+    pub(crate) ddl: Vec<String>,
+    /// The statements that bring an earlier version's tables up to date.
+    pub(crate) upgrade: Vec<String>,
+    /// The tables checked besides the four every dialect has: suffixes of
+    /// the lock table's name.
+    pub(crate) more_tables: &'a [&'a str],
+    /// The public function that returns `ddl`, named in errors.
+    pub(crate) ddl_fn: &'a str,
+}
+
 /// The lock's tables on `pool`, as `config` says: created from `ddl` (its
 /// statements all `IF NOT EXISTS`) unless `create_schema` is off, then
 /// checked; tables of an earlier version that fail the check are brought
@@ -219,16 +232,19 @@ pub(crate) async fn prepare_schema<DB: Database>(
     backend: &'static str,
     pool: &Pool<DB>,
     config: &SqlConfig,
-    ddl: Vec<String>,
-    upgrade: Vec<String>,
-    more_tables: &[&str],
-    ddl_fn: &str,
+    schema: Schema<'_>,
     missing: impl Fn(&sqlx::Error) -> bool,
 ) -> Result<(), LockError>
 where
     for<'c> &'c Pool<DB>: sqlx::Executor<'c, Database = DB>,
     for<'q> <DB as Database>::Arguments: sqlx::IntoArguments<DB>,
 {
+    let Schema {
+        ddl,
+        upgrade,
+        more_tables,
+        ddl_fn,
+    } = schema;
     let mut failed_ddl = None;
     let mut run = async |statements: &[String]| {
         for statement in statements {

@@ -221,10 +221,12 @@ impl SqlLock<MySqlDialect> {
             BACKEND,
             &pool,
             &config,
-            Self::ddl(&config),
-            tokens::upgrade(config.table.as_str()),
-            &["_holders"],
-            "MySqlLock::ddl",
+            engine::Schema {
+                ddl: Self::ddl(&config),
+                upgrade: tokens::upgrade(config.table.as_str()),
+                more_tables: &["_holders"],
+                ddl_fn: "MySqlLock::ddl",
+            },
             no_such_table,
         )
         .await?;

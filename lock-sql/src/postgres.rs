@@ -255,10 +255,12 @@ impl SqlLock<PgDialect> {
             BACKEND,
             &pool,
             &config,
-            Self::ddl(&config),
-            tokens::upgrade(config.table.as_str()),
-            &[],
-            "PgLock::ddl",
+            engine::Schema {
+                ddl: Self::ddl(&config),
+                upgrade: tokens::upgrade(config.table.as_str()),
+                more_tables: &[],
+                ddl_fn: "PgLock::ddl",
+            },
             undefined_table,
         )
         .await?;
