@@ -21,15 +21,25 @@ fn url() -> String {
 }
 
 /// The counter's upsert a grant makes: in the `MEMORY` counters table, in
-/// the epoch the counters count in (see `lock-sql/src/mysql/tokens.rs`).
-const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token) VALUES \
-     (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1)) \
-     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)";
+/// the epoch the counters count in (see `lock-sql/src/mysql/tokens.rs`),
+/// with the grant's holder record beside the token.
+const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token, holder) VALUES \
+     (?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1), ?) \
+     ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), holder = VALUES(holder)";
+
+/// The holder record distlock writes with a grant on default options.
+fn holder_record() -> Vec<u8> {
+    lock_core::LockOptions::new()
+        .holder_record()
+        .as_bytes()
+        .to_vec()
+}
 
 /// Advance `name`'s counter in one statement: the token.
 async fn draw_token(conn: &mut MySqlConnection, name: &str) -> u64 {
     sqlx::query(TOKEN_UPSERT)
         .bind(name.as_bytes())
+        .bind(holder_record())
         .execute(&mut *conn)
         .await
         .expect("token")
@@ -99,12 +109,13 @@ impl Floors for MySqlFloors {
     async fn fenced_advisory(&mut self, name: &str) {
         let conn = &mut self.conn;
         let done = sqlx::query(
-            "INSERT INTO distlock_locks_counters (name, token) \
-             SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1) \
+            "INSERT INTO distlock_locks_counters (name, token, holder) \
+             SELECT ?, LAST_INSERT_ID((COALESCE((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1), ? \
              FROM (SELECT GET_LOCK(?, 50) AS got) AS l WHERE l.got = 1 \
-             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1)",
+             ON DUPLICATE KEY UPDATE token = LAST_INSERT_ID(token + 1), holder = VALUES(holder)",
         )
         .bind(name.as_bytes())
+        .bind(holder_record())
         .bind(name.as_bytes())
         .execute(&mut *conn)
         .await

@@ -76,10 +76,20 @@ async fn raw_advisory_plain(conn: &mut PgConnection, name: &str) {
 }
 
 /// The counter's upsert a grant makes: in the unlogged counters table, in
-/// the epoch the counters count in (see `lock-sql/src/postgres/tokens.rs`).
-const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token) \
-     SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1 \
-     ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1 RETURNING token";
+/// the epoch the counters count in (see `lock-sql/src/postgres/tokens.rs`),
+/// with the grant's holder record beside the token.
+const TOKEN_UPSERT: &str = "INSERT INTO distlock_locks_counters (name, token, holder) \
+     SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1, $2 \
+     ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1, holder = excluded.holder \
+     RETURNING token";
+
+/// The holder record distlock writes with a grant on default options.
+fn holder_record() -> Vec<u8> {
+    lock_core::LockOptions::new()
+        .holder_record()
+        .as_bytes()
+        .to_vec()
+}
 
 /// The cheapest hand-written row lock with a token that survives a crash:
 /// the lock's transaction on `conn`, the token's upsert on `tokens` (a
@@ -95,6 +105,7 @@ async fn fenced_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &s
     lock_row(conn, name).await;
     let token: i64 = sqlx::query_scalar(TOKEN_UPSERT)
         .bind(name)
+        .bind(holder_record())
         .fetch_one(&mut *tokens)
         .await
         .expect("token");
@@ -111,15 +122,17 @@ async fn fenced_row(conn: &mut PgConnection, tokens: &mut PgConnection, name: &s
 /// is held first); then the unlock.
 async fn fenced_advisory(conn: &mut PgConnection, name: &str) {
     let token: i64 = sqlx::query_scalar(
-        "INSERT INTO distlock_locks_counters (name, token) \
-         SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1 \
+        "INSERT INTO distlock_locks_counters (name, token, holder) \
+         SELECT $1, (coalesce((SELECT epoch FROM distlock_locks_run WHERE id = 1), 0) << 32) | 1, $4 \
          FROM (SELECT set_config('lock_timeout', $2, false), set_config('idle_session_timeout', $3, false), \
          pg_advisory_lock(hashtextextended('distlock:' || $1, 0))) AS locked \
-         ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1 RETURNING token",
+         ON CONFLICT (name) DO UPDATE SET token = distlock_locks_counters.token + 1, holder = excluded.holder \
+         RETURNING token",
     )
     .bind(name)
     .bind("0ms")
     .bind("30000ms")
+    .bind(holder_record())
     .fetch_one(&mut *conn)
     .await
     .expect("lock and token");
