@@ -63,7 +63,7 @@ pub use handle::{GuardHandle, PendingGrant, confirmed_lease_start};
 pub use layered::{Layered, LayeredLock};
 pub use lease::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,
-    drift_allowance, drift_allowance_with, safety_margin, validity_deadline,
+    drift_allowance, drift_allowance_with, lease_millis, safety_margin, validity_deadline,
 };
 pub use owner::OwnerToken;
 pub use request::{Request, check_request, wait_deadline};

@@ -45,8 +45,7 @@ pub fn extend_batcher(
             let keys: Vec<&str> = items.iter().map(|x| x.key.as_str()).collect();
             let mut call = ScriptCall::new(&EXTEND, &keys, 2 * items.len());
             for x in &items {
-                call.arg(&x.owner)
-                    .arg(u64::try_from(x.ttl.as_millis()).unwrap_or(u64::MAX));
+                call.arg(&x.owner).arg(lock_core::raw::lease_millis(x.ttl));
             }
             let replies: Vec<i64> = match tokio::time::timeout(limit, call.invoke(&mut conn)).await
             {

@@ -204,7 +204,7 @@ impl RedisLock {
             6,
         );
         call.arg(&handle.owner)
-            .arg(opts.ttl.as_millis() as u64)
+            .arg(lock_core::raw::lease_millis(opts.ttl))
             .arg(waiter.unwrap_or_default())
             .arg(QUEUE_TTL.as_millis() as u64)
             .arg("")

@@ -164,7 +164,7 @@ impl Node {
             6,
         );
         call.arg(&lock.owner)
-            .arg(ttl.as_millis() as u64)
+            .arg(lock_core::raw::lease_millis(ttl))
             .arg(waiter.as_ref().map_or("", |w| w.id.as_str()))
             .arg(QUEUE_TTL.as_millis() as u64)
             .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()))

@@ -56,7 +56,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::Request;
+use lock_core::raw::{Request, lease_millis};
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, LockOptions, Wait, Waiting,
 };
@@ -481,7 +481,7 @@ impl Dialect for PgDialect {
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
         let mut pinned = core.pool.pinned().await.map_err(taken)?;
-        let ttl_ms = opts.ttl.as_millis().max(1);
+        let ttl_ms = lease_millis(opts.ttl);
         let record = opts.holder_record();
         // The record is the grant statement's last parameter with fencing
         // on, and is not sent without.
@@ -654,7 +654,7 @@ impl Dialect for PgDialect {
         ttl: Duration,
     ) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
-        let ms = ttl.as_millis().max(1);
+        let ms = lease_millis(ttl);
         let touch = match self.core.mode {
             SqlMode::Row => format!("SET LOCAL idle_in_transaction_session_timeout = {ms}"),
             SqlMode::Advisory => format!("SET idle_session_timeout = {ms}"),
@@ -842,7 +842,7 @@ impl SessionSql for PgSession {
 
     async fn keep(&self, conn: &mut Self::Conn, idle: Duration) -> Result<(), sqlx::Error> {
         // A number only: nothing a caller controls is spliced.
-        let touch = format!("SET idle_session_timeout = {}", idle.as_millis().max(1));
+        let touch = format!("SET idle_session_timeout = {}", lease_millis(idle));
         sqlx::raw_sql(AssertSqlSafe(touch)).execute(conn).await?;
         Ok(())
     }
@@ -874,7 +874,7 @@ impl SessionSql for PgSession {
             Some(idle) => {
                 let lock = sqlx::query_scalar(AssertSqlSafe(self.sql.advisory_try.as_str()))
                     .bind(name)
-                    .bind(format!("{}ms", idle.as_millis().max(1)));
+                    .bind(format!("{}ms", lease_millis(idle)));
                 committed_answer(with_record(lock, record), conn).await?
             }
         };
@@ -961,5 +961,30 @@ mod tests {
             1,
         );
         sessions.check_idle_bound_set_only_when_it_changes().await;
+    }
+
+    /// A bound of a fraction of a millisecond more than whole ones (what a
+    /// watchdog's check asks: the lease's time left) is rounded up, never
+    /// down: the server must not end the lock before the client's
+    /// `sent + ttl`. (Rounded down, a lock checked by the watchdog ended
+    /// up to a millisecond early, and the conformance case
+    /// `abandoned_lock_expires` saw a grant after 799.96 ms of an 800 ms
+    /// lease.)
+    #[tokio::test]
+    async fn a_session_bound_is_rounded_up_to_whole_milliseconds() {
+        use sqlx::Connection;
+        use std::time::Duration;
+
+        use crate::shared::SessionSql;
+        let url = std::env::var("DISTLOCK_TEST_POSTGRES_URL")
+            .expect("DISTLOCK_TEST_POSTGRES_URL (scripts/services.sh env)");
+        let mut conn = sqlx::PgConnection::connect(&url).await.expect("connect");
+        let session = PgSession {
+            sql: Statements::new(&SqlConfig::default().table, false),
+        };
+        let asked = Duration::from_micros(533_100);
+        session.keep(&mut conn, asked).await.expect("keep");
+        let bound = session.idle_bound(&mut conn).await.expect("read the bound");
+        assert_eq!(bound, Duration::from_millis(534), "asked for {asked:?}");
     }
 }

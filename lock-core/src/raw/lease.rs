@@ -40,6 +40,24 @@ pub fn drift_allowance_with(ttl: Duration, factor: f64) -> Duration {
     ttl.mul_f64(factor) + Duration::from_millis(2)
 }
 
+/// A lease as the whole milliseconds a server is told (`PX`, a timeout in
+/// ms, an expiry time): rounded **up**, so the server never ends a lease
+/// before the client's `sent + ttl` (rounding down would end it up to a
+/// millisecond early, and a renewal's remaining lease is rarely whole);
+/// at least 1, saturating.
+///
+/// ```
+/// use std::time::Duration;
+/// use lock_core::raw::lease_millis;
+/// assert_eq!(lease_millis(Duration::from_micros(533_100)), 534);
+/// assert_eq!(lease_millis(Duration::from_millis(800)), 800);
+/// assert_eq!(lease_millis(Duration::ZERO), 1);
+/// ```
+pub fn lease_millis(d: Duration) -> u64 {
+    let ms = d.as_nanos().div_ceil(1_000_000).max(1);
+    u64::try_from(ms).unwrap_or(u64::MAX)
+}
+
 /// How long before the server's earliest possible expiry of a lease of
 /// `ttl` the holder's validity deadline (and so `lost()`) falls: the clock
 /// drift allowance (`factor` of the TTL plus 2 ms) or the timer-lateness

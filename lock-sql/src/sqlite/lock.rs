@@ -169,8 +169,10 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// A lease in whole milliseconds, rounded up
+/// ([`lease_millis`](lock_core::raw::lease_millis)).
 pub(crate) fn ms(d: Duration) -> i64 {
-    i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
+    i64::try_from(lock_core::raw::lease_millis(d)).unwrap_or(i64::MAX)
 }
 
 impl SqliteLock {
