@@ -77,9 +77,14 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     }
 
     /// Lock `req.name` on a connection of its own, waiting until the
-    /// request's deadline (one attempt for [`Wait::No`]); `None` if not
-    /// granted by then.
-    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Self::Db>>, LockError>;
+    /// request's deadline (one attempt for [`Wait::No`]), storing the
+    /// holder `record` with the token (fencing on; `None` otherwise);
+    /// `None` if not granted by then.
+    async fn lock(
+        &self,
+        req: Request<'_>,
+        record: Option<&HolderRecord>,
+    ) -> Result<Option<Pinning<Self::Db>>, LockError>;
 
     /// Give back the lock `name` held on `conn`: whether it was still ours.
     async fn unlock(
@@ -356,13 +361,12 @@ async fn on_shared<D: Dialect>(
 ) -> Result<Option<LockGuard>, LockError> {
     let sent_at = Instant::now();
     let core = lock.dialect.core();
-    let record = req.opts.holder_record();
-    match core
-        .shared
-        .try_lock(req.name, record.as_bytes(), req.opts.ttl)
-        .await?
-    {
-        Some((handle, token)) => guard(lock, req, handle, token, sent_at).await.map(Some),
+    let record = holder_record(core, req);
+    let bytes = record.as_ref().map_or(&[][..], HolderRecord::as_bytes);
+    match core.shared.try_lock(req.name, bytes, req.opts.ttl).await? {
+        Some((handle, token)) => guard(lock, req, handle, token, sent_at, record)
+            .await
+            .map(Some),
         None => Ok(None),
     }
 }
@@ -373,7 +377,8 @@ async fn on_pinned<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
 ) -> Result<Option<LockGuard>, LockError> {
-    let Some((pinned, token, sent_at)) = lock.dialect.lock(req).await? else {
+    let record = holder_record(lock.dialect.core(), req);
+    let Some((pinned, token, sent_at)) = lock.dialect.lock(req, record.as_ref()).await? else {
         return Ok(None);
     };
     let handle = Arc::new(SqlHandle {
@@ -381,7 +386,18 @@ async fn on_pinned<D: Dialect>(
         name: req.name.to_string(),
         conn: tokio::sync::Mutex::new(pinned),
     });
-    guard(lock, req, handle, token, sent_at).await.map(Some)
+    guard(lock, req, handle, token, sent_at, record)
+        .await
+        .map(Some)
+}
+
+/// The holder record a grant of `req` stores, made once per request: with
+/// fencing on only (it lives beside the token).
+pub(crate) fn holder_record<DB: Database, S: SessionSql>(
+    core: &Core<DB, S>,
+    req: Request<'_>,
+) -> Option<HolderRecord> {
+    core.fencing.then(|| req.opts.holder_record())
 }
 
 /// Wrap a grant in a guard. The server's idle timeout counts from the end
@@ -395,19 +411,20 @@ async fn guard<D: Dialect>(
     handle: Arc<dyn GuardHandle>,
     token: u64,
     sent_at: Instant,
+    record: Option<HolderRecord>,
 ) -> Result<LockGuard, LockError> {
     let (name, opts) = (req.name, req.opts);
     let fencing = lock.dialect.core().fencing;
-    let handle: Arc<dyn GuardHandle> = match fencing {
-        true => Arc::new(Recorded {
+    let handle: Arc<dyn GuardHandle> = match record {
+        Some(record) => Arc::new(Recorded {
             inner: handle,
             dialect: Arc::clone(&lock.dialect),
             name: name.to_string(),
             token,
-            record: opts.holder_record(),
+            record,
             ttl: Mutex::new(opts.ttl),
         }),
-        false => handle,
+        None => handle,
     };
     let pending = PendingGrant::new(handle);
     let start =

@@ -36,7 +36,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::Request;
+use lock_core::raw::{HolderRecord, Request};
 use lock_core::{
     Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, Waiting,
 };
@@ -701,7 +701,11 @@ impl Dialect for MySqlDialect {
     /// Lock `req.name` on a connection of its own: the connection, the
     /// token and when it was asked; `None` if not granted by the request's
     /// deadline.
-    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<MySql>>, LockError> {
+    async fn lock(
+        &self,
+        req: Request<'_>,
+        record: Option<&HolderRecord>,
+    ) -> Result<Option<Pinning<MySql>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let mut pinned = self.acquire_conn().await?;
         let ttl = secs_ceil(opts.ttl);
@@ -726,8 +730,8 @@ impl Dialect for MySqlDialect {
             };
             match outcome {
                 Ok(true) => {
-                    let record = opts.holder_record();
-                    let token = self.token_for(&mut pinned, name, record.as_bytes()).await?;
+                    let record = record.map_or(&[][..], HolderRecord::as_bytes);
+                    let token = self.token_for(&mut pinned, name, record).await?;
                     return Ok(Some((pinned, token, sent_at)));
                 }
                 Ok(false) => {}

@@ -56,7 +56,7 @@ use std::fmt;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use lock_core::raw::{Request, lease_millis};
+use lock_core::raw::{HolderRecord, Request, lease_millis};
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, LockOptions, Wait, Waiting,
 };
@@ -475,17 +475,20 @@ impl Dialect for PgDialect {
     /// the lock transaction, in row mode), the token and when it was asked.
     /// `Ok(None)`: held by someone else (a single attempt), or the wait ran
     /// out at the request's deadline (`Timeout` is made by the caller).
-    async fn lock(&self, req: Request<'_>) -> Result<Option<Pinning<Postgres>>, LockError> {
+    async fn lock(
+        &self,
+        req: Request<'_>,
+        record: Option<&HolderRecord>,
+    ) -> Result<Option<Pinning<Postgres>>, LockError> {
         let (name, opts, deadline) = (req.name, req.opts, req.deadline);
         let core = &self.core;
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         let taken = |e: NoConnection| e.into_error(BACKEND, "acquiring a lock");
         let mut pinned = core.pool.pinned().await.map_err(taken)?;
         let ttl_ms = lease_millis(opts.ttl);
-        let record = opts.holder_record();
         // The record is the grant statement's last parameter with fencing
         // on, and is not sent without.
-        let record = self.sql.fencing.then_some(record.as_bytes());
+        let record = record.map(HolderRecord::as_bytes);
         let sent_at = Instant::now();
         let mut dead = DeadBudget::new();
         loop {
@@ -757,7 +760,8 @@ impl SqlLock<PgDialect> {
             ));
         }
         let req = Request::checked(name, opts, &CAPABILITIES)?;
-        match dialect.lock(req).await? {
+        let record = engine::holder_record(&dialect.core, req);
+        match dialect.lock(req, record.as_ref()).await? {
             Some((conn, token, _)) => Ok(PgLockedTransaction {
                 name: name.to_string(),
                 token: dialect.core.fencing.then_some(token),
