@@ -86,6 +86,19 @@ macro_rules! session_conformance {
             format!("{:x}_{nanos:x}", ::std::process::id())
         }
 
+        /// Drop the tables of a case's own lock table `table` (those of
+        /// either dialect; missing ones are skipped).
+        async fn drop_tables<'e, E: ::sqlx::Executor<'e> + Copy>(admin: E, table: &str) {
+            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
+                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                    "DROP TABLE IF EXISTS {table}{suffix}"
+                )))
+                .execute(admin)
+                .await
+                .expect("drop the case's tables");
+            }
+        }
+
         /// The schema under the application's control: with
         /// `create_schema=false` a lock on a database without its tables
         /// refuses to start, as configuration, naming the statements to
@@ -123,14 +136,7 @@ macro_rules! session_conformance {
                 .expect("acquire");
             assert!(g.fencing_token().is_some());
             assert!(g.release().await.expect("release"));
-            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
-                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
-                    "DROP TABLE IF EXISTS {table}{suffix}"
-                )))
-                .execute(&admin)
-                .await
-                .expect("drop the case's tables");
-            }
+            drop_tables(&admin, &table).await;
         }
 
         /// Tables from before the holder record (a counters table without
@@ -183,14 +189,7 @@ macro_rules! session_conformance {
             );
             assert_eq!(info.fencing_token, g.fencing_token());
             assert!(g.release().await.expect("release"));
-            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
-                ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
-                    "DROP TABLE IF EXISTS {table}{suffix}"
-                )))
-                .execute(&admin)
-                .await
-                .expect("drop the case's tables");
-            }
+            drop_tables(&admin, &table).await;
         }
 
         /// `remove_unused` removes the per-name rows of names unused for the
@@ -249,14 +248,7 @@ macro_rules! session_conformance {
                     "{mode}: {after_token:#x} after {held_token:#x}"
                 );
                 assert!(after.release().await.expect("release"));
-                for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
-                    ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
-                        "DROP TABLE IF EXISTS {table}{suffix}"
-                    )))
-                    .execute(&admin)
-                    .await
-                    .expect("drop the case's tables");
-                }
+                drop_tables(&admin, &table).await;
             }
         }
 
