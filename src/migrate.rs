@@ -103,6 +103,38 @@ impl MigratingLock {
         &self.to
     }
 
+    /// One view of the lock from the two parts' (see `raw_inspect`).
+    fn merge(&self, from: LockInfo, to: LockInfo) -> LockInfo {
+        let mut info = if from.held || to.held {
+            LockInfo::held()
+        } else {
+            LockInfo::free()
+        };
+        if info.held {
+            let (token, holder) = if from.held {
+                (from.fencing_token, from.holder.clone())
+            } else {
+                (to.fencing_token, to.holder.clone())
+            };
+            // Only where both parts keep one (`Capabilities::holder`).
+            let holder = holder.filter(|_| self.raw_capabilities().holder);
+            let expires_in = [&from, &to]
+                .iter()
+                .filter(|part| part.held)
+                .filter_map(|part| part.expires_in)
+                .min();
+            info = info
+                .with_fencing_token(token)
+                .with_expires_in(expires_in)
+                .with_holder(holder);
+        }
+        let waiters = match (from.waiters, to.waiters) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
+        info.with_waiters(waiters)
+    }
+
     async fn acquire_both(
         &self,
         req: Request<'_>,
@@ -165,6 +197,10 @@ impl MigratingLock {
         }
     }
 }
+
+/// How many times `inspect` reads the two parts before it gives up on a
+/// consistent view (see `MigratingLock::raw_inspect`).
+const INSPECT_READS: usize = 4;
 
 /// `opts` with the wait cut to what is left before `deadline`.
 fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
@@ -299,37 +335,29 @@ impl RawLock for MigratingLock {
     /// is held there (the one a migrating guard carries), else `to`'s; the
     /// lease is the earlier of the held parts'; the holder record is the
     /// one beside that token; the waiters are those of both.
+    ///
+    /// The parts are read one after the other, so a migrating grant or
+    /// release may land between the reads. `to` is read first: a migrating
+    /// holder holds `from` for the whole time it holds `to`, so `to` held
+    /// and then `from` free means either a holder of `to` alone or a
+    /// migrating holder that has gone since; `to` is read again to tell
+    /// them apart (the same grant still held is a holder of `to` alone).
+    /// Where the lock keeps changing between reads, it is reported held
+    /// without a token or holder rather than with a token of the other
+    /// sequence.
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
-        let from = self.from.inspect(name).await?;
-        let to = self.to.inspect(name).await?;
-        let mut info = if from.held || to.held {
-            LockInfo::held()
-        } else {
-            LockInfo::free()
-        };
-        if info.held {
-            let (token, holder) = if from.held {
-                (from.fencing_token, from.holder.clone())
-            } else {
-                (to.fencing_token, to.holder.clone())
-            };
-            // Only where both parts keep one (`Capabilities::holder`).
-            let holder = holder.filter(|_| self.raw_capabilities().holder);
-            let expires_in = [&from, &to]
-                .iter()
-                .filter(|part| part.held)
-                .filter_map(|part| part.expires_in)
-                .min();
-            info = info
-                .with_fencing_token(token)
-                .with_expires_in(expires_in)
-                .with_holder(holder);
+        for _ in 0..INSPECT_READS {
+            let to = self.to.inspect(name).await?;
+            let from = self.from.inspect(name).await?;
+            if from.held || !to.held {
+                return Ok(self.merge(from, to));
+            }
+            let again = self.to.inspect(name).await?;
+            if again.held && again.fencing_token == to.fencing_token {
+                return Ok(self.merge(from, again));
+            }
         }
-        let waiters = match (from.waiters, to.waiters) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
-        Ok(info.with_waiters(waiters))
+        Ok(LockInfo::held())
     }
 
     /// Force-release on both backends, `to` first (as a release does);
@@ -479,6 +507,118 @@ mod tests {
         fn raw_capabilities(&self) -> Capabilities {
             self.inner.capabilities()
         }
+    }
+
+    /// A lock whose next `inspect` runs `then` after reading `inner`: a
+    /// change that lands between the migrating lock's two reads.
+    struct ChangesAfterRead {
+        inner: lock_core::MemoryLock,
+        then: std::sync::Mutex<Option<futures_util::future::BoxFuture<'static, ()>>>,
+    }
+
+    impl ChangesAfterRead {
+        fn new(inner: &lock_core::MemoryLock) -> Self {
+            ChangesAfterRead {
+                inner: inner.clone(),
+                then: std::sync::Mutex::new(None),
+            }
+        }
+
+        fn then(&self, change: impl Future<Output = ()> + Send + 'static) {
+            *self.then.lock().expect("hook") = Some(Box::pin(change));
+        }
+    }
+
+    #[async_trait]
+    impl RawLock for ChangesAfterRead {
+        async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+            self.inner.try_acquire(req.name, req.opts).await
+        }
+
+        fn raw_capabilities(&self) -> Capabilities {
+            self.inner.capabilities()
+        }
+
+        async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
+            let info = self.inner.inspect(name).await?;
+            let change = self.then.lock().expect("hook").take();
+            if let Some(change) = change {
+                change.await;
+            }
+            Ok(info)
+        }
+    }
+
+    /// `from` and `to` over two memory locks whose tokens for "job" differ
+    /// (`to`'s counter is ahead), with a hook on each one's `inspect`.
+    async fn hooked() -> (MigratingLock, Arc<ChangesAfterRead>, Arc<ChangesAfterRead>) {
+        let (from, to) = (lock_core::MemoryLock::new(), lock_core::MemoryLock::new());
+        let opts = lock_core::LockOptions::new();
+        for _ in 0..5 {
+            let g = to.acquire("job", &opts).await.expect("acquire");
+            assert!(g.release().await.expect("release"));
+        }
+        let (hf, ht) = (
+            Arc::new(ChangesAfterRead::new(&from)),
+            Arc::new(ChangesAfterRead::new(&to)),
+        );
+        let lock = MigratingLock::new(hf.clone(), ht.clone());
+        (lock, hf, ht)
+    }
+
+    /// A migrating grant or release between the reads of the two parts is
+    /// never reported with the `to` part's token: a migrating holder's
+    /// token is `from`'s (an election observer would otherwise see a term
+    /// from the other backend's sequence, and lose the terms after it).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inspect_never_mixes_the_parts_of_a_migrating_holder() {
+        let opts = lock_core::LockOptions::new();
+        // Granted between the reads.
+        let (lock, from, _) = hooked().await;
+        let holder = Arc::new(std::sync::Mutex::new(None));
+        from.then({
+            let (lock, holder) = (lock.clone(), holder.clone());
+            async move {
+                let g = lock.acquire("job", &lock_core::LockOptions::new()).await;
+                *holder.lock().expect("holder") = Some(g.expect("acquire"));
+            }
+        });
+        let info = lock.inspect("job").await.expect("inspect");
+        let g = holder.lock().expect("holder").take().expect("granted");
+        assert!(
+            !info.held || info.fencing_token == g.fencing_token(),
+            "granted token {:?}, reported {info:?}",
+            g.fencing_token()
+        );
+        // Released between the reads.
+        let (lock, from, to) = hooked().await;
+        let g = lock.acquire("job", &opts).await.expect("acquire");
+        let token = g.fencing_token();
+        from.then(async move {
+            assert!(g.release().await.expect("release"));
+        });
+        let info = lock.inspect("job").await.expect("inspect");
+        assert!(
+            !info.held || info.fencing_token == token,
+            "held with token {token:?}, reported {info:?}"
+        );
+        let g = lock.acquire("job", &opts).await.expect("acquire");
+        let token = g.fencing_token();
+        to.then(async move {
+            assert!(g.release().await.expect("release"));
+        });
+        let info = lock.inspect("job").await.expect("inspect");
+        assert!(
+            !info.held || info.fencing_token == token,
+            "held with token {token:?}, reported {info:?}"
+        );
+        // A holder of `to` only (a process already on the new URL) is
+        // reported with its own token.
+        let (lock, _, _) = hooked().await;
+        let only = lock.to_lock().acquire("job", &opts).await.expect("acquire");
+        let info = lock.inspect("job").await.expect("inspect");
+        assert_eq!(info.fencing_token, only.fencing_token());
+        assert!(only.release().await.expect("release"));
     }
 
     /// A single attempt whose `to` part comes back after `from`'s lease
