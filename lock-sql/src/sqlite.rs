@@ -23,14 +23,18 @@
 //! deletes its ticket; a crashed one's ticket is ignored once its heartbeat
 //! is older than `TICKET_STALE` (3 s).
 //!
-//! Commits keep SQLite's `synchronous = FULL` (an fsync of the WAL per
-//! commit, about 0.5 ms here): with `NORMAL`, a power loss could roll back
-//! the latest grants, and with them the fencing counter, so a token could be
-//! handed out twice.
+//! Commits run with SQLite's `synchronous = NORMAL` (no fsync per commit):
+//! a committed grant survives a crash of any process. A crash of the
+//! machine may roll back the latest commits, which costs nothing to the
+//! leases (their holders ran on that machine and are gone with it) but
+//! would take fencing counters back; the tokens count in an epoch that the
+//! first open after each boot of the machine advances, flushed (`tokens`).
+//! Where the kernel tells no boot id, commits keep `synchronous = FULL`.
 //!
 //! Modules: `config` holds [`SqliteConfig`] and reads `sqlite://` URLs,
 //! `lock` the [`SqliteLock`] client and its `RawLock` implementation,
-//! `handle` the guard's release and extend; then what is SQLite's own:
+//! `handle` the guard's release and extend, `tokens` the fencing epoch;
+//! then what is SQLite's own:
 //! `ticket` a waiter's place in line, `batch` the shared transactions of
 //! renewals and releases, `gate` this process's turns at the file's single
 //! writer lock. Errors are the SQL backends' (`crate::error`).
@@ -41,6 +45,7 @@ mod gate;
 mod handle;
 mod lock;
 mod ticket;
+mod tokens;
 
 pub use config::SqliteConfig;
 pub use lock::SqliteLock;

@@ -122,8 +122,8 @@ const CRASH_ENV: &str = "DISTLOCK_SQLITE_CRASH_WORKER";
 /// Fencing tokens never go backwards across a crash: a process granting
 /// and releasing in a loop is killed with SIGKILL mid-loop, and the next
 /// grant, in another process, exceeds every token the dead one was given
-/// (the counter is committed, `synchronous = FULL`, before a grant is
-/// reported).
+/// (the counter is committed before a grant is reported, and a commit
+/// survives a killed process without a flush: `synchronous = NORMAL`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tokens_survive_a_killed_process() {
     if std::env::var(CRASH_ENV).is_ok() {

@@ -27,6 +27,7 @@ use super::config::{MAX_BUSY_TIMEOUT_MS, SqliteConfig, parse_url};
 use super::gate::{WriteGate, gate_for};
 use super::handle::SqliteHandle;
 use super::ticket::{Ticket, drop_ticket};
+use super::tokens::{Epoch, boot_id};
 use crate::error::{is_busy, map_sqlx};
 use crate::ident::Identifier;
 
@@ -59,7 +60,7 @@ const LINE_POLL: Duration = Duration::from_millis(4);
 /// ```
 #[derive(Clone)]
 pub struct SqliteLock {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
     watchdog: Watchdog,
 }
 
@@ -76,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) gate: Arc<WriteGate>,
     /// Whether guards carry fencing tokens.
     pub(crate) fencing: bool,
+    /// The epoch the fencing counters count in.
+    pub(crate) epoch: Epoch,
 }
 
 /// The wake-up signals of every lease table this process has open, so that
@@ -132,8 +135,9 @@ impl Statements {
             ),
             acquire: format!(
                 "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms, holder) \
-                 VALUES (?1, ?2, 1, ?3, ?5) \
-                 ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, fence = fence + 1, \
+                 VALUES (?1, ?2, (?6 << 32) + 1, ?3, ?5) \
+                 ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, \
+                 fence = MAX(fence, ?6 << 32) + 1, \
                  expires_at_ms = excluded.expires_at_ms, holder = excluded.holder \
                  WHERE owner IS NULL OR expires_at_ms <= ?4 RETURNING fence"
             ),
@@ -190,11 +194,19 @@ impl SqliteLock {
                 config.busy_timeout
             )));
         }
+        let boot = boot_id();
+        // With the boot known, a crash of the machine advances the epoch,
+        // so commits need not be flushed one by one (see `tokens`).
+        let synchronous = if boot.is_some() {
+            SqliteSynchronous::Normal
+        } else {
+            SqliteSynchronous::Full
+        };
         let connect = SqliteConnectOptions::new()
             .filename(&path)
             .create_if_missing(true)
             .journal_mode(SqliteJournalMode::Wal)
-            .synchronous(SqliteSynchronous::Full)
+            .synchronous(synchronous)
             .busy_timeout(config.busy_timeout);
         // Switching a new file to WAL takes an exclusive lock that SQLite's
         // busy timeout does not wait for, so two processes opening a new
@@ -209,7 +221,7 @@ impl SqliteLock {
             })
             .await
             .map_err(|e| map_sqlx(BACKEND, &format!("opening {}", path.display()), e))?;
-        Self::from_pool(pool, path, config.table, config.fencing).await
+        Self::from_pool(pool, path, config.table, config.fencing, boot).await
     }
 
     /// A lock on a pool the application already has, in lease table
@@ -217,13 +229,14 @@ impl SqliteLock {
     /// default `distlock_leases`).
     ///
     /// The pool must be on a file (every process that opens the same file
-    /// shares its locks), in WAL mode with `synchronous` FULL or EXTRA (so
-    /// fencing tokens survive a crash of the machine, not only of the
-    /// process) and a busy timeout above zero (so processes take turns
-    /// instead of failing): `SqliteConnectOptions::new().filename(path)
-    /// .journal_mode(Wal).synchronous(Full).busy_timeout(…)`. A pool that
-    /// is not is refused with [`LockError::InvalidOptions`] naming the
-    /// setting.
+    /// shares its locks), in WAL mode with `synchronous` NORMAL or above
+    /// (FULL or above where the kernel tells no boot id, that is, beyond
+    /// Linux: fencing tokens must survive a crash of the machine, see the
+    /// module's documentation) and a busy timeout above zero (so processes
+    /// take turns instead of failing): `SqliteConnectOptions::new()
+    /// .filename(path).journal_mode(Wal).synchronous(Normal)
+    /// .busy_timeout(…)`. A pool that is not is refused with
+    /// [`LockError::InvalidOptions`] naming the setting.
     pub async fn with_pool(pool: SqlitePool, table: Identifier) -> Result<Self, LockError> {
         let path = pool.connect_options().get_filename().to_path_buf();
         if path.as_os_str().is_empty() || path.as_os_str() == ":memory:" {
@@ -251,10 +264,18 @@ impl SqliteLock {
                 "the sqlite pool must use journal_mode WAL, not {journal}"
             )));
         }
-        // 2 = FULL, 3 = EXTRA.
-        if synchronous < 2 {
+        // 1 = NORMAL, 2 = FULL, 3 = EXTRA.
+        let boot = boot_id();
+        if boot.is_none() && synchronous < 2 {
             return Err(LockError::invalid_options(
-                "the sqlite pool must use synchronous FULL or EXTRA: fencing tokens must survive a crash",
+                "the sqlite pool must use synchronous FULL or EXTRA where the kernel tells no boot id: \
+                 fencing tokens must survive a crash of the machine",
+            ));
+        }
+        if synchronous < 1 {
+            return Err(LockError::invalid_options(
+                "the sqlite pool must use synchronous NORMAL, FULL or EXTRA: \
+                 with OFF a crash of the machine can corrupt the file",
             ));
         }
         if busy_timeout <= 0 {
@@ -262,14 +283,17 @@ impl SqliteLock {
                 "the sqlite pool must have a busy timeout above zero",
             ));
         }
-        Self::from_pool(pool, path, table, true).await
+        Self::from_pool(pool, path, table, true, boot).await
     }
 
-    async fn from_pool(
+    /// The lock on `pool`'s file, in the machine's boot `boot` (see
+    /// `tokens`).
+    pub(crate) async fn from_pool(
         pool: SqlitePool,
         path: PathBuf,
         table: Identifier,
         fencing: bool,
+        boot: Option<String>,
     ) -> Result<Self, LockError> {
         let t = table.as_str();
         let create = format!(
@@ -297,6 +321,7 @@ impl SqliteLock {
                 .await
                 .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
         }
+        let epoch = Epoch::open(&pool, &table, boot.as_deref()).await?;
         tracing::debug!(target: "distlock", path = %path.display(), table = t, "sqlite lock store open");
         let sql = Statements::new(&table);
         let gate = gate_for(&path);
@@ -315,6 +340,7 @@ impl SqliteLock {
                 wakeups: wakeups_for(&path, &table),
                 path,
                 fencing,
+                epoch,
             }),
             watchdog: Watchdog::new(),
         })
@@ -414,6 +440,7 @@ impl SqliteLock {
             .bind(now.saturating_add(ms(opts.ttl)))
             .bind(now)
             .bind(record)
+            .bind(self.inner.epoch.current())
             .fetch_optional(&mut *tx)
             .await
             .map_err(failed)?;
@@ -441,6 +468,10 @@ impl SqliteLock {
         if let Some(ticket) = ticket {
             ticket.served();
         }
+        // A counter past the durable epoch (2^32 grants of one name in one
+        // epoch) is covered before its token is handed out; if that
+        // fails, dropping `pending` gives the lock back.
+        self.inner.epoch.cover(&self.inner.pool, fence).await?;
         let (handle, lease) = match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
             Ok(granted) => granted,
             // Granted too late to be of use: given back rather than held on
