@@ -108,6 +108,9 @@ pub async fn wait_in_queue<L: QueuedLock>(
     };
     let mut unreachable = Unreachable::default();
     loop {
+        // Set when the last grant came too late: a wait that ends now
+        // reports it (the lock was free), as `acquire_by_polling` does.
+        let mut too_late = None;
         let as_waiter = listening.is_some().then_some(&waiter);
         queued.in_queues |= as_waiter.is_some();
         let holder_left = match lock.queue_attempt(name, opts, as_waiter).await {
@@ -121,8 +124,9 @@ pub async fn wait_in_queue<L: QueuedLock>(
                 expires_in
             }
             // Free, but granted too late: again at once.
-            Ok(Attempt::TooLate(_)) => {
+            Ok(Attempt::TooLate(e)) => {
                 unreachable = Unreachable::default();
+                too_late = Some(e);
                 Some(Duration::ZERO)
             }
             Err(e) if lock.unreachable(&e) && unreachable.tolerate() => {
@@ -133,7 +137,7 @@ pub async fn wait_in_queue<L: QueuedLock>(
         };
         if wait.expired() {
             queued.withdraw().await;
-            return Ok(None);
+            return too_late.map_or(Ok(None), Err);
         }
         if listening.is_none() {
             // Listen first, then attempt again at once as a queued waiter.
@@ -145,7 +149,7 @@ pub async fn wait_in_queue<L: QueuedLock>(
             .min(QUEUE_TTL / 2);
         if !wait.pause(Pace::For(pause)).await {
             queued.withdraw().await;
-            return Ok(None);
+            return too_late.map_or(Ok(None), Err);
         }
     }
 }

@@ -227,6 +227,10 @@ where
     let mut wait = WaitLoop::new(req, wake);
     let mut attempts: u32 = 0;
     loop {
+        // The last attempt's grant came too late: what a wait that ends
+        // now reports (the lock was free, so `None`, "held", would be
+        // untrue). One check of the deadline, in `pause`, decides.
+        let mut too_late = None;
         let pace = match attempt(attempts).await? {
             Attempt::Acquired(guard) => return Ok(Some(guard)),
             Attempt::Held { expires_in } => Pace::Backoff {
@@ -234,11 +238,13 @@ where
             },
             // Free, but the grant came too late: again at once while the
             // wait lasts.
-            Attempt::TooLate(e) if wait.expired() => return Err(e),
-            Attempt::TooLate(_) => Pace::For(Duration::ZERO),
+            Attempt::TooLate(e) => {
+                too_late = Some(e);
+                Pace::For(Duration::ZERO)
+            }
         };
         if !wait.pause(pace).await {
-            return Ok(None);
+            return too_late.map_or(Ok(None), Err);
         }
         attempts = attempts.saturating_add(1);
     }
