@@ -1,15 +1,17 @@
 //! Coalescing concurrent requests to one server into batches: one request
 //! is in flight at a time, and everything that arrived meanwhile goes out
 //! together in the next one (group commit). A request that finds the batcher
-//! idle leaves at once, so batching adds no latency to a lone request; under
-//! load (the watchdog renewing thousands of leases) one server round trip,
-//! one script run or one fsync serves many locks.
+//! idle runs at once, in the caller's own task, so batching adds no latency
+//! (not even a hand-over to another task) to a lone request; under load
+//! (the watchdog renewing thousands of leases) one server round trip, one
+//! script run or one commit serves many locks.
 
+use std::collections::VecDeque;
 use std::fmt;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use futures_util::future::BoxFuture;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::error::LockError;
 
@@ -21,25 +23,37 @@ pub type BatchFn<I, O> =
 type Job<I, O> = (I, oneshot::Sender<Result<O, LockError>>);
 
 /// Sends items through `run` in batches of at most `max_batch`, one batch in
-/// flight at a time. The background task starts on the first call (on the
-/// caller's Tokio runtime, again if that runtime has shut down since) and
-/// ends when the batcher is dropped.
+/// flight at a time. A call that finds no batch in flight is a batch of
+/// one, run in the caller's task; calls made while a batch is in flight
+/// wait for it, then go out together from a task spawned on the runtime of
+/// the call that ends the batch in flight.
 ///
 /// `run` must bound its own duration (a server timeout): a batch that never
 /// finishes holds up every item behind it. It must not own what owns the
 /// batcher, or neither is ever freed.
 pub struct Batcher<I, O> {
+    shared: Arc<Shared<I, O>>,
+}
+
+struct Shared<I, O> {
     backend: &'static str,
     max_batch: usize,
     run: BatchFn<I, O>,
-    jobs: Mutex<Option<mpsc::UnboundedSender<Job<I, O>>>>,
+    state: Mutex<State<I, O>>,
+}
+
+struct State<I, O> {
+    /// A batch is in flight (in a caller's task or a spawned one).
+    busy: bool,
+    /// The calls waiting for the next batch.
+    queue: VecDeque<Job<I, O>>,
 }
 
 impl<I, O> fmt::Debug for Batcher<I, O> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Batcher")
-            .field("backend", &self.backend)
-            .field("max_batch", &self.max_batch)
+            .field("backend", &self.shared.backend)
+            .field("max_batch", &self.shared.max_batch)
             .finish_non_exhaustive()
     }
 }
@@ -49,47 +63,158 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
     /// `max_batch` items at once (at least one).
     pub fn new(backend: &'static str, max_batch: usize, run: BatchFn<I, O>) -> Self {
         Batcher {
-            backend,
-            max_batch: max_batch.max(1),
-            run,
-            jobs: Mutex::new(None),
+            shared: Arc::new(Shared {
+                backend,
+                max_batch: max_batch.max(1),
+                run,
+                state: Mutex::new(State {
+                    busy: false,
+                    queue: VecDeque::new(),
+                }),
+            }),
         }
     }
 
     /// Run `item` in the next batch and return its output. Dropping the
-    /// future does not withdraw the item if its batch has left.
+    /// future does not withdraw the item once its batch has left: a batch
+    /// run in the caller's task goes on in a task of its own.
     pub async fn call(&self, item: I) -> Result<O, LockError> {
-        let (reply, answer) = oneshot::channel();
-        self.send((item, reply))?;
-        answer
-            .await
-            .map_err(|_| self.unavailable("the batching task stopped"))?
+        let queued = {
+            let mut state = self.shared.state();
+            if state.busy {
+                let (reply, answer) = oneshot::channel();
+                state.queue.push_back((item, reply));
+                Ok(answer)
+            } else {
+                state.busy = true;
+                Err(item)
+            }
+        };
+        match queued {
+            Ok(answer) => answer
+                .await
+                .map_err(|_| self.shared.unavailable("the batching task stopped"))?,
+            Err(item) => self.run_alone(item).await,
+        }
     }
 
-    /// Queue `job`, starting the task if there is none (or its runtime is
-    /// gone).
-    fn send(&self, job: Job<I, O>) -> Result<(), LockError> {
-        let mut jobs = self.jobs.lock().unwrap_or_else(|e| e.into_inner());
-        let job = match jobs.as_ref() {
-            Some(tx) => match tx.send(job) {
-                Ok(()) => return Ok(()),
-                Err(mpsc::error::SendError(job)) => job,
-            },
-            None => job,
+    /// Run `item` as a batch of one in this task (the batcher marked busy).
+    async fn run_alone(&self, item: I) -> Result<O, LockError> {
+        let mut inline = Inline {
+            shared: Arc::clone(&self.shared),
+            batch: (self.shared.run)(vec![item]),
+            finished: false,
         };
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| self.unavailable("called outside a Tokio runtime"))?;
-        let (tx, rx) = mpsc::unbounded_channel();
-        runtime.spawn(drive(
-            Arc::clone(&self.run),
-            rx,
-            self.max_batch,
-            self.backend,
-        ));
-        tx.send(job)
-            .map_err(|_| self.unavailable("the batching task stopped"))?;
-        *jobs = Some(tx);
-        Ok(())
+        let outputs = (&mut inline.batch).await;
+        inline.finished = true;
+        drop(inline);
+        let mut outputs = self.shared.checked(outputs?, 1)?;
+        outputs
+            .pop()
+            .ok_or_else(|| self.shared.unavailable("an empty answer"))
+    }
+}
+
+/// A batch of one in flight in a caller's task. Dropped, it hands the
+/// calls queued meanwhile to a task of their own; dropped before its batch
+/// finished (the call was cancelled), that task first finishes the batch.
+struct Inline<I: Send + 'static, O: Send + 'static> {
+    shared: Arc<Shared<I, O>>,
+    batch: BoxFuture<'static, Result<Vec<O>, LockError>>,
+    finished: bool,
+}
+
+impl<I: Send + 'static, O: Send + 'static> Drop for Inline<I, O> {
+    fn drop(&mut self) {
+        if self.finished {
+            let mut state = self.shared.state();
+            if state.queue.is_empty() {
+                state.busy = false;
+                return;
+            }
+        }
+        let unfinished = (!self.finished).then(|| {
+            std::mem::replace(
+                &mut self.batch,
+                Box::pin(std::future::ready(Ok(Vec::new()))),
+            )
+        });
+        let shared = Arc::clone(&self.shared);
+        let work = async move {
+            if let Some(batch) = unfinished {
+                let _ = batch.await;
+            }
+            drain(shared).await;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(work)),
+            Err(_) => {
+                // No runtime to go on in: the queued calls hear that the
+                // batching stopped (their answers are dropped).
+                let mut state = self.shared.state();
+                state.queue.clear();
+                state.busy = false;
+            }
+        }
+    }
+}
+
+/// Run the queued calls in batches until the queue is empty, then mark the
+/// batcher idle.
+async fn drain<I: Send + 'static, O: Send + 'static>(shared: Arc<Shared<I, O>>) {
+    loop {
+        let (items, replies): (Vec<I>, Vec<_>) = {
+            let mut state = shared.state();
+            if state.queue.is_empty() {
+                state.busy = false;
+                return;
+            }
+            let n = state.queue.len().min(shared.max_batch);
+            state.queue.drain(..n).unzip()
+        };
+        let sent = items.len();
+        match (shared.run)(items).await {
+            Ok(outputs) => match shared.checked(outputs, sent) {
+                Ok(outputs) => {
+                    for (reply, output) in replies.into_iter().zip(outputs) {
+                        let _ = reply.send(Ok(output));
+                    }
+                }
+                Err(e) => {
+                    for reply in replies {
+                        let _ = reply.send(Err(copy_of(&e)));
+                    }
+                }
+            },
+            Err(e) => {
+                tracing::debug!(target: "distlock", backend = shared.backend, items = sent,
+                    error = %e, "batch failed");
+                for reply in replies {
+                    let _ = reply.send(Err(copy_of(&e)));
+                }
+            }
+        }
+    }
+}
+
+impl<I, O> Shared<I, O> {
+    fn state(&self) -> MutexGuard<'_, State<I, O>> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// `outputs` if it answers each of the `sent` items.
+    fn checked(&self, outputs: Vec<O>, sent: usize) -> Result<Vec<O>, LockError> {
+        if outputs.len() == sent {
+            return Ok(outputs);
+        }
+        Err(LockError::Backend {
+            backend: self.backend,
+            reason: format!(
+                "a batch of {sent} requests was answered with {} results",
+                outputs.len()
+            ),
+            source: None,
+        })
     }
 
     fn unavailable(&self, why: &str) -> LockError {
@@ -97,54 +222,6 @@ impl<I: Send + 'static, O: Send + 'static> Batcher<I, O> {
             backend: self.backend,
             reason: format!("batching requests: {why}"),
             source: None,
-        }
-    }
-}
-
-async fn drive<I, O>(
-    run: BatchFn<I, O>,
-    mut jobs: mpsc::UnboundedReceiver<Job<I, O>>,
-    max_batch: usize,
-    backend: &'static str,
-) {
-    while let Some(first) = jobs.recv().await {
-        let mut items = vec![first.0];
-        let mut replies = vec![first.1];
-        while items.len() < max_batch {
-            match jobs.try_recv() {
-                Ok((item, reply)) => {
-                    items.push(item);
-                    replies.push(reply);
-                }
-                Err(_) => break,
-            }
-        }
-        let sent = items.len();
-        match run(items).await {
-            Ok(outputs) if outputs.len() == sent => {
-                for (reply, output) in replies.into_iter().zip(outputs) {
-                    let _ = reply.send(Ok(output));
-                }
-            }
-            Ok(outputs) => {
-                let reason = format!(
-                    "a batch of {sent} requests was answered with {} results",
-                    outputs.len()
-                );
-                for reply in replies {
-                    let _ = reply.send(Err(LockError::Backend {
-                        backend,
-                        reason: reason.clone(),
-                        source: None,
-                    }));
-                }
-            }
-            Err(e) => {
-                tracing::debug!(target: "distlock", backend, items = sent, error = %e, "batch failed");
-                for reply in replies {
-                    let _ = reply.send(Err(copy_of(&e)));
-                }
-            }
         }
     }
 }
@@ -273,6 +350,55 @@ mod tests {
         assert_eq!(*sizes.lock().unwrap(), vec![1, 1]);
     }
 
+    /// A call that finds the batcher idle runs in the caller's own task:
+    /// no hand-over to another task and back (which cost a lone SQLite
+    /// release about a third of its time).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_lone_call_runs_in_the_callers_task() {
+        let ran_in = Arc::new(Mutex::new(Vec::new()));
+        let run: BatchFn<u32, u32> = {
+            let ran_in = Arc::clone(&ran_in);
+            Arc::new(move |items: Vec<u32>| {
+                ran_in.lock().unwrap().push(tokio::task::try_id());
+                Box::pin(async move { Ok(items) })
+            })
+        };
+        let batcher = Arc::new(Batcher::new("test", 10, run));
+        let caller = tokio::spawn({
+            let batcher = Arc::clone(&batcher);
+            async move {
+                let answer = batcher.call(7).await.unwrap();
+                (answer, tokio::task::try_id())
+            }
+        });
+        let (answer, caller) = caller.await.unwrap();
+        assert_eq!(answer, 7);
+        assert!(caller.is_some());
+        assert_eq!(*ran_in.lock().unwrap(), vec![caller]);
+    }
+
+    /// A call dropped while its batch is in flight does not withdraw it:
+    /// the batch finishes, and the calls queued behind it are answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancelled_call_still_finishes_its_batch_and_those_behind_it() {
+        let sizes = Arc::new(Mutex::new(Vec::new()));
+        let batcher = Arc::new(Batcher::new(
+            "test",
+            100,
+            counting(Arc::clone(&sizes), Arc::new(AtomicUsize::new(0))),
+        ));
+        let cancelled = tokio::time::timeout(Duration::from_millis(5), batcher.call(1));
+        let behind = async {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+            batcher.call(2).await
+        };
+        let (cancelled, behind) = tokio::join!(cancelled, behind);
+        assert!(cancelled.is_err(), "the first call timed out");
+        assert_eq!(behind.unwrap(), 4);
+        assert_eq!(*sizes.lock().unwrap(), vec![1, 1]);
+        assert_eq!(batcher.call(3).await.unwrap(), 6, "idle again");
+    }
+
     #[test]
     fn a_batcher_outlives_the_runtime_that_first_used_it() {
         let batcher = Batcher::new(
@@ -320,17 +446,21 @@ mod tests {
 
     #[tokio::test]
     async fn a_short_answer_is_a_backend_error_not_a_panic() {
-        let run: BatchFn<u32, u32> = Arc::new(|_items: Vec<u32>| Box::pin(async { Ok(vec![1]) }));
+        let run: BatchFn<u32, u32> = Arc::new(|items: Vec<u32>| {
+            Box::pin(async move {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+                Ok(vec![1; items.len() - 1])
+            })
+        });
         let batcher = Arc::new(Batcher::new("test", 10, run));
-        // Both are queued before the task first runs: one batch of two.
-        let (a, b) = tokio::join!(batcher.call(1), batcher.call(2));
-        for answer in [a, b] {
+        // The first runs alone; the next two are queued behind it and go
+        // out together.
+        let (a, b, c) = tokio::join!(batcher.call(1), batcher.call(2), batcher.call(3));
+        for (answer, sent) in [(a, 1), (b, 2), (c, 2)] {
             match answer {
                 Err(LockError::Backend { reason, .. }) => {
-                    assert!(
-                        reason.contains("2 requests was answered with 1"),
-                        "{reason}"
-                    );
+                    let short = format!("{sent} requests was answered with {}", sent - 1);
+                    assert!(reason.contains(&short), "{reason}");
                 }
                 other => panic!("expected a Backend error, got {other:?}"),
             }
