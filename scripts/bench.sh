@@ -7,7 +7,7 @@
 # counts are the whole host's, and load widens the p99s. Compare figures
 # only within one benchmark's run.
 #
-#   scripts/bench.sh [BACKEND ...]     (redis redlock etcd postgres mysql zk;
+#   scripts/bench.sh [BACKEND ...]     (redis redlock etcd postgres mysql sqlite zk;
 #                                       default: all)
 #
 # Each benchmark's output goes to target/bench/BACKEND.txt, all of them to
@@ -18,7 +18,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-all=(redis redlock etcd postgres mysql zk)
+all=(redis redlock etcd postgres mysql sqlite zk)
 if [ $# -eq 0 ]; then backends=("${all[@]}"); else backends=("$@"); fi
 for b in "${backends[@]}"; do
     case " ${all[*]} " in
@@ -33,7 +33,7 @@ while IFS='=' read -r key value; do export "$key=$value"; done < <(scripts/servi
 # The package whose bench target BACKEND is.
 package() {
     case $1 in
-        postgres | mysql) echo lock-sql ;;
+        postgres | mysql | sqlite) echo lock-sql ;;
         zk) echo lock-zk ;;
         *) echo "lock-$1" ;;
     esac

@@ -16,10 +16,10 @@ use lock_core::raw::{
 use lock_core::{
     Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
 };
+use sqlx::AssertSqlSafe;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
-use sqlx::{AssertSqlSafe, Row};
 use tokio::time::Instant;
 
 use super::batch::{self, Extension, Held, Writes};
@@ -98,8 +98,9 @@ fn wakeups_for(path: &Path, table: &Identifier) -> Wakeups {
 
 /// The statements, with the validated table name filled in once.
 pub(crate) struct Statements {
+    /// Take the lease if it is free and no live waiter is ahead of ticket
+    /// `?7`; answers the token.
     pub(crate) acquire: String,
-    pub(crate) ahead: String,
     pub(crate) count_ahead: String,
     pub(crate) take_ticket: String,
     pub(crate) refresh_ticket: String,
@@ -118,9 +119,6 @@ impl Statements {
     fn new(table: &Identifier) -> Self {
         let t = table.as_str();
         Statements {
-            ahead: format!(
-                "SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND alive_until_ms > ?2 AND ticket < ?3 LIMIT 1"
-            ),
             count_ahead: format!(
                 "SELECT COUNT(*) FROM \"{t}_waiters\" WHERE name = ?1 AND alive_until_ms > ?2 AND ticket < ?3"
             ),
@@ -135,7 +133,8 @@ impl Statements {
             ),
             acquire: format!(
                 "INSERT INTO \"{t}\" (name, owner, fence, expires_at_ms, holder) \
-                 VALUES (?1, ?2, (?6 << 32) + 1, ?3, ?5) \
+                 SELECT ?1, ?2, (?6 << 32) + 1, ?3, ?5 WHERE NOT EXISTS (\
+                 SELECT 1 FROM \"{t}_waiters\" WHERE name = ?1 AND alive_until_ms > ?4 AND ticket < ?7) \
                  ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, \
                  fence = MAX(fence, ?6 << 32) + 1, \
                  expires_at_ms = excluded.expires_at_ms, holder = excluded.holder \
@@ -407,64 +406,55 @@ impl SqliteLock {
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         // This process's writers take turns before taking a connection
-        // (renewals first); the turn ends with the transaction.
+        // (renewals first); the turn ends with the statement or the
+        // transaction. One statement takes the lease if it is free and no
+        // live waiter is ahead of us (any, for an attempt without a
+        // ticket): in a transaction of its own, or, for a waiter, with the
+        // removal of its ticket.
         let turn = self.inner.gate.acquisition().await;
-        let mut tx = self
-            .inner
-            .pool
-            .begin_with("BEGIN IMMEDIATE")
-            .await
-            .map_err(failed)?;
-        // A live waiter ahead of us (any, for an attempt without a ticket)
-        // is served first.
-        let mine = ticket.and_then(Ticket::number).unwrap_or(i64::MAX);
-        let queued = sqlx::query(AssertSqlSafe(self.inner.sql.ahead.as_str()))
-            .bind(name)
-            .bind(now)
-            .bind(mine)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed)?;
-        if queued.is_some() {
-            drop(pending.disarm());
-            tx.rollback().await.map_err(failed)?;
-            drop(turn);
-            if let Some(ticket) = ticket {
-                ticket.keep(name).await?;
-            }
-            return Ok(Attempt::Held { expires_in: None });
-        }
-        let granted = sqlx::query(AssertSqlSafe(self.inner.sql.acquire.as_str()))
+        let mine = ticket.and_then(Ticket::number);
+        let acquire = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
             .bind(name)
             .bind(&owner)
             .bind(now.saturating_add(ms(opts.ttl)))
             .bind(now)
             .bind(record)
             .bind(self.inner.epoch.current())
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(failed)?;
-        let fence = match granted {
-            Some(row) => row.try_get::<i64, _>(0).map_err(failed)?,
-            None => {
-                drop(pending.disarm());
-                tx.rollback().await.map_err(failed)?;
-                drop(turn);
-                if let Some(ticket) = ticket {
-                    ticket.keep(name).await?;
+            .bind(mine.unwrap_or(i64::MAX));
+        let fence = match mine {
+            None => acquire
+                .fetch_optional(&self.inner.pool)
+                .await
+                .map_err(failed)?,
+            Some(mine) => {
+                let mut tx = self
+                    .inner
+                    .pool
+                    .begin_with("BEGIN IMMEDIATE")
+                    .await
+                    .map_err(failed)?;
+                let fence = acquire.fetch_optional(&mut *tx).await.map_err(failed)?;
+                if fence.is_some() {
+                    drop_ticket(&self.inner, &mut *tx, mine)
+                        .await
+                        .map_err(failed)?;
+                    tx.commit().await.map_err(failed)?;
+                } else {
+                    tx.rollback().await.map_err(failed)?;
                 }
-                let expires_in = self.holder_expires_in(name).await?;
-                return Ok(Attempt::Held { expires_in });
+                fence
             }
         };
-        // Granted: our ticket, if any, goes in the same transaction.
-        if mine != i64::MAX {
-            drop_ticket(&self.inner, &mut *tx, mine)
-                .await
-                .map_err(failed)?;
-        }
-        tx.commit().await.map_err(failed)?;
         drop(turn);
+        let Some(fence) = fence else {
+            drop(pending.disarm());
+            if let Some(ticket) = ticket {
+                ticket.keep(name).await?;
+            }
+            // Held, or free with a waiter ahead (`None`).
+            let expires_in = self.holder_expires_in(name).await?;
+            return Ok(Attempt::Held { expires_in });
+        };
         if let Some(ticket) = ticket {
             ticket.served();
         }

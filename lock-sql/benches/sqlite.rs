@@ -1,0 +1,142 @@
+//! SQLite lock benchmark: distlock's lease-table lock against the lease
+//! table a user writes by hand, in interleaved blocks
+//! (`lock_testkit::bench::cycles`), on one file with commits flushed per
+//! grant (`synchronous = FULL`, what fencing tokens needed before the
+//! epoch) and without (`NORMAL`, distlock's default where the kernel tells
+//! the boot id).
+//!
+//! ```sh
+//! cargo bench -p lock-sql --features sqlite --bench sqlite
+//! ```
+
+use std::path::Path;
+use std::time::Duration;
+
+use lock_core::{LockOptions, Wait};
+use lock_sql::{Identifier, SqliteConfig, SqliteLock};
+use lock_testkit::bench::cycles::Cycles;
+use sqlx::sqlite::{
+    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
+};
+
+/// Cycles per variant in a block, and rounds of blocks (after one to warm up).
+const BLOCK: usize = 50;
+const ROUNDS: usize = 20;
+const FLOOR_NORMAL: &str = "lease floor, NORMAL: upsert; release";
+const FLOOR_FULL: &str = "lease floor, FULL: upsert; release";
+const OURS: &str = "distlock, auto-renew off (NORMAL)";
+const OURS_RENEWED: &str = "distlock acquire + release (NORMAL)";
+const OURS_FULL: &str = "distlock on a FULL pool, auto-renew off";
+
+/// The hand-written lease-table lock with distlock's guarantees: a lease
+/// that ends by itself, a token kept whole in the row and counted from the
+/// epoch (read once, as distlock does), the holder record beside it; each
+/// statement its own transaction.
+const ACQUIRE: &str = "INSERT INTO bench_leases (name, owner, fence, expires_at_ms, holder) \
+     VALUES (?1, ?2, (?5 << 32) + 1, ?3, ?6) \
+     ON CONFLICT(name) DO UPDATE SET owner = excluded.owner, \
+     fence = MAX(fence, ?5 << 32) + 1, expires_at_ms = excluded.expires_at_ms, \
+     holder = excluded.holder \
+     WHERE owner IS NULL OR expires_at_ms <= ?4 RETURNING fence";
+const RELEASE: &str = "UPDATE bench_leases SET owner = NULL, expires_at_ms = 0 \
+     WHERE name = ?1 AND owner = ?2 AND expires_at_ms > ?3";
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .expect("clock")
+}
+
+async fn pool(path: &Path, synchronous: SqliteSynchronous) -> SqlitePool {
+    let options = SqliteConnectOptions::new()
+        .filename(path)
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(synchronous)
+        .busy_timeout(Duration::from_secs(5));
+    SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await
+        .expect("pool")
+}
+
+/// One hand-written acquire and release of `name`.
+async fn floor(pool: &SqlitePool, name: &str, record: &[u8]) {
+    let owner = format!("{:032x}", rand::random::<u128>());
+    let now = now_ms();
+    let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
+        .bind(name)
+        .bind(&owner)
+        .bind(now + 30_000)
+        .bind(now)
+        .bind(1_i64)
+        .bind(record)
+        .fetch_optional(pool)
+        .await
+        .expect("acquire");
+    assert!(fence.is_some(), "the floor's lock was free");
+    let released = sqlx::query(RELEASE)
+        .bind(name)
+        .bind(&owner)
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .expect("release");
+    assert_eq!(released.rows_affected(), 1);
+}
+
+#[tokio::main(flavor = "multi_thread", worker_threads = 2)]
+async fn main() {
+    let dir = tempfile::tempdir_in(std::env::current_dir().expect("cwd")).expect("temp dir");
+    let path = dir.path().join("bench.db");
+    let (normal, full) = (
+        pool(&path, SqliteSynchronous::Normal).await,
+        pool(&path, SqliteSynchronous::Full).await,
+    );
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_leases (name TEXT PRIMARY KEY NOT NULL, owner TEXT, \
+         fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0, holder BLOB) \
+         WITHOUT ROWID",
+    )
+    .execute(&normal)
+    .await
+    .expect("floor table");
+    let ours = SqliteLock::open(&path, SqliteConfig::default())
+        .await
+        .expect("open");
+    let ours_full = SqliteLock::with_pool(full.clone(), Identifier::default_table())
+        .await
+        .expect("with_pool");
+    let record = LockOptions::new().holder_record().as_bytes().to_vec();
+    let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
+    let renewed = LockOptions::new().wait(Wait::Forever);
+    let mut m = Cycles::new("sqlite", BLOCK);
+    for round in 0..=ROUNDS {
+        m.warm_up(round == 0);
+        m.measure(FLOOR_NORMAL, async |_| {
+            floor(&normal, "bench/floor", &record).await
+        })
+        .await;
+        m.measure(FLOOR_FULL, async |_| {
+            floor(&full, "bench/floor", &record).await
+        })
+        .await;
+        m.measure_lock(OURS, &ours, "bench/ours", &opts).await;
+        m.measure_lock(OURS_RENEWED, &ours, "bench/ours", &renewed)
+            .await;
+        m.measure_lock(OURS_FULL, &ours_full, "bench/ours", &opts)
+            .await;
+    }
+    m.print();
+    for (a, b) in [
+        (OURS, FLOOR_NORMAL),
+        (OURS_RENEWED, FLOOR_NORMAL),
+        (OURS_FULL, FLOOR_FULL),
+        (OURS, OURS_FULL),
+        (FLOOR_NORMAL, FLOOR_FULL),
+    ] {
+        m.compare(a, b);
+    }
+}
