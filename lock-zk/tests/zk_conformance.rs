@@ -104,11 +104,22 @@ async fn a_lock_on_the_applications_client_ends_with_its_session() {
         .expect("acquire");
     // Take the session over with a second client and close it: the
     // application's client finds its session gone.
-    let thief = zookeeper_client::Client::connector()
-        .with_session(client.session().clone())
-        .connect(&hosts)
-        .await
-        .expect("the session taken over");
+    // A connection under load may take longer than the client's default
+    // (2/5 of the session timeout): a longer bound, and a few tries.
+    let mut tries = 0;
+    let thief = loop {
+        tries += 1;
+        match zookeeper_client::Client::connector()
+            .with_session(client.session().clone())
+            .with_connection_timeout(std::time::Duration::from_secs(10))
+            .connect(&hosts)
+            .await
+        {
+            Ok(thief) => break thief,
+            Err(e) if tries < 3 => eprintln!("taking the session over: {e}; again"),
+            Err(e) => panic!("the session taken over: {e}"),
+        }
+    };
     drop(thief);
     let reason = tokio::time::timeout(std::time::Duration::from_secs(5), g.lost())
         .await
