@@ -406,11 +406,15 @@ impl SqliteLock {
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
         // This process's writers take turns before taking a connection
-        // (renewals first); the turn ends with the statement or the
-        // transaction. One statement takes the lease if it is free and no
-        // live waiter is ahead of us (any, for an attempt without a
-        // ticket): in a transaction of its own, or, for a waiter, with the
-        // removal of its ticket.
+        // (renewals first); the turn ends with the transaction. One
+        // statement takes the lease if it is free and no live waiter is
+        // ahead of us (any, for an attempt without a ticket); a waiter's
+        // ticket goes in the same transaction. The transaction holds
+        // SQLite's write lock from its `BEGIN IMMEDIATE`: if this future
+        // is dropped with the statement in flight, the release that
+        // `pending` sends waits for that lock, so it cannot overtake the
+        // grant (a statement on its own, in autocommit, could be overtaken
+        // and leave the lock held until its lease ends).
         let turn = self.inner.gate.acquisition().await;
         let mine = ticket.and_then(Ticket::number);
         let acquire = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
@@ -421,30 +425,23 @@ impl SqliteLock {
             .bind(record)
             .bind(self.inner.epoch.current())
             .bind(mine.unwrap_or(i64::MAX));
-        let fence = match mine {
-            None => acquire
-                .fetch_optional(&self.inner.pool)
-                .await
-                .map_err(failed)?,
-            Some(mine) => {
-                let mut tx = self
-                    .inner
-                    .pool
-                    .begin_with("BEGIN IMMEDIATE")
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        let fence = acquire.fetch_optional(&mut *tx).await.map_err(failed)?;
+        if fence.is_some() {
+            if let Some(mine) = mine {
+                drop_ticket(&self.inner, &mut *tx, mine)
                     .await
                     .map_err(failed)?;
-                let fence = acquire.fetch_optional(&mut *tx).await.map_err(failed)?;
-                if fence.is_some() {
-                    drop_ticket(&self.inner, &mut *tx, mine)
-                        .await
-                        .map_err(failed)?;
-                    tx.commit().await.map_err(failed)?;
-                } else {
-                    tx.rollback().await.map_err(failed)?;
-                }
-                fence
             }
-        };
+            tx.commit().await.map_err(failed)?;
+        } else {
+            tx.rollback().await.map_err(failed)?;
+        }
         drop(turn);
         let Some(fence) = fence else {
             drop(pending.disarm());
