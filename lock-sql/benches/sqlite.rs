@@ -24,6 +24,8 @@ const BLOCK: usize = 50;
 const ROUNDS: usize = 20;
 const FLOOR_NORMAL: &str = "lease floor, NORMAL: upsert; release";
 const FLOOR_FULL: &str = "lease floor, FULL: upsert; release";
+const FLOOR_TX: &str =
+    "lease floor, NORMAL, in a transaction: BEGIN IMMEDIATE; upsert; COMMIT; release";
 const OURS: &str = "distlock, auto-renew off (NORMAL)";
 const OURS_RENEWED: &str = "distlock acquire + release (NORMAL)";
 const OURS_FULL: &str = "distlock on a FULL pool, auto-renew off";
@@ -60,6 +62,36 @@ async fn pool(path: &Path, synchronous: SqliteSynchronous) -> SqlitePool {
         .connect_with(options)
         .await
         .expect("pool")
+}
+
+/// One hand-written acquire and release of `name`, the upsert in a
+/// `BEGIN IMMEDIATE` transaction: what makes an acquisition cancel-safe
+/// (a release sent after a cancelled attempt waits for its write lock),
+/// as distlock's is.
+async fn floor_in_transaction(pool: &SqlitePool, name: &str, record: &[u8]) {
+    let owner = format!("{:032x}", rand::random::<u128>());
+    let now = now_ms();
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+    let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
+        .bind(name)
+        .bind(&owner)
+        .bind(now + 30_000)
+        .bind(now)
+        .bind(1_i64)
+        .bind(record)
+        .fetch_optional(&mut *tx)
+        .await
+        .expect("acquire");
+    tx.commit().await.expect("commit");
+    assert!(fence.is_some(), "the floor's lock was free");
+    let released = sqlx::query(RELEASE)
+        .bind(name)
+        .bind(&owner)
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .expect("release");
+    assert_eq!(released.rows_affected(), 1);
 }
 
 /// One hand-written acquire and release of `name`.
@@ -119,6 +151,10 @@ async fn main() {
             floor(&normal, "bench/floor", &record).await
         })
         .await;
+        m.measure(FLOOR_TX, async |_| {
+            floor_in_transaction(&normal, "bench/floor", &record).await
+        })
+        .await;
         m.measure(FLOOR_FULL, async |_| {
             floor(&full, "bench/floor", &record).await
         })
@@ -133,6 +169,9 @@ async fn main() {
     for (a, b) in [
         (OURS, FLOOR_NORMAL),
         (OURS_RENEWED, FLOOR_NORMAL),
+        (OURS, FLOOR_TX),
+        (OURS_RENEWED, FLOOR_TX),
+        (FLOOR_TX, FLOOR_NORMAL),
         (OURS_FULL, FLOOR_FULL),
         (OURS, OURS_FULL),
         (FLOOR_NORMAL, FLOOR_FULL),
