@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use lock_core::raw::{Layered, LayeredLock, RawGuard, async_trait};
-use lock_core::{DistributedLock, LockError, LockGuard, LockInfo, LockOptions};
+use lock_core::{DistributedLock, LockError, LockGuard, LockInfo, LockOptions, SemaphoreInfo};
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";
@@ -100,6 +100,18 @@ impl LayeredLock for EpochLock {
         let info = self.inner.inspect(name).await?;
         let token = info.fencing_token.map(|t| self.lift(name, t)).transpose()?;
         Ok(info.with_fencing_token(token))
+    }
+
+    /// The backend's answer, each permit's token with the epoch above it.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let mut info = self.inner.inspect_semaphore(name).await?;
+        for permit in &mut info.permits {
+            permit.fencing_token = permit
+                .fencing_token
+                .map(|t| self.lift(name, t))
+                .transpose()?;
+        }
+        Ok(info)
     }
 
     fn inner(&self) -> &Arc<dyn DistributedLock> {

@@ -421,6 +421,9 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
     })
     .with_holder(from.holder && to.holder)
     .with_observers(Waiting::Polling)
+    // A permit on both backends needs each one's slots kept apart from a
+    // process on the other URL: not offered through a migration yet.
+    .with_semaphore(None)
 }
 
 impl fmt::Debug for MigratingLock {

@@ -99,6 +99,47 @@ pub struct Capabilities {
     /// How an election's observers learn of a change: notified by the
     /// server, or by reading the lock again every poll interval.
     pub observers: Waiting,
+    /// The backend's semaphores ([`Semaphore`](crate::Semaphore)), if it
+    /// offers them: a permit is then a lock on one of a name's slots, and
+    /// everything above holds for it per slot (its fencing token rises
+    /// per slot); this says what differs.
+    pub semaphore: Option<SemaphoreCapabilities>,
+}
+
+/// What a backend's semaphores guarantee beyond what its
+/// [`Capabilities`] say of every grant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct SemaphoreCapabilities {
+    /// The largest limit (permits of one name) the backend takes.
+    pub max_limit: u32,
+    /// Waiters for a permit are served in arrival order.
+    pub fair_queue: bool,
+    /// How a waiter for a permit learns that one was given back.
+    pub waiting: Waiting,
+}
+
+impl SemaphoreCapabilities {
+    /// Semaphores of up to `max_limit` permits, unfair, polled.
+    pub const fn new(max_limit: u32) -> Self {
+        SemaphoreCapabilities {
+            max_limit,
+            fair_queue: false,
+            waiting: Waiting::Polling,
+        }
+    }
+
+    /// With [`fair_queue`](Self::fair_queue).
+    pub const fn with_fair_queue(mut self, fair_queue: bool) -> Self {
+        self.fair_queue = fair_queue;
+        self
+    }
+
+    /// With [`waiting`](Self::waiting).
+    pub const fn with_waiting(mut self, waiting: Waiting) -> Self {
+        self.waiting = waiting;
+        self
+    }
 }
 
 impl Capabilities {
@@ -123,6 +164,7 @@ impl Capabilities {
             max_held: None,
             holder: false,
             observers: Waiting::Polling,
+            semaphore: None,
         }
     }
 
@@ -183,6 +225,12 @@ impl Capabilities {
     /// With [`observers`](Self::observers).
     pub const fn with_observers(mut self, observers: Waiting) -> Self {
         self.observers = observers;
+        self
+    }
+
+    /// With [`semaphore`](Self::semaphore).
+    pub const fn with_semaphore(mut self, semaphore: Option<SemaphoreCapabilities>) -> Self {
+        self.semaphore = semaphore;
         self
     }
 

@@ -113,6 +113,20 @@ impl Leader {
     }
 }
 
+/// A candidate's options: `opts` publishing `value`. An election is one
+/// lock: options asking for a semaphore's permit are refused.
+fn candidate_options(
+    opts: &LockOptions,
+    value: impl Into<Vec<u8>>,
+) -> Result<LockOptions, LockError> {
+    if let Some(limit) = opts.permits {
+        return Err(LockError::invalid_options(format!(
+            "an election has one leader: options asking for one of {limit} permits are refused"
+        )));
+    }
+    Ok(opts.clone().value(value))
+}
+
 impl Election {
     /// The election `name` over `locks` (its lock is `name`).
     pub fn new(locks: Arc<dyn crate::DistributedLock>, name: impl Into<String>) -> Self {
@@ -160,7 +174,7 @@ impl Election {
     ) -> Result<Leadership, LockError> {
         self.check_backend()?;
         let start = Instant::now();
-        let mut opts = opts.clone().value(value);
+        let mut opts = candidate_options(opts, value)?;
         loop {
             let guard = self.locks.acquire(&self.name, &opts).await?;
             if guard.ensure_held().is_ok() {
@@ -191,7 +205,7 @@ impl Election {
         opts: &LockOptions,
     ) -> Result<Option<Leadership>, LockError> {
         self.check_backend()?;
-        let opts = opts.clone().value(value);
+        let opts = candidate_options(opts, value)?;
         match self.locks.try_acquire(&self.name, &opts).await? {
             Some(guard) if guard.ensure_held().is_ok() => {
                 Leadership::from_guard(guard, opts.value).map(Some)

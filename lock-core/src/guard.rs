@@ -51,6 +51,7 @@ pub const RELEASE_PATIENCE: Duration = Duration::from_secs(5);
 pub struct LockGuard {
     name: String,
     fencing_token: Option<u64>,
+    slot: Option<u32>,
     caps: Capabilities,
     lease: Arc<LeaseState>,
     handle: Option<Arc<dyn GuardHandle>>,
@@ -102,6 +103,10 @@ pub trait RawGuard: Sized {
     /// migration that keeps the old backend's tokens).
     fn with_fencing_token(self, token: Option<u64>) -> Self;
 
+    /// The same grant as a semaphore's permit on `slot` (a backend sets it
+    /// on every permit it grants; a layer keeps or maps it).
+    fn with_slot(self, slot: Option<u32>) -> Self;
+
     /// The same grant with its handle wrapped by `wrap`: for a layer that
     /// changes how the guard's own `extend` and `release` reach the
     /// backend (retries, measurements). The watchdog's renewals keep the
@@ -129,6 +134,7 @@ impl RawGuard for LockGuard {
         LockGuard {
             name: name.into(),
             fencing_token,
+            slot: None,
             caps,
             lease,
             handle: Some(handle),
@@ -153,6 +159,11 @@ impl RawGuard for LockGuard {
 
     fn with_fencing_token(mut self, token: Option<u64>) -> Self {
         self.fencing_token = token;
+        self
+    }
+
+    fn with_slot(mut self, slot: Option<u32>) -> Self {
+        self.slot = slot;
         self
     }
 
@@ -186,6 +197,14 @@ impl LockGuard {
     /// writes from an older holder.
     pub fn fencing_token(&self) -> Option<u64> {
         self.fencing_token
+    }
+
+    /// For a semaphore's permit, its slot: `0 ≤ slot < limit`, held by no
+    /// other permit of the name while this one lives. The fencing token
+    /// then rises per slot (a resource partitioned by slot checks it per
+    /// slot). `None` for a lock.
+    pub fn slot(&self) -> Option<u32> {
+        self.slot
     }
 
     /// The fencing token as an `i64`, the type of a SQL `BIGINT` column
@@ -381,6 +400,7 @@ impl fmt::Debug for LockGuard {
             .field("name", &self.name)
             .field("backend", &self.caps.backend)
             .field("fencing_token", &self.fencing_token)
+            .field("slot", &self.slot)
             .field("validity_deadline", &self.lease.deadline())
             .field("lost", &self.lease.lost_now())
             .field("auto_renew", &self.renewal.is_some())

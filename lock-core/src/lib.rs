@@ -28,9 +28,12 @@ mod memory;
 mod name;
 mod options;
 mod reentrant;
+mod semaphore;
 mod with_lock;
 
-pub use capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
+pub use capabilities::{
+    Capabilities, CrashRelease, Fencing, Grade, SemaphoreCapabilities, Waiting,
+};
 pub use election::{
     DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led,
 };
@@ -45,6 +48,7 @@ pub use name::MAX_NAME_BYTES;
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait};
 pub use raw::url::redact_url;
 pub use reentrant::{LockOwner, ReentrantGuard};
+pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
 pub use with_lock::with_lock;
 
 pub mod raw;

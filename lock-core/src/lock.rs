@@ -11,6 +11,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::options::LockOptions;
+use crate::semaphore::SemaphoreInfo;
 
 /// Server notifications that a lock may have changed
 /// ([`DistributedLock::changes`]): one `Ok(())` per notification, an error
@@ -65,6 +66,19 @@ pub trait DistributedLock: Send + Sync {
         Err(LockError::Unsupported {
             backend: self.capabilities().backend,
             operation: "inspect",
+        })
+    }
+
+    /// What the server says about semaphore `name` now: its limit and the
+    /// permits held (slot, fencing token, lease left, holder), where the
+    /// backend offers semaphores ([`Capabilities::semaphore`]); else
+    /// [`LockError::Unsupported`] (the default). A snapshot, as
+    /// [`inspect`](Self::inspect) is.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "semaphores",
         })
     }
 

@@ -2,7 +2,9 @@
 //!
 //! Waiters queue in arrival order and each sleeps on its own [`Notify`]; a
 //! release wakes exactly the head of the queue, and an expiring holder is
-//! noticed by a timer set to its expiry. No polling.
+//! noticed by a timer set to its expiry. No polling. Semaphores keep a
+//! slot per permit (its holder and its fencing counter) and one queue per
+//! name, served the same way.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,7 +15,9 @@ use async_trait::async_trait;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use crate::capabilities::{Capabilities, CrashRelease, Fencing, Grade, Waiting};
+use crate::capabilities::{
+    Capabilities, CrashRelease, Fencing, Grade, SemaphoreCapabilities, Waiting,
+};
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::guard::RawGuard;
@@ -27,6 +31,7 @@ use crate::raw::OwnerToken;
 use crate::raw::Unrenewed;
 use crate::raw::Watchdog;
 use crate::raw::{Pace, RawLock, Request, WaitLoop};
+use crate::semaphore::{PermitInfo, SemaphoreInfo, limit_mismatch};
 
 const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLocal)
     .with_fencing(Fencing::Safe)
@@ -34,7 +39,15 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_crash_release(CrashRelease::ProcessExit)
     .with_depends_on_clocks(false)
     .with_waiting(Waiting::Notified)
-    .with_holder(true);
+    .with_holder(true)
+    .with_semaphore(Some(
+        SemaphoreCapabilities::new(MAX_LIMIT)
+            .with_fair_queue(true)
+            .with_waiting(Waiting::Notified),
+    ));
+
+/// The largest semaphore limit: each slot costs a few bytes per name.
+const MAX_LIMIT: u32 = 4096;
 
 /// Locks shared by the tasks of one process.
 ///
@@ -50,7 +63,44 @@ pub struct MemoryLock {
 #[derive(Default)]
 struct Shared {
     slots: Mutex<HashMap<String, Slot>>,
+    semaphores: Mutex<HashMap<String, Permits>>,
     next_waiter: AtomicU64,
+}
+
+/// A semaphore: its slots (each a holder and a fencing counter, kept after
+/// release), the limit its live holders share, and its waiters.
+#[derive(Default)]
+struct Permits {
+    slots: Vec<Slot>,
+    limit: u32,
+    queue: VecDeque<(u64, Arc<Notify>)>,
+}
+
+impl Permits {
+    /// How many permits are live, dropping those whose lease ran out.
+    fn live(&mut self, now: Instant) -> u32 {
+        let mut live = 0;
+        for slot in &mut self.slots {
+            if slot.live_holder(now).is_some() {
+                live += 1;
+            }
+        }
+        live
+    }
+
+    /// The earliest expiry of a live permit.
+    fn next_expiry(&mut self, now: Instant) -> Option<Instant> {
+        self.slots
+            .iter_mut()
+            .filter_map(|s| s.live_holder(now).map(|h| h.expires))
+            .min()
+    }
+
+    fn wake_head(&self) {
+        if let Some((_, n)) = self.queue.front() {
+            n.notify_one();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -86,6 +136,10 @@ impl Slot {
 impl Shared {
     fn slots(&self) -> MutexGuard<'_, HashMap<String, Slot>> {
         self.slots.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn semaphores(&self) -> MutexGuard<'_, HashMap<String, Permits>> {
+        self.semaphores.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -137,9 +191,117 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
+            slot: None,
         });
         let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
         Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left))
+    }
+
+    /// Grant a permit of semaphore `name` if one is free and `waiter` may
+    /// take it (as [`try_grant`](Self::try_grant)); a limit other than the
+    /// live holders' is refused.
+    fn try_grant_permit(
+        &self,
+        semaphores: &mut HashMap<String, Permits>,
+        name: &str,
+        limit: u32,
+        waiter: Option<u64>,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let now = Instant::now();
+        let permits = semaphores.entry(name.to_string()).or_default();
+        let live = permits.live(now);
+        if live > 0 && permits.limit != limit {
+            return Err(limit_mismatch(name, limit, permits.limit));
+        }
+        if live >= limit {
+            return Ok(None);
+        }
+        match (waiter, permits.queue.front()) {
+            (None, None) => {}
+            (Some(id), Some((head, _))) if *head == id => {
+                permits.queue.pop_front();
+            }
+            _ => return Ok(None),
+        }
+        let wanted = usize::try_from(limit).unwrap_or(usize::MAX);
+        if permits.slots.len() < wanted {
+            permits.slots.resize_with(wanted, Slot::default);
+        }
+        let Some(index) = permits.slots[..wanted]
+            .iter()
+            .position(|slot| slot.holder.is_none())
+        else {
+            return Ok(None);
+        };
+        permits.limit = limit;
+        let slot = &mut permits.slots[index];
+        slot.fence += 1;
+        let owner = OwnerToken::random();
+        let lease = Arc::new(LeaseState::granted(now, opts));
+        slot.holder = Some(Current {
+            owner,
+            expires: now + opts.ttl,
+            lease: Arc::downgrade(&lease),
+            record: opts.holder_record(),
+        });
+        let fence = slot.fence;
+        // Another permit still free: the next waiter in line may take it.
+        if live + 1 < limit {
+            permits.wake_head();
+        }
+        let slot = u32::try_from(index).ok();
+        let handle: Arc<dyn GuardHandle> = Arc::new(MemoryHandle {
+            shared: Arc::clone(&self.shared),
+            name: name.to_string(),
+            owner,
+            slot,
+        });
+        let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle).with_slot(slot);
+        Ok(Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left)))
+    }
+
+    /// Wait for a permit of semaphore `name`, in arrival order.
+    async fn wait_for_permit(
+        &self,
+        req: Request<'_>,
+        limit: u32,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
+        let notify = Arc::new(Notify::new());
+        let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
+        {
+            let mut semaphores = self.shared.semaphores();
+            if let Some(guard) = self.try_grant_permit(&mut semaphores, name, limit, None, opts)? {
+                return Ok(Some(guard));
+            }
+            let permits = semaphores.entry(name.to_string()).or_default();
+            permits.queue.push_back((id, Arc::clone(&notify)));
+        }
+        let _queued = QueuedWaiter {
+            shared: &self.shared,
+            name,
+            id,
+            permits: true,
+        };
+        let mut wait = WaitLoop::new(req, Some(notify));
+        loop {
+            // Wake at the earliest holder's expiry in case nobody releases.
+            let expiry = {
+                let mut semaphores = self.shared.semaphores();
+                if let Some(guard) =
+                    self.try_grant_permit(&mut semaphores, name, limit, Some(id), opts)?
+                {
+                    return Ok(Some(guard));
+                }
+                semaphores
+                    .get_mut(name)
+                    .and_then(|p| p.next_expiry(Instant::now()))
+            };
+            if !wait.pause(expiry.map_or(Pace::Woken, Pace::Until)).await {
+                return Ok(None);
+            }
+        }
     }
 }
 
@@ -149,10 +311,24 @@ struct QueuedWaiter<'a> {
     shared: &'a Shared,
     name: &'a str,
     id: u64,
+    /// In a semaphore's queue, not a lock's.
+    permits: bool,
 }
 
 impl Drop for QueuedWaiter<'_> {
     fn drop(&mut self) {
+        if self.permits {
+            let mut semaphores = self.shared.semaphores();
+            if let Some(permits) = semaphores.get_mut(self.name) {
+                let was_head = permits.queue.front().is_some_and(|(id, _)| *id == self.id);
+                permits.queue.retain(|(id, _)| *id != self.id);
+                let limit = permits.limit.max(1);
+                if was_head && permits.live(Instant::now()) < limit {
+                    permits.wake_head();
+                }
+            }
+            return;
+        }
         let mut slots = self.shared.slots();
         if let Some(slot) = slots.get_mut(self.name) {
             let was_head = slot.queue.front().is_some_and(|(id, _)| *id == self.id);
@@ -167,11 +343,18 @@ impl Drop for QueuedWaiter<'_> {
 #[async_trait]
 impl RawLock for MemoryLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            let mut semaphores = self.shared.semaphores();
+            return self.try_grant_permit(&mut semaphores, req.name, limit, None, req.opts);
+        }
         let mut slots = self.shared.slots();
         Ok(self.try_grant(&mut slots, req.name, None, req.opts))
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return self.wait_for_permit(req, limit).await;
+        }
         let (name, opts) = (req.name, req.opts);
         let notify = Arc::new(Notify::new());
         let id = self.shared.next_waiter.fetch_add(1, Ordering::Relaxed);
@@ -187,6 +370,7 @@ impl RawLock for MemoryLock {
             shared: &self.shared,
             name,
             id,
+            permits: false,
         };
         let mut wait = WaitLoop::new(req, Some(notify));
         loop {
@@ -233,6 +417,32 @@ impl RawLock for MemoryLock {
         .with_waiters(waiters))
     }
 
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let now = Instant::now();
+        let mut semaphores = self.shared.semaphores();
+        let Some(permits) = semaphores.get_mut(name) else {
+            return Ok(SemaphoreInfo::free().with_waiters(Some(0)));
+        };
+        let waiters = Some(permits.queue.len());
+        if permits.live(now) == 0 {
+            return Ok(SemaphoreInfo::free().with_waiters(waiters));
+        }
+        let mut held = Vec::new();
+        for (index, slot) in permits.slots.iter().enumerate() {
+            let Some(holder) = &slot.holder else {
+                continue;
+            };
+            let record = HolderRecord::decode_for("memory", name, holder.record.as_bytes())?;
+            held.push(
+                PermitInfo::new(u32::try_from(index).unwrap_or(u32::MAX))
+                    .with_fencing_token(Some(slot.fence))
+                    .with_expires_in(Some(holder.expires - now))
+                    .with_holder(Some(record)),
+            );
+        }
+        Ok(SemaphoreInfo::held(permits.limit, held).with_waiters(waiters))
+    }
+
     /// Make the current holder of `name` lose the lock at once, as if a
     /// server had expired it: its `lost()` fires (taken over) and the next
     /// waiter is woken.
@@ -257,23 +467,46 @@ struct MemoryHandle {
     shared: Arc<Shared>,
     name: String,
     owner: OwnerToken,
+    /// A permit's slot; `None` for a lock.
+    slot: Option<u32>,
 }
 
 impl MemoryHandle {
-    /// Free the lock if it is still ours; `true` if it was.
-    fn release_now(&self) -> bool {
-        let mut slots = self.shared.slots();
-        let Some(slot) = slots.get_mut(&self.name) else {
-            return false;
-        };
-        let ours = slot
-            .live_holder(Instant::now())
-            .is_some_and(|h| h.owner == self.owner);
-        if ours {
-            slot.holder = None;
-            slot.wake_head();
+    /// Run `f` on this grant's live holder if it is still ours (`None`
+    /// otherwise); `f` answers the result and whether the grant ends (then
+    /// the next waiter is woken).
+    fn with_ours<R>(&self, f: impl FnOnce(&mut Current) -> (R, bool)) -> Option<R> {
+        let now = Instant::now();
+        match self.slot {
+            None => {
+                let mut slots = self.shared.slots();
+                let slot = slots.get_mut(&self.name)?;
+                let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
+                let (out, ends) = f(holder);
+                if ends {
+                    slot.holder = None;
+                    slot.wake_head();
+                }
+                Some(out)
+            }
+            Some(index) => {
+                let mut semaphores = self.shared.semaphores();
+                let permits = semaphores.get_mut(&self.name)?;
+                let slot = permits.slots.get_mut(usize::try_from(index).ok()?)?;
+                let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
+                let (out, ends) = f(holder);
+                if ends {
+                    slot.holder = None;
+                    permits.wake_head();
+                }
+                Some(out)
+            }
         }
-        ours
+    }
+
+    /// Free the grant if it is still ours; `true` if it was.
+    fn release_now(&self) -> bool {
+        self.with_ours(|_| ((), true)).is_some()
     }
 }
 
@@ -289,33 +522,27 @@ impl GuardHandle for MemoryHandle {
             shared: Arc::clone(&self.shared),
             name: self.name.clone(),
             owner: self.owner,
+            slot: self.slot,
         };
         Some(Box::pin(async move { Ok(handle.release_now()) }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        let mut slots = self.shared.slots();
         let now = Instant::now();
-        match slots.get_mut(&self.name).and_then(|s| s.live_holder(now)) {
-            Some(h) if h.owner == self.owner => {
+        Ok(self
+            .with_ours(|h| {
                 h.expires = now + ttl;
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+                ((), false)
+            })
+            .is_some())
     }
 
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
-        let mut slots = self.shared.slots();
-        match slots
-            .get_mut(&self.name)
-            .and_then(|s| s.live_holder(Instant::now()))
-        {
-            Some(h) if h.owner == self.owner => {
+        Ok(self
+            .with_ours(|h| {
                 h.record = h.record.with_value(value);
-                Ok(true)
-            }
-            _ => Ok(false),
-        }
+                ((), false)
+            })
+            .is_some())
     }
 }

@@ -181,6 +181,10 @@ pub struct LockOptions {
     /// [`MAX_VALUE_BYTES`](crate::MAX_VALUE_BYTES); empty by default): an
     /// address, a shard map's version. An election's value.
     pub value: Vec<u8>,
+    /// Take one of `limit` permits of the name (a semaphore, see
+    /// [`Semaphore`](crate::Semaphore)) instead of its lock; `None`, the
+    /// default: the lock. Semaphores and locks of one name are apart.
+    pub permits: Option<u32>,
 }
 
 impl Default for LockOptions {
@@ -193,6 +197,7 @@ impl Default for LockOptions {
             safety_margin: DEFAULT_SAFETY_MARGIN,
             identity: None,
             value: Vec::new(),
+            permits: None,
         }
     }
 }
@@ -257,6 +262,13 @@ impl LockOptions {
         self
     }
 
+    /// Ask for one of `limit` permits of the name (a semaphore) instead of
+    /// its lock ([`permits`](Self::permits)).
+    pub fn permits(mut self, limit: u32) -> Self {
+        self.permits = Some(limit);
+        self
+    }
+
     /// The holder identity the grant records: [`identity`](Self::identity)
     /// or this process's default.
     pub fn holder_identity(&self) -> &str {
@@ -275,9 +287,30 @@ impl LockOptions {
     /// Check the options against what a backend can represent.
     pub fn validate(&self, caps: &Capabilities) -> Result<(), LockError> {
         validate_ttl(self.ttl, caps)?;
+        if let Some(limit) = self.permits {
+            validate_limit(limit, caps)?;
+        }
         crate::holder::validate_holder(self.identity.as_deref(), &self.value)?;
         self.backoff.validate()
     }
+}
+
+/// Check a semaphore's limit: offered by the backend, from 1 to its
+/// largest.
+fn validate_limit(limit: u32, caps: &Capabilities) -> Result<(), LockError> {
+    let Some(semaphore) = caps.semaphore else {
+        return Err(LockError::Unsupported {
+            backend: caps.backend,
+            operation: "semaphores",
+        });
+    };
+    if limit == 0 || limit > semaphore.max_limit {
+        return Err(LockError::invalid_options(format!(
+            "a semaphore's limit must be from 1 to {} on the {} backend, got {limit}",
+            semaphore.max_limit, caps.backend
+        )));
+    }
+    Ok(())
 }
 
 /// Check a TTL: at least [`MIN_TTL`], at most the backend's `max_ttl`, and

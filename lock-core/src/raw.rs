@@ -55,6 +55,7 @@ pub use crate::guard::{RawGuard, Unrenewed};
 pub use crate::holder::HolderRecord;
 pub use crate::name::validate_name;
 pub use crate::options::validate_ttl;
+pub use crate::semaphore::limit_mismatch;
 pub use async_trait::async_trait;
 pub use backend::RawLock;
 pub use batch::{BatchFn, Batcher};

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use lock_core::raw::async_trait;
 use lock_core::{
     Capabilities, Changes, DistributedLock, LockError, LockGuard, LockInfo, LockOptions,
+    SemaphoreInfo,
 };
 
 use crate::Layer;
@@ -124,6 +125,10 @@ impl<T: ?Sized + Send + Sync> DistributedLock for LayerStack<T> {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.outer.inspect(name).await
+    }
+
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        self.outer.inspect_semaphore(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

@@ -44,6 +44,7 @@ mod config;
 mod gate;
 mod handle;
 mod lock;
+mod permits;
 mod ticket;
 mod tokens;
 

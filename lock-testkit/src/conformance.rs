@@ -264,6 +264,13 @@ macro_rules! conformance_suite {
             use super::*;
             $crate::__election_cases!($harness);
         }
+
+        /// The semaphore suite against this backend (or its refusal).
+        mod semaphore {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__semaphore_cases!($harness);
+        }
     };
 }
 

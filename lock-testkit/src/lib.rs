@@ -5,6 +5,8 @@
 //!   real server ([`conformance_suite!`]), with its [`Harness`](conformance::Harness).
 //! - [`election`]: the election suite (and the holder record), run by the
 //!   same macro.
+//! - [`semaphore`]: the semaphore suite (or, where a backend offers none,
+//!   its typed refusal), run by the same macro.
 //! - [`faults`]: the fault scenarios (a killed or frozen holder in a child
 //!   process, a crashed server), `scripts/services.sh` verbs, the test
 //!   environment's URLs.
@@ -25,4 +27,5 @@ pub mod election;
 pub mod faults;
 pub mod network;
 pub mod scale;
+pub mod semaphore;
 pub mod tcp_proxy;

@@ -12,6 +12,7 @@ use crate::info::LockInfo;
 use crate::lock::{Changes, DistributedLock, WAIT_OVERRUN};
 use crate::options::{LockOptions, Wait};
 use crate::raw::{Attempt, Request, acquire_by_polling};
+use crate::semaphore::SemaphoreInfo;
 
 /// What a backend implements; [`DistributedLock`] follows from it.
 ///
@@ -84,6 +85,16 @@ pub trait RawLock: Send + Sync {
         })
     }
 
+    /// See [`DistributedLock::inspect_semaphore`]; `name` is not yet
+    /// validated. The default answers [`LockError::Unsupported`].
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "semaphores",
+        })
+    }
+
     /// See [`DistributedLock::changes`]; `name` is not yet validated. The
     /// default answers `Ok(None)`: no notifications, observers poll.
     async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
@@ -142,6 +153,11 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.raw_inspect(name).await
+    }
+
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        crate::name::validate_name(name)?;
+        self.raw_inspect_semaphore(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

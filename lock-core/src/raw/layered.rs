@@ -12,6 +12,7 @@ use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::lock::{Changes, DistributedLock};
 use crate::options::LockOptions;
+use crate::semaphore::SemaphoreInfo;
 
 /// A lock that wraps another: every method forwards to
 /// [`inner`](Self::inner) unless the wrapper overrides it. Wrap it in
@@ -43,6 +44,11 @@ pub trait LayeredLock: Send + Sync + 'static {
     /// [`DistributedLock::inspect`]; forwards by default.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.inner().inspect(name).await
+    }
+
+    /// [`DistributedLock::inspect_semaphore`]; forwards by default.
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        self.inner().inspect_semaphore(name).await
     }
 
     /// [`DistributedLock::changes`]; forwards by default.
@@ -97,6 +103,10 @@ impl<L: LayeredLock> DistributedLock for Layered<L> {
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         self.0.inspect(name).await
+    }
+
+    async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        self.0.inspect_semaphore(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

@@ -1,6 +1,6 @@
 //! The guard's handle on a SQLite lease: release and extend, each through
-//! the client's batch of writes; the holder record's value replaced by
-//! owner.
+//! the client's batch of writes (a permit's, one statement each); the
+//! holder record's value replaced by owner.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -12,6 +12,7 @@ use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 
 use super::batch::{Extension, Held};
 use super::lock::{BACKEND, Inner, now_ms};
+use super::permits::wake_key;
 use crate::error::map_sqlx;
 
 /// One grant's handle: the lease row's name and owner token, released and
@@ -23,11 +24,29 @@ pub(crate) struct SqliteHandle {
     pub(crate) owner_hex: String,
     /// The holder record written with the grant.
     pub(crate) record: HolderRecord,
+    /// A permit's slot (a row of the permits table); `None` for a lock.
+    pub(crate) slot: Option<u32>,
 }
 
 #[async_trait]
 impl GuardHandle for SqliteHandle {
     async fn release(&self) -> Result<bool, LockError> {
+        if let Some(slot) = self.slot {
+            let _turn = self.inner.gate.urgent().await;
+            let done = sqlx::query(AssertSqlSafe(self.inner.permits.release.as_str()))
+                .bind(&self.name)
+                .bind(i64::from(slot))
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "releasing a permit", e))?;
+            let released = done.rows_affected() == 1;
+            if released {
+                self.inner.wakeups.wake(&wake_key(&self.name));
+            }
+            return Ok(released);
+        }
         let released = self.inner.releases.call(self.held()).await?;
         if released {
             self.inner.wakeups.wake(&self.name);
@@ -39,7 +58,11 @@ impl GuardHandle for SqliteHandle {
     /// options (the file, its busy timeout).
     fn detached_release(&self) -> Option<DetachedRelease> {
         let options = self.inner.pool.connect_options();
-        let sql = self.inner.sql.release_one.clone();
+        let slot = self.slot;
+        let sql = match slot {
+            Some(_) => self.inner.permits.release.clone(),
+            None => self.inner.sql.release_one.clone(),
+        };
         let (name, owner) = (self.name.clone(), self.owner_hex.clone());
         let wakeups = self.inner.wakeups.clone();
         Some(Box::pin(async move {
@@ -47,8 +70,11 @@ impl GuardHandle for SqliteHandle {
             let mut conn = SqliteConnection::connect_with(&options)
                 .await
                 .map_err(failed)?;
-            let done = sqlx::query(AssertSqlSafe(sql))
-                .bind(&name)
+            let mut query = sqlx::query(AssertSqlSafe(sql)).bind(&name);
+            if let Some(slot) = slot {
+                query = query.bind(i64::from(slot));
+            }
+            let done = query
                 .bind(&owner)
                 .bind(now_ms())
                 .execute(&mut conn)
@@ -57,13 +83,29 @@ impl GuardHandle for SqliteHandle {
             let _ = conn.close().await;
             let released = done.rows_affected() == 1;
             if released {
-                wakeups.wake(&name);
+                match slot {
+                    Some(_) => wakeups.wake(&wake_key(&name)),
+                    None => wakeups.wake(&name),
+                }
             }
             Ok(released)
         }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        if let Some(slot) = self.slot {
+            let _turn = self.inner.gate.urgent().await;
+            let done = sqlx::query(AssertSqlSafe(self.inner.permits.extend.as_str()))
+                .bind(&self.name)
+                .bind(i64::from(slot))
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .bind(super::lock::ms(ttl))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "extending a permit", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
         let held = self.held();
         self.inner.extends.call(Extension { held, ttl }).await
     }
@@ -73,6 +115,18 @@ impl GuardHandle for SqliteHandle {
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
         let record = self.record.with_value(value);
         let _turn = self.inner.gate.acquisition().await;
+        if let Some(slot) = self.slot {
+            let done = sqlx::query(AssertSqlSafe(self.inner.permits.set_holder.as_str()))
+                .bind(&self.name)
+                .bind(i64::from(slot))
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .bind(record.as_bytes())
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "replacing a holder's value", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
         let done = sqlx::query(AssertSqlSafe(self.inner.sql.set_holder.as_str()))
             .bind(&self.name)
             .bind(&self.owner_hex)

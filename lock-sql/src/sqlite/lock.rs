@@ -15,6 +15,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    SemaphoreCapabilities, SemaphoreInfo,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::{
@@ -26,6 +27,7 @@ use super::batch::{self, Extension, Held, Writes};
 use super::config::{MAX_BUSY_TIMEOUT_MS, SqliteConfig, parse_url};
 use super::gate::{WriteGate, gate_for};
 use super::handle::SqliteHandle;
+use super::permits::{MAX_LIMIT, PermitStatements};
 use super::ticket::{Ticket, drop_ticket};
 use super::tokens::{Epoch, boot_id};
 use crate::error::{is_busy, map_sqlx};
@@ -39,7 +41,9 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     // Waiters are granted in ticket order.
     .with_fair_queue(true)
     // The lease row's `holder` column, written with the grant.
-    .with_holder(true);
+    .with_holder(true)
+    // Permits are rows of `TABLE_permits`; their waiters poll, unordered.
+    .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)));
 
 /// How often the first waiter in line looks whether the lock is free; the
 /// n-th looks n times as seldom.
@@ -61,7 +65,7 @@ const LINE_POLL: Duration = Duration::from_millis(4);
 #[derive(Clone)]
 pub struct SqliteLock {
     pub(crate) inner: Arc<Inner>,
-    watchdog: Watchdog,
+    pub(crate) watchdog: Watchdog,
 }
 
 pub(crate) struct Inner {
@@ -79,6 +83,8 @@ pub(crate) struct Inner {
     pub(crate) fencing: bool,
     /// The epoch the fencing counters count in.
     pub(crate) epoch: Epoch,
+    /// The semaphores' statements.
+    pub(crate) permits: PermitStatements,
 }
 
 /// The wake-up signals of every lease table this process has open, so that
@@ -321,6 +327,11 @@ impl SqliteLock {
                 .map_err(|e| map_sqlx(BACKEND, "creating the waiters table", e))?;
         }
         let epoch = Epoch::open(&pool, &table, boot.as_deref()).await?;
+        let permits = PermitStatements::new(&table);
+        sqlx::query(AssertSqlSafe(permits.create.as_str()))
+            .execute(&pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "creating the permits table", e))?;
         tracing::debug!(target: "distlock", path = %path.display(), table = t, "sqlite lock store open");
         let sql = Statements::new(&table);
         let gate = gate_for(&path);
@@ -340,6 +351,7 @@ impl SqliteLock {
                 path,
                 fencing,
                 epoch,
+                permits,
             }),
             watchdog: Watchdog::new(),
         })
@@ -512,12 +524,18 @@ impl SqliteLock {
         Ok(expires.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
     }
 
-    fn handle(&self, name: &str, owner: OwnerToken, record: HolderRecord) -> SqliteHandle {
+    pub(crate) fn handle(
+        &self,
+        name: &str,
+        owner: OwnerToken,
+        record: HolderRecord,
+    ) -> SqliteHandle {
         SqliteHandle {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
             owner_hex: owner.to_hex(),
             record,
+            slot: None,
         }
     }
 }
@@ -526,12 +544,21 @@ impl SqliteLock {
 impl RawLock for SqliteLock {
     /// A single attempt does not queue.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return self
+                .attempt_permit(req.name, req.opts, limit)
+                .await?
+                .into_guard();
+        }
         self.attempt(req.name, req.opts, false, None)
             .await?
             .into_guard()
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return self.wait_for_permit(req, limit).await;
+        }
         let (name, opts) = (req.name, req.opts);
         let wake = self.inner.wakeups.subscribe(name);
         let ticket = Ticket::new(&self.inner);
@@ -583,6 +610,11 @@ impl RawLock for SqliteLock {
                         .transpose()?,
                 ),
         })
+    }
+
+    /// The live rows of `name`'s permits.
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        self.inspect_permits(name).await
     }
 
     /// Clear the holder of `name`'s lease row. Waiters in this process are
