@@ -1186,10 +1186,14 @@ pub async fn grant_after_long_wait_is_valid(h: Harness) {
         "granted already lost: {:?}",
         g.is_lost()
     );
+    // A lease kept alive every third of the TTL while waiting (etcd's own
+    // or shared session lease) is granted with two thirds of it left at
+    // worst, less a round trip; a lease counted from the wait's start
+    // would have none left.
     if let Some(deadline) = g.validity_deadline() {
         let left = deadline.saturating_duration_since(returned);
         assert!(
-            left >= ttl.mul_f64(0.7),
+            left >= ttl.mul_f64(0.6),
             "granted with {left:?} of a {ttl:?} lease left"
         );
     }
