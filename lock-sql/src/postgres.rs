@@ -87,6 +87,20 @@ const CHECK_CLIENT: &str = "100ms";
 /// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 
+/// SQLSTATE `57014` query_canceled, "due to user request": what Postgres
+/// reports when a `lock_timeout` fires just as the row lock is granted
+/// (the grant clears the timeout's indicator, the cancel stays pending;
+/// seen on Postgres 15). This client never cancels a statement, so on a
+/// row lock's statement it means the same as `55P03`; the transaction's
+/// rollback frees whatever the statement took.
+const QUERY_CANCELED: &str = "57014";
+
+/// The row lock (`row`) or advisory lock statement failed with SQLSTATE
+/// `code` because the lock was not available in time.
+fn not_available(code: Option<&str>, row: bool) -> bool {
+    code == Some(LOCK_NOT_AVAILABLE) || (row && code == Some(QUERY_CANCELED))
+}
+
 const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness)
     .with_fencing(Fencing::Safe)
     // The server grants an advisory lock to its waiters in arrival order
@@ -589,7 +603,7 @@ impl Dialect for PgDialect {
                 }
                 Ok(None) => return Ok(None),
                 Err(sqlx::Error::Database(db))
-                    if db.code().as_deref() == Some(LOCK_NOT_AVAILABLE) =>
+                    if not_available(db.code().as_deref(), core.mode == SqlMode::Row) =>
                 {
                     if core.mode == SqlMode::Row {
                         sqlx::raw_sql("ROLLBACK")
@@ -946,9 +960,24 @@ mod tests {
 
     use sqlx::postgres::PgConnectOptions;
 
-    use super::{PgSession, Statements};
+    use super::{PgSession, Statements, not_available};
     use crate::config::SqlConfig;
     use crate::shared::SharedSessions;
+
+    /// A row lock's wait that Postgres ends with "canceling statement due
+    /// to user request" (its `lock_timeout` racing the grant) is a lock
+    /// not available, as `lock_timeout` itself is; on an advisory lock,
+    /// which outlives the statement's abort, it is not (that path gives
+    /// the lock back first).
+    #[test]
+    fn a_cancelled_row_lock_wait_is_a_lock_not_available() {
+        assert!(not_available(Some("55P03"), true));
+        assert!(not_available(Some("55P03"), false));
+        assert!(not_available(Some("57014"), true));
+        assert!(!not_available(Some("57014"), false));
+        assert!(!not_available(Some("40P01"), true));
+        assert!(!not_available(None, true));
+    }
 
     /// A shared session sets its idle bound only when a lock asks for
     /// another, and keeps it when its last lock is given back.
