@@ -64,50 +64,28 @@ async fn pool(path: &Path, synchronous: SqliteSynchronous) -> SqlitePool {
         .expect("pool")
 }
 
-/// One hand-written acquire and release of `name`, the upsert in a
-/// `BEGIN IMMEDIATE` transaction: what makes an acquisition cancel-safe
-/// (a release sent after a cancelled attempt waits for its write lock),
-/// as distlock's is.
-async fn floor_in_transaction(pool: &SqlitePool, name: &str, record: &[u8]) {
+/// One hand-written acquire and release of `name`; with `in_transaction`
+/// the upsert runs in a `BEGIN IMMEDIATE` transaction, which is what makes
+/// an acquisition cancel-safe (a release sent after a cancelled attempt
+/// waits for its write lock), as distlock's is.
+async fn floor(pool: &SqlitePool, name: &str, record: &[u8], in_transaction: bool) {
     let owner = format!("{:032x}", rand::random::<u128>());
     let now = now_ms();
-    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
-    let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
+    let acquire = sqlx::query_scalar::<_, i64>(ACQUIRE)
         .bind(name)
         .bind(&owner)
         .bind(now + 30_000)
         .bind(now)
         .bind(1_i64)
-        .bind(record)
-        .fetch_optional(&mut *tx)
-        .await
-        .expect("acquire");
-    tx.commit().await.expect("commit");
-    assert!(fence.is_some(), "the floor's lock was free");
-    let released = sqlx::query(RELEASE)
-        .bind(name)
-        .bind(&owner)
-        .bind(now_ms())
-        .execute(pool)
-        .await
-        .expect("release");
-    assert_eq!(released.rows_affected(), 1);
-}
-
-/// One hand-written acquire and release of `name`.
-async fn floor(pool: &SqlitePool, name: &str, record: &[u8]) {
-    let owner = format!("{:032x}", rand::random::<u128>());
-    let now = now_ms();
-    let fence: Option<i64> = sqlx::query_scalar(ACQUIRE)
-        .bind(name)
-        .bind(&owner)
-        .bind(now + 30_000)
-        .bind(now)
-        .bind(1_i64)
-        .bind(record)
-        .fetch_optional(pool)
-        .await
-        .expect("acquire");
+        .bind(record);
+    let fence = if in_transaction {
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+        let fence = acquire.fetch_optional(&mut *tx).await.expect("acquire");
+        tx.commit().await.expect("commit");
+        fence
+    } else {
+        acquire.fetch_optional(pool).await.expect("acquire")
+    };
     assert!(fence.is_some(), "the floor's lock was free");
     let released = sqlx::query(RELEASE)
         .bind(name)
@@ -148,15 +126,15 @@ async fn main() {
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
         m.measure(FLOOR_NORMAL, async |_| {
-            floor(&normal, "bench/floor", &record).await
+            floor(&normal, "bench/floor", &record, false).await
         })
         .await;
         m.measure(FLOOR_TX, async |_| {
-            floor_in_transaction(&normal, "bench/floor", &record).await
+            floor(&normal, "bench/floor", &record, true).await
         })
         .await;
         m.measure(FLOOR_FULL, async |_| {
-            floor(&full, "bench/floor", &record).await
+            floor(&full, "bench/floor", &record, false).await
         })
         .await;
         m.measure_lock(OURS, &ours, "bench/ours", &opts).await;

@@ -178,6 +178,12 @@ pub(crate) fn now_ms() -> i64 {
         .unwrap_or(0)
 }
 
+/// The time left before `expires_at_ms` (Unix ms) at `now_ms`, zero once
+/// it has passed.
+pub(crate) fn time_left(expires_at_ms: i64, now_ms: i64) -> Duration {
+    Duration::from_millis(u64::try_from(expires_at_ms.saturating_sub(now_ms)).unwrap_or(0))
+}
+
 /// A lease in whole milliseconds, rounded up
 /// ([`lease_millis`](lock_core::raw::lease_millis)).
 pub(crate) fn ms(d: Duration) -> i64 {
@@ -521,7 +527,7 @@ impl SqliteLock {
                 .fetch_optional(&self.inner.pool)
                 .await
                 .map_err(|e| map_sqlx(BACKEND, "reading a lock", e))?;
-        Ok(expires.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
+        Ok(expires.map(|e| time_left(e, now)))
     }
 
     pub(crate) fn handle(
@@ -597,11 +603,7 @@ impl RawLock for SqliteLock {
             None => LockInfo::free().with_waiters(waiters),
             Some((fence, expires_at, record)) => LockInfo::held()
                 .with_fencing_token(u64::try_from(fence).ok().filter(|_| self.inner.fencing))
-                .with_expires_in(
-                    u64::try_from(expires_at - now)
-                        .ok()
-                        .map(Duration::from_millis),
-                )
+                .with_expires_in(Some(time_left(expires_at, now)))
                 .with_waiters(waiters)
                 .with_holder(
                     record

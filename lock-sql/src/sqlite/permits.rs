@@ -20,7 +20,7 @@ use lock_core::{LockError, LockGuard, LockOptions, PermitInfo, SemaphoreInfo};
 use sqlx::AssertSqlSafe;
 use tokio::time::Instant;
 
-use super::lock::{BACKEND, SqliteLock, ms, now_ms};
+use super::lock::{BACKEND, SqliteLock, ms, now_ms, time_left};
 use crate::error::map_sqlx;
 use crate::ident::Identifier;
 
@@ -213,7 +213,7 @@ impl SqliteLock {
                 .fetch_one(&self.inner.pool)
                 .await
                 .map_err(|e| map_sqlx(BACKEND, "reading a semaphore", e))?;
-        Ok(earliest.map(|e| Duration::from_millis(e.saturating_sub(now).max(0) as u64)))
+        Ok(earliest.map(|e| time_left(e, now)))
     }
 
     /// The live permits of `name`.
@@ -237,11 +237,7 @@ impl SqliteLock {
             permits.push(
                 PermitInfo::new(u32::try_from(slot).unwrap_or(u32::MAX))
                     .with_fencing_token(u64::try_from(fence).ok().filter(|_| self.inner.fencing))
-                    .with_expires_in(
-                        u64::try_from(expires_at - now)
-                            .ok()
-                            .map(Duration::from_millis),
-                    )
+                    .with_expires_in(Some(time_left(expires_at, now)))
                     .with_holder(holder),
             );
         }
