@@ -482,7 +482,10 @@ async fn one_release_wakes_one_waiter() {
 /// own and extend it at once, a hundred times each: no `extend` of a lock
 /// still held says it is not held. (With the check as a transaction of
 /// one comparison, served from the member's own store, 12 to 31 of the
-/// 1 600 extends were refused in each of four runs.)
+/// 1 600 extends were refused in each of four runs.) A request the loaded
+/// cluster does not answer within the client's timeout is transient
+/// (`Unavailable`), not a refusal: an acquisition is asked again, an
+/// extension or a release that timed out is counted and left to the lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_taken_through_one_member_is_extended_through_another() {
     let _serial = one_at_a_time(&SERIAL).await;
@@ -504,23 +507,49 @@ async fn a_lock_taken_through_one_member_is_extended_through_another() {
         let lock = client(&follower_and_leader[i % follower_and_leader.len()]).await;
         let opts = opts.clone();
         tasks.push(tokio::spawn(async move {
-            let mut refused = 0;
+            let (mut refused, mut extended, mut timed_out) = (0, 0, 0);
             for _ in 0..100 {
                 let name = unique("extended-at-once");
-                let g = lock.acquire(&name, &opts).await.expect("acquire");
+                let mut asked = 0;
+                let g = loop {
+                    match lock.acquire(&name, &opts).await {
+                        Ok(g) => break g,
+                        Err(e) if e.is_transient() && asked < 5 => {
+                            asked += 1;
+                            timed_out += 1;
+                        }
+                        Err(e) => panic!("acquire: {e}"),
+                    }
+                };
                 match g.extend(Duration::from_secs(2)).await {
-                    Ok(_) => {}
+                    Ok(_) => extended += 1,
                     Err(LockError::NotHeld { .. }) => refused += 1,
+                    Err(e) if e.is_transient() => timed_out += 1,
                     Err(e) => panic!("extend: {e}"),
                 }
-                let _ = g.release().await.expect("release");
+                match g.release().await {
+                    Ok(_) => {}
+                    Err(e) if e.is_transient() => timed_out += 1,
+                    Err(e) => panic!("release: {e}"),
+                }
             }
-            refused
+            (refused, extended, timed_out)
         }));
     }
-    let mut refused = 0;
+    let (mut refused, mut extended, mut timed_out) = (0, 0, 0);
     for t in tasks {
-        refused += t.await.expect("client task");
+        let (r, e, t) = t.await.expect("client task");
+        refused += r;
+        extended += e;
+        timed_out += t;
     }
+    eprintln!(
+        "etcd faults: {extended} extends at once through another member, \
+         {refused} refused, {timed_out} requests timed out"
+    );
     assert_eq!(refused, 0, "extends of held locks refused as not held");
+    assert!(
+        extended >= 1_400,
+        "only {extended} of 1 600 extends were answered"
+    );
 }
