@@ -63,6 +63,52 @@ impl Keys {
     }
 }
 
+impl Keys {
+    /// All names of one semaphore, escaping the name once. They share the
+    /// lock's hash tag, and none is a name of the lock.
+    pub fn permits(&self, name: &str) -> PermitKeys {
+        let tag = self.tag(name);
+        let with = |suffix: &str| [tag.as_str(), suffix].concat();
+        PermitKeys {
+            limit: with(":permits:limit"),
+            fence: with(":permits:fence"),
+            held: with(":permits"),
+            slot_base: with(":permit:"),
+            channel: with(":permits:released"),
+            wake: format!("permits:{name}"),
+        }
+    }
+}
+
+/// The keys and channel of one semaphore (see [`Keys::permits`]).
+#[derive(Clone)]
+pub struct PermitKeys {
+    /// The limit the live permits were taken with (no TTL: a permit's
+    /// script checks whether any slot below it is still held).
+    pub limit: String,
+    /// The permits' fencing counter (no TTL, like a lock's): one counter
+    /// per name, so each slot's tokens rise too.
+    pub fence: String,
+    /// A hash: each slot's latest token (field `N`) and holder record
+    /// (field `N:holder`), written with the grant.
+    pub held: String,
+    /// The slot keys' common prefix: slot `N`'s key, which holds its
+    /// owner token with the lease as its TTL, is this followed by `N`.
+    pub slot_base: String,
+    /// The channel a release publishes on.
+    pub channel: String,
+    /// The message a release publishes: the key this process's waiters
+    /// for the semaphore are woken by (never a waiter id, which is hex).
+    pub wake: String,
+}
+
+impl PermitKeys {
+    /// Slot `slot`'s key.
+    pub fn slot(&self, slot: u32) -> String {
+        format!("{}{slot}", self.slot_base)
+    }
+}
+
 /// The keys and channel of one lock (see [`Keys`]).
 #[derive(Clone)]
 pub struct LockKeys {
@@ -94,6 +140,16 @@ mod tests {
         assert_eq!(k.channel("}x{"), "distlock:{%7Dx%7B}:released");
         assert_ne!(k.lock("%7D"), k.lock("}"));
         let all = k.all("a");
+        let permits = k.permits("a");
+        assert_eq!(
+            [permits.slot(2), permits.limit, permits.fence, permits.held],
+            [
+                "distlock:{a}:permit:2",
+                "distlock:{a}:permits:limit",
+                "distlock:{a}:permits:fence",
+                "distlock:{a}:permits"
+            ]
+        );
         assert_eq!(
             [all.lock, all.fence, all.queue, all.handoff, all.channel],
             [

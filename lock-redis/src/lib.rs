@@ -18,6 +18,7 @@ mod extends;
 mod handle;
 mod keys;
 mod lock;
+mod permits;
 mod queue_wait;
 mod script_call;
 mod scripts;

@@ -11,7 +11,8 @@ use lock_core::raw::{
     Request, Unrenewed, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
+    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -22,6 +23,7 @@ use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
 use crate::handle::RedisHandle;
 use crate::keys::Keys;
+use crate::permits::MAX_LIMIT;
 use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
 use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, WITHDRAW};
@@ -38,7 +40,11 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     .with_fair_queue(true)
     .with_waiting(Waiting::Notified)
     // The acquire script writes the holder record with the grant.
-    .with_holder(true);
+    .with_holder(true)
+    // Slot keys with the lease as TTL; waiters woken on release, unordered.
+    .with_semaphore(Some(
+        SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
+    ));
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
 const BACKSTOP: Duration = Duration::from_millis(500);
@@ -68,18 +74,18 @@ const BACKSTOP: Duration = Duration::from_millis(500);
 /// ```
 #[derive(Clone)]
 pub struct RedisLock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) watchdog: Watchdog,
 }
 
 pub(crate) struct Inner {
     pub(crate) client: redis::Client,
     pub(crate) conn: ConnectionManager,
-    keys: Keys,
+    pub(crate) keys: Keys,
     pub(crate) config: RedisConfig,
     display: String,
-    subscriber: OnceCell<Arc<Subscriber>>,
-    wakeups: Wakeups,
+    pub(crate) subscriber: OnceCell<Arc<Subscriber>>,
+    pub(crate) wakeups: Wakeups,
     /// Extends (renewals) waiting together go out as one script run.
     pub(crate) extends: Batcher<Extension, bool>,
 }
@@ -252,7 +258,7 @@ impl RedisLock {
         }
     }
 
-    async fn subscriber(&self) -> Result<&Arc<Subscriber>, LockError> {
+    pub(crate) async fn subscriber(&self) -> Result<&Arc<Subscriber>, LockError> {
         let inner = &self.inner;
         inner
             .subscriber
@@ -266,10 +272,19 @@ impl RedisLock {
 #[async_trait]
 impl RawLock for RedisLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return self
+                .attempt_permit(req.name, req.opts, limit)
+                .await?
+                .into_guard();
+        }
         self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return self.wait_for_permit(req, limit).await;
+        }
         let waiter = OwnerToken::random().to_hex();
         let wake = self.inner.wakeups.subscribe(&waiter);
         wait_in_queue(&Queue(self), req, waiter, wake).await
@@ -307,6 +322,13 @@ impl RawLock for RedisLock {
                         .transpose()?,
                 ),
         })
+    }
+
+    /// The live slot keys of `name`'s permits, with their tokens and
+    /// holder records, read in one script run.
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        validate_name(name)?;
+        self.inspect_permits(name).await
     }
 
     /// Release `name` on behalf of whoever holds it: the release script

@@ -47,3 +47,28 @@ pub static SET_HOLDER: LazyLock<Script> =
 /// lease only if its owner holds the lock (one run serves a batch of
 /// renewals). Returns one 1 (it was ours) or 0 per key, in order.
 pub static EXTEND: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("extend.lua")));
+
+/// KEYS: a semaphore's limit, fence and permits hash. ARGV: the slot keys'
+/// prefix, owner, ttl ms, limit, holder record. Refuses if a slot below
+/// another recorded limit is held (`{-1, that limit}`); else takes the
+/// lowest free slot (`{1, slot, token}`); else `{0, ms until the first
+/// permit's lease ends, or -1}`.
+pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("permit_acquire.lua")));
+
+/// KEYS: the first slot key looked at. ARGV: owner, channel, wake-up
+/// message, slot keys' prefix, first and last slot. Frees the slot `owner`
+/// holds and publishes the message. Returns 1 if it was ours, else 0.
+pub(crate) static PERMIT_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("permit_release.lua")));
+
+/// KEYS: a slot key, the permits hash. ARGV: owner, the slot's holder
+/// field, record. Writes the record only while `owner` holds the slot.
+pub(crate) static PERMIT_SET_HOLDER: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("permit_set_holder.lua")));
+
+/// KEYS: a semaphore's limit and permits hash. ARGV: the slot keys'
+/// prefix. Returns the limit and each live permit's slot, ms left, token
+/// and holder record, as strings; `{}` when none is live.
+pub(crate) static PERMIT_STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("permit_state.lua")));
