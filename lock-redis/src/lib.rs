@@ -35,7 +35,7 @@ pub mod raw {
     pub use crate::config::{client_for_lock, client_url, database, ensure_tls_provider};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
-    pub use crate::keys::{Keys, LockKeys};
+    pub use crate::keys::{Keys, LockKeys, PermitKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::script_call::ScriptCall;
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, SET_HOLDER, WITHDRAW};
