@@ -18,8 +18,10 @@ use std::collections::BTreeMap;
 use lock_core::Capabilities;
 
 /// The checklist's rows: each names a field of [`Capabilities`] and shows
-/// its value as the field's `Debug` form.
-pub const CHECKLIST: [&str; 9] = [
+/// its value as the field's `Debug` form; `semaphore` as `None`, or as
+/// `LIMIT, fair|unordered, WAITING` (the largest limit, whether waiters are
+/// served in arrival order, and how they learn of a release).
+pub const CHECKLIST: [&str; 10] = [
     "grade",
     "fencing",
     "fair_queue",
@@ -29,6 +31,7 @@ pub const CHECKLIST: [&str; 9] = [
     "waiting",
     "holder",
     "observers",
+    "semaphore",
 ];
 
 /// `caps`' checklist values, as `docs.md` writes them.
@@ -43,6 +46,13 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
         format!("{:?}", caps.waiting),
         caps.holder.to_string(),
         format!("{:?}", caps.observers),
+        caps.semaphore.map_or_else(
+            || "None".to_string(),
+            |s| {
+                let order = if s.fair_queue { "fair" } else { "unordered" };
+                format!("{}, {order}, {:?}", s.max_limit, s.waiting)
+            },
+        ),
     ];
     CHECKLIST.into_iter().zip(values).collect()
 }
@@ -137,7 +147,8 @@ mod tests {
         | `depends_on_clocks` | `false` | `true` | |\n\
         | `waiting` | `Notified` | `Polling` | |\n\
         | `holder` | `true` | `false` | |\n\
-        | `observers` | `Polling` | `Polling` | |\n\nMore.\n";
+        | `observers` | `Polling` | `Polling` | |\n\
+        | `semaphore` | `4096, fair, Notified` | `None` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {
