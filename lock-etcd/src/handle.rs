@@ -43,6 +43,41 @@ pub(crate) struct EtcdHandle {
     pub(crate) state: Arc<LeaseState>,
     /// Our key's create revision, once put (0 before).
     pub(crate) rev: Mutex<i64>,
+    /// A permit's slot key, once claimed (never for a lock).
+    pub(crate) slot: Mutex<Option<SlotKey>>,
+}
+
+/// A permit's slot key and its create revision (the permit's token). It
+/// lives on the same lease as the permit's queue key and goes with it.
+#[derive(Clone)]
+pub(crate) struct SlotKey {
+    pub(crate) key: String,
+    pub(crate) token: i64,
+}
+
+/// Delete `key` and, if still ours, `slot`, in one transaction: `true` if
+/// the slot was still ours (for a lock: if the key was still there).
+async fn delete_on(
+    client: &etcd_client::Client,
+    key: &str,
+    slot: Option<&SlotKey>,
+    doing: &str,
+) -> Result<bool, LockError> {
+    let Some(slot) = slot else {
+        return requests::delete(client, key, doing).await;
+    };
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            slot.key.as_str(),
+            CompareOp::Equal,
+            slot.token,
+        )])
+        .and_then([
+            TxnOp::delete(slot.key.as_str(), None),
+            TxnOp::delete(key, None),
+        ])
+        .or_else([TxnOp::delete(key, None)]);
+    Ok(requests::txn(client, txn, doing).await?.succeeded())
 }
 
 impl EtcdHandle {
@@ -70,6 +105,45 @@ impl EtcdHandle {
 
     pub(crate) fn rev(&self) -> i64 {
         *self.rev.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub(crate) fn slot(&self) -> Option<SlotKey> {
+        self.slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// The comparisons that our key (and a permit's slot key) are still
+    /// ours.
+    fn still_ours(&self) -> Vec<Compare> {
+        let mut when = vec![Compare::create_revision(
+            self.key.as_str(),
+            CompareOp::Equal,
+            self.rev(),
+        )];
+        if let Some(slot) = self.slot() {
+            when.push(Compare::create_revision(
+                slot.key.as_str(),
+                CompareOp::Equal,
+                slot.token,
+            ));
+        }
+        when
+    }
+
+    /// Puts of `record` on our key (and a permit's slot key), with `options`.
+    fn put_record(&self, record: &HolderRecord, options: PutOptions) -> Vec<TxnOp> {
+        let mut puts = vec![TxnOp::put(
+            self.key.as_str(),
+            record.as_bytes(),
+            Some(options.clone()),
+        )];
+        if let Some(slot) = self.slot() {
+            puts.push(TxnOp::put(
+                slot.key.as_str(),
+                record.as_bytes(),
+                Some(options),
+            ));
+        }
+        puts
     }
 
     /// One keep-alive of our lease: `false` if the lease is gone.
@@ -126,8 +200,19 @@ impl GuardHandle for EtcdHandle {
     /// this acquisition writes it (put if absent; moved to a longer lease
     /// only while its create revision is ours), so whatever key of that name
     /// exists is ours, whether or not we learnt its revision.
+    ///
+    /// A permit's slot key goes in the same transaction, if its create
+    /// revision is still ours (a slot key's name is reused by later
+    /// holders); the answer is whether it was.
     async fn release(&self) -> Result<bool, LockError> {
-        let held = requests::delete(&self.inner.client, &self.key, "releasing a lock").await?;
+        let slot = self.slot();
+        let held = delete_on(
+            &self.inner.client,
+            &self.key,
+            slot.as_ref(),
+            "releasing a lock",
+        )
+        .await?;
         self.revoke_own(&self.current_lease());
         Ok(held)
     }
@@ -138,7 +223,7 @@ impl GuardHandle for EtcdHandle {
     fn detached_release(&self) -> Option<DetachedRelease> {
         let inner = Arc::clone(&self.inner);
         inner.reconnect.as_ref()?;
-        let (key, lease) = (self.key.clone(), self.current_lease());
+        let (key, lease, slot) = (self.key.clone(), self.current_lease(), self.slot());
         Some(Box::pin(async move {
             let reconnect = inner
                 .reconnect
@@ -149,7 +234,8 @@ impl GuardHandle for EtcdHandle {
                     source: None,
                 })?;
             let client = reconnect.connect(&inner.display).await?;
-            let held = requests::delete(&client, &key, "releasing a lock at shutdown").await?;
+            let held =
+                delete_on(&client, &key, slot.as_ref(), "releasing a lock at shutdown").await?;
             if let Lease::Own { id, .. } = lease {
                 let _ = requests::revoke(&client, id, "revoking a lock's lease at shutdown").await;
             }
@@ -175,17 +261,10 @@ impl GuardHandle for EtcdHandle {
         };
         let secs = ttl.as_secs() + u64::from(ttl.subsec_nanos() > 0);
         let granted = requests::grant(&self.inner.client, secs, "granting a lease").await?;
+        // A permit's slot key moves with it.
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.key.as_str(),
-                CompareOp::Equal,
-                rev,
-            )])
-            .and_then([TxnOp::put(
-                self.key.as_str(),
-                self.record().as_bytes(),
-                Some(PutOptions::new().with_lease(granted.id())),
-            )]);
+            .when(self.still_ours())
+            .and_then(self.put_record(&self.record(), PutOptions::new().with_lease(granted.id())));
         let resp =
             requests::txn(&self.inner.client, txn, "moving a lock to a longer lease").await?;
         let fresh = Lease::Own {
@@ -201,21 +280,13 @@ impl GuardHandle for EtcdHandle {
         Ok(resp.succeeded())
     }
 
-    /// Put the new record on our key, on its lease, only while its create
-    /// revision is ours.
+    /// Put the new record on our key (and a permit's slot key), on its
+    /// lease, only while its create revision is ours.
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
         let record = self.record().with_value(value);
         let txn = Txn::new()
-            .when([Compare::create_revision(
-                self.key.as_str(),
-                CompareOp::Equal,
-                self.rev(),
-            )])
-            .and_then([TxnOp::put(
-                self.key.as_str(),
-                record.as_bytes(),
-                Some(PutOptions::new().with_ignore_lease()),
-            )]);
+            .when(self.still_ours())
+            .and_then(self.put_record(&record, PutOptions::new().with_ignore_lease()));
         let resp = requests::txn(&self.inner.client, txn, "replacing a holder's value").await?;
         if resp.succeeded() {
             *self.record.lock().unwrap_or_else(|e| e.into_inner()) = record;

@@ -17,6 +17,7 @@ mod error;
 mod handle;
 mod keys;
 mod lock;
+mod permits;
 mod queue;
 mod requests;
 mod session;

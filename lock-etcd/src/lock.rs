@@ -7,14 +7,16 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use etcd_client::{Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue};
+use etcd_client::{
+    Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, WatchResponse, WatchStream,
+};
 use lock_core::raw::{
     GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
     Retry, Unrenewed, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, Waiting,
+    LockOptions, LossReason, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use tokio::time::Instant;
 
@@ -22,6 +24,7 @@ use crate::config::{EtcdConfig, parse_url};
 use crate::error::{self, BACKEND, map_etcd};
 use crate::handle::{EtcdHandle, Lease};
 use crate::keys;
+use crate::permits::MAX_LIMIT;
 use crate::queue::{self, Place, Turn};
 use crate::requests;
 use crate::session::Session;
@@ -43,6 +46,13 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         // The holder record is the key's value.
         .with_holder(true)
         .with_observers(Waiting::Notified)
+        // A queue of keys by create revision, the first `limit` holding
+        // slot keys; waiters watch the queue's deletions.
+        .with_semaphore(Some(
+            SemaphoreCapabilities::new(MAX_LIMIT)
+                .with_fair_queue(true)
+                .with_waiting(Waiting::Notified),
+        ))
 }
 
 /// Locks on etcd (v3 API, 3.4 or later).
@@ -87,8 +97,8 @@ fn capabilities(min_lease: Duration) -> Capabilities {
 /// ```
 #[derive(Clone)]
 pub struct EtcdLock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) watchdog: Watchdog,
 }
 
 /// How a client built from a URL connects again: for a release at
@@ -118,9 +128,9 @@ impl Reconnect {
 
 pub(crate) struct Inner {
     pub(crate) client: Client,
-    config: EtcdConfig,
+    pub(crate) config: EtcdConfig,
     pub(crate) display: String,
-    caps: Capabilities,
+    pub(crate) caps: Capabilities,
     session: tokio::sync::Mutex<Option<Arc<Session>>>,
     /// The key of every lock held through this client, by (name, token).
     pub(crate) held: Mutex<HashMap<(String, i64), String>>,
@@ -298,7 +308,10 @@ impl EtcdLock {
 
     /// The lease for a new key: the session's, if `opts` match it, else one
     /// of the lock's own. Returns it with the key's lease state.
-    async fn lease_for(&self, opts: &LockOptions) -> Result<(Lease, Arc<LeaseState>), LockError> {
+    pub(crate) async fn lease_for(
+        &self,
+        opts: &LockOptions,
+    ) -> Result<(Lease, Arc<LeaseState>), LockError> {
         let inner = &self.inner;
         if opts.auto_renew && opts.ttl == inner.config.session_ttl {
             let mut slot = inner.session.lock().await;
@@ -370,6 +383,7 @@ impl EtcdLock {
             lease: Mutex::new(lease),
             state,
             rev: Mutex::new(0),
+            slot: Mutex::new(None),
         });
         // Until a guard owns the key, leaving (failure, timeout,
         // cancellation) deletes it and gives back a lease of its own.
@@ -497,7 +511,23 @@ impl EtcdLock {
         // Our own key matters only where its predecessor's deletion alone
         // would make it the holder.
         let ours = next_in_line.then_some(handle.key.as_str());
-        let mut watch = queue::watch(&self.inner.client, predecessor, ours, from).await?;
+        let watch = queue::watch(&self.inner.client, predecessor, ours, from).await?;
+        self.watch_until(handle, watch, deadline, |message| {
+            queue::turn(message, predecessor, ours)
+        })
+        .await
+    }
+
+    /// Read `watch` until `turn` finds a turn in one of its messages, or
+    /// `deadline` passes (`Timeout`). Keeps a lease of our own alive
+    /// meanwhile (`Turn::OursGone` if it has gone).
+    pub(crate) async fn watch_until(
+        &self,
+        handle: &EtcdHandle,
+        mut watch: WatchStream,
+        deadline: Option<Instant>,
+        mut turn: impl FnMut(Result<Option<WatchResponse>, etcd_client::Error>) -> Option<Turn>,
+    ) -> Result<Turn, LockError> {
         let keep_alive_every = match handle.current_lease() {
             Lease::Own { ttl, .. } => Some(ttl / 3),
             Lease::Session(_) => None,
@@ -516,7 +546,7 @@ impl EtcdLock {
             };
             tokio::select! {
                 message = watch.message() => {
-                    if let Some(turn) = queue::turn(message, predecessor, ours) {
+                    if let Some(turn) = turn(message) {
                         return Ok(turn);
                     }
                 }
@@ -560,7 +590,7 @@ const PLACES_PER_ACQUIRE: u32 = 3;
 /// An acquisition whose key went with its lease or session before the
 /// grant: the server was unreachable for too long. Transient; `Lost`
 /// belongs to a held guard.
-fn place_gone(name: &str) -> LockError {
+pub(crate) fn place_gone(name: &str) -> LockError {
     LockError::Unavailable {
         backend: "etcd",
         reason: format!(
@@ -573,7 +603,14 @@ fn place_gone(name: &str) -> LockError {
 #[async_trait]
 impl RawLock for EtcdLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        match self.acquire_inner(req.name, req.opts, None, false).await {
+        let once = match req.opts.permits {
+            Some(limit) => {
+                self.acquire_permit(req.name, req.opts, limit, None, false)
+                    .await
+            }
+            None => self.acquire_inner(req.name, req.opts, None, false).await,
+        };
+        match once {
             Err(LockError::Lost { .. }) => Err(place_gone(req.name)),
             other => other,
         }
@@ -592,7 +629,16 @@ impl RawLock for EtcdLock {
                 if sent > 0 {
                     tracing::info!(target: "distlock", lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
                 }
-                self.acquire_inner(name, req.opts, req.deadline, true)
+                let (opts, deadline) = (req.opts, req.deadline);
+                async move {
+                    match opts.permits {
+                        Some(limit) => {
+                            self.acquire_permit(name, opts, limit, deadline, true)
+                                .await
+                        }
+                        None => self.acquire_inner(name, opts, deadline, true).await,
+                    }
+                }
             })
             .await;
         match outcome {
@@ -675,6 +721,12 @@ impl RawLock for EtcdLock {
             .with_expires_in(left)
             .with_waiters(Some(keys.saturating_sub(1)))
             .with_holder(record))
+    }
+
+    /// The slot keys of `name`'s permits and its queue's length.
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        validate_name(name)?;
+        self.inspect_permits(name).await
     }
 
     /// Revoke the lease of `name`'s holder: its key goes, the next waiter
