@@ -19,6 +19,7 @@ mod handle;
 mod lock;
 mod observe;
 mod path;
+mod permits;
 mod queue;
 mod session;
 

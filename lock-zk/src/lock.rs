@@ -12,7 +12,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, Waiting,
+    LockOptions, LossReason, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -21,6 +21,7 @@ use crate::config::{self, ZkConfig, ZkUrl};
 use crate::error::zk_error;
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
+use crate::permits::MAX_LIMIT;
 use crate::queue::{catch_up, enqueue, queue, synced_queue};
 use crate::session::{Session, retrying, retrying_resendable};
 
@@ -44,7 +45,14 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     // The holder record is the node's data.
     .with_holder(true)
     // Watches on the queue and the first node's data (`observe.rs`).
-    .with_observers(Waiting::Notified);
+    .with_observers(Waiting::Notified)
+    // A queue of sequential nodes, the first `limit` holding slot nodes;
+    // waiters watch the queue's children.
+    .with_semaphore(Some(
+        SemaphoreCapabilities::new(MAX_LIMIT)
+            .with_fair_queue(true)
+            .with_waiting(Waiting::Notified),
+    ));
 
 /// Locks on ZooKeeper.
 ///
@@ -229,6 +237,16 @@ impl ZkLock {
             .await
     }
 
+    /// The path under which lock and semaphore nodes live.
+    pub(crate) fn root(&self) -> &str {
+        &self.inner.root
+    }
+
+    /// Where a fresh session comes from (`None`: the application's client).
+    pub(crate) fn url(&self) -> Option<Arc<ZkUrl>> {
+        self.inner.url.clone()
+    }
+
     fn current(&self) -> Arc<Session> {
         Arc::clone(&self.inner.session.lock().unwrap_or_else(|e| e.into_inner()))
     }
@@ -266,7 +284,10 @@ impl ZkLock {
             ended.store(false, Ordering::Relaxed);
             let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
-            let done = self.attempt(&session, dir, req).await;
+            let done = match opts.permits {
+                Some(limit) => self.attempt_permit(&session, req, limit).await,
+                None => self.attempt(&session, dir, req).await,
+            };
             ended.store(done.is_err() && session.is_terminated(), Ordering::Relaxed);
             done
         };
@@ -291,12 +312,12 @@ impl ZkLock {
         let client = &session.client;
         let record = opts.holder_record();
         let ours = enqueue(session, dir, id, record.as_bytes()).await?;
-        let handle = Arc::new(ZkHandle {
-            session: Arc::clone(session),
-            path: ours.path,
-            url: self.inner.url.clone(),
+        let handle = Arc::new(ZkHandle::new(
+            Arc::clone(session),
+            ours.path,
+            self.inner.url.clone(),
             record,
-        });
+        ));
         // Leaving without the lock (timeout, error, cancellation) deletes
         // our node.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
@@ -355,7 +376,7 @@ impl ZkLock {
     /// bounds the grant: the create, or, after a wait, a check that the
     /// node is still there; and it never outlasts the session that
     /// carries the node, counted from that request.
-    async fn guard(
+    pub(crate) async fn guard(
         &self,
         name: &str,
         session: &Session,
@@ -421,6 +442,13 @@ impl RawLock for ZkLock {
 
     fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// The slot nodes of `name`'s permits and its queue's length.
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        validate_name(name)?;
+        let session = self.session().await?;
+        self.inspect_permits(&session, name).await
     }
 
     /// The first node of the lock's queue (by sequence) is the holder: its

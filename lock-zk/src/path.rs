@@ -5,9 +5,20 @@
 /// outside `[A-Za-z0-9_-]` written as `%XX`, so `/`, `.`, `..`, control
 /// characters and any UTF-8 are safe and distinct path components.
 pub(crate) fn lock_node(root: &str, name: &str) -> String {
+    node(root, 'n', name)
+}
+
+/// The semaphore node of `name` under `root`: as [`lock_node`], with `s`
+/// in place of `n`, so no lock's node is a semaphore's.
+pub(crate) fn semaphore_node(root: &str, name: &str) -> String {
+    node(root, 's', name)
+}
+
+fn node(root: &str, kind: char, name: &str) -> String {
     let mut out = String::with_capacity(root.len() + 2 + name.len());
     out.push_str(root);
-    out.push_str("/n");
+    out.push('/');
+    out.push(kind);
     for b in name.bytes() {
         if b.is_ascii_alphanumeric() || b == b'_' || b == b'-' {
             out.push(b as char);
