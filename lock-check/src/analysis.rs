@@ -25,6 +25,9 @@ struct Hold {
     started: u64,
     granted: u64,
     token: Option<u64>,
+    /// A permit's slot: holds contend only with holds of the same slot
+    /// (`None` for a lock, where every hold contends).
+    slot: Option<u32>,
     lost_on_arrival: bool,
     /// (time, validity deadline as of then).
     deadlines: Vec<(u64, Option<u64>)>,
@@ -46,6 +49,12 @@ impl Hold {
 
     fn active_at(&self, t: u64) -> bool {
         self.granted < t && self.end.is_none_or(|end| end > t)
+    }
+
+    /// Whether `other` holds what this hold holds (the lock, or the same
+    /// permit slot).
+    fn contends(&self, other: &Hold) -> bool {
+        self.slot == other.slot
     }
 }
 
@@ -137,6 +146,10 @@ pub struct Report {
     pub nemesis: String,
     /// The URL, redacted.
     pub url: String,
+    /// The limit of the semaphore whose permits the workers took
+    /// (`--permits`); `None`: the lock.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub permits: Option<u32>,
     /// Seconds of faults.
     pub duration_s: f64,
     /// Worker processes started (including respawns).
@@ -160,6 +173,9 @@ pub struct Report {
     pub newest_holder_rejected: Finding,
     /// Loss not signalled in time.
     pub in_time: InTime,
+    /// Permits granted without a slot, or on a slot at or above the limit.
+    #[serde(default)]
+    pub slots_out_of_range: Finding,
     /// Grants whose guard was already lost when `acquire` returned, where the
     /// worker itself was not paused meanwhile.
     pub lost_on_arrival: Finding,
@@ -299,6 +315,7 @@ impl Analysis {
                     token,
                     deadline,
                     lost_on_arrival,
+                    slot,
                 } => {
                     self.holds.push(Hold {
                         worker: w.id,
@@ -306,6 +323,7 @@ impl Analysis {
                         started: *started,
                         granted: e.t,
                         token: *token,
+                        slot: *slot,
                         lost_on_arrival: lost_on_arrival.is_some(),
                         deadlines: vec![(e.t, *deadline)],
                         end: died,
@@ -386,9 +404,15 @@ impl Analysis {
     fn header(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
         for a in actions {
             match &a.event {
-                Action::RunStarted { url, nemesis, .. } => {
+                Action::RunStarted {
+                    url,
+                    nemesis,
+                    permits,
+                    ..
+                } => {
                     r.url.clone_from(url);
                     r.nemesis.clone_from(nemesis);
+                    r.permits = *permits;
                 }
                 other => {
                     let name = serde_json::to_value(other)
@@ -455,8 +479,9 @@ impl Analysis {
     }
 
     fn describe(&self, h: &Hold) -> String {
+        let slot = h.slot.map(|s| format!(" slot {s}")).unwrap_or_default();
         format!(
-            "worker {} (pid {}) token {:?} granted at +{:.1} ms",
+            "worker {} (pid {}){slot} token {:?} granted at +{:.1} ms",
             h.worker,
             h.pid,
             h.token,
@@ -466,15 +491,18 @@ impl Analysis {
 
     fn exclusion(&self, r: &mut Report) {
         let mut writes = self.writes.clone();
-        writes.sort_by_key(|w| w.seq);
+        // Each slot's register numbers its own writes.
+        writes.sort_by_key(|w| (self.holds[w.hold].slot, w.seq));
         for (i, w) in writes.iter().enumerate() {
             let mine = &self.holds[w.hold];
-            // A later grant (to someone else) that happened before this write.
-            let Some(newer) = self
-                .holds
-                .iter()
-                .find(|h| h.granted > mine.granted && h.granted < w.at && h.pid != mine.pid)
-            else {
+            // A later grant (to someone else, of what this hold holds) that
+            // happened before this write.
+            let Some(newer) = self.holds.iter().find(|h| {
+                h.contends(mine)
+                    && h.granted > mine.granted
+                    && h.granted < w.at
+                    && h.pid != mine.pid
+            }) else {
                 continue;
             };
             let at = ms(w.at.saturating_sub(self.run_start));
@@ -488,10 +516,10 @@ impl Analysis {
             };
             if !w.accepted {
                 r.exclusion.rejected.add(example);
-            } else if writes[..i]
-                .iter()
-                .any(|earlier| earlier.accepted && self.holds[earlier.hold].granted > mine.granted)
-            {
+            } else if writes[..i].iter().any(|earlier| {
+                let theirs = &self.holds[earlier.hold];
+                earlier.accepted && theirs.contends(mine) && theirs.granted > mine.granted
+            }) {
                 r.exclusion.fencing_failures.add(example);
             } else {
                 r.exclusion.harmless.add(example);
@@ -502,7 +530,7 @@ impl Analysis {
             let newest = !self
                 .holds
                 .iter()
-                .any(|h| h.granted > mine.granted && h.granted < w.at);
+                .any(|h| h.contends(mine) && h.granted > mine.granted && h.granted < w.at);
             if newest && !w.accepted {
                 r.newest_holder_rejected.add(|| {
                     format!(
@@ -516,18 +544,29 @@ impl Analysis {
     }
 
     fn tokens(&self, r: &mut Report) {
-        let mut previous: Option<&Hold> = None;
+        // Per slot for permits (one sequence for a lock).
+        let mut previous: BTreeMap<Option<u32>, &Hold> = BTreeMap::new();
         for h in &self.holds {
             if h.token.is_none() || self.paused_within(h.pid, h.started, h.granted) {
                 continue;
             }
-            if let Some(p) = previous
+            if let Some(p) = previous.get(&h.slot)
                 && h.token <= p.token
             {
                 r.token_order
                     .add(|| format!("{} after {}", self.describe(h), self.describe(p)));
             }
-            previous = Some(h);
+            previous.insert(h.slot, h);
+        }
+        if let Some(limit) = r.permits {
+            for h in self
+                .holds
+                .iter()
+                .filter(|h| h.slot.is_none_or(|s| s >= limit))
+            {
+                r.slots_out_of_range
+                    .add(|| format!("{} of a semaphore of {limit}", self.describe(h)));
+            }
         }
         for h in &self.holds {
             if h.lost_on_arrival && !self.paused_within(h.pid, h.started, h.granted) {
@@ -545,7 +584,7 @@ impl Analysis {
     fn in_time(&self, r: &mut Report) {
         for (i, h) in self.holds.iter().enumerate() {
             for e in &self.holds[..i] {
-                if e.pid == h.pid || !e.active_at(h.granted) {
+                if e.pid == h.pid || !e.contends(h) || !e.active_at(h.granted) {
                     continue;
                 }
                 let believes = e.deadline_at(h.granted).is_none_or(|d| d > h.granted);
@@ -733,6 +772,11 @@ fn verdict(r: &mut Report) {
             r.lost_on_arrival.count,
             "grants already lost on arrival, on a correctness-grade backend",
         ),
+        (
+            true,
+            r.slots_out_of_range.count,
+            "permits without a slot or on a slot at or above the limit",
+        ),
         (true, r.liveness.hangs.count, "hangs"),
         (true, r.crashes.count, "workers crashed"),
     ];
@@ -779,8 +823,11 @@ impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         writeln!(
             f,
-            "lock-check: {} ({}, fencing {}) under {}{} for {:.1} s — {}",
+            "lock-check: {}{} ({}, fencing {}) under {}{} for {:.1} s — {}",
             self.backend,
+            self.permits
+                .map(|n| format!(", permits of {n}"))
+                .unwrap_or_default(),
             self.grade,
             self.fencing,
             self.nemesis,
@@ -837,6 +884,13 @@ impl fmt::Display for Report {
             &self.in_time.paused,
         )?;
         finding(f, "grants already lost on arrival", &self.lost_on_arrival)?;
+        if self.permits.is_some() {
+            finding(
+                f,
+                "permits without a slot below the limit",
+                &self.slots_out_of_range,
+            )?;
+        }
         writeln!(f, "liveness")?;
         writeln!(
             f,
@@ -955,6 +1009,7 @@ mod tests {
             token: Some(token),
             deadline: Some(deadline),
             lost_on_arrival: None,
+            slot: None,
         }
     }
 
@@ -971,6 +1026,36 @@ mod tests {
     /// Worker 0 (pid 100) holds token 1 until 10 s, but worker 1 (pid 101)
     /// is granted token 2 at 5 s and writes; worker 0 writes after it.
     fn history(dir: &Path, accepted_late_write: bool, pause: bool) -> std::io::Result<Report> {
+        history_of(dir, accepted_late_write, pause, None)
+    }
+
+    /// [`history`], as permits of a semaphore of two on `slots` (worker
+    /// 0's, worker 1's) if given.
+    fn history_of(
+        dir: &Path,
+        accepted_late_write: bool,
+        pause: bool,
+        slots: Option<[u32; 2]>,
+    ) -> std::io::Result<Report> {
+        let on = |worker: usize, event: Event| match (event, slots) {
+            (
+                Event::Granted {
+                    started,
+                    token,
+                    deadline,
+                    lost_on_arrival,
+                    ..
+                },
+                Some(slots),
+            ) => Event::Granted {
+                started,
+                token,
+                deadline,
+                lost_on_arrival,
+                slot: Some(slots[worker]),
+            },
+            (event, _) => event,
+        };
         let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
         c.log_at(
             0,
@@ -983,6 +1068,7 @@ mod tests {
                 duration_ms: 20_000,
                 election: false,
                 observers: 0,
+                permits: slots.map(|_| 2),
             },
         )?;
         c.log_at(
@@ -1008,7 +1094,7 @@ mod tests {
         c.log_at(20 * S, &Action::Stopping)?;
         let w0 = EventLog::create(&dir.join(files::worker_log(0)))?;
         w0.log_at(10, &started(0, 100))?;
-        w0.log_at(S, &granted(1, 10 * S))?;
+        w0.log_at(S, &on(0, granted(1, 10 * S)))?;
         w0.log_at(S + 1, &wrote(1, 1, S + 1, true))?;
         w0.log_at(8 * S, &wrote(1, 3, 8 * S, accepted_late_write))?;
         w0.log_at(
@@ -1019,7 +1105,7 @@ mod tests {
         )?;
         let w1 = EventLog::create(&dir.join(files::worker_log(1)))?;
         w1.log_at(10, &started(1, 101))?;
-        w1.log_at(5 * S, &granted(2, 15 * S))?;
+        w1.log_at(5 * S, &on(1, granted(2, 15 * S)))?;
         w1.log_at(6 * S, &wrote(2, 2, 6 * S, true))?;
         w1.log_at(
             7 * S,
@@ -1047,6 +1133,32 @@ mod tests {
         assert_eq!(r.in_time.running.count, 0);
         assert_eq!(r.in_time.paused.count, 1);
         assert_eq!(r.exclusion.fencing_failures.count, 1);
+        assert!(!r.passed(), "{r}");
+        Ok(())
+    }
+
+    /// The same history as permits: on two slots, the overlap is what a
+    /// semaphore of two allows; on one slot it is caught as for a lock;
+    /// a slot at the limit is caught too.
+    #[test]
+    fn permits_contend_per_slot() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let r = history_of(dir.path(), true, false, Some([0, 1]))?;
+        assert_eq!(r.permits, Some(2));
+        assert_eq!(r.in_time.running.count, 0, "{r}");
+        assert_eq!(r.exclusion.fencing_failures.count, 0, "{r}");
+        assert_eq!(r.exclusion.harmless.count, 0, "{r}");
+        assert!(r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = history_of(dir.path(), false, false, Some([1, 1]))?;
+        assert_eq!(r.in_time.running.count, 1, "{r}");
+        assert_eq!(r.exclusion.rejected.count, 1, "{r}");
+        assert!(!r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = history_of(dir.path(), true, false, Some([0, 2]))?;
+        assert_eq!(r.slots_out_of_range.count, 1, "{r}");
         assert!(!r.passed(), "{r}");
         Ok(())
     }

@@ -54,6 +54,9 @@ pub struct RunConfig {
     pub election: bool,
     /// Observer processes of an election run (beside `workers`).
     pub observers: u32,
+    /// The workers take permits of a semaphore of this limit on `name`
+    /// instead of its lock; each slot has a fenced register of its own.
+    pub permits: Option<u32>,
 }
 
 /// The worker processes of a run.
@@ -97,6 +100,9 @@ impl Fleet {
             .kill_on_drop(true);
         if let Some(s) = self.cfg.sabotage {
             cmd.args(["--sabotage", s.name()]);
+        }
+        if let Some(limit) = self.cfg.permits {
+            cmd.args(["--permits", &limit.to_string()]);
         }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
@@ -183,6 +189,12 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
     if cfg.register.is_none() || !register.exists() {
         FencedRegister::create(&register)?;
     }
+    for slot in 0..cfg.permits.unwrap_or(0) {
+        let path = slot_register(&register, slot);
+        if cfg.register.is_none() || !path.exists() {
+            FencedRegister::create(&path)?;
+        }
+    }
     let log = EventLog::create(&cfg.dir.join(files::CONTROLLER_LOG))?;
     log.log(&Action::RunStarted {
         url: cfg
@@ -198,6 +210,7 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
         duration_ms: millis(cfg.duration),
         election: cfg.election,
         observers: cfg.observers,
+        permits: cfg.permits,
     })?;
     let services = Services::new(&cfg.services);
     let mut broken = Broken::new(services.clone());
@@ -406,6 +419,13 @@ fn register_path(cfg: &RunConfig) -> PathBuf {
     cfg.register
         .clone()
         .unwrap_or_else(|| cfg.dir.join(files::REGISTER))
+}
+
+/// The fenced register of permit slot `slot`, beside the run's `register`.
+pub fn slot_register(register: &std::path::Path, slot: u32) -> PathBuf {
+    let mut name = register.as_os_str().to_os_string();
+    name.push(format!(".slot-{slot}"));
+    PathBuf::from(name)
 }
 
 fn millis(d: Duration) -> u64 {

@@ -209,6 +209,7 @@ mod tests {
                     token: Some(7),
                     deadline: None,
                     lost_on_arrival: None,
+                    slot: None,
                 },
             ),
             at(

@@ -74,6 +74,9 @@ pub enum Event {
         deadline: Option<u64>,
         /// The guard was already lost when handed over.
         lost_on_arrival: Option<String>,
+        /// A permit's slot (`--permits` runs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// `acquire` failed.
     AcquireFailed {
@@ -189,6 +192,10 @@ pub enum Action {
         /// Observer processes (election runs).
         #[serde(default)]
         observers: u32,
+        /// The workers took permits of a semaphore of this limit
+        /// (`--permits`) instead of the lock.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        permits: Option<u32>,
     },
     /// A worker process was started.
     Spawned {
@@ -338,6 +345,7 @@ mod tests {
             token: Some(7),
             deadline: None,
             lost_on_arrival: None,
+            slot: None,
         };
         log.log_at(5, &event)?;
         OpenOptions::new()

@@ -133,6 +133,12 @@ struct RunArgs {
     /// Observer processes of an `--election` run.
     #[arg(long, default_value_t = 2)]
     observers: u32,
+    /// Check a semaphore of this many permits instead of the lock: the
+    /// workers take permits of the name, each slot has a fenced register
+    /// of its own, and the report checks exclusion and token order per
+    /// slot (and that no slot reaches the limit).
+    #[arg(long, conflicts_with = "election")]
+    permits: Option<u32>,
 }
 
 #[derive(Args)]
@@ -157,6 +163,8 @@ struct WorkerArgs {
     sabotage: Option<Sabotage>,
     #[arg(long, value_enum, default_value = "holder")]
     role: Role,
+    #[arg(long)]
+    permits: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -185,6 +193,7 @@ fn main() -> ExitCode {
                 wait: a.wait,
                 sabotage: a.sabotage,
                 role: a.role,
+                permits: a.permits,
             };
             match runtime.block_on(worker::run(cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -211,6 +220,7 @@ fn main() -> ExitCode {
                 sabotage: a.sabotage,
                 election: a.election,
                 observers: if a.election { a.observers } else { 0 },
+                permits: a.permits,
             };
             match runtime.block_on(controller::run(cfg)) {
                 Ok(report) => publish(&report, Some(&a.dir.join("report.json"))),

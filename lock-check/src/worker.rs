@@ -60,6 +60,8 @@ pub struct WorkerConfig {
     pub sabotage: Option<Sabotage>,
     /// What the worker does in the run.
     pub role: Role,
+    /// Take permits of a semaphore of this limit instead of the lock.
+    pub permits: Option<u32>,
 }
 
 /// What a worker does.
@@ -228,10 +230,13 @@ async fn hold_once(
     n: u64,
 ) -> std::io::Result<()> {
     let end = pick_end();
-    let opts = LockOptions::new()
+    let mut opts = LockOptions::new()
         .ttl(cfg.ttl)
         .wait(Wait::UpTo(cfg.wait))
         .auto_renew(end != HoldEnd::Expire);
+    if let Some(limit) = cfg.permits {
+        opts = opts.permits(limit);
+    }
     let started = now_ns();
     let value = (cfg.role == Role::Candidate).then(|| format!("w{}/{n}", cfg.id));
     log.log(&Event::Acquiring {
@@ -261,8 +266,15 @@ async fn hold_once(
         token: guard.fencing_token(),
         deadline: guard.validity_deadline().map(|d| instant_ns(d.into_std())),
         lost_on_arrival: guard.is_lost().map(|r| r.to_string()),
+        slot: guard.slot(),
     })?;
     announce_holder(&cfg.dir)?;
+    // A permit writes to its slot's register: the resource is partitioned
+    // by slot, and each part fences by its own highest token.
+    let slot_register = guard
+        .slot()
+        .map(|slot| FencedRegister::open(&crate::controller::slot_register(&cfg.register, slot)));
+    let register = slot_register.as_ref().unwrap_or(register);
     let watcher = tokio::spawn(watch(Arc::clone(guard.lease()), log.clone()));
     // One hold in ten lasts 1.2–2 × TTL, so renewals run under the faults
     // and waiters wait longer than a lease.

@@ -7,7 +7,9 @@
 //! The full 60 s matrix is `scripts/check-matrix.sh`.
 //!
 //! The `election_*` cases run the same way with `--election` (candidates
-//! and observers) on every backend that offers elections.
+//! and observers) on every backend that offers elections, and the
+//! `permits_*` cases with `--permits 2` on every backend that offers
+//! semaphores.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -264,6 +266,46 @@ fn election_etcd() {
 #[test]
 fn election_zookeeper() {
     check_election("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+/// The semaphore's runs of `case`: four workers taking permits of a
+/// semaphore of two (`--permits 2`, per-slot registers) under the holder
+/// faults (and `server_kill`'s servers killed, if any), on every backend
+/// that offers semaphores.
+fn check_permits(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    let mut nemeses: Vec<(&str, &[&str])> = vec![("kill-holder", &[]), ("pause-holder", &[])];
+    if !server_kill.is_empty() {
+        nemeses.push(("kill-server", server_kill));
+    }
+    check_runs(
+        &format!("permits-{case}"),
+        servers,
+        url,
+        &nemeses,
+        &["--permits", "2"],
+    );
+}
+
+#[test]
+fn permits_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    check_permits("sqlite", "sqlite", &url, &[]);
+}
+
+#[test]
+fn permits_redis() {
+    check_permits("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
+}
+
+#[test]
+fn permits_etcd() {
+    check_permits("etcd", "etcd", &env("DISTLOCK_TEST_ETCD_URL"), &["etcd"]);
+}
+
+#[test]
+fn permits_zookeeper() {
+    check_permits("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
 /// An interrupted run puts a paused server back.
