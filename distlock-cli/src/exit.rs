@@ -35,6 +35,8 @@ Environment of the command:
   DISTLOCK_FENCING_TOKEN  the grant's fencing token (if the backend has tokens);
                           pass it to the resource the lock protects
   DISTLOCK_BACKEND        the backend's name (redis, postgres, etcd, ...)
+  DISTLOCK_SLOT           with --permits: the permit's slot (0 <= slot < N);
+                          its fencing token rises per slot
 
 Exit codes:
   the command's own   the command ran and exited, holding the lock throughout

@@ -73,6 +73,11 @@ pub(crate) struct RunArgs {
     /// spinner, no message for a busy lock.
     #[arg(short = 'q', long)]
     quiet: bool,
+    /// Take one of N permits of the semaphore NAME instead of its lock: at
+    /// most N commands run under NAME at once. The command gets its slot
+    /// (0 ≤ slot < N) as DISTLOCK_SLOT; its token rises per slot.
+    #[arg(long, value_name = "N")]
+    permits: Option<u32>,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -105,10 +110,13 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         Ok(prepared) => prepared,
         Err(code) => return code,
     };
-    let opts = LockOptions::new()
+    let mut opts = LockOptions::new()
         .ttl(args.ttl)
         .wait(args.wait)
         .auto_renew(true);
+    if let Some(limit) = args.permits {
+        opts = opts.permits(limit);
+    }
     let guard = tokio::select! {
         acquired = acquire(&*locks, &args.name, &opts, args.quiet) => match acquired {
             Ok(guard) => guard,
@@ -133,8 +141,16 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         command: &args.command,
         kill_grace: args.kill_grace,
         quiet: args.quiet,
-        held: "lock",
-        env: Vec::new(),
+        held: if args.permits.is_some() {
+            "permit of"
+        } else {
+            "lock"
+        },
+        env: guard
+            .slot()
+            .map(|slot| ("DISTLOCK_SLOT", slot.to_string()))
+            .into_iter()
+            .collect(),
     };
     let mut code = hold(&program, &guard, backend, &mut signals).await;
     if let Some(at_least) = args.hold_at_least
@@ -184,7 +200,8 @@ async fn acquire(
     opts: &LockOptions,
     quiet: bool,
 ) -> Result<LockGuard, LockError> {
-    if quiet || !std::io::stderr().is_terminal() {
+    // A permit's wait shows no holder: the lock's would not be its.
+    if quiet || opts.permits.is_some() || !std::io::stderr().is_terminal() {
         return locks.acquire(name, opts).await;
     }
     tokio::select! {
@@ -227,6 +244,7 @@ pub(crate) async fn hold(
         .env("DISTLOCK_BACKEND", backend)
         .env_remove("DISTLOCK_FENCING_TOKEN")
         .env_remove("DISTLOCK_TERM")
+        .env_remove("DISTLOCK_SLOT")
         .env_remove("DISTLOCK_URL");
     if let Some(token) = guard.fencing_token() {
         command.env("DISTLOCK_FENCING_TOKEN", token.to_string());

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use distlock::LockInfo;
+use distlock::{LockInfo, SemaphoreInfo};
 
 use crate::exit;
 
@@ -17,10 +17,16 @@ pub(crate) struct StatusArgs {
     url: String,
     /// Print one JSON object (`name`, `backend`, `held`, `holder`
     /// {`identity`, `value`, `since`}, `fencing_token`, `expires_in_ms`,
-    /// `waiters`; `null` where the backend cannot tell).
+    /// `waiters`; `null` where the backend cannot tell). With
+    /// `--semaphore`: `name`, `backend`, `limit`, `permits` [{`slot`,
+    /// `fencing_token`, `expires_in_ms`, `holder`}], `waiters`.
     #[arg(long)]
     json: bool,
-    /// The lock name.
+    /// Show the semaphore of this name (its limit and its permits) instead
+    /// of the lock.
+    #[arg(long)]
+    semaphore: bool,
+    /// The lock (or semaphore) name.
     name: String,
 }
 
@@ -32,6 +38,19 @@ pub(crate) async fn status(args: StatusArgs) -> u8 {
         Err(e) => return exit::failed(&e),
     };
     let backend = locks.capabilities().backend;
+    if args.semaphore {
+        return match locks.inspect_semaphore(&args.name).await {
+            Ok(info) if args.json => {
+                println!("{}", semaphore_json(&args.name, backend, &info));
+                0
+            }
+            Ok(info) => {
+                print!("{}", semaphore_text(&args.name, backend, &info));
+                0
+            }
+            Err(e) => exit::failed(&e),
+        };
+    }
     match locks.inspect(&args.name).await {
         Ok(info) if args.json => {
             println!("{}", as_json(&args.name, backend, &info));
@@ -75,6 +94,64 @@ pub(crate) fn as_text(name: &str, backend: &str, info: &LockInfo) -> String {
         out.push_str(&format!("  waiters        {waiters}\n"));
     }
     out
+}
+
+/// The human-readable report of a semaphore: its limit, then a line per
+/// permit (slot, holder, token, lease left).
+pub(crate) fn semaphore_text(name: &str, backend: &str, info: &SemaphoreInfo) -> String {
+    let mut out = match info.limit {
+        Some(limit) => format!(
+            "semaphore {name:?} on {backend}: {} of {limit} permits held\n",
+            info.permits.len()
+        ),
+        None => format!("semaphore {name:?} on {backend}: free\n"),
+    };
+    for permit in &info.permits {
+        let mut line = format!("  slot {:<4}", permit.slot);
+        if let Some(holder) = &permit.holder {
+            line.push_str(&format!(
+                " held by {} since {}",
+                holder.identity,
+                humantime::format_rfc3339_seconds(holder.since)
+            ));
+        }
+        if let Some(token) = permit.fencing_token {
+            line.push_str(&format!(", token {token}"));
+        }
+        if let Some(left) = permit.expires_in {
+            let left = Duration::from_millis(left.as_millis() as u64);
+            line.push_str(&format!(", {} left", humantime::format_duration(left)));
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if let Some(waiters) = info.waiters {
+        out.push_str(&format!("  waiters   {waiters}\n"));
+    }
+    out
+}
+
+/// The JSON report of a semaphore.
+pub(crate) fn semaphore_json(name: &str, backend: &str, info: &SemaphoreInfo) -> serde_json::Value {
+    let permits: Vec<serde_json::Value> = info
+        .permits
+        .iter()
+        .map(|p| {
+            serde_json::json!({
+                "slot": p.slot,
+                "fencing_token": p.fencing_token,
+                "expires_in_ms": p.expires_in.map(|d| d.as_millis() as u64),
+                "holder": p.holder.as_ref().map(holder_json),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": name,
+        "backend": backend,
+        "limit": info.limit,
+        "permits": permits,
+        "waiters": info.waiters,
+    })
 }
 
 /// A holder's value as text: UTF-8 as it is (quoted), else its length.
@@ -162,5 +239,33 @@ mod tests {
         assert!(json["holder"].is_null());
         assert_eq!(json["held"], false);
         assert!(json["waiters"].is_null() && json["fencing_token"].is_null());
+    }
+
+    #[test]
+    fn reports_a_semaphore_as_the_backend_told() {
+        let info = SemaphoreInfo::held(
+            3,
+            vec![
+                distlock::PermitInfo::new(2)
+                    .with_fencing_token(Some(9))
+                    .with_expires_in(Some(Duration::from_millis(4_000))),
+                distlock::PermitInfo::new(0).with_fencing_token(Some(7)),
+            ],
+        )
+        .with_waiters(Some(1));
+        assert_eq!(
+            semaphore_text("pool", "redis", &info),
+            "semaphore \"pool\" on redis: 2 of 3 permits held\n  \
+             slot 0   , token 7\n  slot 2   , token 9, 4s left\n  waiters   1\n"
+        );
+        let json = semaphore_json("pool", "redis", &info);
+        assert_eq!(json["limit"], 3);
+        assert_eq!(json["permits"][1]["slot"], 2);
+        assert_eq!(json["permits"][1]["expires_in_ms"], 4_000);
+        assert_eq!(json["waiters"], 1);
+        assert_eq!(
+            semaphore_text("pool", "etcd", &SemaphoreInfo::free()),
+            "semaphore \"pool\" on etcd: free\n"
+        );
     }
 }

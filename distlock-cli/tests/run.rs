@@ -95,6 +95,66 @@ async fn the_command_sees_its_lock_name_backend_and_a_rising_token() {
     }
 }
 
+/// `--permits 2`: two commands run at once on distinct slots, each seeing
+/// its slot and token; a third finds the semaphore full (busy, 75);
+/// `distlock status --semaphore` shows both permits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn permits_let_two_commands_run_at_once_on_their_own_slots() {
+    let url = env("DISTLOCK_TEST_REDIS_URL");
+    let name = unique("permits");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = Vec::new();
+    for i in 0..2 {
+        let started = dir.path().join(format!("started-{i}"));
+        let script = format!(
+            r#"echo "$DISTLOCK_SLOT|$DISTLOCK_FENCING_TOKEN" > "{}"; sleep 30"#,
+            started.display()
+        );
+        running.push(spawn_sh(&url, &["--permits", "2"], &name, &script));
+        wait_for(&started).await;
+    }
+    let mut slots = Vec::new();
+    for i in 0..2 {
+        let seen = std::fs::read_to_string(dir.path().join(format!("started-{i}"))).expect("read");
+        let (slot, token) = seen.trim().split_once('|').expect("slot|token");
+        slots.push(slot.parse::<u32>().expect("a numeric slot"));
+        token.parse::<u64>().expect("a numeric token");
+    }
+    slots.sort_unstable();
+    assert_eq!(slots, [0, 1]);
+    let out = run_sh(
+        &url,
+        &["--permits", "2", "--wait", "none"],
+        &name,
+        "echo ran",
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).is_empty(),
+        "the third command did not run"
+    );
+    let out = distlock()
+        .args(["status", "--url", &url, "--semaphore", "--json", &name])
+        .output()
+        .await
+        .expect("status");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["limit"], 2, "{json}");
+    assert_eq!(json["permits"].as_array().map(Vec::len), Some(2), "{json}");
+    // SIGTERM: distlock stops the command's group and gives the permit back.
+    for mut child in running {
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signal");
+        let status = child.wait().await.expect("wait");
+        assert_eq!(status.code(), Some(128 + 15));
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_is_busy() {
     let url = env("DISTLOCK_TEST_REDIS_URL");
@@ -425,7 +485,9 @@ async fn nothing_started_under_the_lock_outlives_it() {
                 "trap '' TERM; sleep {marker} & touch \"{}\"; wait",
                 started.display()
             ),
-            "left-behind" => format!("sleep {marker} & touch \"{}\"", started.display()),
+            // The command exits 2 s after its grandchild started, so the
+            // grandchild can be seen running before distlock stops it.
+            "left-behind" => format!("sleep {marker} & touch \"{}\"; sleep 2", started.display()),
             _ => format!("sleep {marker} & touch \"{}\"; wait", started.display()),
         };
         let mut run = distlock()
