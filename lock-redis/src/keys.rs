@@ -48,22 +48,6 @@ impl Keys {
         self.tag(name) + ":released"
     }
 
-    /// All names of one lock, escaping the name once.
-    pub fn all(&self, name: &str) -> LockKeys {
-        let tag = self.tag(name);
-        let with = |suffix: &str| [tag.as_str(), suffix].concat();
-        LockKeys {
-            fence: with(":fence"),
-            queue: with(":queue"),
-            handoff: with(":handoff"),
-            holder: with(":holder"),
-            channel: with(":released"),
-            lock: tag,
-        }
-    }
-}
-
-impl Keys {
     /// All names of one semaphore, escaping the name once. They share the
     /// lock's hash tag, and none is a name of the lock.
     pub fn permits(&self, name: &str) -> PermitKeys {
@@ -76,6 +60,20 @@ impl Keys {
             slot_base: with(":permit:"),
             channel: with(":permits:released"),
             wake: format!("permits:{name}"),
+        }
+    }
+
+    /// All names of one lock, escaping the name once.
+    pub fn all(&self, name: &str) -> LockKeys {
+        let tag = self.tag(name);
+        let with = |suffix: &str| [tag.as_str(), suffix].concat();
+        LockKeys {
+            fence: with(":fence"),
+            queue: with(":queue"),
+            handoff: with(":handoff"),
+            holder: with(":holder"),
+            channel: with(":released"),
+            lock: tag,
         }
     }
 }
