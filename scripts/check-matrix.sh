@@ -2,14 +2,15 @@
 # The full history-check matrix: every backend with a server (and SQLite) ×
 # the nemeses that make sense for it, each run for DURATION, then the same
 # as leader elections (`--election`: candidates and observers) on every
+# backend that offers them, and as semaphores (`--permits 2`) on every
 # backend that offers them, then one Markdown table of all runs.
 #
 #   scripts/check-matrix.sh [DURATION] [OUT_DIR] [FILTER]
 #
 # DURATION defaults to 60s; OUT_DIR to target/check-matrix (one directory
 # per run with its logs and report.json, and matrix.md); FILTER is a
-# substring of the run labels to keep (e.g. `postgres`, `kill-server` or
-# `election`).
+# substring of the run labels to keep (e.g. `postgres`, `kill-server`,
+# `election` or `permits`).
 # Exits non-zero if any run fails. The servers are started as in the test
 # suite (scripts/services.sh up) and every run leaves them all up.
 set -euo pipefail
@@ -45,6 +46,8 @@ CASES=(
 
 # The cases whose backend offers leader election (a holder record).
 ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+# The cases whose backend offers semaphores (`capabilities().semaphore`).
+SEMAPHORES="redis sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
 dirs=()
@@ -74,6 +77,9 @@ for case in "${CASES[@]}"; do
 done
 for case in "${CASES[@]}"; do
     [[ " $ELECTIONS " == *" ${case%%|*} "* ]] && run_case election- "$case" --election
+done
+for case in "${CASES[@]}"; do
+    [[ " $SEMAPHORES " == *" ${case%%|*} "* ]] && run_case permits- "$case" --permits 2
 done
 "$BIN" table "${dirs[@]}" >"$OUT/matrix.md"
 echo "table: $OUT/matrix.md" >&2

@@ -176,6 +176,10 @@ pub struct Report {
     /// Permits granted without a slot, or on a slot at or above the limit.
     #[serde(default)]
     pub slots_out_of_range: Finding,
+    /// Permits granted while `limit` running holders of other processes
+    /// still believed they held theirs (more than `limit` at once).
+    #[serde(default)]
+    pub over_limit: Finding,
     /// Grants whose guard was already lost when `acquire` returned, where the
     /// worker itself was not paused meanwhile.
     pub lost_on_arrival: Finding,
@@ -381,6 +385,7 @@ impl Analysis {
         );
         self.exclusion(&mut r);
         self.tokens(&mut r);
+        self.over_limit(&mut r);
         self.in_time(&mut r);
         self.liveness(&mut r, actions, workers);
         self.errors(&mut r, actions, workers);
@@ -575,6 +580,33 @@ impl Analysis {
                         "{} after waiting {:.1} ms",
                         self.describe(h),
                         ms(h.granted - h.started)
+                    )
+                });
+            }
+        }
+    }
+
+    /// Permit grants made while `limit` running holders of other processes
+    /// still believed they held theirs: more than `limit` holders at once.
+    fn over_limit(&self, r: &mut Report) {
+        let Some(limit) = r.permits else {
+            return;
+        };
+        for (i, h) in self.holds.iter().enumerate() {
+            let believing = self.holds[..i]
+                .iter()
+                .filter(|e| {
+                    e.pid != h.pid
+                        && e.active_at(h.granted)
+                        && e.deadline_at(h.granted).is_none_or(|d| d > h.granted)
+                        && !self.paused_within(e.pid, e.granted, h.granted)
+                })
+                .count();
+            if believing >= limit as usize {
+                r.over_limit.add(|| {
+                    format!(
+                        "{} while {believing} running holders still believed they held theirs",
+                        self.describe(h)
                     )
                 });
             }
@@ -777,6 +809,12 @@ fn verdict(r: &mut Report) {
             r.slots_out_of_range.count,
             "permits without a slot or on a slot at or above the limit",
         ),
+        (
+            correctness,
+            r.over_limit.count,
+            "permits granted while the limit's worth of running holders still believed they \
+             held theirs, on a correctness-grade backend",
+        ),
         (true, r.liveness.hangs.count, "hangs"),
         (true, r.crashes.count, "workers crashed"),
     ];
@@ -889,6 +927,11 @@ impl fmt::Display for Report {
                 f,
                 "permits without a slot below the limit",
                 &self.slots_out_of_range,
+            )?;
+            finding(
+                f,
+                "permits beyond the limit (running holders)",
+                &self.over_limit,
             )?;
         }
         writeln!(f, "liveness")?;
@@ -1029,14 +1072,15 @@ mod tests {
         history_of(dir, accepted_late_write, pause, None)
     }
 
-    /// [`history`], as permits of a semaphore of two on `slots` (worker
-    /// 0's, worker 1's) if given.
+    /// [`history`], as permits of a semaphore of `limit` on `slots`
+    /// (worker 0's, worker 1's) if given.
     fn history_of(
         dir: &Path,
         accepted_late_write: bool,
         pause: bool,
-        slots: Option<[u32; 2]>,
+        permits: Option<(u32, [u32; 2])>,
     ) -> std::io::Result<Report> {
+        let slots = permits.map(|(_, slots)| slots);
         let on = |worker: usize, event: Event| match (event, slots) {
             (
                 Event::Granted {
@@ -1068,7 +1112,7 @@ mod tests {
                 duration_ms: 20_000,
                 election: false,
                 observers: 0,
-                permits: slots.map(|_| 2),
+                permits: permits.map(|(limit, _)| limit),
             },
         )?;
         c.log_at(
@@ -1139,11 +1183,12 @@ mod tests {
 
     /// The same history as permits: on two slots, the overlap is what a
     /// semaphore of two allows; on one slot it is caught as for a lock;
-    /// a slot at the limit is caught too.
+    /// with a limit of one it is a grant beyond the limit; a slot at the
+    /// limit is caught too.
     #[test]
     fn permits_contend_per_slot() -> std::io::Result<()> {
         let dir = tempfile::tempdir()?;
-        let r = history_of(dir.path(), true, false, Some([0, 1]))?;
+        let r = history_of(dir.path(), true, false, Some((2, [0, 1])))?;
         assert_eq!(r.permits, Some(2));
         assert_eq!(r.in_time.running.count, 0, "{r}");
         assert_eq!(r.exclusion.fencing_failures.count, 0, "{r}");
@@ -1151,13 +1196,22 @@ mod tests {
         assert!(r.passed(), "{r}");
 
         let dir = tempfile::tempdir()?;
-        let r = history_of(dir.path(), false, false, Some([1, 1]))?;
+        let r = history_of(dir.path(), false, false, Some((2, [1, 1])))?;
         assert_eq!(r.in_time.running.count, 1, "{r}");
         assert_eq!(r.exclusion.rejected.count, 1, "{r}");
         assert!(!r.passed(), "{r}");
+        assert_eq!(
+            r.over_limit.count, 0,
+            "one holder believing of a limit of 2: {r}"
+        );
 
         let dir = tempfile::tempdir()?;
-        let r = history_of(dir.path(), true, false, Some([0, 2]))?;
+        let r = history_of(dir.path(), true, false, Some((1, [0, 0])))?;
+        assert_eq!(r.over_limit.count, 1, "{r}");
+        assert!(!r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = history_of(dir.path(), true, false, Some((2, [0, 2])))?;
         assert_eq!(r.slots_out_of_range.count, 1, "{r}");
         assert!(!r.passed(), "{r}");
         Ok(())
