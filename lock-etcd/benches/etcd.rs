@@ -16,14 +16,18 @@
 //! answers whether the lock was still held) after a read-only transaction
 //! checks the key is ours; the built-in Lock RPC (lock + unlock);
 //! distlock acquire + release on its session lease, with and without the
-//! guard's renewal. Then 8 tasks with a client each and 1 ms of work inside
+//! guard's renewal; a permit of a semaphore of 4 against the hand-written
+//! permit with the same guarantees (a queue key read back with the queue
+//! and the slots in one transaction, so that waiters are served in order
+//! and another limit is seen; a slot key claimed by a transaction that
+//! checks the queue key; both deleted in one transaction). Then 8 tasks with a client each and 1 ms of work inside
 //! the lock: acquisitions and hand-offs per second, hand-off latency (also
 //! in round trips), per-task min/max, distlock against the Lock RPC.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp};
+use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
 use lock_testkit::bench::cycles::Cycles;
@@ -37,6 +41,9 @@ const FLOOR: &str = "raw floor: put-if-absent txn + delete";
 const OWN_LEASE_FLOOR: &str = "raw floor, a lease of its own: grant + put-if-absent txn + revoke";
 const OWN_LEASE_CHECKED: &str = "the same, checking the key is ours before the revoke";
 const PEER: &str = "etcd Lock RPC: lock + unlock";
+const PERMIT_FLOOR: &str =
+    "permit floor: queue key + queue and slots read, slot claim, delete both (3 txns)";
+const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
@@ -68,6 +75,50 @@ async fn put_if_absent(raw: &mut Client, key: &str, lease: i64) -> i64 {
     put.header().expect("header").revision()
 }
 
+/// Every key under `dir` (which ends with `/`), keys only.
+fn under(dir: &str) -> GetOptions {
+    let mut end = dir.as_bytes().to_vec();
+    if let Some(last) = end.last_mut() {
+        *last += 1;
+    }
+    GetOptions::new().with_range(end).with_keys_only()
+}
+
+/// The hand-written permit: put the queue key (reading the queue and the
+/// slots with it), claim slot 0 if the queue key is still there, then
+/// delete both.
+async fn permit_floor(raw: &mut Client, i: usize, lease: i64) {
+    let (queue, slots) = ("/bench/permit-floor/q/", "/bench/permit-floor/s/");
+    let key = format!("{queue}{i:016x}");
+    let enqueue = Txn::new()
+        .when([Compare::create_revision(key.as_str(), CompareOp::Equal, 0)])
+        .and_then([
+            TxnOp::put(key.as_str(), "x", Some(PutOptions::new().with_lease(lease))),
+            TxnOp::get(queue, Some(under(queue))),
+            TxnOp::get(slots, Some(under(slots))),
+        ]);
+    let queued = raw.txn(enqueue).await.expect("enqueue");
+    assert!(queued.succeeded());
+    let rev = queued.header().expect("header").revision();
+    let slot = format!("{slots}00000000");
+    let claim = Txn::new()
+        .when([
+            Compare::create_revision(key.as_str(), CompareOp::Equal, rev),
+            Compare::create_revision(slot.as_str(), CompareOp::Equal, 0),
+        ])
+        .and_then([TxnOp::put(
+            slot.as_str(),
+            "x",
+            Some(PutOptions::new().with_lease(lease)),
+        )]);
+    assert!(raw.txn(claim).await.expect("claim").succeeded());
+    let release = Txn::new().and_then([
+        TxnOp::delete(slot.as_str(), None),
+        TxnOp::delete(key.as_str(), None),
+    ]);
+    raw.txn(release).await.expect("release");
+}
+
 #[tokio::main]
 async fn main() {
     let locks = EtcdLock::connect(&url()).await.expect("distlock");
@@ -77,6 +128,7 @@ async fn main() {
     // On the session lease, with and without the guard's renewal.
     let renewed = LockOptions::new().wait(Wait::No);
     let unrenewed = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let permit = renewed.clone().permits(4);
 
     let mut m = Cycles::new("etcd", BLOCK);
     for round in 0..=ROUNDS {
@@ -125,6 +177,12 @@ async fn main() {
         for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
             m.measure_lock(label, &locks, "bench/distlock", opts).await;
         }
+        m.measure(PERMIT_FLOOR, async |i| {
+            permit_floor(&mut raw, i, lease).await;
+        })
+        .await;
+        m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
+            .await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -133,6 +191,8 @@ async fn main() {
     }
     m.compare(OURS_UNRENEWED, OWN_LEASE_FLOOR);
     m.compare(OURS_UNRENEWED, OWN_LEASE_CHECKED);
+    m.compare(OURS_PERMIT, PERMIT_FLOOR);
+    m.compare(OURS_PERMIT, OURS);
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();

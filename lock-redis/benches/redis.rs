@@ -11,7 +11,9 @@
 //! redis-rs); the floor with a fencing token (`SET NX PX` and `INCR` in
 //! one script, then compare-and-delete: the cheapest hand-written lock with
 //! distlock's guarantees); distlock's two scripts sent with plain redis-rs; distlock
-//! acquire+release with and without the guard's renewal; rslock
+//! acquire+release with and without the guard's renewal; a permit of a
+//! semaphore of 4 against the hand-written permit (the first free slot key
+//! by `SET NX PX` and `INCR` in one script, compare-and-delete); rslock
 //! lock+unlock. Then, for 8 tasks with a client each and 1 ms of work
 //! inside the lock, once with a 1 ms pause after each release (contention)
 //! and once re-acquiring at once (barging): acquisitions per second,
@@ -45,6 +47,22 @@ const FENCED_FLOOR: &str = "floor with a token: SET NX PX + INCR script, compare
 /// granted, `INCR` of the name's counter, in one script.
 const FENCED_ACQUIRE: &str = "if redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then \
      return redis.call('INCR', KEYS[2]) end return 0";
+/// The cheapest hand-written permit of a semaphore with a token per grant:
+/// the first free slot key by `SET NX PX` and the name's counter by `INCR`,
+/// in one script; released by compare-and-delete of the slot key.
+const PERMIT_FLOOR: &str =
+    "permit floor: first free slot SET NX PX + INCR script, compare-and-delete";
+const PERMIT_ACQUIRE: &str = "for s = 0, tonumber(ARGV[3]) - 1 do \
+     local key = ARGV[4] .. s \
+     if redis.call('SET', key, ARGV[1], 'NX', 'PX', ARGV[2]) then \
+     return {s, redis.call('INCR', KEYS[1])} end end return {-1, 0}";
+const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
+const PERMIT_SCRIPTS: &str = "distlock's two permit scripts, plain redis-rs";
+/// The permit scripts of `lock-redis` (the same files).
+const PERMIT_ACQUIRE_LUA: &str = include_str!("../src/permit_acquire.lua");
+const PERMIT_RELEASE_LUA: &str = include_str!("../src/permit_release.lua");
+/// The benchmark semaphore's limit.
+const PERMITS: u32 = 4;
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const PEER: &str = "rslock lock + unlock";
@@ -290,6 +308,11 @@ async fn main() {
     let acquire_script = redis::Script::new(ACQUIRE_LUA);
     let fenced_acquire = redis::Script::new(FENCED_ACQUIRE);
     let release_script = redis::Script::new(RELEASE_LUA);
+    let permit_acquire = redis::Script::new(PERMIT_ACQUIRE);
+    let our_permit_acquire = redis::Script::new(PERMIT_ACQUIRE_LUA);
+    let our_permit_release = redis::Script::new(PERMIT_RELEASE_LUA);
+    let record = LockOptions::new().holder_record().as_bytes().to_vec();
+    let permit = renewed.clone().permits(PERMITS);
 
     let mut m = Cycles::new("redis", BLOCK);
     for round in 0..=ROUNDS {
@@ -330,6 +353,55 @@ async fn main() {
         for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
             m.measure_lock(label, &locks, "bench:distlock", opts).await;
         }
+        m.measure(PERMIT_FLOOR, async |i| {
+            let token = format!("{i:032x}");
+            let (slot, fence): (i64, i64) = permit_acquire
+                .key("bench:{permit-floor}:fence")
+                .arg(&token)
+                .arg(30_000)
+                .arg(PERMITS)
+                .arg("bench:{permit-floor}:slot:")
+                .invoke_async(&mut conn)
+                .await
+                .expect("a permit");
+            assert!(slot >= 0 && fence > 0);
+            let key = format!("bench:{{permit-floor}}:slot:{slot}");
+            compare_and_delete(&cad, &mut conn, &key, &token).await;
+        })
+        .await;
+        m.measure(PERMIT_SCRIPTS, async |i| {
+            let token = format!("{i:032x}");
+            let base = "bench:{permit-scripts}:permit:";
+            let granted: Vec<i64> = our_permit_acquire
+                .key("bench:{permit-scripts}:permits:limit")
+                .key("bench:{permit-scripts}:permits:fence")
+                .key("bench:{permit-scripts}:permits")
+                .arg(base)
+                .arg(&token)
+                .arg(30_000)
+                .arg(PERMITS)
+                .arg(&record)
+                .invoke_async(&mut conn)
+                .await
+                .expect("permit script");
+            assert_eq!(granted.first(), Some(&1), "{granted:?}");
+            let slot = granted[1];
+            let released: i64 = our_permit_release
+                .key(format!("{base}{slot}"))
+                .arg(&token)
+                .arg("bench:{permit-scripts}:permits:released")
+                .arg("permits:bench")
+                .arg(base)
+                .arg(slot)
+                .arg(slot)
+                .invoke_async(&mut conn)
+                .await
+                .expect("permit release script");
+            assert_eq!(released, 1);
+        })
+        .await;
+        m.measure_lock(OURS_PERMIT, &locks, "bench:permit", &permit)
+            .await;
         m.measure(PEER, async |_| {
             let l = rs
                 .lock("bench:rslock", Duration::from_secs(30))
@@ -350,6 +422,14 @@ async fn main() {
     }
     m.compare(SCRIPTS, FLOOR);
     m.compare(SCRIPTS, FENCED_FLOOR);
+    // A permit against the hand-written permit with the same guarantees
+    // (a slot, a token per grant, compare-and-delete), and against a lock.
+    m.compare(OURS_PERMIT, PERMIT_FLOOR);
+    // The library around the scripts, and the scripts' own cost (the limit
+    // check, the holder record) over the floor's.
+    m.compare(OURS_PERMIT, PERMIT_SCRIPTS);
+    m.compare(PERMIT_SCRIPTS, PERMIT_FLOOR);
+    m.compare(OURS_PERMIT, OURS);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();

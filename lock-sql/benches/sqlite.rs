@@ -3,7 +3,8 @@
 //! (`lock_testkit::bench::cycles`), on one file with commits flushed per
 //! grant (`synchronous = FULL`, what fencing tokens needed before the
 //! epoch) and without (`NORMAL`, distlock's default where the kernel tells
-//! the boot id).
+//! the boot id); and a permit of a semaphore of 4 against the permit table
+//! a user writes by hand with the same guarantees.
 //!
 //! ```sh
 //! cargo bench -p lock-sql --features sqlite --bench sqlite
@@ -29,6 +30,30 @@ const FLOOR_TX: &str =
 const OURS: &str = "distlock, auto-renew off (NORMAL)";
 const OURS_RENEWED: &str = "distlock acquire + release (NORMAL)";
 const OURS_FULL: &str = "distlock on a FULL pool, auto-renew off";
+const PERMIT_FLOOR: &str =
+    "permit floor, NORMAL: BEGIN IMMEDIATE; limit check; lowest free slot upsert; COMMIT; release";
+const OURS_PERMIT: &str = "distlock permit of 4, auto-renew off (NORMAL)";
+/// The benchmark semaphore's limit.
+const PERMITS: i64 = 4;
+
+/// The hand-written permit with distlock's guarantees: in one `BEGIN
+/// IMMEDIATE` transaction, refuse another limit than the live permits',
+/// then take the lowest slot below the limit that no live lease holds and
+/// bump its token (counted from the epoch), with the holder record.
+const PERMIT_OTHER_LIMIT: &str = "SELECT lim FROM bench_permits WHERE name = ?1 \
+     AND owner IS NOT NULL AND expires_at_ms > ?2 AND lim <> ?3 LIMIT 1";
+const PERMIT_ACQUIRE: &str = "WITH RECURSIVE s(slot) AS (SELECT 0 UNION ALL \
+     SELECT slot + 1 FROM s WHERE slot + 1 < ?3), \
+     free AS (SELECT s.slot FROM s WHERE NOT EXISTS (SELECT 1 FROM bench_permits p \
+     WHERE p.name = ?1 AND p.slot = s.slot AND p.owner IS NOT NULL AND p.expires_at_ms > ?2) \
+     ORDER BY s.slot LIMIT 1) \
+     INSERT INTO bench_permits (name, slot, owner, fence, expires_at_ms, lim, holder) \
+     SELECT ?1, slot, ?4, (?7 << 32) + 1, ?5, ?3, ?6 FROM free WHERE true \
+     ON CONFLICT(name, slot) DO UPDATE SET owner = excluded.owner, \
+     fence = MAX(fence, ?7 << 32) + 1, expires_at_ms = excluded.expires_at_ms, \
+     lim = excluded.lim, holder = excluded.holder RETURNING slot, fence";
+const PERMIT_RELEASE: &str = "UPDATE bench_permits SET owner = NULL, expires_at_ms = 0 \
+     WHERE name = ?1 AND slot = ?2 AND owner = ?3 AND expires_at_ms > ?4";
 
 /// The hand-written lease-table lock with distlock's guarantees: a lease
 /// that ends by itself, a token kept whole in the row and counted from the
@@ -97,6 +122,42 @@ async fn floor(pool: &SqlitePool, name: &str, record: &[u8], in_transaction: boo
     assert_eq!(released.rows_affected(), 1);
 }
 
+/// One hand-written permit of `name`, taken and given back.
+async fn permit_floor(pool: &SqlitePool, name: &str, record: &[u8]) {
+    let owner = format!("{:032x}", rand::random::<u128>());
+    let now = now_ms();
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+    let other: Option<i64> = sqlx::query_scalar(PERMIT_OTHER_LIMIT)
+        .bind(name)
+        .bind(now)
+        .bind(PERMITS)
+        .fetch_optional(&mut *tx)
+        .await
+        .expect("limit check");
+    assert!(other.is_none(), "one limit");
+    let (slot, _fence): (i64, i64) = sqlx::query_as(PERMIT_ACQUIRE)
+        .bind(name)
+        .bind(now)
+        .bind(PERMITS)
+        .bind(&owner)
+        .bind(now + 30_000)
+        .bind(record)
+        .bind(1_i64)
+        .fetch_one(&mut *tx)
+        .await
+        .expect("a free slot");
+    tx.commit().await.expect("commit");
+    let released = sqlx::query(PERMIT_RELEASE)
+        .bind(name)
+        .bind(slot)
+        .bind(&owner)
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .expect("release");
+    assert_eq!(released.rows_affected(), 1);
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir_in(std::env::current_dir().expect("cwd")).expect("temp dir");
@@ -113,6 +174,14 @@ async fn main() {
     .execute(&normal)
     .await
     .expect("floor table");
+    sqlx::query(
+        "CREATE TABLE IF NOT EXISTS bench_permits (name TEXT NOT NULL, slot INTEGER NOT NULL, \
+         owner TEXT, fence INTEGER NOT NULL DEFAULT 0, expires_at_ms INTEGER NOT NULL DEFAULT 0, \
+         lim INTEGER NOT NULL DEFAULT 0, holder BLOB, PRIMARY KEY (name, slot)) WITHOUT ROWID",
+    )
+    .execute(&normal)
+    .await
+    .expect("permit floor table");
     let ours = SqliteLock::open(&path, SqliteConfig::default())
         .await
         .expect("open");
@@ -122,6 +191,7 @@ async fn main() {
     let record = LockOptions::new().holder_record().as_bytes().to_vec();
     let opts = LockOptions::new().auto_renew(false).wait(Wait::Forever);
     let renewed = LockOptions::new().wait(Wait::Forever);
+    let permit = opts.clone().permits(PERMITS as u32);
     let mut m = Cycles::new("sqlite", BLOCK);
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
@@ -142,6 +212,12 @@ async fn main() {
             .await;
         m.measure_lock(OURS_FULL, &ours_full, "bench/ours", &opts)
             .await;
+        m.measure(PERMIT_FLOOR, async |_| {
+            permit_floor(&normal, "bench/permit-floor", &record).await
+        })
+        .await;
+        m.measure_lock(OURS_PERMIT, &ours, "bench/permit", &permit)
+            .await;
     }
     m.print();
     for (a, b) in [
@@ -153,6 +229,8 @@ async fn main() {
         (OURS_FULL, FLOOR_FULL),
         (OURS, OURS_FULL),
         (FLOOR_NORMAL, FLOOR_FULL),
+        (OURS_PERMIT, PERMIT_FLOOR),
+        (OURS_PERMIT, OURS),
     ] {
         m.compare(a, b);
     }
