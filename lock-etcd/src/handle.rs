@@ -81,6 +81,44 @@ async fn delete_on(
 }
 
 impl EtcdHandle {
+    /// The handle of key `key` in `dir` (a lock's directory or a
+    /// semaphore's queue) of `name`, to be put on `lease` with `record`.
+    pub(crate) fn new(
+        inner: Arc<Inner>,
+        name: &str,
+        dir: String,
+        key: String,
+        record: HolderRecord,
+        (lease, state): (Lease, Arc<LeaseState>),
+    ) -> Self {
+        EtcdHandle {
+            inner,
+            name: name.to_string(),
+            dir,
+            key,
+            record: Mutex::new(record),
+            lease: Mutex::new(lease),
+            state,
+            rev: Mutex::new(0),
+            slot: Mutex::new(None),
+        }
+    }
+
+    /// What the request that was to put our key answers with `e`: where
+    /// the lease went before the client noticed (revoked, or expired in a
+    /// partition), no key was put, and a session lease is ended here so
+    /// that the next attempt takes its place on a new one; the waiter's
+    /// place is lost. Any other error is as it is.
+    pub(crate) fn put_failed(&self, e: LockError) -> LockError {
+        if !crate::error::lease_not_found(&e) {
+            return e;
+        }
+        if let Lease::Session(session) = self.current_lease() {
+            session.end(lock_core::LossReason::TakenOver);
+        }
+        crate::queue::place_lost(&self.name)
+    }
+
     pub(crate) fn record(&self) -> HolderRecord {
         self.record
             .lock()

@@ -16,12 +16,12 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, SemaphoreCapabilities, SemaphoreInfo, Waiting,
+    LockOptions, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use tokio::time::Instant;
 
 use crate::config::{EtcdConfig, parse_url};
-use crate::error::{self, BACKEND, map_etcd};
+use crate::error::{BACKEND, map_etcd};
 use crate::handle::{EtcdHandle, Lease};
 use crate::keys;
 use crate::permits::MAX_LIMIT;
@@ -371,20 +371,17 @@ impl EtcdLock {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        let (lease, state) = self.lease_for(opts).await?;
+        let leased = self.lease_for(opts).await?;
         let dir = keys::dir(&self.inner.config.prefix, name);
-        let owner = OwnerToken::random().to_hex();
-        let handle = Arc::new(EtcdHandle {
-            inner: Arc::clone(&self.inner),
-            name: name.to_string(),
-            key: keys::key(&dir, lease.id(), &owner),
+        let key = keys::key(&dir, leased.0.id(), &OwnerToken::random().to_hex());
+        let handle = Arc::new(EtcdHandle::new(
+            Arc::clone(&self.inner),
+            name,
             dir,
-            record: Mutex::new(opts.holder_record()),
-            lease: Mutex::new(lease),
-            state,
-            rev: Mutex::new(0),
-            slot: Mutex::new(None),
-        });
+            key,
+            opts.holder_record(),
+            leased,
+        ));
         // Until a guard owns the key, leaving (failure, timeout,
         // cancellation) deletes it and gives back a lease of its own.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
@@ -399,16 +396,7 @@ impl EtcdLock {
         .await
         {
             Ok(queued) => queued,
-            // The lease went before the client noticed (revoked, or
-            // expired in a partition): no key was put. A session lease is
-            // ended here, so that the next place is taken on a new one.
-            Err(e) if error::lease_not_found(&e) => {
-                if let Lease::Session(session) = handle.current_lease() {
-                    session.end(LossReason::TakenOver);
-                }
-                return Err(queue::place_lost(name));
-            }
-            Err(e) => return Err(e),
+            Err(e) => return Err(handle.put_failed(e)),
         };
         *handle.rev.lock().unwrap_or_else(|e| e.into_inner()) = rev;
         if first_place.predecessor.is_some() && !wait {

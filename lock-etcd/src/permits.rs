@@ -16,7 +16,7 @@
 //! and read their place again.
 
 use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
@@ -26,10 +26,10 @@ use etcd_client::{
 use lock_core::raw::{
     GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard, Unrenewed, limit_mismatch,
 };
-use lock_core::{LockError, LockGuard, LockOptions, LossReason, PermitInfo, SemaphoreInfo};
+use lock_core::{LockError, LockGuard, LockOptions, PermitInfo, SemaphoreInfo};
 use tokio::time::Instant;
 
-use crate::error::{self, BACKEND};
+use crate::error::BACKEND;
 use crate::handle::{EtcdHandle, Lease, SlotKey};
 use crate::keys;
 use crate::lock::EtcdLock;
@@ -115,20 +115,17 @@ impl EtcdLock {
         deadline: Option<Instant>,
         wait: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        let (lease, state) = self.lease_for(opts).await?;
+        let leased = self.lease_for(opts).await?;
         let dirs = PermitDirs::new(&self.inner.config.prefix, name);
-        let owner = OwnerToken::random().to_hex();
-        let handle = Arc::new(EtcdHandle {
-            inner: Arc::clone(&self.inner),
-            name: name.to_string(),
-            key: dirs.queue_key(limit, lease.id(), &owner),
-            dir: dirs.queue.clone(),
-            record: Mutex::new(opts.holder_record()),
-            lease: Mutex::new(lease),
-            state,
-            rev: Mutex::new(0),
-            slot: Mutex::new(None),
-        });
+        let key = dirs.queue_key(limit, leased.0.id(), &OwnerToken::random().to_hex());
+        let handle = Arc::new(EtcdHandle::new(
+            Arc::clone(&self.inner),
+            name,
+            dirs.queue.clone(),
+            key,
+            opts.holder_record(),
+            leased,
+        ));
         // Until a guard owns the keys, leaving deletes them and gives back
         // a lease of our own.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
@@ -155,17 +152,9 @@ impl EtcdLock {
                     Some(PermitDirs::all(&dirs.slots).with_keys_only()),
                 ),
             ]);
-        let resp = match requests::txn(client, txn, "acquiring a permit").await {
-            Ok(resp) => resp,
-            // The lease went before the client noticed: no key was put.
-            Err(e) if error::lease_not_found(&e) => {
-                if let Lease::Session(session) = handle.current_lease() {
-                    session.end(LossReason::TakenOver);
-                }
-                return Err(queue::place_lost(name));
-            }
-            Err(e) => return Err(e),
-        };
+        let resp = requests::txn(client, txn, "acquiring a permit")
+            .await
+            .map_err(|e| handle.put_failed(e))?;
         if !resp.succeeded() {
             return Err(LockError::Backend {
                 backend: BACKEND,

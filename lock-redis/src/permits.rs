@@ -23,12 +23,12 @@ use lock_core::raw::{
     RawLock, Request, Unrenewed, WaitLoop, limit_mismatch,
 };
 use lock_core::{LockError, LockGuard, LockOptions, PermitInfo, SemaphoreInfo};
-use redis::AsyncConnectionConfig;
 use redis::aio::ConnectionLike;
 use tokio::time::Instant;
 
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::Extension;
+use crate::handle::connection_of_its_own;
 use crate::keys::PermitKeys;
 use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
@@ -283,13 +283,7 @@ impl GuardHandle for PermitHandle {
         let (keys, owner) = (self.keys.clone(), self.owner.clone());
         let (slot, limit) = (self.slot.get().copied(), self.limit);
         Some(Box::pin(async move {
-            let connection = AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(config.connect_timeout))
-                .set_response_timeout(Some(config.response_timeout));
-            let mut conn = client
-                .get_multiplexed_async_connection_with_config(&connection)
-                .await
-                .map_err(|e| map_redis("connecting to release a permit at shutdown", e))?;
+            let mut conn = connection_of_its_own(&client, &config).await?;
             release_on(&mut conn, &keys, &owner, slot, limit).await
         }))
     }
