@@ -29,6 +29,9 @@ const ROUNDS: usize = 20;
 const RTT: &str = "round trip: exists";
 const FLOOR: &str = "raw floor: create + children + delete";
 const PEER: &str = "zookeeper-client lock recipe";
+const PERMIT_FLOOR: &str =
+    "permit floor: queue node + children, slot node, delete both (5 round trips)";
+const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
@@ -79,7 +82,14 @@ async fn main() {
     let raw = raw_client().await;
     let recipe_client = raw_client().await;
     let acls = Acls::anyone_all();
-    for dir in ["/bench/raw", "/bench/recipe", "/bench/recipe-contended"] {
+    for dir in [
+        "/bench/raw",
+        "/bench/recipe",
+        "/bench/recipe-contended",
+        "/bench/permit-floor",
+        "/bench/permit-floor/q",
+        "/bench/permit-floor/slots",
+    ] {
         match raw
             .mkdir(dir, &CreateMode::Persistent.with_acls(acls))
             .await
@@ -92,6 +102,7 @@ async fn main() {
     let ttl = Duration::from_secs(5);
     let renewed = LockOptions::new().ttl(ttl).wait(Wait::No);
     let unrenewed = LockOptions::new().ttl(ttl).auto_renew(false).wait(Wait::No);
+    let permit = renewed.clone().permits(4);
     let mut m = Cycles::new("zookeeper", BLOCK);
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
@@ -122,12 +133,47 @@ async fn main() {
         for (label, opts) in [(OURS, &renewed), (OURS_UNRENEWED, &unrenewed)] {
             m.measure_lock(label, &locks, "bench/distlock", opts).await;
         }
+        // The hand-written permit: join the queue, list it (the place and
+        // the limits), take slot 0, then delete both.
+        m.measure(PERMIT_FLOOR, async |_| {
+            let (_, seq) = raw
+                .create(
+                    "/bench/permit-floor/q/lock-",
+                    b"",
+                    &CreateMode::EphemeralSequential.with_acls(acls),
+                )
+                .await
+                .expect("queue node");
+            let queue = raw
+                .list_children("/bench/permit-floor/q")
+                .await
+                .expect("queue");
+            assert!(!queue.is_empty());
+            raw.create(
+                "/bench/permit-floor/slots/00000000",
+                b"",
+                &CreateMode::Ephemeral.with_acls(acls),
+            )
+            .await
+            .expect("slot node");
+            raw.delete("/bench/permit-floor/slots/00000000", None)
+                .await
+                .expect("delete the slot");
+            raw.delete(&format!("/bench/permit-floor/q/lock-{seq}"), None)
+                .await
+                .expect("delete the queue node");
+        })
+        .await;
+        m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
+            .await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
         m.compare(ours, FLOOR);
         m.compare(ours, PEER);
     }
+    m.compare(OURS_PERMIT, PERMIT_FLOOR);
+    m.compare(OURS_PERMIT, OURS);
     let rtt = m.figures(RTT).map_or(Duration::ZERO, |f| f.wall.0);
 
     // 8 contenders: waiters queue and each hand-off lists the queue; 2

@@ -5,9 +5,10 @@
 //! Each acquisition joins the queue `…/q` with an `EPHEMERAL_SEQUENTIAL`
 //! node whose name carries the limit it asked with (`lock-LIMIT_ID-SEQ`);
 //! the first `limit` nodes by sequence hold permits, so waiters are served
-//! in arrival order. A node among the first then takes the lowest free slot
-//! by creating the `EPHEMERAL` node `…/slots/SLOT` (a create that finds it
-//! taken looks again); the slot node's `czxid` is the permit's fencing
+//! in arrival order. A node among the first then takes a free slot by
+//! creating the `EPHEMERAL` node `…/slots/SLOT`: first the slot of its place
+//! in the queue, without listing; after a slot found taken, the lowest free
+//! one listed; the slot node's `czxid` is the permit's fencing
 //! token (global, so each slot's tokens rise). Both nodes live in the
 //! holder's session; a release deletes the slot node, then the queue node.
 //! An acquisition that finds, when it first lists the queue, a node asked
@@ -84,6 +85,38 @@ async fn watched_queue(
     Ok((children, watcher))
 }
 
+/// The lowest slot below `limit` without a node, once there is one
+/// (the listing's watch wakes us when a slot node goes), or `None` if
+/// the request's deadline passes first.
+async fn free_slot(
+    session: &Session,
+    nodes: &PermitNodes,
+    limit: u32,
+    req: &Request<'_>,
+) -> Result<Option<u32>, LockError> {
+    let client = &session.client;
+    let parents = CreateMode::Container.with_acls(session.acls);
+    loop {
+        let (children, watcher) =
+            match retrying_resendable(|| client.list_and_watch_children(&nodes.slots)).await {
+                Ok(listed) => listed,
+                Err(ZkError::NoNode) => match client.mkdir(&nodes.slots, &parents).await {
+                    Ok(()) | Err(ZkError::NodeExists) => continue,
+                    Err(e) => return Err(zk_error("creating a semaphore's slots", e)),
+                },
+                Err(e) => return Err(zk_error("listing a semaphore's slots", e)),
+            };
+        let taken: HashSet<u32> = children.iter().filter_map(|c| slot_of(c)).collect();
+        if let Some(slot) = (0..limit).find(|s| !taken.contains(s)) {
+            return Ok(Some(slot));
+        }
+        if req.expired_at(Instant::now()) {
+            return Ok(None);
+        }
+        let _ = req.or_deadline(watcher.changed()).await;
+    }
+}
+
 impl ZkLock {
     /// Join `name`'s queue in `session` and wait (until the request's
     /// deadline) to be among the first `limit`, then take a slot.
@@ -134,7 +167,7 @@ impl ZkLock {
             }
             if at < limit as usize {
                 match self
-                    .claim_slot(session, &nodes, limit, &handle, &req)
+                    .claim_slot(session, &nodes, (at as u32, limit), &handle, &req)
                     .await?
                 {
                     Some(granted) => break granted,
@@ -157,38 +190,35 @@ impl ZkLock {
             .map(|guard| Some(lock_core::raw::RawGuard::with_slot(guard, Some(slot))))
     }
 
-    /// Take the lowest free slot for `handle`'s node: its slot and the
-    /// slot node's `czxid`, or `None` if the request's deadline passed
-    /// while every slot was taken (a holder between deleting its slot and
-    /// its queue node, or a node being given back).
+    /// Take a free slot for `handle`'s node, `at` in the queue of a
+    /// semaphore of `limit`: its slot and the slot node's `czxid`, or
+    /// `None` if the request's deadline passed while every slot was taken
+    /// (a holder between deleting its slot and its queue node, or a node
+    /// being given back).
+    ///
+    /// The first try, without listing, is slot `at`: the holders ahead of
+    /// ours took the slots below it when the semaphore fills in order, so
+    /// an uncontended permit costs one create. After a slot that was
+    /// taken, the slots are listed and the lowest free one is tried.
     async fn claim_slot(
         &self,
         session: &Arc<Session>,
         nodes: &PermitNodes,
-        limit: u32,
+        (at, limit): (u32, u32),
         handle: &ZkHandle,
         req: &Request<'_>,
     ) -> Result<Option<(u32, i64)>, LockError> {
         let client = &session.client;
         let parents = CreateMode::Container.with_acls(session.acls);
         let mode = CreateMode::Ephemeral.with_acls(session.acls);
+        let mut guess = Some(at.min(limit - 1));
         loop {
-            let (children, watcher) =
-                match retrying_resendable(|| client.list_and_watch_children(&nodes.slots)).await {
-                    Ok(listed) => listed,
-                    Err(ZkError::NoNode) => match client.mkdir(&nodes.slots, &parents).await {
-                        Ok(()) | Err(ZkError::NodeExists) => continue,
-                        Err(e) => return Err(zk_error("creating a semaphore's slots", e)),
-                    },
-                    Err(e) => return Err(zk_error("listing a semaphore's slots", e)),
-                };
-            let taken: HashSet<u32> = children.iter().filter_map(|c| slot_of(c)).collect();
-            let Some(slot) = (0..limit).find(|s| !taken.contains(s)) else {
-                if req.expired_at(Instant::now()) {
-                    return Ok(None);
-                }
-                let _ = req.or_deadline(watcher.changed()).await;
-                continue;
+            let slot = match guess.take() {
+                Some(slot) => slot,
+                None => match free_slot(session, nodes, limit, req).await? {
+                    Some(slot) => slot,
+                    None => return Ok(None),
+                },
             };
             let path = nodes.slot_path(slot);
             // Known before the create, so that a give-back looks for it
