@@ -209,14 +209,23 @@ fn zookeeper() {
     );
 }
 
-/// The election's runs of `case`: candidates and observers under the
-/// holder faults (and `server_kill`'s servers killed, if any); the
-/// report's election part must be there and clean.
-fn check_election(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+/// Kill-holder and pause-holder, and kill-server on `server_kill`'s
+/// servers if any: the runs of an election or semaphore case.
+fn holder_faults_and(
+    server_kill: &'static [&'static str],
+) -> Vec<(&'static str, &'static [&'static str])> {
     let mut nemeses: Vec<(&str, &[&str])> = vec![("kill-holder", &[]), ("pause-holder", &[])];
     if !server_kill.is_empty() {
         nemeses.push(("kill-server", server_kill));
     }
+    nemeses
+}
+
+/// The election's runs of `case`: candidates and observers under the
+/// holder faults (and `server_kill`'s servers killed, if any); the
+/// report's election part must be there and clean.
+fn check_election(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    let nemeses = holder_faults_and(server_kill);
     check_runs(
         &format!("election-{case}"),
         servers,
@@ -273,10 +282,7 @@ fn election_zookeeper() {
 /// faults (and `server_kill`'s servers killed, if any), on every backend
 /// that offers semaphores.
 fn check_permits(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
-    let mut nemeses: Vec<(&str, &[&str])> = vec![("kill-holder", &[]), ("pause-holder", &[])];
-    if !server_kill.is_empty() {
-        nemeses.push(("kill-server", server_kill));
-    }
+    let nemeses = holder_faults_and(server_kill);
     check_runs(
         &format!("permits-{case}"),
         servers,

@@ -468,12 +468,7 @@ impl EtcdLock {
                 // A leader election or a member going away while we wait:
                 // keep our place and look again, until the deadline.
                 Err(e) if e.is_transient() => {
-                    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while waiting; retrying");
-                    let pause = Instant::now() + Duration::from_millis(200);
-                    if deadline.is_some_and(|d| d <= pause) {
-                        return Err(e);
-                    }
-                    tokio::time::sleep_until(pause).await;
+                    ride_out(name, e, deadline).await?;
                     Step::Reread
                 }
                 // The wait ran out: our key goes before the caller hears.
@@ -560,6 +555,23 @@ impl EtcdLock {
             }
         }
     }
+}
+
+/// A waiter's answer to a transient error (a leader election, a member
+/// going away): keep its place and look again after a short pause, or,
+/// if the pause would outlast the wait's `deadline`, the error.
+pub(crate) async fn ride_out(
+    name: &str,
+    e: LockError,
+    deadline: Option<Instant>,
+) -> Result<(), LockError> {
+    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while waiting; retrying");
+    let pause = Instant::now() + Duration::from_millis(200);
+    if deadline.is_some_and(|d| d <= pause) {
+        return Err(e);
+    }
+    tokio::time::sleep_until(pause).await;
+    Ok(())
 }
 
 /// The next thing a waiter does.

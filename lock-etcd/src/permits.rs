@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use etcd_client::{
-    Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse, TxnResponse,
+    Compare, CompareOp, EventType, GetOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
     WatchFilterType, WatchOptions,
 };
 use lock_core::raw::{
@@ -32,8 +32,8 @@ use tokio::time::Instant;
 use crate::error::BACKEND;
 use crate::handle::{EtcdHandle, Lease, SlotKey};
 use crate::keys;
-use crate::lock::EtcdLock;
-use crate::queue::{self, Turn};
+use crate::lock::{EtcdLock, ride_out};
+use crate::queue::{self, Turn, get_result};
 use crate::requests;
 
 /// The largest limit (a waiter reads the keys ahead of its own, a holder
@@ -91,17 +91,6 @@ enum Claim {
     Taken(Vec<Vec<u8>>),
     /// Our queue key is gone (its lease ended).
     OursGone,
-}
-
-/// The keys of the get at `op` of `resp`, and the count of its range.
-fn got(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
-    match resp.op_responses().into_iter().nth(op) {
-        Some(TxnOpResponse::Get(get)) => (
-            get.kvs().iter().map(|kv| kv.key().to_vec()).collect(),
-            get.count(),
-        ),
-        _ => (Vec::new(), 0),
-    }
 }
 
 impl EtcdLock {
@@ -167,7 +156,7 @@ impl EtcdLock {
         // Checked against every key there, so the keys that pass always
         // agree (one checked against the oldest alone could pass beside a
         // key of another limit that was itself being refused).
-        let (queued, _) = got(&resp, 1);
+        let (queued, _) = get_result(&resp, 1);
         if let Some(held) = queued
             .iter()
             .filter_map(|k| dirs.limit_of(k))
@@ -177,7 +166,7 @@ impl EtcdLock {
             return Err(limit_mismatch(name, limit, held));
         }
         let mut ahead = queued.len().saturating_sub(1) as u64;
-        let mut slots = got(&resp, 2).0;
+        let mut slots = get_result(&resp, 2).0;
         let mut read_at = rev;
         let mut claims = 0;
         loop {
@@ -221,14 +210,7 @@ impl EtcdLock {
                 Ok(_) => {}
                 // A leader election or a member going away while we wait:
                 // keep our place and look again, until the deadline.
-                Err(e) if e.is_transient() => {
-                    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while waiting for a permit; retrying");
-                    let pause = Instant::now() + Duration::from_millis(200);
-                    if deadline.is_some_and(|d| d <= pause) {
-                        return Err(e);
-                    }
-                    tokio::time::sleep_until(pause).await;
-                }
+                Err(e) if e.is_transient() => ride_out(name, e, deadline).await?,
                 // The wait ran out: our key goes before the caller hears.
                 Err(e @ LockError::Timeout { .. }) => {
                     let _ = pending.give_back().await;
@@ -245,10 +227,7 @@ impl EtcdLock {
                     read_at = at;
                 }
                 Ok(None) => return Err(queue::place_lost(name)),
-                Err(e) if e.is_transient() && deadline.is_none_or(|d| d > Instant::now()) => {
-                    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while reading a permit's place; retrying");
-                    tokio::time::sleep(Duration::from_millis(200)).await;
-                }
+                Err(e) if e.is_transient() => ride_out(name, e, deadline).await?,
                 Err(e) => return Err(e),
             }
         }
@@ -302,10 +281,10 @@ impl EtcdLock {
             *handle.slot.lock().unwrap_or_else(|e| e.into_inner()) = Some(SlotKey { key, token });
             return Ok(Claim::Granted(slot, token));
         }
-        if got(&resp, 0).0.is_empty() {
+        if get_result(&resp, 0).0.is_empty() {
             return Ok(Claim::OursGone);
         }
-        Ok(Claim::Taken(got(&resp, 1).0))
+        Ok(Claim::Taken(get_result(&resp, 1).0))
     }
 
     /// How many queue keys stand ahead of ours (created at `rev`), the slot
@@ -339,8 +318,8 @@ impl EtcdLock {
             return Ok(None);
         }
         let at = resp.header().map_or(0, |h| h.revision());
-        let ahead = got(&resp, 0).0.len() as u64;
-        Ok(Some((ahead, got(&resp, 1).0, at)))
+        let ahead = get_result(&resp, 0).0.len() as u64;
+        Ok(Some((ahead, get_result(&resp, 1).0, at)))
     }
 
     /// Wait for a deletion in the queue from revision `from`: of our own key
@@ -429,7 +408,7 @@ impl EtcdLock {
             Some(TxnOpResponse::Get(get)) => get.kvs().to_vec(),
             _ => Vec::new(),
         };
-        let (oldest, queued) = got(&resp, 1);
+        let (oldest, queued) = get_result(&resp, 1);
         let Some(limit) = oldest.first().and_then(|k| dirs.limit_of(k)) else {
             return Ok(SemaphoreInfo::free().with_waiters(Some(0)));
         };

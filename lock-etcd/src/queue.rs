@@ -184,7 +184,7 @@ pub(crate) fn first_with_value(dir: &str) -> GetOptions {
 }
 
 /// The keys (and the count before the limit) of the get at `op`.
-fn get_result(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
+pub(crate) fn get_result(resp: &TxnResponse, op: usize) -> (Vec<Vec<u8>>, i64) {
     match resp.op_responses().into_iter().nth(op) {
         Some(TxnOpResponse::Get(get)) => (
             get.kvs().iter().map(|kv| kv.key().to_vec()).collect(),
