@@ -47,7 +47,7 @@ CASES=(
 # The cases whose backend offers leader election (a holder record).
 ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
-SEMAPHORES="redis sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+SEMAPHORES="redis postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
 dirs=()

@@ -299,6 +299,20 @@ fn permits_sqlite() {
     check_permits("sqlite", "sqlite", &url, &[]);
 }
 
+/// A permit is a row lock in either mode: advisory mode here (its pooled
+/// connections also carry advisory locks' session bounds).
+#[test]
+fn permits_postgres_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check_permits("postgres-advisory", "postgres", &url, &["postgres"]);
+}
+
+#[test]
+fn permits_mysql_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_MYSQL_URL"));
+    check_permits("mysql-row", "mysql", &url, &["mysql"]);
+}
+
 #[test]
 fn permits_redis() {
     check_permits("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);

@@ -32,9 +32,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     DetachedRelease, GuardHandle, HolderRecord, LeaseState, PendingGrant, RawGuard, RawLock,
-    Request, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
+    Request, Unrenewed, Wakeups, Watchdog, confirmed_lease_start, validate_name,
 };
-use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, Wait};
+use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, SemaphoreInfo, Wait};
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{ConnectOptions, Database, Pool};
 use tokio::time::Instant;
@@ -43,6 +43,7 @@ use crate::config::{SqlConfig, SqlMode, SqlUrl};
 use crate::error::map_sqlx;
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
+use crate::permits::{self, Found};
 use crate::shared::{SessionSql, SharedSessions};
 
 /// A lock granted on a connection of its own: the connection (holding the
@@ -115,6 +116,55 @@ pub(crate) trait Dialect: Send + Sync + 'static {
 
     /// End the session holding `name` (a valid name): whether one did.
     async fn force_release(&self, name: &str) -> Result<bool, LockError>;
+
+    /// Open a permit's transaction on `pinned`, with the server's idle
+    /// bound `ttl`, and take the lowest free slot of semaphore `name`
+    /// below `limit` (see [`crate::permits`]). The transaction stays open
+    /// only when a slot is found.
+    async fn take_slot(
+        &self,
+        pinned: &mut Pinned<Self::Db>,
+        name: &str,
+        limit: u32,
+        ttl: Duration,
+    ) -> Result<Result<Found, sqlx::Error>, LockError>;
+
+    /// In a transaction of its own on `conn`: create semaphore `name`'s
+    /// rows for `limit` where missing and set every row's limit to it,
+    /// holding them all (`NOWAIT`). `false`, with nothing changed, when a
+    /// row is held (a permit, or another client setting the limit now).
+    async fn set_limit(
+        &self,
+        conn: &mut PoolConnection<Self::Db>,
+        name: &str,
+        limit: u32,
+    ) -> Result<bool, sqlx::Error>;
+
+    /// End a permit's transaction on `conn`, freeing its slot.
+    async fn end_permit(&self, conn: &mut PoolConnection<Self::Db>) -> Result<(), sqlx::Error>;
+
+    /// Touch a permit's connection (proving it alive) and set the server's
+    /// idle bound of its transaction to `ttl`.
+    async fn touch_permit(
+        &self,
+        conn: &mut PoolConnection<Self::Db>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error>;
+
+    /// The limit of semaphore `name`'s rows and the slots below it held
+    /// now; `None` when it has no rows.
+    async fn held_slots(&self, name: &str) -> Result<Option<(u32, Vec<u32>)>, LockError>;
+
+    /// Draw the next token of counter `key` on the side connection,
+    /// storing the holder `record` with it (fencing on).
+    async fn draw_on_side(&self, key: &str, record: &[u8]) -> Result<u64, LockError>;
+
+    /// Give back a permit's connection that holds nothing.
+    async fn put_back_permit(&self, pinned: Pinned<Self::Db>);
+
+    /// The error of a permit's statement: a missing permits table is a
+    /// configuration error naming the statement that creates it.
+    fn permit_error(&self, e: sqlx::Error) -> LockError;
 }
 
 /// The connections and settings of a session-lock backend.
@@ -129,6 +179,8 @@ pub(crate) struct Core<DB: Database, S: SessionSql> {
     pub(crate) table: Identifier,
     /// The server, safe to show.
     pub(crate) display: String,
+    /// Wakes this process's waiters for a permit when one is given back.
+    pub(crate) wakeups: Wakeups,
     /// Off (`fencing=false`): no token is drawn, and grants carry none.
     pub(crate) fencing: bool,
 }
@@ -158,6 +210,7 @@ impl<DB: Database, S: SessionSql<Conn = DB::Connection>> Core<DB, S> {
             table: config.table,
             display,
             fencing: config.fencing,
+            wakeups: Wakeups::new(),
         }
     }
 }
@@ -348,8 +401,12 @@ impl<D> SqlLock<D> {
     }
 
     /// The dialect, with its connections.
-    #[cfg(any(test, feature = "postgres"))]
     pub(crate) fn dialect(&self) -> &D {
+        &self.dialect
+    }
+
+    /// The dialect, shared.
+    pub(crate) fn dialect_arc(&self) -> &Arc<D> {
         &self.dialect
     }
 }
@@ -364,9 +421,16 @@ async fn on_shared<D: Dialect>(
     let record = holder_record(core, req);
     let bytes = record.as_ref().map_or(&[][..], HolderRecord::as_bytes);
     match core.shared.try_lock(req.name, bytes, req.opts.ttl).await? {
-        Some((handle, token)) => guard(lock, req, handle, token, sent_at, record)
-            .await
-            .map(Some),
+        Some((handle, token)) => guard(
+            lock,
+            req,
+            handle,
+            (token, sent_at),
+            record,
+            Kept::lock(req.name),
+        )
+        .await
+        .map(Some),
         None => Ok(None),
     }
 }
@@ -386,9 +450,16 @@ async fn on_pinned<D: Dialect>(
         name: req.name.to_string(),
         conn: tokio::sync::Mutex::new(pinned),
     });
-    guard(lock, req, handle, token, sent_at, record)
-        .await
-        .map(Some)
+    guard(
+        lock,
+        req,
+        handle,
+        (token, sent_at),
+        record,
+        Kept::lock(req.name),
+    )
+    .await
+    .map(Some)
 }
 
 /// The holder record a grant of `req` stores, made once per request: with
@@ -400,18 +471,38 @@ pub(crate) fn holder_record<DB: Database, S: SessionSql>(
     core.fencing.then(|| req.opts.holder_record())
 }
 
+/// Where a grant's token and holder record are kept, and the slot it
+/// holds: a lock's under its name; a permit's under its slot's counter
+/// ([`permits::counter_key`]).
+pub(crate) struct Kept<'a> {
+    /// The name of the counter the grant drew its token from.
+    pub(crate) counter: &'a str,
+    /// A permit's slot; `None` for a lock.
+    pub(crate) slot: Option<u32>,
+}
+
+impl<'a> Kept<'a> {
+    /// A lock's: under its own name.
+    pub(crate) fn lock(name: &'a str) -> Self {
+        Kept {
+            counter: name,
+            slot: None,
+        }
+    }
+}
+
 /// Wrap a grant in a guard. The server's idle timeout counts from the end
 /// of the granting statement, so a grant that waited is confirmed by one
 /// more statement before its lease is counted. Unrenewed, the lock is
 /// still checked: it ends with its connection (a server crash), which the
 /// holder must learn of before its deadline.
-async fn guard<D: Dialect>(
+pub(crate) async fn guard<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
     handle: Arc<dyn GuardHandle>,
-    token: u64,
-    sent_at: Instant,
+    (token, sent_at): (u64, Instant),
     record: Option<HolderRecord>,
+    kept: Kept<'_>,
 ) -> Result<LockGuard, LockError> {
     let (name, opts) = (req.name, req.opts);
     let fencing = lock.dialect.core().fencing;
@@ -419,7 +510,7 @@ async fn guard<D: Dialect>(
         Some(record) => Arc::new(Recorded {
             inner: handle,
             dialect: Arc::clone(&lock.dialect),
-            name: name.to_string(),
+            counter: kept.counter.to_string(),
             token,
             record,
             ttl: Mutex::new(opts.ttl),
@@ -437,7 +528,8 @@ async fn guard<D: Dialect>(
         lock.raw_capabilities(),
         lease,
         pending.disarm(),
-    );
+    )
+    .with_slot(kept.slot);
     Ok(guard.kept_by(&lock.watchdog, opts, Unrenewed::Watched))
 }
 
@@ -446,6 +538,9 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// One attempt, without waiting: on a shared session when sessions are
     /// shared, else on a connection of its own.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return permits::attempt(self, req, limit).await?.into_guard();
+        }
         let opts = req.opts.clone().wait(Wait::No);
         let once = Request {
             opts: &opts,
@@ -462,6 +557,9 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// Free now: taken on a shared session. Held: waited for on a
     /// connection of its own.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(limit) = req.opts.permits {
+            return permits::wait(self, req, limit).await;
+        }
         if self.dialect.core().shared.enabled()
             && let Some(guard) = on_shared(self, req).await?
         {
@@ -484,6 +582,7 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             })
             // The holder record lives beside the token.
             .with_holder(core.fencing)
+            .with_semaphore(Some(permits::SEMAPHORE))
     }
 
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
@@ -500,6 +599,12 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             .map(|r| HolderRecord::decode_for(D::CAPABILITIES.backend, name, &r))
             .transpose()?;
         Ok(info.with_fencing_token(Some(token)).with_holder(holder))
+    }
+
+    /// The slots whose rows are locked (see [`crate::permits`]).
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        validate_name(name)?;
+        permits::inspect(self, name).await
     }
 
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
@@ -556,7 +661,8 @@ impl<D: Dialect> GuardHandle for SqlHandle<D> {
 struct Recorded<D: Dialect> {
     inner: Arc<dyn GuardHandle>,
     dialect: Arc<D>,
-    name: String,
+    /// The counter the grant's token and record are kept under.
+    counter: String,
     token: u64,
     record: HolderRecord,
     /// The lease of the latest renewal: the confirmation renews with it, so
@@ -579,7 +685,7 @@ impl<D: Dialect> GuardHandle for Recorded<D> {
         let record = self.record.with_value(value);
         let written = self
             .dialect
-            .set_holder(&self.name, self.token, record.as_bytes())
+            .set_holder(&self.counter, self.token, record.as_bytes())
             .await?;
         if !written {
             return Ok(false);

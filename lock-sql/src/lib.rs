@@ -30,6 +30,8 @@ mod held;
 mod ident;
 #[cfg(feature = "mysql")]
 mod mysql;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]

@@ -49,8 +49,10 @@ use crate::config::{SqlConfig, SqlMode, SqlUrl};
 use crate::engine::{self, Core, Dialect, LatestGrant, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
+use crate::permits::Found;
 use crate::shared::{SessionSql, Tried};
 
+mod permits;
 mod tokens;
 
 const BACKEND: &str = "mysql";
@@ -101,6 +103,11 @@ pub struct MySqlDialect {
     /// On the application's pool: the statement that sets back what the
     /// lock changed in a session before its connection is put back.
     restore: Option<String>,
+    /// The same for a permit's connection (whose transaction opens as a
+    /// row lock's, in either mode).
+    restore_permit: Option<String>,
+    /// The semaphores' statements.
+    permits: permits::Statements,
 }
 
 impl MySqlDialect {
@@ -161,7 +168,7 @@ const HOLDER_SEARCH: Duration = Duration::from_secs(8);
 /// well above the 100 ms without readers after which InnoDB renews them.
 const LOCK_TABLES_SLOT: Duration = Duration::from_millis(500);
 
-fn not_granted(e: &sqlx::Error) -> bool {
+pub(crate) fn not_granted(e: &sqlx::Error) -> bool {
     match e {
         sqlx::Error::Database(db) => db
             .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
@@ -247,20 +254,21 @@ impl SqlLock<MySqlDialect> {
         let session = MySqlSession {
             tokens: Arc::clone(&tokens),
         };
+        let restore_row =
+            format!("SET SESSION innodb_lock_wait_timeout = DEFAULT, SESSION {idle_var} = DEFAULT");
         let restore = restore_sessions.then(|| match config.mode {
-            SqlMode::Row => {
-                format!(
-                    "SET SESSION innodb_lock_wait_timeout = DEFAULT, SESSION {idle_var} = DEFAULT"
-                )
-            }
+            SqlMode::Row => restore_row.clone(),
             SqlMode::Advisory => "SET SESSION wait_timeout = DEFAULT".to_string(),
         });
+        let restore_permit = restore_sessions.then_some(restore_row);
         Ok(SqlLock::new(MySqlDialect {
             core: Core::new(BACKEND, pool, options, session, config, display),
             tokens,
             idle_var,
             isolation_var,
             restore,
+            restore_permit,
+            permits: permits::Statements::new(&t),
         }))
     }
 }
@@ -272,8 +280,12 @@ impl SqlLock<MySqlDialect> {
     /// mode), the durable epoch of the fencing tokens (InnoDB), the
     /// `MEMORY` tables of the counters (with short holder records) and the
     /// epoch they count in, and the holder records too long for the
-    /// counters' row (InnoDB). The lock's account needs `SELECT`, `INSERT`,
-    /// `UPDATE` and `DELETE` on the five tables.
+    /// counters' row (InnoDB); last, the table of the semaphores' permits
+    /// (InnoDB, rows per name and slot), which the start-up checks do not
+    /// ask for: without it every lock works, and a request for a permit is
+    /// refused with `InvalidOptions` naming this statement. The lock's
+    /// account needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on the six
+    /// tables.
     ///
     /// ```
     /// let ddl = lock_sql::MySqlLock::ddl(&lock_sql::SqlConfig::default());
@@ -285,6 +297,7 @@ impl SqlLock<MySqlDialect> {
             "CREATE TABLE IF NOT EXISTS {t} (name VARBINARY(1024) PRIMARY KEY) ENGINE=InnoDB"
         )];
         ddl.extend(tokens::ddl(t));
+        ddl.push(permits::ddl(t));
         ddl
     }
 
@@ -848,6 +861,133 @@ impl Dialect for MySqlDialect {
         self.end_connection(id, &format!("the connection holding `{name}`"))
             .await?;
         Ok(true)
+    }
+
+    /// The transaction opens as a row lock's does (read committed, the
+    /// idle bound `ttl`), in either mode.
+    async fn take_slot(
+        &self,
+        pinned: &mut Pinned<MySql>,
+        name: &str,
+        limit: u32,
+        ttl: Duration,
+    ) -> Result<Result<Found, sqlx::Error>, LockError> {
+        let bounds = Bounds {
+            wait_secs: 1,
+            idle_secs: secs_ceil(ttl),
+        };
+        let app_pool = self.restore.is_some();
+        let begin = row_begin(
+            self.isolation_var,
+            self.idle_var,
+            app_pool,
+            pinned.bounds,
+            bounds,
+        );
+        // Unknown until the SET has been answered.
+        pinned.bounds = None;
+        let conn = pinned.conn(BACKEND)?;
+        if let Err(e) = sqlx::raw_sql(AssertSqlSafe(begin))
+            .execute(&mut **conn)
+            .await
+        {
+            return Ok(Err(e));
+        }
+        let found = self.permits.take_slot(conn, name, limit).await;
+        if found.is_ok() && !app_pool {
+            pinned.bounds = Some(bounds);
+        }
+        Ok(found)
+    }
+
+    async fn set_limit(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        name: &str,
+        limit: u32,
+    ) -> Result<bool, sqlx::Error> {
+        self.permits.set_limit(conn, name, limit).await
+    }
+
+    async fn end_permit(&self, conn: &mut PoolConnection<MySql>) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql("ROLLBACK").execute(&mut **conn).await?;
+        // Released either way; a connection that fails this is broken,
+        // and is replaced when its next statement fails.
+        if let Some(restore) = self.restore_permit.as_deref()
+            && let Err(e) = sqlx::raw_sql(AssertSqlSafe(restore))
+                .execute(&mut **conn)
+                .await
+        {
+            tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "setting a session back failed");
+        }
+        Ok(())
+    }
+
+    async fn touch_permit(
+        &self,
+        conn: &mut PoolConnection<MySql>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let touch = format!("SET SESSION {} = {}", self.idle_var, secs_ceil(ttl));
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+            .map(|_| ())
+    }
+
+    async fn held_slots(&self, name: &str) -> Result<Option<(u32, Vec<u32>)>, LockError> {
+        let failed = |e| self.permit_error(e);
+        let mut conn = self.core.pool.pool().acquire().await.map_err(failed)?;
+        let held = self.permits.held_slots(&mut conn, name).await;
+        if held.is_err() {
+            // It may hold half a transaction.
+            conn.close_on_drop();
+        }
+        held.map_err(failed)
+    }
+
+    async fn draw_on_side(&self, key: &str, record: &[u8]) -> Result<u64, LockError> {
+        self.core
+            .side
+            .run(async |conn| self.tokens.advance(conn, key, record).await)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "drawing a fencing token", e))
+    }
+
+    async fn put_back_permit(&self, pinned: Pinned<MySql>) {
+        let mut pinned = pinned;
+        if let Some(restore) = &self.restore_permit {
+            let Ok(conn) = pinned.conn(BACKEND) else {
+                return;
+            };
+            if sqlx::raw_sql(AssertSqlSafe(restore.as_str()))
+                .execute(&mut **conn)
+                .await
+                .is_err()
+            {
+                pinned.close();
+                return;
+            }
+        }
+        pinned.put_back();
+    }
+
+    fn permit_error(&self, e: sqlx::Error) -> LockError {
+        let missing = match &e {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| e.number() == NO_SUCH_TABLE),
+            _ => false,
+        };
+        if missing {
+            return LockError::invalid_options(format!(
+                "the semaphores' table is missing ({e}): create it with the last statement \
+                 of MySqlLock::ddl: {}",
+                permits::ddl(self.core.table.as_str())
+            ));
+        }
+        map_sqlx(BACKEND, "acquiring a permit", e)
     }
 }
 

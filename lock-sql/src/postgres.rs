@@ -70,8 +70,10 @@ use crate::engine::{self, Core, Dialect, LatestGrant, Pinning, SqlLock};
 use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
+use crate::permits::Found;
 use crate::shared::{SessionSql, Tried};
 
+mod permits;
 mod tokens;
 
 const BACKEND: &str = "postgres";
@@ -85,7 +87,7 @@ const BACKEND: &str = "postgres";
 const CHECK_CLIENT: &str = "100ms";
 
 /// SQLSTATE `55P03` lock_not_available: NOWAIT or `lock_timeout`.
-const LOCK_NOT_AVAILABLE: &str = "55P03";
+pub(crate) const LOCK_NOT_AVAILABLE: &str = "55P03";
 
 /// SQLSTATE `57014` query_canceled, "due to user request": what Postgres
 /// reports when a `lock_timeout` fires just as the row lock is granted
@@ -132,6 +134,8 @@ pub type PgLock = SqlLock<PgDialect>;
 pub struct PgDialect {
     core: Core<Postgres, PgSession>,
     sql: Statements,
+    /// The semaphores' statements.
+    permits: permits::Statements,
     /// The pool is the application's: its connections did not start with
     /// `client_connection_check_interval`, so an advisory wait sets it
     /// first (the server arms the check when a statement starts, so
@@ -281,6 +285,7 @@ impl SqlLock<PgDialect> {
         let sql = Statements::new(&config.table, config.fencing);
         let session = PgSession { sql: sql.clone() };
         Ok(SqlLock::new(PgDialect {
+            permits: permits::Statements::new(config.table.as_str()),
             core: Core::new(BACKEND, pool, options, session, config, display),
             sql,
             arm_check_before_waits,
@@ -298,8 +303,12 @@ impl SqlLock<PgDialect> {
     /// start-up unless [`SqlConfig::create_schema`] is off; all are `IF NOT
     /// EXISTS`): the lock table (a row per name, for row mode), the durable
     /// epoch of the fencing tokens, and the unlogged tables of the counters
-    /// and the epoch they count in. The lock's role needs `SELECT`,
-    /// `INSERT`, `UPDATE` and `DELETE` on the four tables.
+    /// and the epoch they count in; last, the unlogged table of the
+    /// semaphores' permits (rows per name and slot), which the start-up
+    /// checks do not ask for: without it every lock works, and a request
+    /// for a permit is refused with `InvalidOptions` naming this
+    /// statement. The lock's role needs `SELECT`, `INSERT`, `UPDATE` and
+    /// `DELETE` on the five tables.
     ///
     /// ```
     /// let ddl = lock_sql::PgLock::ddl(&lock_sql::SqlConfig::default());
@@ -311,6 +320,7 @@ impl SqlLock<PgDialect> {
             "CREATE TABLE IF NOT EXISTS {t} (name TEXT PRIMARY KEY, created_at TIMESTAMPTZ NOT NULL DEFAULT now())"
         )];
         ddl.extend(tokens::ddl(t));
+        ddl.push(permits::ddl(t));
         ddl
     }
 
@@ -741,6 +751,83 @@ impl Dialect for PgDialect {
             .await
             .map_err(|e| map_sqlx(BACKEND, "terminating the holder's session", e))?;
         Ok(ended)
+    }
+
+    async fn take_slot(
+        &self,
+        pinned: &mut Pinned<Postgres>,
+        name: &str,
+        limit: u32,
+        ttl: Duration,
+    ) -> Result<Result<Found, sqlx::Error>, LockError> {
+        let conn = pinned.conn(BACKEND)?;
+        Ok(self.permits.take_slot(conn, name, limit, ttl).await)
+    }
+
+    async fn set_limit(
+        &self,
+        conn: &mut PoolConnection<Postgres>,
+        name: &str,
+        limit: u32,
+    ) -> Result<bool, sqlx::Error> {
+        self.permits.set_limit(conn, name, limit).await
+    }
+
+    /// An abort: the row lock is freed without a WAL flush.
+    async fn end_permit(&self, conn: &mut PoolConnection<Postgres>) -> Result<(), sqlx::Error> {
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut **conn)
+            .await
+            .map(|_| ())
+    }
+
+    async fn touch_permit(
+        &self,
+        conn: &mut PoolConnection<Postgres>,
+        ttl: Duration,
+    ) -> Result<(), sqlx::Error> {
+        // A number only: nothing a caller controls is spliced.
+        let touch = format!(
+            "SET LOCAL idle_in_transaction_session_timeout = {}",
+            lease_millis(ttl)
+        );
+        sqlx::raw_sql(AssertSqlSafe(touch))
+            .execute(&mut **conn)
+            .await
+            .map(|_| ())
+    }
+
+    async fn held_slots(&self, name: &str) -> Result<Option<(u32, Vec<u32>)>, LockError> {
+        self.permits
+            .held_slots(self.core.pool.pool(), name)
+            .await
+            .map_err(|e| self.permit_error(e))
+    }
+
+    async fn draw_on_side(&self, key: &str, record: &[u8]) -> Result<u64, LockError> {
+        let token = self.draw_row_token(key, record).await?;
+        u64::try_from(token).map_err(|_| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("the server answered a negative fencing token {token}"),
+            source: None,
+        })
+    }
+
+    async fn put_back_permit(&self, mut pinned: Pinned<Postgres>) {
+        pinned.put_back();
+    }
+
+    fn permit_error(&self, e: sqlx::Error) -> LockError {
+        match &e {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => {
+                LockError::invalid_options(format!(
+                    "the semaphores' table is missing ({e}): create it with the last statement \
+                     of PgLock::ddl: {}",
+                    permits::ddl(self.core.table.as_str())
+                ))
+            }
+            _ => map_sqlx(BACKEND, "acquiring a permit", e),
+        }
     }
 }
 

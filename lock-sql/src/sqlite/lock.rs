@@ -643,6 +643,30 @@ impl fmt::Debug for SqliteLock {
     }
 }
 
+/// Add the `holder` column to a lease table made before it existed (an
+/// older version of this crate); concurrent openers may race to add it.
+async fn add_holder_column(pool: &SqlitePool, table: &Identifier) -> Result<(), LockError> {
+    let failed = |e| map_sqlx(BACKEND, "adding the holder column to the lease table", e);
+    let has = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'holder'",
+        )
+        .bind(table.as_str())
+        .fetch_one(pool)
+        .await
+    };
+    if has().await.map_err(failed)? > 0 {
+        return Ok(());
+    }
+    let alter = format!("ALTER TABLE \"{}\" ADD COLUMN holder BLOB", table.as_str());
+    match sqlx::query(AssertSqlSafe(alter)).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Another process added it first.
+        Err(_) if has().await.map_err(failed)? > 0 => Ok(()),
+        Err(e) => Err(failed(e)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -848,29 +872,5 @@ mod tests {
         ));
         assert!(start.elapsed() < Duration::from_secs(1));
         assert!(g.release().await.expect("release"));
-    }
-}
-
-/// Add the `holder` column to a lease table made before it existed (an
-/// older version of this crate); concurrent openers may race to add it.
-async fn add_holder_column(pool: &SqlitePool, table: &Identifier) -> Result<(), LockError> {
-    let failed = |e| map_sqlx(BACKEND, "adding the holder column to the lease table", e);
-    let has = || async {
-        sqlx::query_scalar::<_, i64>(
-            "SELECT COUNT(*) FROM pragma_table_info(?1) WHERE name = 'holder'",
-        )
-        .bind(table.as_str())
-        .fetch_one(pool)
-        .await
-    };
-    if has().await.map_err(failed)? > 0 {
-        return Ok(());
-    }
-    let alter = format!("ALTER TABLE \"{}\" ADD COLUMN holder BLOB", table.as_str());
-    match sqlx::query(AssertSqlSafe(alter)).execute(pool).await {
-        Ok(_) => Ok(()),
-        // Another process added it first.
-        Err(_) if has().await.map_err(failed)? > 0 => Ok(()),
-        Err(e) => Err(failed(e)),
     }
 }
