@@ -201,6 +201,61 @@ pub async fn another_limit_is_refused_naming_both(h: Harness) {
     }
 }
 
+/// Clients asking for a new name with two limits at once (2 and 3, on
+/// both clients, in rounds): every permit granted carries one limit, no
+/// more than that limit are held, no two share a slot, and every refusal
+/// is the typed mismatch.
+pub async fn racing_limits_grant_under_one(h: Harness) {
+    if semaphores(&h, "racing-limits", 2).await.is_none() {
+        return;
+    }
+    let o = opts(Duration::from_secs(20), Wait::No, true, &h);
+    for round in 0..4 {
+        let name = unique_name(&format!("racing-limits-{round}"));
+        let mut tasks = Vec::new();
+        for i in 0..8u32 {
+            let lock = if i % 2 == 0 {
+                h.lock.clone()
+            } else {
+                h.other.clone()
+            };
+            let limit = 2 + (i / 2) % 2;
+            let semaphore = Semaphore::new(lock, name.clone(), limit).expect("semaphore");
+            let o = o.clone();
+            tasks.push(tokio::spawn(async move {
+                (limit, semaphore.try_acquire(&o).await)
+            }));
+        }
+        let mut granted = Vec::new();
+        for task in tasks {
+            match task.await.expect("task") {
+                (limit, Ok(Some(permit))) => granted.push((limit, permit)),
+                (_, Ok(None)) => {}
+                (_, Err(LockError::InvalidOptions { .. })) => {}
+                (limit, Err(e)) => panic!("a permit of {limit}: {e:?}"),
+            }
+        }
+        let limits: Vec<u32> = granted.iter().map(|(l, _)| *l).collect();
+        let Some(&limit) = limits.first() else {
+            panic!("nobody was granted a permit of a new name");
+        };
+        assert!(
+            limits.iter().all(|&l| l == limit),
+            "permits granted under two limits at once: {limits:?}"
+        );
+        assert!(
+            granted.len() <= limit as usize,
+            "{} permits held of {limit}",
+            granted.len()
+        );
+        let slots: HashSet<Option<u32>> = granted.iter().map(|(_, p)| p.slot()).collect();
+        assert_eq!(slots.len(), granted.len(), "two permits on one slot");
+        for (_, permit) in granted {
+            assert!(permit.release().await.expect("release"));
+        }
+    }
+}
+
 /// A waiter for a permit gets the one given back, soon after.
 pub async fn a_waiter_gets_a_released_permit(h: Harness) {
     let Some((a, b)) = semaphores(&h, "waiter", 1).await else {
@@ -357,6 +412,7 @@ macro_rules! __semaphore_cases {
             permits_never_exceed_the_limit,
             a_release_frees_its_slot_for_the_next,
             another_limit_is_refused_naming_both,
+            racing_limits_grant_under_one,
             a_waiter_gets_a_released_permit,
             an_abandoned_permit_expires_and_its_holder_knows_first,
             inspect_shows_the_limit_and_the_permits,

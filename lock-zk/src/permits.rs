@@ -11,9 +11,11 @@
 //! one listed; the slot node's `czxid` is the permit's fencing
 //! token (global, so each slot's tokens rise). Both nodes live in the
 //! holder's session; a release deletes the slot node, then the queue node.
-//! An acquisition that finds, when it first lists the queue, a node asked
-//! with another limit is refused, naming both: so the nodes that pass
-//! always agree. Waiters watch the queue's children (each change wakes
+//! An acquisition that finds, when it first lists the queue, a node ahead
+//! of its own asked with another limit is refused, naming both: so the
+//! nodes that pass always agree (a node ahead was there when it listed),
+//! and the first of several contenders for a new name with different
+//! limits passes. Waiters watch the queue's children (each change wakes
 //! every waiter of the name) and look again.
 
 use std::collections::HashSet;
@@ -156,8 +158,11 @@ impl ZkLock {
                     reason: LossReason::TakenOver,
                 });
             };
+            // Only the nodes ahead count: each node is checked against
+            // those before it, so the nodes that pass agree, and the first
+            // of a new name's contenders always passes.
             if std::mem::take(&mut first_look)
-                && let Some(held) = queue
+                && let Some(held) = queue[..at]
                     .iter()
                     .filter_map(|c| limit_of(c))
                     .find(|&l| l != limit)
