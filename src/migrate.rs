@@ -421,8 +421,9 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
     })
     .with_holder(from.holder && to.holder)
     .with_observers(Waiting::Polling)
-    // A permit on both backends needs each one's slots kept apart from a
-    // process on the other URL: not offered through a migration yet.
+    // A permit on both backends would keep the count, not the slots: each
+    // backend picks its own, so a permit would share a slot with a process
+    // on either neighbouring URL (see the guide's migration section).
     .with_semaphore(None)
 }
 

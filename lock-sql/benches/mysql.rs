@@ -12,7 +12,7 @@
 mod session_bench;
 
 use lock_sql::MySqlLock;
-use session_bench::Floors;
+use session_bench::{Floors, PERMITS};
 use sqlx::{Connection, MySqlConnection};
 
 fn url() -> String {
@@ -136,6 +136,34 @@ impl Floors for MySqlFloors {
         let conn = &mut self.conn;
         get_lock(conn, name).await;
         release_lock(conn, name).await;
+    }
+
+    /// The hand-written permit, its transaction opened as the row floor's
+    /// (read committed, the same timeouts).
+    async fn fenced_permit(&mut self, name: &str) {
+        let (conn, tokens) = (&mut self.conn, &mut self.tokens);
+        sqlx::raw_sql(
+            "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = 50, \
+             SESSION idle_transaction_timeout = 30; START TRANSACTION",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+        let (slot, lim): (i32, i32) = sqlx::query_as(
+            "SELECT slot, lim FROM distlock_locks_permits WHERE name = ? AND slot >= 0 AND slot < ? \
+             ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED",
+        )
+        .bind(name.as_bytes())
+        .bind(PERMITS)
+        .fetch_one(&mut *conn)
+        .await
+        .expect("a slot");
+        assert_eq!(u32::try_from(lim), Ok(PERMITS));
+        assert!(draw_token(tokens, &format!("{name}:{slot}")).await > 0);
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut *conn)
+            .await
+            .expect("end");
     }
 }
 

@@ -13,7 +13,7 @@ mod session_bench;
 
 use lock_sql::PgLock;
 use lock_testkit::bench::cycles::Cycles;
-use session_bench::Floors;
+use session_bench::{Floors, PERMITS};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const ROLLBACK: &str = "row, ending in ROLLBACK";
@@ -147,6 +147,37 @@ async fn fenced_advisory(conn: &mut PgConnection, name: &str) {
     .expect("unlock");
 }
 
+/// The hand-written permit: see [`Floors::fenced_permit`].
+async fn fenced_permit(conn: &mut PgConnection, tokens: &mut PgConnection, name: &str) {
+    sqlx::raw_sql(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = 30000",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("begin");
+    let (slot, lim): (i32, i32) = sqlx::query_as(
+        "SELECT slot, lim FROM distlock_locks_permits WHERE name = $1 AND slot >= 0 AND slot < $2 \
+         ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED",
+    )
+    .bind(name)
+    .bind(PERMITS as i32)
+    .fetch_one(&mut *conn)
+    .await
+    .expect("a slot");
+    assert_eq!(lim, PERMITS as i32);
+    let token: i64 = sqlx::query_scalar(TOKEN_UPSERT)
+        .bind(format!("{name}:{slot}"))
+        .bind(holder_record())
+        .fetch_one(&mut *tokens)
+        .await
+        .expect("token");
+    assert!(token > 0);
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
 /// Postgres's floors on plain connections.
 struct PgFloors {
     conn: PgConnection,
@@ -181,6 +212,10 @@ impl Floors for PgFloors {
 
     async fn advisory_plain(&mut self, name: &str) {
         raw_advisory_plain(&mut self.conn, name).await
+    }
+
+    async fn fenced_permit(&mut self, name: &str) {
+        fenced_permit(&mut self.conn, &mut self.tokens, name).await
     }
 
     async fn more(&mut self, m: &mut Cycles) {

@@ -4,7 +4,11 @@
 //! renewal, against the dialect's hand-written floors on plain sqlx (the
 //! cheapest lock whose fencing token survives a crash of the server as
 //! distlock's does, drawing it from the same counters, and the plain lock
-//! a user writes without a token); then contended hand-offs with 8 clients.
+//! a user writes without a token), and a permit of a semaphore of 4
+//! against the hand-written permit with the same guarantees (the lowest
+//! free slot row locked `FOR UPDATE SKIP LOCKED` with its limit, the
+//! slot's token drawn beside the transaction); then contended hand-offs
+//! with 8 clients.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,6 +31,13 @@ const ADVISORY_FLOOR: &str = "advisory floor: lock and token upsert; unlock";
 const ADVISORY_PLAIN_FLOOR: &str = "advisory, no token: lock; unlock";
 const ROW_PLAIN: &str = "distlock row, fencing=false";
 const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
+const PERMIT_FLOOR: &str =
+    "permit floor: BEGIN; lowest free slot FOR UPDATE SKIP LOCKED; token upsert; ROLLBACK";
+const PERMIT: &str = "distlock permit of 4, auto-renew off";
+/// The semaphore's limit in the permit cycles.
+pub(crate) const PERMITS: u32 = 4;
+/// The semaphore whose rows the permit floor locks (made by distlock).
+pub(crate) const PERMIT_FLOOR_NAME: &str = "bench/permit-floor";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
@@ -47,6 +58,12 @@ pub(crate) trait Floors {
     async fn row_plain(&mut self, name: &str);
     /// The advisory lock without a token.
     async fn advisory_plain(&mut self, name: &str);
+    /// The cheapest permit of [`PERMITS`] with distlock's guarantees, on
+    /// the rows distlock made for semaphore `name`: in a transaction, the
+    /// lowest free slot below the limit locked with its row's limit
+    /// (checked), the slot's token upserted on the other connection, the
+    /// transaction's end.
+    async fn fenced_permit(&mut self, name: &str);
 
     /// Cycles of the dialect's own, measured in every round after the
     /// floors.
@@ -81,6 +98,14 @@ where
             .await
             .expect("release");
     }
+    // Create the permit floor's rows.
+    let permit = opts.clone().permits(PERMITS);
+    row.acquire(PERMIT_FLOOR_NAME, &permit)
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("release");
     let renewed = LockOptions::new().wait(Wait::Forever);
     let distlock: [(&str, &L, &str, &LockOptions); 6] = [
         (ROW, &row, "bench/row", &opts),
@@ -117,6 +142,11 @@ where
         for (label, lock, name, opts) in distlock {
             m.measure_lock(label, lock, name, opts).await;
         }
+        m.measure(PERMIT_FLOOR, async |_| {
+            floors.fenced_permit(PERMIT_FLOOR_NAME).await
+        })
+        .await;
+        m.measure_lock(PERMIT, &row, "bench/permit", &permit).await;
     }
     m.print();
     let comparisons = [
@@ -128,6 +158,7 @@ where
         (ADVISORY, ADVISORY_PLAIN_FLOOR),
         (ROW_PLAIN, ROW_PLAIN_FLOOR),
         (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
+        (PERMIT, PERMIT_FLOOR),
     ];
     for &(ours, floor) in comparisons.iter().chain(floors.more_comparisons()) {
         m.compare(ours, floor);
