@@ -271,6 +271,13 @@ macro_rules! conformance_suite {
             use super::*;
             $crate::__semaphore_cases!($harness);
         }
+
+        /// The lock-set suite against this backend.
+        mod lock_set {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__lock_set_cases!($harness);
+        }
     };
 }
 

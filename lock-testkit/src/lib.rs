@@ -25,6 +25,7 @@ pub mod conformance;
 pub mod docs;
 pub mod election;
 pub mod faults;
+pub mod lock_set;
 pub mod network;
 pub mod scale;
 pub mod semaphore;

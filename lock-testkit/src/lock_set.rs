@@ -1,0 +1,264 @@
+//! The lock-set conformance suite ([`LockSetExt`]), run by every backend
+//! through [`conformance_suite!`](crate::conformance_suite) in a module
+//! named `lock_set`, on the same [`Harness`].
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use lock_core::{DistributedLock, LockError, LockOptions, LockSetExt, Wait};
+
+use crate::conformance::{Harness, unique_name};
+
+/// Slack for scheduling and round trips.
+const SLACK: Duration = Duration::from_millis(1500);
+
+fn opts(h: &Harness, wait: Wait) -> LockOptions {
+    LockOptions::new()
+        .ttl(Duration::from_secs(10).max(h.lock.capabilities().min_lease))
+        .wait(wait)
+        .backoff(
+            lock_core::Backoff::default()
+                .with_initial(Duration::from_millis(2))
+                .with_max(Duration::from_millis(25)),
+        )
+}
+
+/// `count` names of a case.
+fn names(case: &str, count: usize) -> Vec<String> {
+    let base = unique_name(case);
+    (0..count).map(|i| format!("{base}/{i}")).collect()
+}
+
+/// Eight tasks on both clients take overlapping sets of two or three of
+/// four names, each naming its set in its own order (half of them in the
+/// reverse order of the others): every set is granted (no deadlock, within
+/// a bound), no name is ever inside two sets at once, and every release
+/// finds its members still held.
+pub async fn overlapping_sets_in_opposite_orders_never_deadlock_or_overlap(h: Harness) {
+    const TASKS: usize = 8;
+    const ROUNDS: usize = 8;
+    let pool = names("opposite-orders", 4);
+    let inside: Arc<BTreeMap<String, AtomicBool>> = Arc::new(
+        pool.iter()
+            .map(|n| (n.clone(), AtomicBool::new(false)))
+            .collect(),
+    );
+    let o = opts(&h, Wait::UpTo(Duration::from_secs(60)));
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lock = if t % 2 == 0 {
+            h.lock.clone()
+        } else {
+            h.other.clone()
+        };
+        let (pool, inside, o) = (pool.clone(), inside.clone(), o.clone());
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                let size = 2 + (t + round) % 2;
+                let mut set: Vec<String> = (0..size)
+                    .map(|i| pool[(t + round + i) % pool.len()].clone())
+                    .collect();
+                if t % 2 == 1 {
+                    set.reverse();
+                }
+                let held = lock.acquire_all(&set, &o).await.expect("a set");
+                assert_eq!(held.len(), set.len());
+                for name in held.names() {
+                    assert!(
+                        !inside[name].swap(true, Ordering::SeqCst),
+                        "{name} inside two sets at once"
+                    );
+                }
+                tokio::time::sleep(Duration::from_millis(2)).await;
+                for name in held.names() {
+                    inside[name].store(false, Ordering::SeqCst);
+                }
+                assert!(held.release().await.expect("release"), "a member was lost");
+            }
+        }));
+    }
+    let all = async {
+        for task in tasks {
+            task.await.expect("task");
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), all)
+        .await
+        .expect("the sets were not all granted within 120 s: a deadlock");
+}
+
+/// Names given twice are taken once, and the set is in the names' order
+/// with a token per name where the backend fences.
+pub async fn duplicates_are_taken_once(h: Harness) {
+    let n = names("duplicates", 3);
+    let asked = [&n[2], &n[0], &n[2], &n[1], &n[0]];
+    let set = h
+        .lock
+        .acquire_all(&asked, &opts(&h, Wait::No))
+        .await
+        .expect("a set");
+    assert_eq!(set.len(), 3);
+    assert_eq!(set.names().collect::<Vec<_>>(), [&n[0], &n[1], &n[2]]);
+    if h.lock.capabilities().fencing != lock_core::Fencing::None {
+        for name in &n {
+            assert!(set.fencing_token(name).is_some(), "no token for {name}");
+        }
+    }
+    assert!(set.get("not a member").is_none());
+    assert!(set.release().await.expect("release"));
+}
+
+/// A `try_acquire_all` that finds one member held gives back those it took:
+/// the others are free at once.
+pub async fn a_failed_try_leaves_no_member_held(h: Harness) {
+    let n = names("failed-try", 3);
+    let o = opts(&h, Wait::No);
+    let middle = h.other.acquire(&n[1], &o).await.expect("acquire");
+    let none = h.lock.try_acquire_all(&n, &o).await.expect("try");
+    assert!(none.is_none(), "a set granted with a member held elsewhere");
+    let nowait = h.lock.acquire_all(&n, &o).await;
+    assert!(
+        matches!(&nowait, Err(LockError::Timeout { name, .. }) if *name == n[1]),
+        "{nowait:?}"
+    );
+    for name in [&n[0], &n[2]] {
+        let free = h.other.try_acquire(name, &o).await.expect("try");
+        let free = free.unwrap_or_else(|| panic!("{name} still held by the failed set"));
+        assert!(free.release().await.expect("release"));
+    }
+    assert!(middle.release().await.expect("release"));
+}
+
+/// The set shares one wait: a member freed late gets only what is left
+/// of it, so the set times out when the whole wait ends, not one wait per
+/// member later; its members are free afterwards.
+pub async fn one_wait_bounds_the_whole_set(h: Harness) {
+    let n = names("one-wait", 3);
+    let o = opts(&h, Wait::No);
+    let second = h.other.acquire(&n[1], &o).await.expect("acquire");
+    let third = h.other.acquire(&n[2], &o).await.expect("acquire");
+    let wait = Duration::from_secs(2);
+    let freed_late = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(1500)).await;
+        assert!(second.release().await.expect("release"));
+    });
+    let started = Instant::now();
+    let outcome = h.lock.acquire_all(&n, &opts(&h, Wait::UpTo(wait))).await;
+    let took = started.elapsed();
+    assert!(
+        matches!(&outcome, Err(LockError::Timeout { name, .. }) if *name == n[2]),
+        "{outcome:?}"
+    );
+    assert!(
+        took >= wait - Duration::from_millis(50),
+        "gave up early: {took:?}"
+    );
+    // A wait of its own for the last member would end at 3.5 s.
+    assert!(
+        took < wait + Duration::from_millis(1200),
+        "the last member waited a whole wait of its own: {took:?}"
+    );
+    freed_late.await.expect("task");
+    for name in [&n[0], &n[1]] {
+        let free = h
+            .other
+            .acquire(name, &opts(&h, Wait::UpTo(SLACK)))
+            .await
+            .unwrap_or_else(|e| panic!("{name} still held by the timed-out set: {e}"));
+        assert!(free.release().await.expect("release"));
+    }
+    assert!(third.release().await.expect("release"));
+}
+
+/// A member taken away fires the set's `lost()`, naming it; the set's
+/// release then reports it (and only it) as no longer ours.
+pub async fn a_member_taken_away_fires_the_sets_loss_naming_it(h: Harness) {
+    let n = names("member-lost", 3);
+    let ttl = Duration::from_secs(6).max(h.lock.capabilities().min_lease);
+    let set = h
+        .lock
+        .acquire_all(&n, &opts(&h, Wait::No).ttl(ttl))
+        .await
+        .expect("a set");
+    h.hook.take_away(&n[1]).await.expect("fault hook");
+    let lost = tokio::time::timeout(ttl, set.lost())
+        .await
+        .expect("the set's lost() must fire once a member is taken away");
+    assert_eq!(lost.name, n[1]);
+    assert!(set.is_lost().is_some());
+    assert!(set.ensure_held().is_err());
+    let released: BTreeMap<String, bool> = set
+        .release_each()
+        .await
+        .into_iter()
+        .map(|(name, ours)| (name, ours.expect("release")))
+        .collect();
+    assert_eq!(
+        released,
+        n.iter()
+            .map(|name| (name.clone(), *name != n[1]))
+            .collect::<BTreeMap<_, _>>()
+    );
+}
+
+/// An acquisition of a set dropped while it waits (holding the members
+/// before the one it waits for) leaves nothing held.
+pub async fn a_cancelled_set_leaves_nothing_held(h: Harness) {
+    let n = names("cancelled-set", 3);
+    let o = opts(&h, Wait::No);
+    let last = h.other.acquire(&n[2], &o).await.expect("acquire");
+    let waiting = opts(&h, Wait::UpTo(Duration::from_secs(20)));
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(400), h.lock.acquire_all(&n, &waiting)).await;
+    assert!(cancelled.is_err(), "granted while a member was held");
+    assert!(last.release().await.expect("release"));
+    let all = h
+        .other
+        .acquire_all(&n, &opts(&h, Wait::UpTo(SLACK)))
+        .await
+        .expect("every member free once the cancelled set is gone");
+    assert!(all.release().await.expect("release"));
+}
+
+/// Bad sets are typed errors: none, a bad name, a request for permits.
+pub async fn bad_sets_are_typed_errors(h: Harness) {
+    let o = opts(&h, Wait::No);
+    let none: [&str; 0] = [];
+    let lock: &dyn DistributedLock = &*h.lock;
+    assert!(matches!(
+        lock.try_acquire_all(&none, &o).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    let n = unique_name("bad-set");
+    assert!(matches!(
+        lock.acquire_all(&[n.as_str(), ""], &o).await,
+        Err(LockError::InvalidName { .. })
+    ));
+    assert!(matches!(
+        lock.acquire_all(&[n.as_str()], &o.clone().permits(2)).await,
+        Err(LockError::InvalidOptions { .. })
+    ));
+    // Nothing was taken by the refused sets.
+    let free = lock.try_acquire(&n, &o).await.expect("try").expect("free");
+    assert!(free.release().await.expect("release"));
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __lock_set_cases {
+    ($harness:expr) => {
+        $crate::__conformance_cases!(@module lock_set; $harness;
+            overlapping_sets_in_opposite_orders_never_deadlock_or_overlap,
+            duplicates_are_taken_once,
+            a_failed_try_leaves_no_member_held,
+            one_wait_bounds_the_whole_set,
+            a_member_taken_away_fires_the_sets_loss_naming_it,
+            a_cancelled_set_leaves_nothing_held,
+            bad_sets_are_typed_errors,
+        );
+    };
+}
