@@ -3,14 +3,15 @@
 # the nemeses that make sense for it, each run for DURATION, then the same
 # as leader elections (`--election`: candidates and observers) on every
 # backend that offers them, and as semaphores (`--permits 2`) on every
-# backend that offers them, then one Markdown table of all runs.
+# backend that offers them, then as lock sets (`--set 2`) on every
+# backend, then one Markdown table of all runs.
 #
 #   scripts/check-matrix.sh [DURATION] [OUT_DIR] [FILTER]
 #
 # DURATION defaults to 60s; OUT_DIR to target/check-matrix (one directory
 # per run with its logs and report.json, and matrix.md); FILTER is a
 # substring of the run labels to keep (e.g. `postgres`, `kill-server`,
-# `election` or `permits`).
+# `election`, `permits` or `set-`).
 # Exits non-zero if any run fails. The servers are started as in the test
 # suite (scripts/services.sh up) and every run leaves them all up.
 set -euo pipefail
@@ -80,6 +81,9 @@ for case in "${CASES[@]}"; do
 done
 for case in "${CASES[@]}"; do
     [[ " $SEMAPHORES " == *" ${case%%|*} "* ]] && run_case permits- "$case" --permits 2
+done
+for case in "${CASES[@]}"; do
+    run_case set- "$case" --set 2
 done
 "$BIN" table "${dirs[@]}" >"$OUT/matrix.md"
 echo "table: $OUT/matrix.md" >&2

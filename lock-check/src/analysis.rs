@@ -150,6 +150,10 @@ pub struct Report {
     /// (`--permits`); `None`: the lock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub permits: Option<u32>,
+    /// The size of the lock sets the workers took (`--set`), of a pool of
+    /// twice as many names; each name is checked as a lock of its own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub set: Option<u32>,
     /// Seconds of faults.
     pub duration_s: f64,
     /// Worker processes started (including respawns).
@@ -310,7 +314,8 @@ impl Analysis {
     }
 
     fn collect(&mut self, w: &Worker) {
-        let mut current: Option<usize> = None;
+        // The holds of the current grant: one, or one per member of a set.
+        let mut current: Vec<usize> = Vec::new();
         let died = self.died_at(w.pid);
         for e in &w.events {
             match &e.event {
@@ -320,29 +325,47 @@ impl Analysis {
                     deadline,
                     lost_on_arrival,
                     slot,
+                    members,
                 } => {
-                    self.holds.push(Hold {
+                    let hold = |slot: Option<u32>, token: Option<u64>| Hold {
                         worker: w.id,
                         pid: w.pid,
                         started: *started,
                         granted: e.t,
-                        token: *token,
-                        slot: *slot,
+                        token,
+                        slot,
                         lost_on_arrival: lost_on_arrival.is_some(),
                         deadlines: vec![(e.t, *deadline)],
                         end: died,
-                    });
-                    current = Some(self.holds.len() - 1);
+                    };
+                    current.clear();
+                    if members.is_empty() {
+                        self.holds.push(hold(*slot, *token));
+                        current.push(self.holds.len() - 1);
+                    }
+                    for m in members {
+                        self.holds.push(hold(Some(m.slot), m.token));
+                        current.push(self.holds.len() - 1);
+                    }
                 }
                 Event::Renewed { deadline } => {
-                    if let Some(h) = current {
+                    for &h in &current {
                         self.holds[h].deadlines.push((e.t, *deadline));
                     }
                 }
                 Event::Wrote {
-                    seq, at, accepted, ..
+                    seq,
+                    at,
+                    accepted,
+                    slot,
+                    ..
                 } => {
-                    if let Some(h) = current {
+                    // A set's write names its member; otherwise the one hold.
+                    let hold = current
+                        .iter()
+                        .copied()
+                        .find(|&h| slot.is_none() || self.holds[h].slot == *slot);
+                    if let Some(h) = hold {
                         self.writes.push(Write {
                             hold: h,
                             seq: *seq,
@@ -352,12 +375,12 @@ impl Analysis {
                     }
                 }
                 Event::LossObserved { .. } | Event::Releasing { .. } => {
-                    if let Some(h) = current {
+                    for &h in &current {
                         let hold = &mut self.holds[h];
                         hold.end = Some(hold.end.map_or(e.t, |end| end.min(e.t)));
                     }
                 }
-                Event::Released { .. } => current = None,
+                Event::Released { .. } => current.clear(),
                 _ => {}
             }
         }
@@ -413,11 +436,13 @@ impl Analysis {
                     url,
                     nemesis,
                     permits,
+                    set,
                     ..
                 } => {
                     r.url.clone_from(url);
                     r.nemesis.clone_from(nemesis);
                     r.permits = *permits;
+                    r.set = *set;
                 }
                 other => {
                     let name = serde_json::to_value(other)
@@ -865,6 +890,9 @@ impl fmt::Display for Report {
             self.backend,
             self.permits
                 .map(|n| format!(", permits of {n}"))
+                .or_else(|| self
+                    .set
+                    .map(|k| format!(", sets of {k} of {} names", 2 * k)))
                 .unwrap_or_default(),
             self.grade,
             self.fencing,
@@ -1053,6 +1081,7 @@ mod tests {
             deadline: Some(deadline),
             lost_on_arrival: None,
             slot: None,
+            members: Vec::new(),
         }
     }
 
@@ -1063,6 +1092,7 @@ mod tests {
             at,
             accepted,
             highest: None,
+            slot: None,
         }
     }
 
@@ -1097,6 +1127,7 @@ mod tests {
                 deadline,
                 lost_on_arrival,
                 slot: Some(slots[worker]),
+                members: Vec::new(),
             },
             (event, _) => event,
         };
@@ -1113,6 +1144,7 @@ mod tests {
                 election: false,
                 observers: 0,
                 permits: permits.map(|(limit, _)| limit),
+                set: None,
             },
         )?;
         c.log_at(
@@ -1213,6 +1245,88 @@ mod tests {
         let dir = tempfile::tempdir()?;
         let r = history_of(dir.path(), true, false, Some((2, [0, 2])))?;
         assert_eq!(r.slots_out_of_range.count, 1, "{r}");
+        assert!(!r.passed(), "{r}");
+        Ok(())
+    }
+
+    /// Lock sets: worker 0 holds names 0 and 1 (tokens 1, 1) until 10 s;
+    /// worker 1 is granted names 1 and 2 (tokens 2, 1) at 5 s and writes
+    /// name 1; worker 0 writes names 0 and 1 after it: only name 1's late
+    /// write is an overlap (refused by its register), name 0's is fine.
+    #[test]
+    fn set_members_contend_per_name() -> std::io::Result<()> {
+        use crate::event::Member;
+        let dir = tempfile::tempdir()?;
+        let dir = dir.path();
+        let set = |members: &[(u32, u64)], deadline: u64| Event::Granted {
+            started: 0,
+            token: None,
+            deadline: Some(deadline),
+            lost_on_arrival: None,
+            slot: None,
+            members: members
+                .iter()
+                .map(|&(slot, token)| Member {
+                    slot,
+                    token: Some(token),
+                })
+                .collect(),
+        };
+        let wrote_on = |slot: u32, token: u64, seq: u64, at: u64, accepted: bool| Event::Wrote {
+            token: Some(token),
+            seq,
+            at,
+            accepted,
+            highest: None,
+            slot: Some(slot),
+        };
+        let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
+        c.log_at(
+            0,
+            &Action::RunStarted {
+                url: "test://".into(),
+                nemesis: "none".into(),
+                workers: 2,
+                ttl_ms: 10_000,
+                wait_ms: 5_000,
+                duration_ms: 20_000,
+                election: false,
+                observers: 0,
+                permits: None,
+                set: Some(2),
+            },
+        )?;
+        for (worker, pid) in [(0, 100), (1, 101)] {
+            c.log_at(
+                1 + u64::from(worker),
+                &Action::Spawned {
+                    worker,
+                    pid,
+                    observer: false,
+                },
+            )?;
+        }
+        c.log_at(20 * S, &Action::Stopping)?;
+        let w0 = EventLog::create(&dir.join(files::worker_log(0)))?;
+        w0.log_at(10, &started(0, 100))?;
+        w0.log_at(S, &set(&[(0, 1), (1, 1)], 10 * S))?;
+        w0.log_at(8 * S, &wrote_on(0, 1, 1, 8 * S, true))?;
+        w0.log_at(8 * S + 1, &wrote_on(1, 1, 2, 8 * S + 1, false))?;
+        let release = Event::Releasing {
+            how: HoldEnd::Release,
+        };
+        w0.log_at(9 * S, &release)?;
+        let w1 = EventLog::create(&dir.join(files::worker_log(1)))?;
+        w1.log_at(10, &started(1, 101))?;
+        w1.log_at(5 * S, &set(&[(1, 2), (2, 1)], 15 * S))?;
+        w1.log_at(6 * S, &wrote_on(1, 2, 1, 6 * S, true))?;
+        w1.log_at(7 * S, &release)?;
+        let r = analyse(dir)?;
+        assert_eq!(r.set, Some(2));
+        assert_eq!(r.grants, 4, "a hold per member: {r}");
+        assert_eq!(r.exclusion.rejected.count, 1, "{r}");
+        assert_eq!(r.in_time.running.count, 1, "{r}");
+        assert_eq!(r.token_order.count, 0, "{r}");
         assert!(!r.passed(), "{r}");
         Ok(())
     }

@@ -57,6 +57,10 @@ pub struct RunConfig {
     /// The workers take permits of a semaphore of this limit on `name`
     /// instead of its lock; each slot has a fenced register of its own.
     pub permits: Option<u32>,
+    /// The workers take sets of this many names of a pool of twice as
+    /// many (derived from `name`) instead of its lock; each name has a
+    /// fenced register of its own.
+    pub set: Option<u32>,
 }
 
 /// The worker processes of a run.
@@ -103,6 +107,9 @@ impl Fleet {
         }
         if let Some(limit) = self.cfg.permits {
             cmd.args(["--permits", &limit.to_string()]);
+        }
+        if let Some(k) = self.cfg.set {
+            cmd.args(["--set", &k.to_string()]);
         }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
@@ -189,7 +196,8 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
     if cfg.register.is_none() || !register.exists() {
         FencedRegister::create(&register)?;
     }
-    for slot in 0..cfg.permits.unwrap_or(0) {
+    let slots = cfg.permits.or(cfg.set.map(|k| 2 * k)).unwrap_or(0);
+    for slot in 0..slots {
         let path = slot_register(&register, slot);
         if cfg.register.is_none() || !path.exists() {
             FencedRegister::create(&path)?;
@@ -211,6 +219,7 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
         election: cfg.election,
         observers: cfg.observers,
         permits: cfg.permits,
+        set: cfg.set,
     })?;
     let services = Services::new(&cfg.services);
     let mut broken = Broken::new(services.clone());

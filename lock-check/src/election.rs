@@ -210,6 +210,7 @@ mod tests {
                     deadline: None,
                     lost_on_arrival: None,
                     slot: None,
+                    members: Vec::new(),
                 },
             ),
             at(

@@ -24,6 +24,15 @@ pub enum HoldEnd {
     Expire,
 }
 
+/// A lock set's member as a worker logs it ([`Event::Granted`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Member {
+    /// The name's index in the run's pool (its register's slot).
+    pub slot: u32,
+    /// Its fencing token.
+    pub token: Option<u64>,
+}
+
 /// One thing a worker did or saw.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "event", rename_all = "snake_case")]
@@ -77,6 +86,10 @@ pub enum Event {
         /// A permit's slot (`--permits` runs).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         slot: Option<u32>,
+        /// A lock set's members (`--set` runs): each name's index in the
+        /// run's pool of names and its token; the hold is one per member.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        members: Vec<Member>,
     },
     /// `acquire` failed.
     AcquireFailed {
@@ -99,6 +112,9 @@ pub enum Event {
         accepted: bool,
         /// The highest token the register had accepted before.
         highest: Option<u64>,
+        /// The set member whose register it was (`--set` runs).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        slot: Option<u32>,
     },
     /// A write the worker did not make, because the lock was lost or its
     /// validity deadline had passed.
@@ -196,6 +212,10 @@ pub enum Action {
         /// (`--permits`) instead of the lock.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         permits: Option<u32>,
+        /// The workers took sets of this many names (`--set`) of a pool of
+        /// twice as many instead of the lock.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        set: Option<u32>,
     },
     /// A worker process was started.
     Spawned {
@@ -346,6 +366,7 @@ mod tests {
             deadline: None,
             lost_on_arrival: None,
             slot: None,
+            members: Vec::new(),
         };
         log.log_at(5, &event)?;
         OpenOptions::new()

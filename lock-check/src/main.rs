@@ -139,6 +139,13 @@ struct RunArgs {
     /// slot (and that no slot reaches the limit).
     #[arg(long, conflicts_with = "election")]
     permits: Option<u32>,
+    /// Check lock sets instead of the lock: each worker takes sets of this
+    /// many names (`acquire_all`) out of a pool of twice as many, in a
+    /// random order, and writes each name's fenced register with that
+    /// name's token; the report checks exclusion and token order per name,
+    /// and counts acquisitions that never complete (a deadlock) as hangs.
+    #[arg(long, conflicts_with_all = ["election", "permits"], value_parser = clap::value_parser!(u32).range(1..=512))]
+    set: Option<u32>,
 }
 
 #[derive(Args)]
@@ -165,6 +172,8 @@ struct WorkerArgs {
     role: Role,
     #[arg(long)]
     permits: Option<u32>,
+    #[arg(long)]
+    set: Option<u32>,
 }
 
 fn main() -> ExitCode {
@@ -194,6 +203,7 @@ fn main() -> ExitCode {
                 sabotage: a.sabotage,
                 role: a.role,
                 permits: a.permits,
+                set: a.set,
             };
             match runtime.block_on(worker::run(cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -221,6 +231,7 @@ fn main() -> ExitCode {
                 election: a.election,
                 observers: if a.election { a.observers } else { 0 },
                 permits: a.permits,
+                set: a.set,
             };
             match runtime.block_on(controller::run(cfg)) {
                 Ok(report) => publish(&report, Some(&a.dir.join("report.json"))),

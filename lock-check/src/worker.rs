@@ -11,12 +11,14 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use distlock::{DistributedLock, Election, LockError, LockGuard, LockOptions, Wait};
+use distlock::{
+    DistributedLock, Election, LockError, LockGuard, LockOptions, LockSet, LockSetExt, Wait,
+};
 use futures_util::StreamExt;
 use lock_core::raw::{LeaseState, RawGuard};
 
 use crate::clock::{instant_ns, now_ns};
-use crate::event::{Event, EventLog, HoldEnd};
+use crate::event::{Event, EventLog, HoldEnd, Member};
 use crate::register::FencedRegister;
 use crate::sabotage::{Sabotage, SabotagedLock};
 
@@ -62,6 +64,15 @@ pub struct WorkerConfig {
     pub role: Role,
     /// Take permits of a semaphore of this limit instead of the lock.
     pub permits: Option<u32>,
+    /// Take sets of this many names of a pool of twice as many
+    /// ([`set_pool`]) instead of the lock.
+    pub set: Option<u32>,
+}
+
+/// The pool of names a `--set K` run takes its sets from: `2K` names
+/// derived from the run's name; name `i` writes to register slot `i`.
+pub fn set_pool(name: &str, k: u32) -> Vec<String> {
+    (0..2 * k).map(|i| format!("{name}/set-{i}")).collect()
 }
 
 /// What a worker does.
@@ -106,7 +117,10 @@ pub async fn run(cfg: WorkerConfig) -> std::io::Result<()> {
     let mut campaigns = 0;
     while !stop.exists() {
         campaigns += 1;
-        hold_once(&locks, &cfg, &log, &register, campaigns).await?;
+        match cfg.set {
+            Some(k) => hold_set_once(&locks, &cfg, &log, k).await?,
+            None => hold_once(&locks, &cfg, &log, &register, campaigns).await?,
+        }
         tokio::time::sleep(Duration::from_micros(rand::random_range(0..5_000))).await;
     }
     log.log(&Event::Exiting)
@@ -267,6 +281,7 @@ async fn hold_once(
         deadline: guard.validity_deadline().map(|d| instant_ns(d.into_std())),
         lost_on_arrival: guard.is_lost().map(|r| r.to_string()),
         slot: guard.slot(),
+        members: Vec::new(),
     })?;
     announce_holder(&cfg.dir)?;
     // A permit writes to its slot's register: the resource is partitioned
@@ -284,6 +299,184 @@ async fn hold_once(
     let ended = end_hold(guard, end, cfg.ttl, log).await;
     watcher.abort();
     result.and(ended)
+}
+
+/// One lock set of `k` names of the pool, picked at random and named in a
+/// random order: acquired, each member's register written with its own
+/// token 1–3 times, and ended as a lock's hold is.
+async fn hold_set_once(
+    locks: &Arc<dyn DistributedLock>,
+    cfg: &WorkerConfig,
+    log: &EventLog,
+    k: u32,
+) -> std::io::Result<()> {
+    let end = pick_end();
+    let opts = LockOptions::new()
+        .ttl(cfg.ttl)
+        .wait(Wait::UpTo(cfg.wait))
+        .auto_renew(end != HoldEnd::Expire);
+    let pool = set_pool(&cfg.name, k);
+    let mut picked: Vec<u32> = (0..2 * k).collect();
+    // A random k of the pool, in a random order.
+    for i in (1..picked.len()).rev() {
+        picked.swap(i, rand::random_range(0..=i));
+    }
+    picked.truncate(k as usize);
+    let names: Vec<&str> = picked.iter().map(|&i| pool[i as usize].as_str()).collect();
+    let started = now_ns();
+    log.log(&Event::Acquiring {
+        wait_ms: u64::try_from(cfg.wait.as_millis()).unwrap_or(u64::MAX),
+        end,
+        value: None,
+    })?;
+    let set = match locks.acquire_all(&names, &opts).await {
+        Ok(set) => set,
+        Err(e) => {
+            log.log(&failed(started, &e))?;
+            if !matches!(e, LockError::Timeout { .. }) {
+                tokio::time::sleep(Duration::from_millis(rand::random_range(50..150))).await;
+            }
+            return Ok(());
+        }
+    };
+    let slot_of = |name: &str| pool.iter().position(|n| n == name).map(|i| i as u32);
+    let members: Vec<(u32, &LockGuard)> = set
+        .guards()
+        .iter()
+        .filter_map(|g| slot_of(g.name()).map(|slot| (slot, g)))
+        .collect();
+    log.log(&Event::Granted {
+        started,
+        token: None,
+        deadline: set.validity_deadline().map(|d| instant_ns(d.into_std())),
+        lost_on_arrival: set.is_lost().map(|l| l.to_string()),
+        slot: None,
+        members: members
+            .iter()
+            .map(|&(slot, g)| Member {
+                slot,
+                token: g.fencing_token(),
+            })
+            .collect(),
+    })?;
+    announce_holder(&cfg.dir)?;
+    let watcher = tokio::spawn(watch_set(
+        set.guards().iter().map(|g| Arc::clone(g.lease())).collect(),
+        log.clone(),
+    ));
+    let length =
+        (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
+    let result = hold_set(&set, &members, length, log, cfg).await;
+    let ended = end_set(set, end, cfg.ttl, log).await;
+    watcher.abort();
+    result.and(ended)
+}
+
+/// Log a set's renewals (its earliest member's deadline) and its first
+/// member loss as they happen.
+async fn watch_set(leases: Vec<Arc<LeaseState>>, log: EventLog) {
+    let earliest = |leases: &[Arc<LeaseState>]| leases.iter().filter_map(|l| l.deadline()).min();
+    let mut deadline = earliest(&leases);
+    loop {
+        if let Some(reason) = leases.iter().find_map(|l| l.lost_now()) {
+            let _ = log.log(&Event::LossObserved {
+                reason: reason.to_string(),
+            });
+            return;
+        }
+        let now = earliest(&leases);
+        if now != deadline {
+            deadline = now;
+            let _ = log.log(&Event::Renewed {
+                deadline: now.map(|d| instant_ns(d.into_std())),
+            });
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// 1–3 rounds of writes, one to each member's register with that
+/// member's token, each round checked against the whole set first.
+async fn hold_set(
+    set: &LockSet,
+    members: &[(u32, &LockGuard)],
+    length: Option<Duration>,
+    log: &EventLog,
+    cfg: &WorkerConfig,
+) -> std::io::Result<()> {
+    let rounds = rand::random_range(1..=3);
+    let pause = match length {
+        Some(length) => length / rounds,
+        None => Duration::from_micros(rand::random_range(500..3_000)),
+    };
+    for _ in 0..rounds {
+        for &(slot, guard) in members {
+            if let Err(e) = set.ensure_held() {
+                return log.log(&Event::WriteSkipped {
+                    reason: e.to_string(),
+                });
+            }
+            if set
+                .validity_deadline()
+                .is_some_and(|d| d <= tokio::time::Instant::now())
+            {
+                return log.log(&Event::WriteSkipped {
+                    reason: "validity deadline passed".to_string(),
+                });
+            }
+            let register =
+                FencedRegister::open(&crate::controller::slot_register(&cfg.register, slot));
+            let out = register.write(guard.fencing_token())?;
+            log.log(&Event::Wrote {
+                token: guard.fencing_token(),
+                seq: out.seq,
+                at: out.at,
+                accepted: out.accepted,
+                highest: out.highest,
+                slot: Some(slot),
+            })?;
+        }
+        tokio::select! {
+            () = tokio::time::sleep(pause) => {}
+            _ = set.lost() => return Ok(()),
+        }
+    }
+    Ok(())
+}
+
+/// End a set's hold as [`end_hold`] ends a lock's.
+async fn end_set(set: LockSet, how: HoldEnd, ttl: Duration, log: &EventLog) -> std::io::Result<()> {
+    let started = now_ns();
+    let (still_held, error) = match how {
+        HoldEnd::Release => {
+            log.log(&Event::Releasing { how })?;
+            match set.release().await {
+                Ok(held) => (Some(held), None),
+                Err(e) => (None, Some(e.to_string())),
+            }
+        }
+        HoldEnd::Drop => {
+            log.log(&Event::Releasing { how })?;
+            drop(set);
+            (None, None)
+        }
+        HoldEnd::Expire => {
+            let limit = ttl * 3 + Duration::from_secs(10);
+            let error = tokio::time::timeout(limit, set.lost())
+                .await
+                .err()
+                .map(|_| format!("lost() did not fire within {limit:?} of an unrenewed lease"));
+            log.log(&Event::Releasing { how })?;
+            drop(set);
+            (None, error)
+        }
+    };
+    log.log(&Event::Released {
+        how,
+        started,
+        still_held,
+        error,
+    })
 }
 
 /// Tell the controller who holds the lock now (for its holder nemeses).
@@ -359,6 +552,7 @@ async fn hold(
             at: out.at,
             accepted: out.accepted,
             highest: out.highest,
+            slot: None,
         })?;
         if let (Some(campaign), Some(term)) = (campaign, guard.fencing_token())
             && rand::random_range(0..3) == 0

@@ -9,7 +9,8 @@
 //! The `election_*` cases run the same way with `--election` (candidates
 //! and observers) on every backend that offers elections, and the
 //! `permits_*` cases with `--permits 2` on every backend that offers
-//! semaphores.
+//! semaphores, and the `set_*` cases with `--set 2` (sets of two names of a
+//! pool of four) on every backend.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -326,6 +327,53 @@ fn permits_etcd() {
 #[test]
 fn permits_zookeeper() {
     check_permits("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+/// The lock sets' runs of `case`: four workers taking sets of two names of
+/// a pool of four (`--set 2`, a register per name) under the holder
+/// faults (and `server_kill`'s servers killed, if any).
+fn check_set(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    let nemeses = holder_faults_and(server_kill);
+    check_runs(&format!("set-{case}"), servers, url, &nemeses, &["--set", "2"]);
+}
+
+#[test]
+fn set_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    check_set("sqlite", "sqlite", &url, &[]);
+}
+
+#[test]
+fn set_redis() {
+    check_set("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
+}
+
+#[test]
+fn set_redlock() {
+    check_set("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
+}
+
+#[test]
+fn set_postgres_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check_set("postgres-row", "postgres", &url, &["postgres"]);
+}
+
+#[test]
+fn set_mysql_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
+    check_set("mysql-advisory", "mysql", &url, &["mysql"]);
+}
+
+#[test]
+fn set_etcd() {
+    check_set("etcd", "etcd", &env("DISTLOCK_TEST_ETCD_URL"), &["etcd"]);
+}
+
+#[test]
+fn set_zookeeper() {
+    check_set("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
 /// An interrupted run puts a paused server back.
