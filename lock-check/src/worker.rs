@@ -290,7 +290,7 @@ async fn hold_once(
         .slot()
         .map(|slot| FencedRegister::open(&crate::controller::slot_register(&cfg.register, slot)));
     let register = slot_register.as_ref().unwrap_or(register);
-    let watcher = tokio::spawn(watch(Arc::clone(guard.lease()), log.clone()));
+    let watcher = tokio::spawn(watch(vec![Arc::clone(guard.lease())], log.clone()));
     // One hold in ten lasts 1.2–2 × TTL, so renewals run under the faults
     // and waiters wait longer than a lease.
     let length =
@@ -360,39 +360,14 @@ async fn hold_set_once(
             .collect(),
     })?;
     announce_holder(&cfg.dir)?;
-    let watcher = tokio::spawn(watch_set(
-        set.guards().iter().map(|g| Arc::clone(g.lease())).collect(),
-        log.clone(),
-    ));
+    let leases = set.guards().iter().map(|g| Arc::clone(g.lease()));
+    let watcher = tokio::spawn(watch(leases.collect(), log.clone()));
     let length =
         (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
     let result = hold_set(&set, &members, length, log, cfg).await;
-    let ended = end_set(set, end, cfg.ttl, log).await;
+    let ended = end_hold(set, end, cfg.ttl, log).await;
     watcher.abort();
     result.and(ended)
-}
-
-/// Log a set's renewals (its earliest member's deadline) and its first
-/// member loss as they happen.
-async fn watch_set(leases: Vec<Arc<LeaseState>>, log: EventLog) {
-    let earliest = |leases: &[Arc<LeaseState>]| leases.iter().filter_map(|l| l.deadline()).min();
-    let mut deadline = earliest(&leases);
-    loop {
-        if let Some(reason) = leases.iter().find_map(|l| l.lost_now()) {
-            let _ = log.log(&Event::LossObserved {
-                reason: reason.to_string(),
-            });
-            return;
-        }
-        let now = earliest(&leases);
-        if now != deadline {
-            deadline = now;
-            let _ = log.log(&Event::Renewed {
-                deadline: now.map(|d| instant_ns(d.into_std())),
-            });
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 /// 1–3 rounds of writes, one to each member's register with that
@@ -444,41 +419,6 @@ async fn hold_set(
     Ok(())
 }
 
-/// End a set's hold as [`end_hold`] ends a lock's.
-async fn end_set(set: LockSet, how: HoldEnd, ttl: Duration, log: &EventLog) -> std::io::Result<()> {
-    let started = now_ns();
-    let (still_held, error) = match how {
-        HoldEnd::Release => {
-            log.log(&Event::Releasing { how })?;
-            match set.release().await {
-                Ok(held) => (Some(held), None),
-                Err(e) => (None, Some(e.to_string())),
-            }
-        }
-        HoldEnd::Drop => {
-            log.log(&Event::Releasing { how })?;
-            drop(set);
-            (None, None)
-        }
-        HoldEnd::Expire => {
-            let limit = ttl * 3 + Duration::from_secs(10);
-            let error = tokio::time::timeout(limit, set.lost())
-                .await
-                .err()
-                .map(|_| format!("lost() did not fire within {limit:?} of an unrenewed lease"));
-            log.log(&Event::Releasing { how })?;
-            drop(set);
-            (None, error)
-        }
-    };
-    log.log(&Event::Released {
-        how,
-        started,
-        still_held,
-        error,
-    })
-}
-
 /// Tell the controller who holds the lock now (for its holder nemeses).
 fn announce_holder(dir: &Path) -> std::io::Result<()> {
     let tmp = dir.join(format!(
@@ -490,19 +430,21 @@ fn announce_holder(dir: &Path) -> std::io::Result<()> {
     std::fs::rename(&tmp, dir.join(files::HOLDER))
 }
 
-/// Log renewals and the loss as they happen.
-async fn watch(lease: Arc<LeaseState>, log: EventLog) {
-    let mut deadline = lease.deadline();
-    let lost = lease.lost();
+/// Log renewals (the earliest deadline of `leases`: a lock's one, or a
+/// set's members') and the first loss as they happen.
+async fn watch(leases: Vec<Arc<LeaseState>>, log: EventLog) {
+    let earliest = || leases.iter().filter_map(|l| l.deadline()).min();
+    let mut deadline = earliest();
+    let lost = futures_util::future::select_all(leases.iter().map(|l| Box::pin(l.lost())));
     tokio::pin!(lost);
     loop {
         tokio::select! {
-            reason = &mut lost => {
+            (reason, _, _) = &mut lost => {
                 let _ = log.log(&Event::LossObserved { reason: reason.to_string() });
                 return;
             }
             () = tokio::time::sleep(Duration::from_millis(5)) => {
-                let now = lease.deadline();
+                let now = earliest();
                 if now != deadline {
                     deadline = now;
                     let _ = log.log(&Event::Renewed {
@@ -577,7 +519,7 @@ async fn hold(
 }
 
 async fn end_hold(
-    guard: LockGuard,
+    held: impl Held,
     how: HoldEnd,
     ttl: Duration,
     log: &EventLog,
@@ -586,14 +528,14 @@ async fn end_hold(
     let (still_held, error) = match how {
         HoldEnd::Release => {
             log.log(&Event::Releasing { how })?;
-            match guard.release().await {
+            match held.release().await {
                 Ok(held) => (Some(held), None),
                 Err(e) => (None, Some(e.to_string())),
             }
         }
         HoldEnd::Drop => {
             log.log(&Event::Releasing { how })?;
-            drop(guard);
+            drop(held);
             (None, None)
         }
         HoldEnd::Expire => {
@@ -601,12 +543,12 @@ async fn end_hold(
             // dropping it then frees what the server still keeps (a
             // connection-held lock) at once.
             let limit = ttl * 3 + Duration::from_secs(10);
-            let error = tokio::time::timeout(limit, guard.lost())
+            let error = tokio::time::timeout(limit, held.lost())
                 .await
                 .err()
                 .map(|_| format!("lost() did not fire within {limit:?} of an unrenewed lease"));
             log.log(&Event::Releasing { how })?;
-            drop(guard);
+            drop(held);
             (None, error)
         }
     };
@@ -616,6 +558,34 @@ async fn end_hold(
         still_held,
         error,
     })
+}
+
+/// What a worker holds: a lock's guard or a set.
+trait Held: Send {
+    /// Give it back: whether it was all still ours.
+    async fn release(self) -> Result<bool, LockError>;
+    /// Resolves when it is (or part of it is) lost.
+    async fn lost(&self);
+}
+
+impl Held for LockGuard {
+    async fn release(self) -> Result<bool, LockError> {
+        LockGuard::release(self).await
+    }
+
+    async fn lost(&self) {
+        LockGuard::lost(self).await;
+    }
+}
+
+impl Held for LockSet {
+    async fn release(self) -> Result<bool, LockError> {
+        LockSet::release(self).await
+    }
+
+    async fn lost(&self) {
+        LockSet::lost(self).await;
+    }
 }
 
 impl Role {

@@ -334,7 +334,13 @@ fn permits_zookeeper() {
 /// faults (and `server_kill`'s servers killed, if any).
 fn check_set(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
     let nemeses = holder_faults_and(server_kill);
-    check_runs(&format!("set-{case}"), servers, url, &nemeses, &["--set", "2"]);
+    check_runs(
+        &format!("set-{case}"),
+        servers,
+        url,
+        &nemeses,
+        &["--set", "2"],
+    );
 }
 
 #[test]
