@@ -183,6 +183,7 @@ async fn main() {
         .await;
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
+        m.measure_sets(&locks, "bench/set/", &unrenewed).await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -193,6 +194,7 @@ async fn main() {
     m.compare(OURS_UNRENEWED, OWN_LEASE_CHECKED);
     m.compare(OURS_PERMIT, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
+    m.compare_sets();
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();

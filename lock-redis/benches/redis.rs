@@ -402,6 +402,7 @@ async fn main() {
         .await;
         m.measure_lock(OURS_PERMIT, &locks, "bench:permit", &permit)
             .await;
+        m.measure_sets(&locks, "bench:set:", &unrenewed).await;
         m.measure(PEER, async |_| {
             let l = rs
                 .lock("bench:rslock", Duration::from_secs(30))
@@ -430,6 +431,7 @@ async fn main() {
     m.compare(OURS_PERMIT, PERMIT_SCRIPTS);
     m.compare(PERMIT_SCRIPTS, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
+    m.compare_sets();
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();

@@ -174,6 +174,7 @@ async fn main() {
         }
         m.measure_lock(OURS, &sets[2], "bench:redlock-renewed", &renewed)
             .await;
+        m.measure_sets(&sets[2], "bench:set:", &unrenewed).await;
         m.measure(PEER, async |_| {
             let l = peer
                 .lock("bench:rslock", Duration::from_secs(30))
@@ -196,6 +197,7 @@ async fn main() {
     m.compare(SETS[2], MANAGED);
     m.compare(SETS[0], SINGLE);
     m.compare(SETS[2], SETS[0]);
+    m.compare_sets();
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();

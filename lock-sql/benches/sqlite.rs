@@ -218,6 +218,7 @@ async fn main() {
         .await;
         m.measure_lock(OURS_PERMIT, &ours, "bench/permit", &permit)
             .await;
+        m.measure_sets(&ours, "bench/set/", &opts).await;
     }
     m.print();
     for (a, b) in [
@@ -234,4 +235,5 @@ async fn main() {
     ] {
         m.compare(a, b);
     }
+    m.compare_sets();
 }

@@ -166,6 +166,7 @@ async fn main() {
         .await;
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
+        m.measure_sets(&locks, "bench/set/", &unrenewed).await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -174,6 +175,7 @@ async fn main() {
     }
     m.compare(OURS_PERMIT, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
+    m.compare_sets();
     let rtt = m.figures(RTT).map_or(Duration::ZERO, |f| f.wall.0);
 
     // 8 contenders: waiters queue and each hand-off lists the queue; 2

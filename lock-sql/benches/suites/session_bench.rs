@@ -147,6 +147,7 @@ where
         })
         .await;
         m.measure_lock(PERMIT, &row, "bench/permit", &permit).await;
+        m.measure_sets(&row, "bench/set/", &opts).await;
     }
     m.print();
     let comparisons = [
@@ -163,6 +164,7 @@ where
     for &(ours, floor) in comparisons.iter().chain(floors.more_comparisons()) {
         m.compare(ours, floor);
     }
+    m.compare_sets();
 
     for (mode, base) in [
         ("row", url.to_string()),

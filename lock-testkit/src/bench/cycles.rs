@@ -28,10 +28,19 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, LockOptions};
+use lock_core::{DistributedLock, LockOptions, LockSetExt};
 use rustix::time::{ClockId, clock_gettime};
 
 use super::{percentiles, us};
+
+/// How many names the lock-set cycles take ([`Cycles::measure_sets`]).
+pub const SET_NAMES: usize = 8;
+/// The label of a set of [`SET_NAMES`] names taken by `try_acquire_all`
+/// and released.
+pub const SET_ALL: &str = "lock set: try_acquire_all of 8 names + release";
+/// The label of the same names taken by one `try_acquire` each, one after
+/// another, and released one by one.
+pub const SET_SINGLES: &str = "8 try_acquire + 8 release, one by one";
 
 /// One variant's samples.
 struct Variant {
@@ -143,6 +152,44 @@ impl Cycles {
             );
         })
         .await;
+    }
+
+    /// A block of [`SET_ALL`] cycles and one of [`SET_SINGLES`] on
+    /// `lock`, on the names `PREFIX0` to `PREFIX7`; compare them with
+    /// [`compare_sets`](Self::compare_sets).
+    pub async fn measure_sets(
+        &mut self,
+        lock: &dyn DistributedLock,
+        prefix: &str,
+        opts: &LockOptions,
+    ) {
+        let names: Vec<String> = (0..SET_NAMES).map(|i| format!("{prefix}{i}")).collect();
+        self.measure(SET_ALL, async |_| {
+            let set = lock
+                .try_acquire_all(&names[..], opts)
+                .await
+                .expect("try_acquire_all")
+                .expect("a free set");
+            assert!(set.release().await.expect("release"), "a member was lost");
+        })
+        .await;
+        self.measure(SET_SINGLES, async |_| {
+            let mut guards = Vec::with_capacity(SET_NAMES);
+            for name in &names {
+                let guard = lock.try_acquire(name, opts).await.expect("try_acquire");
+                guards.push(guard.expect("a free name"));
+            }
+            for guard in guards {
+                assert!(guard.release().await.expect("release"), "a lock was lost");
+            }
+        })
+        .await;
+    }
+
+    /// The lock set against the same names one by one: see
+    /// [`measure_sets`](Self::measure_sets).
+    pub fn compare_sets(&self) -> Option<Ratios> {
+        self.compare(SET_ALL, SET_SINGLES)
     }
 
     /// The figures of the variant `label`, if it was measured.
