@@ -386,17 +386,10 @@ async fn hold_set(
     };
     for _ in 0..rounds {
         for &(slot, guard) in members {
+            // A member lost, or the set's validity deadline passed.
             if let Err(e) = set.ensure_held() {
                 return log.log(&Event::WriteSkipped {
                     reason: e.to_string(),
-                });
-            }
-            if set
-                .validity_deadline()
-                .is_some_and(|d| d <= tokio::time::Instant::now())
-            {
-                return log.log(&Event::WriteSkipped {
-                    reason: "validity deadline passed".to_string(),
                 });
             }
             let register =
@@ -474,17 +467,10 @@ async fn hold(
         None => Duration::from_micros(rand::random_range(500..3_000)),
     };
     for _ in 0..writes {
+        // Lost, or the validity deadline passed (`DeadlinePassed`).
         if let Some(reason) = guard.is_lost() {
             return log.log(&Event::WriteSkipped {
                 reason: reason.to_string(),
-            });
-        }
-        if guard
-            .validity_deadline()
-            .is_some_and(|d| d <= tokio::time::Instant::now())
-        {
-            return log.log(&Event::WriteSkipped {
-                reason: "validity deadline passed".to_string(),
             });
         }
         let out = register.write(guard.fencing_token())?;
