@@ -38,6 +38,10 @@ pub(crate) const BACKEND: &str = "migrate";
 ///   tokens sees the same sequence as before the migration. The new URL of
 ///   the last step carries a higher `fencing_epoch`, so its tokens are
 ///   larger than every token of the old backend.
+/// - **Holder record**: `from`'s carries the holder's identity; `to`'s
+///   carries it followed by ` (migrating)`, so a view of `to` alone (a
+///   process on the new URL, `inspect` when `from` has ended first) tells
+///   the rest of a migrating holder from a holder of `to` alone.
 ///
 /// ```
 /// # #[tokio::main(flavor = "current_thread")]
@@ -105,11 +109,20 @@ impl MigratingLock {
 
     /// One view of the lock from the two parts' (see `raw_inspect`).
     fn merge(&self, from: LockInfo, to: LockInfo) -> LockInfo {
+        let waiters = match (from.waiters, to.waiters) {
+            (Some(a), Some(b)) => Some(a + b),
+            (a, b) => a.or(b),
+        };
         let mut info = if from.held || to.held {
             LockInfo::held()
         } else {
             LockInfo::free()
         };
+        if info.held && !from.held && is_migrating_part(&to) {
+            // Half a migrating holder: held, with no token of either
+            // sequence to show.
+            return info.with_expires_in(to.expires_in).with_waiters(waiters);
+        }
         if info.held {
             let (token, holder) = if from.held {
                 (from.fencing_token, from.holder.clone())
@@ -128,10 +141,6 @@ impl MigratingLock {
                 .with_expires_in(expires_in)
                 .with_holder(holder);
         }
-        let waiters = match (from.waiters, to.waiters) {
-            (Some(a), Some(b)) => Some(a + b),
-            (a, b) => a.or(b),
-        };
         info.with_waiters(waiters)
     }
 
@@ -154,11 +163,12 @@ impl MigratingLock {
             // `from` is ours: `to` is contended only by processes already on
             // the new URL, and by nobody holding `to` while waiting for
             // `from`; so waiting for it here cannot deadlock.
+            let to_opts = to_part_options(opts);
             let second = if one_attempt {
-                self.to.try_acquire(name, opts).await
+                self.to.try_acquire(name, &to_opts).await
             } else {
                 self.to
-                    .acquire(name, &remaining(opts, deadline))
+                    .acquire(name, &remaining(&to_opts, deadline))
                     .await
                     .map(Some)
             };
@@ -203,6 +213,32 @@ impl MigratingLock {
 const INSPECT_READS: usize = 4;
 
 /// `opts` with the wait cut to what is left before `deadline`.
+/// What a migrating grant appends to its identity in `to`'s holder
+/// record. `to` held under it while `from` is free is what is left of a
+/// migrating holder whose `from` part has ended (released first, lapsed
+/// first, taken away): not a holder of `to` alone, and not a leader with a
+/// term of `to`'s sequence.
+const MIGRATING_MARK: &str = " (migrating)";
+
+/// The options of a migrating grant's `to` part: its identity marked.
+fn to_part_options(opts: &LockOptions) -> LockOptions {
+    let mut identity = opts.holder_identity().to_string();
+    let mut keep = lock_core::MAX_IDENTITY_BYTES - MIGRATING_MARK.len();
+    while keep < identity.len() && !identity.is_char_boundary(keep) {
+        keep -= 1;
+    }
+    identity.truncate(keep);
+    identity.push_str(MIGRATING_MARK);
+    opts.clone().identity(identity)
+}
+
+/// Whether a part's holder is the `to` part of a migrating holder.
+fn is_migrating_part(part: &LockInfo) -> bool {
+    part.holder
+        .as_ref()
+        .is_some_and(|h| h.identity.ends_with(MIGRATING_MARK))
+}
+
 fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
     match (opts.wait, deadline) {
         (Wait::No, _) | (_, None) => opts.clone(),
@@ -334,7 +370,11 @@ impl RawLock for MigratingLock {
     /// `from`, one on the new URL only `to`); the token is `from`'s when it
     /// is held there (the one a migrating guard carries), else `to`'s; the
     /// lease is the earlier of the held parts'; the holder record is the
-    /// one beside that token; the waiters are those of both.
+    /// one beside that token; the waiters are those of both. `to` held by
+    /// a migrating grant (its identity ends with ` (migrating)`) while
+    /// `from` is free is the rest of a migrating holder whose `from` part
+    /// has ended: held, with no token or holder (an election has no
+    /// leader then, and no term of `to`'s sequence is shown).
     ///
     /// The parts are read one after the other, so a migrating grant or
     /// release may land between the reads. `to` is read first: a migrating
@@ -623,6 +663,41 @@ mod tests {
         let info = lock.inspect("job").await.expect("inspect");
         assert_eq!(info.fencing_token, only.fencing_token());
         assert!(only.release().await.expect("release"));
+    }
+
+    /// A migrating holder whose `from` part ended first (lapsed, or
+    /// released first, or taken away) leaves `to` held under its marked
+    /// identity until that lease ends: `inspect` shows it held with no
+    /// token or holder, not as a holder of `to` alone with a token of
+    /// `to`'s sequence (an election observer took that for a new leader,
+    /// and its term for a floor that hid the next leaders of `from`'s
+    /// sequence).
+    #[tokio::test]
+    async fn the_rest_of_a_migrating_holder_shows_no_token() {
+        let opts = lock_core::LockOptions::new().identity("api-2");
+        let (from, to) = (lock_core::MemoryLock::new(), lock_core::MemoryLock::new());
+        let lock = MigratingLock::new(Arc::new(from), Arc::new(to));
+        let g = lock.acquire("job", &opts).await.expect("acquire");
+        let to_view = lock.to_lock().inspect("job").await.expect("inspect to");
+        assert_eq!(
+            to_view.holder.map(|h| h.identity).as_deref(),
+            Some("api-2 (migrating)")
+        );
+        assert!(lock.from_lock().force_release("job").await.expect("force"));
+        let info = lock.inspect("job").await.expect("inspect");
+        assert!(info.held, "`to` is still held: {info:?}");
+        assert_eq!(
+            (info.fencing_token, info.holder),
+            (None, None),
+            "the rest of a migrating holder shows no token or holder"
+        );
+        drop(g);
+        // The identity stays within the limit, marked, however long.
+        let long = super::to_part_options(
+            &lock_core::LockOptions::new().identity("é".repeat(lock_core::MAX_IDENTITY_BYTES)),
+        );
+        let id = long.holder_identity();
+        assert!(id.len() <= lock_core::MAX_IDENTITY_BYTES && id.ends_with(" (migrating)"));
     }
 
     /// A single attempt whose `to` part comes back after `from`'s lease

@@ -32,6 +32,10 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// notification is never the only way a change is seen).
 pub const DEFAULT_NOTIFIED_REREAD: Duration = Duration::from_secs(5);
 
+/// How long after a leader's lease was due to end an observer reads the
+/// lock again: the least time between two such reads.
+const AFTER_LEASE_END: Duration = Duration::from_millis(25);
+
 /// One election: candidates [`campaign`](Self::campaign) for its lock,
 /// anyone reads the [`leader`](Self::leader) or
 /// [`observe`](Self::observe)s its changes.
@@ -216,9 +220,16 @@ impl Election {
 
     /// The current leader, or `None`. A snapshot: it may change at once.
     pub async fn leader(&self) -> Result<Option<Leader>, LockError> {
+        Ok(self.read().await?.0)
+    }
+
+    /// The current leader and, where the backend shows it, the time left
+    /// on the lock's lease.
+    async fn read(&self) -> Result<(Option<Leader>, Option<Duration>), LockError> {
         self.check_backend()?;
         let info = self.locks.inspect(&self.name).await?;
-        Ok(Leader::from_info(info))
+        let left = info.expires_in.filter(|_| info.held);
+        Ok((Leader::from_info(info), left))
     }
 
     /// The election's changes: first the current state, then every new
@@ -226,10 +237,12 @@ impl Election {
     /// (a term never goes back). It never ends by itself: a failed read is
     /// an `Err` item, and the stream goes on reading. Where the backend
     /// notifies observers ([`Capabilities::observers`](crate::Capabilities::observers)),
-    /// each notification is followed by a read; elsewhere the lock is read
-    /// every poll interval, and a leadership shorter than it may go unseen
-    /// (also where notified, changes closer together than one read are
-    /// seen as their last state).
+    /// each notification is followed by a read, and so is the end of the
+    /// lease a read showed (a lease that runs out may end a leadership
+    /// without a notification); elsewhere the lock is read every poll
+    /// interval, and a leadership shorter than it may go unseen (also where
+    /// notified, changes closer together than one read are seen as their
+    /// last state).
     pub fn observe(
         &self,
     ) -> impl Stream<Item = Result<Option<Leader>, LockError>> + Send + 'static {
@@ -240,6 +253,7 @@ impl Election {
             floor: 0,
             read_now: true,
             changes: None,
+            lease_end: None,
         };
         futures_util::stream::unfold(state, |mut s| async move {
             let item = s.next_change().await;
@@ -336,6 +350,10 @@ struct Observing {
     notified: bool,
     /// The server's notifications, while subscribed.
     changes: Option<Changes>,
+    /// When the lease of the last read's holder is due to end (plus
+    /// [`AFTER_LEASE_END`]), where the backend shows it: a read then sees
+    /// whether it was renewed or ran out.
+    lease_end: Option<Instant>,
 }
 
 impl Observing {
@@ -344,7 +362,8 @@ impl Observing {
             if !std::mem::take(&mut self.read_now) {
                 self.wait().await?;
             }
-            let now = self.election.leader().await?;
+            let (now, left) = self.election.read().await?;
+            self.lease_end = left.map(|left| Instant::now() + left + AFTER_LEASE_END);
             if let Some(l) = &now
                 && l.term < self.floor
             {
@@ -389,6 +408,11 @@ impl Observing {
             tokio::time::sleep(election.poll.unwrap_or(DEFAULT_POLL_INTERVAL)).await;
             return Ok(());
         };
+        let reread = election.poll.unwrap_or(DEFAULT_NOTIFIED_REREAD);
+        let next_read = match self.lease_end {
+            Some(end) => end.min(Instant::now() + reread),
+            None => Instant::now() + reread,
+        };
         tokio::select! {
             item = changes.next() => match item {
                 Some(Ok(())) => Ok(()),
@@ -401,7 +425,7 @@ impl Observing {
                     Ok(())
                 }
             },
-            () = tokio::time::sleep(election.poll.unwrap_or(DEFAULT_NOTIFIED_REREAD)) => Ok(()),
+            () = tokio::time::sleep_until(next_read) => Ok(()),
         }
     }
 }

@@ -4,6 +4,7 @@ if (not reserved or reserved == ARGV[3])
   if reserved then redis.call('DEL', KEYS[4]) end
   if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end
   if KEYS[5] and ARGV[6] then redis.call('SET', KEYS[5], ARGV[6]) end
+  redis.call('PUBLISH', KEYS[1] .. ':changed', 'granted')
   return {1, redis.call('INCR', KEYS[2])}
 end
 if ARGV[3] ~= '' then

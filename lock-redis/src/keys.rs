@@ -73,6 +73,7 @@ impl Keys {
             handoff: with(":handoff"),
             holder: with(":holder"),
             channel: with(":released"),
+            changes: with(":changed"),
             lock: tag,
         }
     }
@@ -125,6 +126,10 @@ pub struct LockKeys {
     pub holder: String,
     /// The channel the release script publishes on.
     pub channel: String,
+    /// The channel a grant, a release and a new holder record publish on
+    /// (the scripts make it from the lock key: `LOCK:changed`), which an
+    /// election's observers listen to.
+    pub changes: String,
 }
 
 #[cfg(test)]
@@ -138,6 +143,8 @@ mod tests {
         assert_eq!(k.channel("}x{"), "distlock:{%7Dx%7B}:released");
         assert_ne!(k.lock("%7D"), k.lock("}"));
         let all = k.all("a");
+        // The scripts publish changes on the lock key followed by this.
+        assert_eq!(all.changes, format!("{}:changed", all.lock));
         let permits = k.permits("a");
         assert_eq!(
             [permits.slot(2), permits.limit, permits.fence, permits.held],

@@ -11,7 +11,7 @@ use lock_core::raw::{
     Request, Unrenewed, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
-    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
     SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -41,6 +41,10 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     .with_waiting(Waiting::Notified)
     // The acquire script writes the holder record with the grant.
     .with_holder(true)
+    // Grants, releases and holder records publish on the lock's changes
+    // channel; a lease that runs out publishes nothing, and an election's
+    // observer reads again when the lease it read ends.
+    .with_observers(Waiting::Notified)
     // Slot keys with the lease as TTL; waiters woken on release, unordered.
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
@@ -322,6 +326,15 @@ impl RawLock for RedisLock {
                         .transpose()?,
                 ),
         })
+    }
+
+    /// The lock's changes channel (`LOCK:changed`), on this client's
+    /// subscriber connection: the acquire, release and holder scripts
+    /// publish on it.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        validate_name(name)?;
+        let channel = self.inner.keys.all(name).changes;
+        Ok(Some(self.subscriber().await?.observe(&channel).await?))
     }
 
     /// The live slot keys of `name`'s permits, with their tokens and

@@ -2,6 +2,7 @@ if redis.call('GET', KEYS[1]) ~= ARGV[1] then
   return 0
 end
 redis.call('DEL', KEYS[1])
+redis.call('PUBLISH', KEYS[1] .. ':changed', 'released')
 if ARGV[4] and ARGV[4] ~= '' then
   redis.call('ZADD', KEYS[2], 'NX', ARGV[5], ARGV[4])
   redis.call('PEXPIRE', KEYS[2], ARGV[6])

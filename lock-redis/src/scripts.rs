@@ -11,6 +11,12 @@
 //! comes straight back cannot overtake it. A waiter that gives up withdraws
 //! and passes a reservation it held on to the next in line; one that died
 //! holds things up only for the window.
+//!
+//! Observers: a grant, a release and a new holder record publish on the
+//! lock's changes channel, `KEYS[1]` (the lock key) followed by
+//! `:changed` (made in the script from the key it was given: a channel is
+//! no key, and it shares the key's hash tag). The message names the
+//! change; an observer reads the lock again whatever it says.
 
 use std::sync::LazyLock;
 
@@ -21,7 +27,8 @@ use redis::Script;
 /// queue TTL ms, optionally the waiter's arrival ticket (decimal µs; empty
 /// or absent: the server's clock) and the holder record, written to the
 /// holder key with the grant. A waiter keeps the ticket it first queued with.
-/// Returns `{1, token}` when granted, `{0, ms to wait}` otherwise.
+/// Returns `{1, token}` when granted (publishing `granted` on the
+/// changes channel), `{0, ms to wait}` otherwise.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
 /// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,
@@ -30,7 +37,8 @@ pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// waiter in line. With a waiter given, that waiter (the owner giving back
 /// a grant it could not use, in Redlock) first rejoins the queue with its
 /// ticket, so the first in line by ticket gets the lock, whoever that is,
-/// and every node converges on the same one. Returns 1 if it was ours,
+/// and every node converges on the same one. Publishes `released` on the
+/// changes channel when it deleted the lock. Returns 1 if it was ours,
 /// else 0.
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 
@@ -39,7 +47,8 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
 
 /// KEYS: lock, holder. ARGV: owner, record. Writes the holder record only
-/// if `owner` holds the lock. Returns 1 if it did, else 0.
+/// if `owner` holds the lock, publishing `value` on the changes channel.
+/// Returns 1 if it did, else 0.
 pub static SET_HOLDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("set_holder.lua")));
 

@@ -9,15 +9,22 @@
 //! SUBSCRIBE and an UNSUBSCRIBE per wait. After a reconnect the connection
 //! manager resubscribes, and every waiter is woken once to re-check, since
 //! messages may have been missed meanwhile.
+//!
+//! The same connection carries an election's observers: a lock's changes
+//! channel is observed through [`Subscriber::observe`], and each message on
+//! it, each disconnection and each (re)subscription marks the channel
+//! changed for every observer of it in this client.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use lock_core::LockError;
+use futures_util::StreamExt;
 use lock_core::raw::Wakeups;
+use lock_core::{Changes, LockError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{PushInfo, PushKind, Value};
+use tokio::sync::watch;
 
 use crate::config::RedisConfig;
 use crate::error::{map_redis, within};
@@ -25,9 +32,26 @@ use crate::error::{map_redis, within};
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
 
+/// The observers' signals, per observed channel.
+type Observed = Arc<Mutex<HashMap<String, watch::Sender<()>>>>;
+
+fn lock_observed(observed: &Observed) -> MutexGuard<'_, HashMap<String, watch::Sender<()>>> {
+    observed.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The channel a push message is about, if it names one.
+fn push_channel(info: &PushInfo) -> Option<&str> {
+    match info.data.first() {
+        Some(Value::BulkString(c)) => std::str::from_utf8(c).ok(),
+        _ => None,
+    }
+}
+
 /// The shared subscriber connection of one client to one Redis server.
 pub struct Subscriber {
     conn: ConnectionManager,
+    /// Observed channels: a signal each, shared by their observers.
+    observed: Observed,
     /// Waiters per channel, and whether the SUBSCRIBE has been answered.
     channels: Mutex<HashMap<String, Channel>>,
     /// Serialises SUBSCRIBE and UNSUBSCRIBE so that they reach the server in
@@ -53,22 +77,42 @@ pub struct Subscription {
 
 impl Subscriber {
     /// Connect the subscriber. A message (a waiter id) wakes that waiter
-    /// ([`Wakeups::wake_one`]); a reconnect wakes everyone.
+    /// ([`Wakeups::wake_one`]); a reconnect wakes everyone. A message on
+    /// an observed channel, and a subscription to one being confirmed,
+    /// signal its observers; a disconnection signals every observer.
     pub async fn connect(
         client: &redis::Client,
         config: &RedisConfig,
         wakeups: Wakeups,
     ) -> Result<Arc<Self>, LockError> {
+        let observed = Observed::default();
+        let signals = Arc::clone(&observed);
         let on_push = move |info: PushInfo| {
+            let signal = |channel: Option<&str>| match channel {
+                Some(c) => lock_observed(&signals)
+                    .get(c)
+                    .map(|tx| tx.send_replace(()))
+                    .is_some(),
+                None => false,
+            };
             match info.kind {
                 PushKind::Message => {
-                    if let Some(Value::BulkString(waiter)) = info.data.get(1)
+                    if !signal(push_channel(&info))
+                        && let Some(Value::BulkString(waiter)) = info.data.get(1)
                         && let Ok(waiter) = std::str::from_utf8(waiter)
                     {
                         wakeups.wake_one(waiter);
                     }
                 }
-                PushKind::Disconnection => wakeups.wake_all(),
+                PushKind::Subscribe => {
+                    signal(push_channel(&info));
+                }
+                PushKind::Disconnection => {
+                    wakeups.wake_all();
+                    for tx in lock_observed(&signals).values() {
+                        tx.send_replace(());
+                    }
+                }
                 _ => {}
             }
             Ok::<(), std::convert::Infallible>(())
@@ -87,6 +131,7 @@ impl Subscriber {
         .map_err(|e| map_redis("connecting the subscriber", e))?;
         Ok(Arc::new(Subscriber {
             conn,
+            observed,
             channels: Mutex::new(HashMap::new()),
             io: tokio::sync::Mutex::new(()),
             config: config.clone(),
@@ -142,6 +187,34 @@ impl Subscriber {
         Ok(claim)
     }
 
+    /// Notifications of changes on `channel`: once subscribed (when this
+    /// returns, a message published from now on reaches the stream), the
+    /// stream yields after each message on it (several close together may
+    /// yield once), after a disconnection and after each resubscription,
+    /// when messages may have been missed. It ends only with the
+    /// subscriber.
+    pub async fn observe(self: &Arc<Self>, channel: &str) -> Result<Changes, LockError> {
+        let rx = lock_observed(&self.observed)
+            .entry(channel.to_string())
+            .or_insert_with(|| watch::channel(()).0)
+            .subscribe();
+        // Made before subscribing: a failed subscription drops it, which
+        // forgets the signal if nobody else observes the channel.
+        let observer = Observer {
+            rx,
+            observed: Arc::clone(&self.observed),
+            channel: channel.to_string(),
+        };
+        let subscription = self.subscribe(channel).await?;
+        Ok(Box::pin(
+            futures_util::stream::unfold((observer, subscription), |(mut o, s)| async move {
+                o.rx.changed().await.ok()?;
+                Some((Ok(()), (o, s)))
+            })
+            .fuse(),
+        ))
+    }
+
     fn leave(self: &Arc<Self>, channel: &str) {
         let generation = {
             let mut channels = self.channels();
@@ -184,6 +257,26 @@ impl Subscriber {
                 tracing::debug!(target: "distlock", "unsubscribe failed; the channel stays subscribed until reconnect");
             }
         });
+    }
+}
+
+/// One observer of a channel: its signal's receiver.
+struct Observer {
+    rx: watch::Receiver<()>,
+    observed: Observed,
+    channel: String,
+}
+
+impl Drop for Observer {
+    /// The channel's signal goes with its last observer.
+    fn drop(&mut self) {
+        let mut observed = lock_observed(&self.observed);
+        if observed
+            .get(&self.channel)
+            .is_some_and(|tx| tx.receiver_count() <= 1)
+        {
+            observed.remove(&self.channel);
+        }
     }
 }
 

@@ -11,7 +11,7 @@ use lock_core::raw::{
     Request, Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
-    Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
+    Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
 };
 use lock_redis::raw::{Keys, LockState, QueuedLock, Subscription, wait_in_queue};
 use tokio::time::Instant;
@@ -36,7 +36,11 @@ const CAPABILITIES: Capabilities =
         .with_survives_server_failure(true)
         .with_waiting(Waiting::Notified)
         // Each node's acquire script writes the holder record with its grant.
-        .with_holder(true);
+        .with_holder(true)
+        // Every node's scripts publish grants, releases, holder records and
+        // terms on the lock's changes channel; an observer listens on a
+        // majority, and reads again when the lease it read ends.
+        .with_observers(Waiting::Notified);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -518,6 +522,39 @@ impl RawLock for Redlock {
             .with_expires_in(left.get(self.inner.quorum - 1).copied())
             .with_waiters(waiters)
             .with_holder(holder))
+    }
+
+    /// The lock's changes channel on the nodes, merged: each node's
+    /// acquire, release, holder and fencing scripts publish on it. Done
+    /// once a majority has subscribed (a node that answers later is left
+    /// out); fails unless a majority did. Every grant and release is made
+    /// on a majority, so at least one subscribed node hears of it.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        validate_name(name)?;
+        let inner = &self.inner;
+        let channel: Arc<str> = inner.keys.all(name).changes.into();
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).observe(Arc::clone(&channel), inner.wakeups.clone())),
+            Stragglers::Finish,
+            |r| count(r, |_| true) >= inner.quorum,
+        )
+        .await;
+        let subscribed = count(&replies, |_| true);
+        if subscribed < inner.quorum {
+            return Err(LockError::QuorumNotReached {
+                acquired: subscribed,
+                needed: inner.quorum,
+                causes: causes(&replies, &inner.names)
+                    .into_iter()
+                    .map(|c| format!("watching a lock for observers: {c}"))
+                    .collect(),
+            });
+        }
+        let streams = replies.into_iter().flatten().filter_map(Result::ok);
+        Ok(Some(Box::pin(futures_util::stream::select_all(streams))))
     }
 
     /// Release `name` on every node on behalf of each owner found there,

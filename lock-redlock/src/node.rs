@@ -6,8 +6,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
-use lock_core::LockError;
 use lock_core::raw::{Batcher, Wakeups};
+use lock_core::{Changes, LockError};
 use lock_redis::raw::{
     ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_HOLDER, ScriptCall,
     Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
@@ -366,6 +366,22 @@ impl Node {
             })
             .await?;
         subscriber.subscribe(&channel).await
+    }
+
+    /// Notifications of changes on `channel` (a lock's changes channel)
+    /// on this node's subscriber, connecting it first if needed.
+    pub(crate) async fn observe(
+        self: Arc<Self>,
+        channel: Arc<str>,
+        wakeups: Wakeups,
+    ) -> Result<Changes, LockError> {
+        let subscriber = self
+            .subscriber
+            .get_or_try_init(|| {
+                Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
+            })
+            .await?;
+        subscriber.observe(&channel).await
     }
 }
 

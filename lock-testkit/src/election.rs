@@ -487,6 +487,55 @@ pub async fn observers_are_woken_by_the_server_where_it_notifies(h: Harness) {
     );
 }
 
+/// A leader that vanishes (killed: its guard leaked, no renewal, no
+/// release) is seen to be gone by an observer once its lease runs out,
+/// with no candidate left to win after it: where the server notifies
+/// observers, by an observer that would otherwise read again only every
+/// minute (a lease that runs out may send no notification: the observer
+/// reads again when the lease it read ends); elsewhere by polling.
+pub async fn observers_see_a_lapsed_lease_end_the_leadership(h: Harness) {
+    const REREAD: Duration = Duration::from_secs(60);
+    let name = unique_name("lapsed");
+    let a = Election::new(h.lock.clone(), name.clone());
+    if !offered_or_refused(&h, &a).await {
+        return;
+    }
+    let caps = h.lock.capabilities();
+    let every = if caps.observers == Waiting::Notified {
+        REREAD
+    } else {
+        POLL
+    };
+    let b = Election::new(h.other.clone(), name).poll_interval(every);
+    let mut events = Box::pin(b.observe());
+    let first = tokio::time::timeout(SLACK * 4, events.next()).await;
+    assert!(
+        matches!(first, Ok(Some(Ok(None)))),
+        "the first state, no leader: {first:?}"
+    );
+    let ttl = Duration::from_secs(2).max(caps.min_lease);
+    let leadership = a
+        .campaign("v", &opts(ttl, Wait::No, false, &h))
+        .await
+        .expect("campaign");
+    let won = Instant::now();
+    let term = leadership.term();
+    std::mem::forget(leadership);
+    let seen = next_change(&mut events).await;
+    assert_eq!(seen.map(|l| l.term), Some(term), "the new leader");
+    let bound = ttl + SLACK * 2;
+    let seen = tokio::time::timeout(bound, next_change(&mut events))
+        .await
+        .unwrap_or_else(|_| {
+            panic!(
+                "{}: the leader's lease ran out {ttl:?} after it won, and {:?} after the win an observer still saw it lead",
+                caps.backend,
+                won.elapsed()
+            )
+        });
+    assert!(seen.is_none(), "no leader once the lease ran out: {seen:?}");
+}
+
 /// A campaign cancelled while it waits (dropped at any point) leaves no
 /// candidate behind: once the leader resigns, a newcomer wins at once.
 pub async fn a_cancelled_campaign_leaves_no_candidate(h: Harness) {
@@ -575,6 +624,7 @@ macro_rules! __election_cases {
             a_cancelled_campaign_leaves_no_candidate,
             lead_runs_while_leader_and_stops_on_loss,
             observers_are_woken_by_the_server_where_it_notifies,
+            observers_see_a_lapsed_lease_end_the_leadership,
         );
     };
 }
