@@ -5,11 +5,12 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use lock_core::raw::{
     GuardHandle, LeaseState, LockUrl, RawGuard, RawLock, Request, async_trait, granted_too_late,
 };
 use lock_core::{
-    Capabilities, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
+    Capabilities, Changes, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
     LockOptions, Wait, Waiting, redact_url,
 };
 use tokio::sync::{Mutex, Notify};
@@ -400,6 +401,28 @@ impl RawLock for MigratingLock {
         Ok(LockInfo::held())
     }
 
+    /// Both parts' notifications, merged, where both notify (`None`
+    /// otherwise): [`raw_inspect`](Self::raw_inspect) reads both, so a
+    /// change of either may change what it shows.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        let Some(to) = self.to.changes(name).await? else {
+            return Ok(None);
+        };
+        let Some(from) = self.from.changes(name).await? else {
+            return Ok(None);
+        };
+        // Ends when either part's ends (its channel broke): an observer
+        // then subscribes again, rather than hear only the other part.
+        let until_end = |part: Changes| {
+            part.map(Some)
+                .chain(futures_util::stream::once(async { None }))
+        };
+        let merged = futures_util::stream::select(until_end(to), until_end(from))
+            .take_while(|item| futures_util::future::ready(item.is_some()))
+            .filter_map(futures_util::future::ready);
+        Ok(Some(Box::pin(merged)))
+    }
+
     /// Force-release on both backends, `to` first (as a release does);
     /// `true` if either part was held.
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
@@ -460,7 +483,14 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         (a, b) => a.or(b),
     })
     .with_holder(from.holder && to.holder)
-    .with_observers(Waiting::Polling)
+    // Notified when both parts notify: a change of either is read.
+    .with_observers(
+        if from.observers == Waiting::Notified && to.observers == Waiting::Notified {
+            Waiting::Notified
+        } else {
+            Waiting::Polling
+        },
+    )
     // A permit on both backends would keep the count, not the slots: each
     // backend picks its own, so a permit would share a slot with a process
     // on either neighbouring URL (see the guide's migration section).

@@ -2,7 +2,9 @@
 //!
 //! Waiters queue in arrival order and each sleeps on its own [`Notify`]; a
 //! release wakes exactly the head of the queue, and an expiring holder is
-//! noticed by a timer set to its expiry. No polling. Semaphores keep a
+//! noticed by a timer set to its expiry. No polling. An election's
+//! observers are signalled by every grant, release and new holder record
+//! of the name, and read again when the lease they read ends. Semaphores keep a
 //! slot per permit (its holder and its fencing counter) and one queue per
 //! name, served the same way.
 
@@ -12,7 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
 use async_trait::async_trait;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio::time::Instant;
 
 use crate::capabilities::{
@@ -22,6 +24,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::guard::RawGuard;
 use crate::info::LockInfo;
+use crate::lock::Changes;
 use crate::loss::LossReason;
 use crate::options::LockOptions;
 use crate::raw::GuardHandle;
@@ -40,6 +43,7 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_depends_on_clocks(false)
     .with_waiting(Waiting::Notified)
     .with_holder(true)
+    .with_observers(Waiting::Notified)
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT)
             .with_fair_queue(true)
@@ -108,6 +112,8 @@ struct Slot {
     holder: Option<Current>,
     fence: u64,
     queue: VecDeque<(u64, Arc<Notify>)>,
+    /// The signal of the name's observers, once one observed it.
+    observed: Option<watch::Sender<()>>,
 }
 
 struct Current {
@@ -131,6 +137,23 @@ impl Slot {
             n.notify_one();
         }
     }
+
+    /// Tell the name's observers it changed.
+    fn signal(&self) {
+        if let Some(tx) = &self.observed {
+            tx.send_replace(());
+        }
+    }
+}
+
+/// What a grant's handle did to its holder (see `MemoryHandle::with_ours`).
+enum Done {
+    /// Nothing an observer sees (a renewal).
+    Unseen,
+    /// A new holder record.
+    Changed,
+    /// The grant ended (the next waiter is woken).
+    Ended,
 }
 
 impl Shared {
@@ -187,6 +210,7 @@ impl MemoryLock {
             lease: Arc::downgrade(&lease),
             record: opts.holder_record(),
         });
+        slot.signal();
         let handle: Arc<dyn GuardHandle> = Arc::new(MemoryHandle {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
@@ -459,7 +483,28 @@ impl RawLock for MemoryLock {
             lease.mark_lost(LossReason::TakenOver);
         }
         slot.wake_head();
+        slot.signal();
         Ok(true)
+    }
+
+    /// The name's signal: every grant, release, forced release and new
+    /// holder record of `name` marks it changed.
+    async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
+        crate::name::validate_name(name)?;
+        let rx = {
+            let mut slots = self.shared.slots();
+            let slot = slots.entry(name.to_string()).or_default();
+            slot.observed
+                .get_or_insert_with(|| watch::channel(()).0)
+                .subscribe()
+        };
+        Ok(Some(Box::pin(futures_util::stream::unfold(
+            rx,
+            |mut rx| async move {
+                rx.changed().await.ok()?;
+                Some((Ok(()), rx))
+            },
+        ))))
     }
 }
 
@@ -473,19 +518,25 @@ struct MemoryHandle {
 
 impl MemoryHandle {
     /// Run `f` on this grant's live holder if it is still ours (`None`
-    /// otherwise); `f` answers the result and whether the grant ends (then
-    /// the next waiter is woken).
-    fn with_ours<R>(&self, f: impl FnOnce(&mut Current) -> (R, bool)) -> Option<R> {
+    /// otherwise); `f` answers the result and what it did: a grant that
+    /// ends wakes the next waiter, and a lock's observers hear of an end
+    /// and of a new record.
+    fn with_ours<R>(&self, f: impl FnOnce(&mut Current) -> (R, Done)) -> Option<R> {
         let now = Instant::now();
         match self.slot {
             None => {
                 let mut slots = self.shared.slots();
                 let slot = slots.get_mut(&self.name)?;
                 let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
-                let (out, ends) = f(holder);
-                if ends {
-                    slot.holder = None;
-                    slot.wake_head();
+                let (out, done) = f(holder);
+                match done {
+                    Done::Unseen => {}
+                    Done::Changed => slot.signal(),
+                    Done::Ended => {
+                        slot.holder = None;
+                        slot.wake_head();
+                        slot.signal();
+                    }
                 }
                 Some(out)
             }
@@ -494,8 +545,8 @@ impl MemoryHandle {
                 let permits = semaphores.get_mut(&self.name)?;
                 let slot = permits.slots.get_mut(usize::try_from(index).ok()?)?;
                 let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
-                let (out, ends) = f(holder);
-                if ends {
+                let (out, done) = f(holder);
+                if let Done::Ended = done {
                     slot.holder = None;
                     permits.wake_head();
                 }
@@ -506,7 +557,7 @@ impl MemoryHandle {
 
     /// Free the grant if it is still ours; `true` if it was.
     fn release_now(&self) -> bool {
-        self.with_ours(|_| ((), true)).is_some()
+        self.with_ours(|_| ((), Done::Ended)).is_some()
     }
 }
 
@@ -532,7 +583,7 @@ impl GuardHandle for MemoryHandle {
         Ok(self
             .with_ours(|h| {
                 h.expires = now + ttl;
-                ((), false)
+                ((), Done::Unseen)
             })
             .is_some())
     }
@@ -541,7 +592,7 @@ impl GuardHandle for MemoryHandle {
         Ok(self
             .with_ours(|h| {
                 h.record = h.record.with_value(value);
-                ((), false)
+                ((), Done::Changed)
             })
             .is_some())
     }
