@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use futures_util::StreamExt;
 use lock_core::raw::{
-    GuardHandle, LeaseState, LockUrl, RawGuard, RawLock, Request, async_trait, granted_too_late,
+    GuardHandle, LeaseState, LockUrl, RawGuard, RawLock, Request, asked_options, async_trait,
+    granted_too_late,
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
@@ -150,7 +151,10 @@ impl MigratingLock {
         req: Request<'_>,
         one_attempt: bool,
     ) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts, deadline) = (req.name, req.opts, req.deadline);
+        // The parts are asked as the caller asked (each adds any lock
+        // delay and hold itself).
+        let asked = asked_options(req.opts);
+        let (name, opts, deadline) = (req.name, &*asked, req.deadline);
         loop {
             let first = if one_attempt {
                 match self.from.try_acquire(name, opts).await? {
@@ -483,6 +487,8 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
         (a, b) => a.or(b),
     })
     .with_holder(from.holder && to.holder)
+    .with_lock_delay(from.lock_delay && to.lock_delay)
+    .with_hold_at_least(from.hold_at_least && to.hold_at_least)
     // Notified when both parts notify: a change of either is read.
     .with_observers(
         if from.observers == Waiting::Notified && to.observers == Waiting::Notified {

@@ -104,6 +104,17 @@ pub struct Capabilities {
     /// everything above holds for it per slot (its fencing token rises
     /// per slot); this says what differs.
     pub semaphore: Option<SemaphoreCapabilities>,
+    /// [`LockOptions::lock_delay`](crate::LockOptions::lock_delay) is
+    /// offered: the server keeps a lock whose holder failed closed for the
+    /// delay after its lease ends (a backend whose leases are server-side
+    /// expiries that every renewal resets).
+    pub lock_delay: bool,
+    /// [`LockOptions::hold_at_least`](crate::LockOptions::hold_at_least)
+    /// is offered: a release within the hold leaves the lock taken on the
+    /// server until it ends, without the holder (a backend whose renewal
+    /// sets the server's expiry to exactly the TTL asked, shorter or
+    /// longer).
+    pub hold_at_least: bool,
 }
 
 /// What a backend's semaphores guarantee beyond what its
@@ -147,7 +158,8 @@ impl Capabilities {
     /// tokens, no fair queue, a crashed holder's lock freed by its TTL, no
     /// survival of a server failure, safety that depends on clocks,
     /// polling waiters, TTLs from [`MIN_TTL`](crate::MIN_TTL) to 30 days,
-    /// no bound on held locks, no holder record, polling observers. A backend adds what its tests prove with the
+    /// no bound on held locks, no holder record, polling observers, no
+    /// semaphores, no lock delay or hold. A backend adds what its tests prove with the
     /// `with_*` methods (all `const`, for a backend's `const`).
     pub const fn new(backend: &'static str, grade: Grade) -> Self {
         Capabilities {
@@ -165,6 +177,8 @@ impl Capabilities {
             holder: false,
             observers: Waiting::Polling,
             semaphore: None,
+            lock_delay: false,
+            hold_at_least: false,
         }
     }
 
@@ -225,6 +239,18 @@ impl Capabilities {
     /// With [`observers`](Self::observers).
     pub const fn with_observers(mut self, observers: Waiting) -> Self {
         self.observers = observers;
+        self
+    }
+
+    /// With [`lock_delay`](Self::lock_delay).
+    pub const fn with_lock_delay(mut self, offered: bool) -> Self {
+        self.lock_delay = offered;
+        self
+    }
+
+    /// With [`hold_at_least`](Self::hold_at_least).
+    pub const fn with_hold_at_least(mut self, offered: bool) -> Self {
+        self.hold_at_least = offered;
         self
     }
 

@@ -260,13 +260,14 @@ impl LockGuard {
     /// the lock is no longer ours, and with [`LockError::Lost`] if it was
     /// already lost or its validity deadline passed before the renewal landed.
     pub async fn extend(&self, ttl: Duration) -> Result<Option<Instant>, LockError> {
-        validate_ttl(ttl, &self.caps)?;
+        let server_ttl = self.lease.server_ttl(ttl);
+        validate_ttl(server_ttl, &self.caps)?;
         self.ensure_held()?;
         let handle = self.handle.as_ref().ok_or_else(|| LockError::NotHeld {
             name: self.name.clone(),
         })?;
         let sent_at = Instant::now();
-        if handle.extend(ttl).await? {
+        if handle.extend(server_ttl).await? {
             self.lease.renewed(sent_at, ttl);
             // A renewal that lands after the validity deadline cannot undo
             // the window in which the lock may have been someone else's.

@@ -44,6 +44,8 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_waiting(Waiting::Notified)
     .with_holder(true)
     .with_observers(Waiting::Notified)
+    .with_lock_delay(true)
+    .with_hold_at_least(true)
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT)
             .with_fair_queue(true)

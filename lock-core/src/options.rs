@@ -185,6 +185,20 @@ pub struct LockOptions {
     /// [`Semaphore`](crate::Semaphore)) instead of its lock; `None`, the
     /// default: the lock. Semaphores and locks of one name are apart.
     pub permits: Option<u32>,
+    /// Chubby's and Consul's lock-delay: when the holder *fails* (crashes,
+    /// is cut off, stops renewing), the server keeps the lock closed for
+    /// this long after the holder's lease ends, so a resource that cannot
+    /// check fencing tokens is not written by a late request of the dead
+    /// holder; a normal release frees it at once. `lost()` fires at the
+    /// lease's end as usual. `None` (the default): no delay. Where
+    /// [`Capabilities::lock_delay`](crate::Capabilities::lock_delay).
+    pub lock_delay: Option<Duration>,
+    /// ShedLock's `lockAtLeastFor`: a normal release within this long of
+    /// the grant leaves the lock taken on the server until then (the
+    /// holder need not stay alive), so a job started on several machines
+    /// at once runs once per period. `None` (the default): a release frees
+    /// at once. Where [`Capabilities::hold_at_least`](crate::Capabilities::hold_at_least).
+    pub hold_at_least: Option<Duration>,
 }
 
 impl Default for LockOptions {
@@ -198,6 +212,8 @@ impl Default for LockOptions {
             identity: None,
             value: Vec::new(),
             permits: None,
+            lock_delay: None,
+            hold_at_least: None,
         }
     }
 }
@@ -239,6 +255,20 @@ impl LockOptions {
     /// Set the retry backoff for polling backends.
     pub fn backoff(mut self, backoff: Backoff) -> Self {
         self.backoff = backoff;
+        self
+    }
+
+    /// Keep the lock closed for `delay` after the lease of a holder that
+    /// failed ([`lock_delay`](Self::lock_delay)).
+    pub fn lock_delay(mut self, delay: Duration) -> Self {
+        self.lock_delay = Some(delay);
+        self
+    }
+
+    /// Keep the lock taken until `at_least` after the grant, released or
+    /// not ([`hold_at_least`](Self::hold_at_least)).
+    pub fn hold_at_least(mut self, at_least: Duration) -> Self {
+        self.hold_at_least = Some(at_least);
         self
     }
 
@@ -290,9 +320,61 @@ impl LockOptions {
         if let Some(limit) = self.permits {
             validate_limit(limit, caps)?;
         }
+        validate_timing(self, caps)?;
         crate::holder::validate_holder(self.identity.as_deref(), &self.value)?;
         self.backoff.validate()
     }
+}
+
+/// Check the lock delay and the hold: offered by the backend, for a lock
+/// (not a permit), not zero, and the lease with its delay (the server's
+/// TTL) and the hold within the backend's longest TTL.
+fn validate_timing(opts: &LockOptions, caps: &Capabilities) -> Result<(), LockError> {
+    let asked = [
+        ("lock_delay", "lock delay", opts.lock_delay, caps.lock_delay),
+        (
+            "hold_at_least",
+            "hold at least",
+            opts.hold_at_least,
+            caps.hold_at_least,
+        ),
+    ];
+    for (option, operation, asked, offered) in asked {
+        let Some(d) = asked else { continue };
+        if !offered {
+            return Err(LockError::Unsupported {
+                backend: caps.backend,
+                operation,
+            });
+        }
+        if let Some(limit) = opts.permits {
+            return Err(LockError::invalid_options(format!(
+                "{option} is for locks: options asking for one of {limit} permits are refused"
+            )));
+        }
+        if d.is_zero() {
+            return Err(LockError::invalid_options(format!(
+                "{option} must be more than zero (leave it unset for none)"
+            )));
+        }
+    }
+    if let Some(delay) = opts.lock_delay {
+        validate_ttl(opts.ttl.saturating_add(delay), caps).map_err(|_| {
+            LockError::invalid_options(format!(
+                "ttl {:?} with lock_delay {delay:?} exceeds the {} backend's maximum of {:?}",
+                opts.ttl, caps.backend, caps.max_ttl
+            ))
+        })?;
+    }
+    if let Some(hold) = opts.hold_at_least
+        && hold > caps.max_ttl
+    {
+        return Err(LockError::invalid_options(format!(
+            "hold_at_least {hold:?} exceeds the {} backend's maximum TTL of {:?}",
+            caps.backend, caps.max_ttl
+        )));
+    }
+    Ok(())
 }
 
 /// Check a semaphore's limit: offered by the backend, from 1 to its

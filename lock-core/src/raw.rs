@@ -45,6 +45,7 @@ mod lease;
 mod owner;
 mod request;
 mod retry;
+pub(crate) mod timing;
 pub(crate) mod url;
 mod url_options;
 pub(crate) mod wait;
@@ -69,6 +70,7 @@ pub use lease::{
 pub use owner::OwnerToken;
 pub use request::{Request, check_request, wait_deadline};
 pub use retry::{Retry, RetryBudget, RetryPolicy};
+pub use timing::asked_options;
 pub use url::{HostPort, LockUrl};
 pub use url_options::UrlOptions;
 pub use wait::{Attempt, Pace, WaitLoop, acquire_by_polling, granted_too_late};

@@ -45,6 +45,9 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         .with_min_lease(min_lease)
         // The holder record is the key's value.
         .with_holder(true)
+        // A lease of the lock's own carries the delay (keep-alives renew
+        // it whole); a lease cannot be shortened, so no hold.
+        .with_lock_delay(true)
         .with_observers(Waiting::Notified)
         // A queue of keys by create revision, the first `limit` holding
         // slot keys; waiters watch the queue's deletions.
@@ -306,14 +309,15 @@ impl EtcdLock {
         Ok(())
     }
 
-    /// The lease for a new key: the session's, if `opts` match it, else one
-    /// of the lock's own. Returns it with the key's lease state.
+    /// The lease for a new key: the session's, if `opts` match it (and ask
+    /// for no lock delay, which the session's lease does not carry), else
+    /// one of the lock's own. Returns it with the key's lease state.
     pub(crate) async fn lease_for(
         &self,
         opts: &LockOptions,
     ) -> Result<(Lease, Arc<LeaseState>), LockError> {
         let inner = &self.inner;
-        if opts.auto_renew && opts.ttl == inner.config.session_ttl {
+        if opts.auto_renew && opts.lock_delay.is_none() && opts.ttl == inner.config.session_ttl {
             let mut slot = inner.session.lock().await;
             let session = match slot.as_ref() {
                 Some(s) if s.usable() => Arc::clone(s),
@@ -335,7 +339,11 @@ impl EtcdLock {
                 id: granted.id(),
                 ttl,
             },
-            Arc::new(LeaseState::lease(sent_at, ttl).with_margin(opts.safety_margin)),
+            Arc::new(
+                LeaseState::lease(sent_at, ttl)
+                    .with_margin(opts.safety_margin)
+                    .delaying(opts.lock_delay),
+            ),
         ))
     }
 

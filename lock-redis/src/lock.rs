@@ -45,6 +45,9 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // channel; a lease that runs out publishes nothing, and an election's
     // observer reads again when the lease it read ends.
     .with_observers(Waiting::Notified)
+    // PX carries the delay; the extend script's PEXPIRE sets a hold's end.
+    .with_lock_delay(true)
+    .with_hold_at_least(true)
     // Slot keys with the lease as TTL; waiters woken on release, unordered.
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),

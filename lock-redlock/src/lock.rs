@@ -40,7 +40,10 @@ const CAPABILITIES: Capabilities =
         // Every node's scripts publish grants, releases, holder records and
         // terms on the lock's changes channel; an observer listens on a
         // majority, and reads again when the lease it read ends.
-        .with_observers(Waiting::Notified);
+        .with_observers(Waiting::Notified)
+        // PX on every node carries the delay; PEXPIRE sets a hold's end.
+        .with_lock_delay(true)
+        .with_hold_at_least(true);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -314,7 +317,8 @@ impl Redlock {
         {
             let lease = Arc::new(
                 LeaseState::lease_with_drift(start, opts.ttl, inner.config.drift_factor)
-                    .with_margin(opts.safety_margin),
+                    .with_margin(opts.safety_margin)
+                    .delaying(opts.lock_delay),
             );
             let enough = opts.ttl.mul_f64(inner.config.min_validity);
             let left = lease

@@ -278,6 +278,14 @@ macro_rules! conformance_suite {
             use super::*;
             $crate::__lock_set_cases!($harness);
         }
+
+        /// The lock-timing suite (lock delay, hold) against this backend
+        /// (or its refusals).
+        mod lock_timing {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__lock_timing_cases!($harness);
+        }
     };
 }
 

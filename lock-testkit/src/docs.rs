@@ -21,7 +21,7 @@ use lock_core::Capabilities;
 /// its value as the field's `Debug` form; `semaphore` as `None`, or as
 /// `LIMIT, fair|unordered, WAITING` (the largest limit, whether waiters are
 /// served in arrival order, and how they learn of a release).
-pub const CHECKLIST: [&str; 10] = [
+pub const CHECKLIST: [&str; 12] = [
     "grade",
     "fencing",
     "fair_queue",
@@ -32,6 +32,8 @@ pub const CHECKLIST: [&str; 10] = [
     "holder",
     "observers",
     "semaphore",
+    "lock_delay",
+    "hold_at_least",
 ];
 
 /// `caps`' checklist values, as `docs.md` writes them.
@@ -53,6 +55,8 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
                 format!("{}, {order}, {:?}", s.max_limit, s.waiting)
             },
         ),
+        caps.lock_delay.to_string(),
+        caps.hold_at_least.to_string(),
     ];
     CHECKLIST.into_iter().zip(values).collect()
 }
@@ -147,8 +151,10 @@ mod tests {
         | `depends_on_clocks` | `false` | `true` | |\n\
         | `waiting` | `Notified` | `Polling` | |\n\
         | `holder` | `true` | `false` | |\n\
-        | `observers` | `Polling` | `Polling` | |\n\
-        | `semaphore` | `4096, fair, Notified` | `None` | |\n\nMore.\n";
+        | `observers` | `Notified` | `Polling` | |\n\
+        | `semaphore` | `4096, fair, Notified` | `None` | |\n\
+        | `lock_delay` | `true` | `false` | |\n\
+        | `hold_at_least` | `true` | `false` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {

@@ -26,6 +26,7 @@ pub mod docs;
 pub mod election;
 pub mod faults;
 pub mod lock_set;
+pub mod lock_timing;
 pub mod network;
 pub mod scale;
 pub mod semaphore;

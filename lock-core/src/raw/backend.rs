@@ -11,6 +11,7 @@ use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::lock::{Changes, DistributedLock, WAIT_OVERRUN};
 use crate::options::{LockOptions, Wait};
+use crate::raw::timing::{server_options, with_hold};
 use crate::raw::{Attempt, Request, acquire_by_polling};
 use crate::semaphore::SemaphoreInfo;
 
@@ -121,12 +122,20 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
         name: &str,
         opts: &LockOptions,
     ) -> Result<Option<LockGuard>, LockError> {
-        let req = Request::checked(name, opts, &self.raw_capabilities())?;
-        self.attempt_once(req).await
+        let server = server_options(opts);
+        let req = Request {
+            opts: &server,
+            ..Request::checked(name, opts, &self.raw_capabilities())?
+        };
+        Ok(self.attempt_once(req).await?.map(|g| with_hold(g, opts)))
     }
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
-        let req = Request::checked(name, opts, &self.raw_capabilities())?;
+        let server = server_options(opts);
+        let req = Request {
+            opts: &server,
+            ..Request::checked(name, opts, &self.raw_capabilities())?
+        };
         let granted = match (opts.wait, req.deadline) {
             (Wait::No, _) => self.attempt_once(req).await?,
             (_, Some(deadline)) => {
@@ -144,7 +153,9 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
             }
             (_, None) => self.wait(req).await?,
         };
-        granted.ok_or_else(|| req.timeout())
+        granted
+            .map(|g| with_hold(g, opts))
+            .ok_or_else(|| req.timeout())
     }
 
     fn capabilities(&self) -> Capabilities {

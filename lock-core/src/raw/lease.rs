@@ -107,6 +107,10 @@ struct Terms {
     /// What carries the lock cannot outlive this after a confirmation (a
     /// ZooKeeper session's timeout), whatever the TTL.
     bound: Option<Duration>,
+    /// The lock delay ([`LockOptions::lock_delay`](crate::LockOptions::lock_delay)):
+    /// the server's expiry is this much later than `ttl`, which the
+    /// deadline counts with; every renewal asks the server for both.
+    delay: Duration,
 }
 
 impl Terms {
@@ -201,14 +205,44 @@ impl LeaseState {
                 drift_factor: factor,
                 margin: DEFAULT_SAFETY_MARGIN,
                 bound: None,
+                delay: Duration::ZERO,
             },
         )
     }
 
     /// State for a lease granted by a request sent at `sent_at` with the
-    /// TTL and safety margin of `opts`.
+    /// TTL, safety margin and lock delay of `opts` (a request's options,
+    /// whose TTL is the server's: the lease's and the delay's, see
+    /// [`Request::opts`](crate::raw::Request::opts)).
     pub fn granted(sent_at: Instant, opts: &crate::LockOptions) -> Self {
-        Self::lease(sent_at, opts.ttl).with_margin(opts.safety_margin)
+        Self::lease(sent_at, opts.ttl)
+            .with_margin(opts.safety_margin)
+            .delaying(opts.lock_delay)
+    }
+
+    /// A lease granted with a server TTL that includes the lock `delay`:
+    /// the deadline counts with the TTL less the delay, and renewals ask
+    /// the server for the delay on top of the TTL they renew with
+    /// ([`server_ttl`](Self::server_ttl)). No change for `None`.
+    pub fn delaying(self, delay: Option<Duration>) -> Self {
+        match delay {
+            Some(delay) => self.retermed(|t| {
+                t.ttl = t.ttl.saturating_sub(delay);
+                t.delay = delay;
+            }),
+            None => self,
+        }
+    }
+
+    /// The lock delay this lease's server expiry carries beyond its TTL.
+    pub fn lock_delay(&self) -> Duration {
+        self.terms().delay
+    }
+
+    /// What to ask the server for to renew this lease for `ttl`: `ttl`
+    /// and the lock delay.
+    pub fn server_ttl(&self, ttl: Duration) -> Duration {
+        ttl.saturating_add(self.lock_delay())
     }
 
     /// Set the timer-lateness floor of the safety margin (see
@@ -245,6 +279,7 @@ impl LeaseState {
                 drift_factor: DEFAULT_DRIFT_FACTOR,
                 margin: DEFAULT_SAFETY_MARGIN,
                 bound: None,
+                delay: Duration::ZERO,
             },
         )
     }

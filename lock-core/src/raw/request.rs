@@ -18,7 +18,11 @@ use crate::raw::wait::sleep_until_some;
 pub struct Request<'a> {
     /// The lock's name, validated.
     pub name: &'a str,
-    /// The options, validated against the backend's capabilities.
+    /// The options, validated against the backend's capabilities. Their
+    /// `ttl` is what to ask the server for: the lease's TTL plus any
+    /// [`lock_delay`](LockOptions::lock_delay), which
+    /// [`LeaseState::granted`](crate::raw::LeaseState::granted) takes back
+    /// off for the holder's deadline.
     pub opts: &'a LockOptions,
     /// When the acquisition began.
     pub start: Instant,

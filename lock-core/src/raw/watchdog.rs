@@ -251,9 +251,10 @@ impl Schedule {
                 }
                 Kind::Renew => {
                     let ttl = lease.ttl();
+                    let server_ttl = lease.server_ttl(ttl);
                     inflight.push(Box::pin(async move {
                         let sent_at = Instant::now();
-                        let result = handle.extend(ttl).await;
+                        let result = handle.extend(server_ttl).await;
                         Outcome::Renewed {
                             id,
                             sent_at,
@@ -272,7 +273,9 @@ impl Schedule {
                         self.entries.remove(&id);
                         continue;
                     }
-                    let left = (deadline + lease.safety_margin()).saturating_duration_since(now);
+                    let left = lease.server_ttl(
+                        (deadline + lease.safety_margin()).saturating_duration_since(now),
+                    );
                     inflight.push(Box::pin(async move {
                         let result = handle.extend(left).await;
                         Outcome::Checked { id, result }

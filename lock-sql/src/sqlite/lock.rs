@@ -42,6 +42,10 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     .with_fair_queue(true)
     // The lease row's `holder` column, written with the grant.
     .with_holder(true)
+    // The lease row's expiry carries the delay; a renewal sets it to now
+    // plus the TTL asked, so it sets a hold's end too.
+    .with_lock_delay(true)
+    .with_hold_at_least(true)
     // Permits are rows of `TABLE_permits`; their waiters poll, unordered.
     .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)));
 
