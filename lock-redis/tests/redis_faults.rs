@@ -191,13 +191,15 @@ async fn acquisitions_cost_few_commands() {
     let g = locks.acquire(&name, &opts).await.expect("acquire");
     assert!(g.release().await.expect("release"));
     let calls = command_calls(&mut admin).await;
-    // Acquire: GET handoff, SET NX PX, SET holder record, INCR. Release:
-    // GET, DEL, ZPOPMIN queue.
+    // Acquire: GET handoff, SET NX PX, SET holder record, PUBLISH on the
+    // changes channel (election observers), INCR. Release: GET, DEL,
+    // PUBLISH on the changes channel, ZPOPMIN queue.
     let expected: Vec<(String, u64)> = [
         ("del", 1),
         ("evalsha", 2),
         ("get", 2),
         ("incr", 1),
+        ("publish", 2),
         ("set", 2),
         ("zpopmin", 1),
     ]
