@@ -11,10 +11,13 @@
 //!   renewal failed until its validity deadline), or found no longer ours
 //!   at release, `distlock` exits with [`exit::LOST`], never with the
 //!   command's own code.
-//! - `--hold-at-least D` keeps the lock, renewed, until `D` after the grant
-//!   even if the command ends sooner: `distlock` stays running and releases
-//!   then. (A lease left to outlive the process would not work on the
-//!   backends whose locks end with their connection.)
+//! - `--hold-at-least D` keeps the lock until `D` after the grant even if
+//!   the command ends sooner. Where the backend keeps a released lock for
+//!   the rest of a hold ([`Capabilities::hold_at_least`](distlock::Capabilities::hold_at_least):
+//!   memory, SQLite, Redis, Redlock), the lock is asked with
+//!   [`LockOptions::hold_at_least`] and `distlock` exits with the command;
+//!   elsewhere (locks that end with their connection or session) it stays
+//!   running, holding the lock renewed, and releases then.
 //! - Signals: see [`crate::signals`] and [`crate::terminal`].
 
 use std::ffi::OsString;
@@ -57,8 +60,10 @@ pub(crate) struct RunArgs {
     wait: Wait,
     /// Keep the lock until this long after it was granted, even if the
     /// command ends sooner (so that a job started on several machines runs
-    /// once per period). distlock stays running, holding the lock, until
-    /// then.
+    /// once per period). Where the backend can keep a released lock until
+    /// then (memory, SQLite, Redis, Redlock), distlock exits with the
+    /// command and the server keeps it; elsewhere distlock stays running,
+    /// holding the lock, until then.
     #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
     hold_at_least: Option<Duration>,
     /// After a lost lock (or when the command exits leaving processes
@@ -117,6 +122,15 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     if let Some(limit) = args.permits {
         opts = opts.permits(limit);
     }
+    // The server keeps the lock for the rest of the hold where it can;
+    // elsewhere distlock holds it, running, until then.
+    let caps = locks.capabilities();
+    let server_hold = args
+        .hold_at_least
+        .filter(|&d| caps.hold_at_least && args.permits.is_none() && d <= caps.max_ttl);
+    if let Some(at_least) = server_hold {
+        opts = opts.hold_at_least(at_least);
+    }
     let guard = tokio::select! {
         acquired = acquire(&*locks, &args.name, &opts, args.quiet) => match acquired {
             Ok(guard) => guard,
@@ -154,6 +168,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     };
     let mut code = hold(&program, &guard, backend, &mut signals).await;
     if let Some(at_least) = args.hold_at_least
+        && server_hold.is_none()
         && code != exit::LOST
         && keep_until(&guard, granted + at_least, &mut signals).await
     {

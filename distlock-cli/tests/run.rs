@@ -382,37 +382,72 @@ async fn signals_reach_the_command_and_the_lock_is_released_after_it() {
 }
 
 /// A fast first run with `--hold-at-least 3s` keeps a second run out until
-/// three seconds after its grant.
+/// three seconds after its grant. On Redis the server keeps the released
+/// lock: the first run exits with its command. On Postgres, whose locks
+/// end with their connection, the first run stays running until then.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_at_least_keeps_a_second_run_out() {
-    let url = env("DISTLOCK_TEST_REDIS_URL");
-    let name = unique("at-least");
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ran = dir.path().join("ran");
-    let started = Instant::now();
-    let mut first = spawn_sh(
-        &url,
-        &["--hold-at-least", "3s"],
-        &name,
-        &format!("touch \"{}\"", ran.display()),
-    );
-    wait_for(&ran).await;
-    let second = run_sh(&url, &["--wait", "none"], &name, "echo second").await;
-    assert_eq!(
-        second.status.code(),
-        Some(75),
-        "the second run got the lock"
-    );
-    let status = first.wait().await.expect("wait");
-    assert!(status.success());
-    assert!(
-        started.elapsed() >= Duration::from_secs(3),
-        "the first run let go after {:?}",
-        started.elapsed()
-    );
-    let second = run_sh(&url, &["--wait", "none"], &name, "echo second").await;
-    assert_eq!(second.status.code(), Some(0), "{}", text(&second.stderr));
-    assert_eq!(text(&second.stdout).trim(), "second");
+    const HOLD: Duration = Duration::from_secs(3);
+    let cases = [
+        (env("DISTLOCK_TEST_REDIS_URL"), false),
+        (
+            format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL")),
+            true,
+        ),
+    ];
+    for (url, stays) in &cases {
+        let name = unique("at-least");
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ran = dir.path().join("ran");
+        let started = Instant::now();
+        let mut first = spawn_sh(
+            url,
+            &["--hold-at-least", "3s"],
+            &name,
+            &format!("touch \"{}\"", ran.display()),
+        );
+        wait_for(&ran).await;
+        let second = run_sh(url, &["--wait", "none"], &name, "echo second").await;
+        assert_eq!(
+            second.status.code(),
+            Some(75),
+            "{url}: the second run got the lock {:?} after the first's start",
+            started.elapsed()
+        );
+        let status = first.wait().await.expect("wait");
+        assert!(status.success(), "{url}: {status:?}");
+        let first_ran = started.elapsed();
+        if *stays {
+            assert!(
+                first_ran >= HOLD,
+                "{url}: the first run let go after {first_ran:?}"
+            );
+        } else {
+            assert!(
+                first_ran < HOLD,
+                "{url}: the server keeps the hold, yet the first run stayed {first_ran:?}"
+            );
+            let during = run_sh(url, &["--wait", "none"], &name, "echo second").await;
+            assert!(
+                during.status.code() == Some(75) || started.elapsed() >= HOLD,
+                "{url}: a second run got the lock {:?} after the first's start, within its hold",
+                started.elapsed()
+            );
+        }
+        let second = run_sh(url, &["--wait", "10s"], &name, "echo second").await;
+        assert_eq!(
+            second.status.code(),
+            Some(0),
+            "{url}: {}",
+            text(&second.stderr)
+        );
+        assert_eq!(text(&second.stdout).trim(), "second");
+        assert!(
+            started.elapsed() >= HOLD,
+            "{url}: the second run got the lock {:?} after the first's start",
+            started.elapsed()
+        );
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
