@@ -260,6 +260,7 @@ impl LockGuard {
     /// the lock is no longer ours, and with [`LockError::Lost`] if it was
     /// already lost or its validity deadline passed before the renewal landed.
     pub async fn extend(&self, ttl: Duration) -> Result<Option<Instant>, LockError> {
+        validate_ttl(ttl, &self.caps)?;
         let server_ttl = self.lease.server_ttl(ttl);
         validate_ttl(server_ttl, &self.caps)?;
         self.ensure_held()?;

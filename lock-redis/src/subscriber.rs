@@ -191,8 +191,8 @@ impl Subscriber {
     /// returns, a message published from now on reaches the stream), the
     /// stream yields after each message on it (several close together may
     /// yield once), after a disconnection and after each resubscription,
-    /// when messages may have been missed. It ends only with the
-    /// subscriber.
+    /// when messages may have been missed. It does not end: the connection
+    /// manager reconnects and resubscribes by itself.
     pub async fn observe(self: &Arc<Self>, channel: &str) -> Result<Changes, LockError> {
         let rx = lock_observed(&self.observed)
             .entry(channel.to_string())

@@ -352,6 +352,16 @@ impl Node {
         self.subscriber.get()?.join_subscribed(channel)
     }
 
+    /// This node's subscriber connection, connected first if needed; its
+    /// messages wake waiters through `wakeups`.
+    async fn subscriber(&self, wakeups: &Wakeups) -> Result<&Arc<Subscriber>, LockError> {
+        self.subscriber
+            .get_or_try_init(|| {
+                Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
+            })
+            .await
+    }
+
     /// A claim on `channel` on this node's subscriber, connecting it first
     /// if needed. Messages wake waiters through `wakeups`.
     pub(crate) async fn subscribe(
@@ -359,13 +369,7 @@ impl Node {
         channel: Arc<str>,
         wakeups: Wakeups,
     ) -> Result<Subscription, LockError> {
-        let subscriber = self
-            .subscriber
-            .get_or_try_init(|| {
-                Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
-            })
-            .await?;
-        subscriber.subscribe(&channel).await
+        self.subscriber(&wakeups).await?.subscribe(&channel).await
     }
 
     /// Notifications of changes on `channel` (a lock's changes channel)
@@ -375,13 +379,7 @@ impl Node {
         channel: Arc<str>,
         wakeups: Wakeups,
     ) -> Result<Changes, LockError> {
-        let subscriber = self
-            .subscriber
-            .get_or_try_init(|| {
-                Subscriber::connect(&self.client, &self.redis_config, wakeups.clone())
-            })
-            .await?;
-        subscriber.observe(&channel).await
+        self.subscriber(&wakeups).await?.observe(&channel).await
     }
 }
 
