@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use crate::analysis::{self, Report};
 use crate::event::{Action, EventLog};
-use crate::nemesis::{Broken, Nemesis, Services, pause_length, signal};
+use crate::nemesis::{self, Broken, Nemesis, Services, pause_length, signal};
 use crate::register::FencedRegister;
 use crate::sabotage::Sabotage;
 use crate::worker::{Role, files};
@@ -38,8 +38,9 @@ pub struct RunConfig {
     pub duration: Duration,
     /// Time between nemesis actions.
     pub interval: Duration,
-    /// The fault.
-    pub nemesis: Nemesis,
+    /// The faults, applied in turn, one per interval (one, or several for a
+    /// run that mixes them).
+    pub nemeses: Vec<Nemesis>,
     /// The servers (`scripts/services.sh` names) the nemesis acts on.
     pub servers: Vec<String>,
     /// `scripts/services.sh`.
@@ -154,6 +155,20 @@ impl Fleet {
         self.children.contains_key(&pid).then_some(pid)
     }
 
+    /// The worker that announced the latest grant, waiting for one until
+    /// `until` (after a kill, its replacement's first grant).
+    async fn holder_by(&self, until: Instant) -> Option<u32> {
+        loop {
+            if let Some(pid) = self.holder() {
+                return Some(pid);
+            }
+            if Instant::now() >= until {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
     /// The holder to kill next: with several URL groups, one of the next
     /// group in turn, waiting for one to hold the lock until `until` (the
     /// run's end: a group whose grants are rare is still killed in turn).
@@ -179,10 +194,15 @@ impl Fleet {
 
 /// Run the checker as `cfg` says and analyse the history.
 pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
-    if cfg.nemesis.needs_servers() && cfg.servers.is_empty() {
+    if cfg.nemeses.is_empty() {
+        return Err(std::io::Error::other("no nemesis given (`none` for none)"));
+    }
+    if let Some(n) = cfg.nemeses.iter().find(|n| n.needs_servers())
+        && cfg.servers.is_empty()
+    {
         return Err(std::io::Error::other(format!(
             "nemesis {} needs --server NAME (a scripts/services.sh name)",
-            cfg.nemesis.name()
+            n.name()
         )));
     }
     if cfg.urls.is_empty() {
@@ -211,7 +231,7 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
             .map(|u| distlock::redact_url(u))
             .collect::<Vec<_>>()
             .join(" + "),
-        nemesis: cfg.nemesis.name().to_string(),
+        nemesis: nemesis::names(&cfg.nemeses),
         workers: cfg.workers,
         ttl_ms: millis(cfg.ttl),
         wait_ms: millis(cfg.wait),
@@ -271,6 +291,7 @@ async fn drive(
     let end = start + cfg.duration;
     let mut next = start + cfg.interval;
     let mut majority_done = false;
+    let mut turn = 0;
     loop {
         tokio::select! {
             biased;
@@ -285,14 +306,15 @@ async fn drive(
         if now < next {
             continue;
         }
-        let majority = cfg.nemesis == Nemesis::KillMinority
-            && !majority_done
-            && now >= start + cfg.duration / 2;
+        let nemesis = cfg.nemeses[turn % cfg.nemeses.len()];
+        turn += 1;
+        let majority =
+            nemesis == Nemesis::KillMinority && !majority_done && now >= start + cfg.duration / 2;
         majority_done |= majority;
         tokio::select! {
             biased;
             r = &mut interrupt => { r?; return Ok(true); }
-            r = act(cfg, log, services, broken, fleet, majority, end) => {
+            r = act(Step { nemesis, majority }, cfg, log, services, broken, fleet, end) => {
                 if let Err(e) = r {
                     log.log(&Action::NemesisFailed { error: e.to_string() })?;
                 }
@@ -311,17 +333,27 @@ async fn interrupted() -> std::io::Result<()> {
     }
 }
 
-/// One nemesis action.
+/// One turn of a run's nemeses.
+#[derive(Debug, Clone, Copy)]
+struct Step {
+    /// The nemesis whose turn it is.
+    nemesis: Nemesis,
+    /// `kill-minority` kills a majority this time.
+    majority: bool,
+}
+
+/// One nemesis action: `step`'s.
 async fn act(
+    step: Step,
     cfg: &RunConfig,
     log: &EventLog,
     services: &Services,
     broken: &mut Broken,
     fleet: &mut Fleet,
-    majority: bool,
     end: Instant,
 ) -> std::io::Result<()> {
-    match cfg.nemesis {
+    let Step { nemesis, majority } = step;
+    match nemesis {
         Nemesis::None => {}
         Nemesis::KillHolder => {
             if let Some(pid) = fleet.next_victim(end).await {
@@ -331,7 +363,7 @@ async fn act(
             }
         }
         Nemesis::PauseHolder => {
-            if let Some(pid) = fleet.holder() {
+            if let Some(pid) = fleet.holder_by(end).await {
                 broken.paused_workers.push(pid);
                 signal(pid, Signal::STOP);
                 log.log(&Action::Paused { pid })?;

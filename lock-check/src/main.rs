@@ -106,9 +106,15 @@ struct RunArgs {
     /// Time between nemesis actions.
     #[arg(long, default_value = "3s", value_parser = humantime::parse_duration)]
     interval: Duration,
-    /// The fault to inject.
-    #[arg(long, value_enum, default_value_t = Nemesis::None)]
-    nemesis: Nemesis,
+    /// The faults to inject: one, or several separated by commas, applied
+    /// in turn, one per `--interval` (`kill-holder,pause-holder`).
+    #[arg(
+        long = "nemesis",
+        value_enum,
+        value_delimiter = ',',
+        default_value = "none"
+    )]
+    nemeses: Vec<Nemesis>,
     /// A server the nemesis acts on (a `scripts/services.sh` name); repeat
     /// for a cluster's members.
     #[arg(long = "server")]
@@ -224,7 +230,7 @@ fn main() -> ExitCode {
                 wait: a.wait,
                 duration: a.duration,
                 interval: a.interval,
-                nemesis: a.nemesis,
+                nemeses: a.nemeses,
                 servers: a.servers,
                 services: a.services,
                 sabotage: a.sabotage,

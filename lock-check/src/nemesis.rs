@@ -46,6 +46,16 @@ impl Nemesis {
     }
 }
 
+/// The name of a run's nemeses, as logs and reports show it: one name, or
+/// several joined by `+` (`kill-holder+pause-holder`).
+pub fn names(nemeses: &[Nemesis]) -> String {
+    nemeses
+        .iter()
+        .map(|n| n.name())
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
 /// How long a pause lasts: 1.5–3 × TTL.
 pub fn pause_length(ttl: Duration) -> Duration {
     ttl.mul_f64(rand::random_range(1.5..3.0))

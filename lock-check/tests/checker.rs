@@ -51,6 +51,25 @@ fn a_correct_backend_passes() {
     assert_eq!(report["failures"], Value::Array(vec![]));
 }
 
+/// Several nemeses separated by commas take turns: the run both kills and
+/// pauses holders, and the report names both.
+#[test]
+fn nemeses_given_together_take_turns() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (out, report) = run(
+        dir.path(),
+        &["--nemesis", "kill-holder,pause-holder", "--interval", "1s"],
+    );
+    let shown = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{shown}");
+    assert_eq!(report["nemesis"], "kill-holder+pause-holder", "{shown}");
+    assert!(count(&report, "/liveness/holder_kills") >= 1, "{shown}");
+    let log =
+        std::fs::read_to_string(dir.path().join("run/controller.jsonl")).expect("controller log");
+    assert!(log.contains("\"paused\""), "no pause in {log}");
+    assert!(log.contains("\"killed_holder\""), "no kill in {log}");
+}
+
 #[test]
 fn tokens_going_backwards_fail_the_run() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -6,11 +6,13 @@
 //! as processes of their own (`cargo nextest`): the turns are file locks.
 //! The full 60 s matrix is `scripts/check-matrix.sh`.
 //!
-//! The `election_*` cases run the same way with `--election` (candidates
-//! and observers) on every backend that offers elections, and the
-//! `permits_*` cases with `--permits 2` on every backend that offers
-//! semaphores, and the `set_*` cases with `--set 2` (sets of two names of a
-//! pool of four) on every backend.
+//! The `election_*` cases run with `--election` (candidates and observers)
+//! on every backend that offers elections, the `permits_*` cases with
+//! `--permits 2` on every backend that offers semaphores, and the `set_*`
+//! cases with `--set 2` (sets of two names of a pool of four) on every
+//! backend: each in one run of 24 s whose nemeses take turns every 2 s
+//! (holder SIGKILL, holder SIGSTOP, and server kill/restart where the lock
+//! cases have it), so that every fault meets every primitive.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -65,33 +67,27 @@ impl Turn {
     }
 }
 
-/// Run `lock-check` on `url` under each nemesis (with its servers); all must
-/// pass. `servers` names the server group the runs use.
+/// Run `lock-check` on `url` for 15 s under each nemesis (with its
+/// servers); all must pass. `servers` names the server group the runs use.
 fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
-    check_runs(case, servers, url, nemeses, &[]);
+    check_runs(case, servers, url, nemeses, &["--duration", "15s"]);
 }
 
-/// [`check`] with `extra` arguments for every run.
+/// Run `lock-check` on `url` with `extra` arguments (its duration among
+/// them) under each nemesis (with its servers); all must pass.
 fn check_runs(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])], extra: &[&str]) {
     let _turn = Turn::take(servers);
     let root = tempfile::tempdir().expect("tempdir");
     let mut failed = Vec::new();
     for (nemesis, servers) in nemeses {
-        let dir = root.path().join(format!("{case}-{nemesis}"));
+        let label = nemesis.replace(',', "+");
+        let dir = root.path().join(format!("{case}-{label}"));
         let mut cmd = Command::new(BIN);
-        cmd.args([
-            "run",
-            "--url",
-            url,
-            "--duration",
-            "15s",
-            "--nemesis",
-            nemesis,
-        ])
-        .arg("--dir")
-        .arg(&dir)
-        .args(["--name", &format!("ci/{case}/{nemesis}")])
-        .args(extra);
+        cmd.args(["run", "--url", url, "--nemesis", nemesis])
+            .arg("--dir")
+            .arg(&dir)
+            .args(["--name", &format!("ci/{case}/{label}")])
+            .args(extra);
         for s in *servers {
             cmd.args(["--server", s]);
         }
@@ -210,29 +206,41 @@ fn zookeeper() {
     );
 }
 
-/// Kill-holder and pause-holder, and kill-server on `server_kill`'s
-/// servers if any: the runs of an election or semaphore case.
-fn holder_faults_and(
+/// The one run of an election, semaphore or set case: kill-holder and
+/// pause-holder, and kill-server on `server_kill`'s servers if any, taking
+/// turns.
+fn mixed_faults(
     server_kill: &'static [&'static str],
-) -> Vec<(&'static str, &'static [&'static str])> {
-    let mut nemeses: Vec<(&str, &[&str])> = vec![("kill-holder", &[]), ("pause-holder", &[])];
-    if !server_kill.is_empty() {
-        nemeses.push(("kill-server", server_kill));
+) -> [(&'static str, &'static [&'static str]); 1] {
+    if server_kill.is_empty() {
+        [("kill-holder,pause-holder", &[])]
+    } else {
+        [("kill-holder,pause-holder,kill-server", server_kill)]
     }
-    nemeses
 }
 
-/// The election's runs of `case`: candidates and observers under the
-/// holder faults (and `server_kill`'s servers killed, if any); the
+/// The arguments of a mixed run, before the primitive's own.
+const MIXED_RUN: [&str; 4] = ["--duration", "24s", "--interval", "2s"];
+
+/// [`MIXED_RUN`] followed by `args`.
+fn mixed_run<'a>(args: &[&'a str]) -> Vec<&'a str> {
+    MIXED_RUN
+        .iter()
+        .copied()
+        .chain(args.iter().copied())
+        .collect()
+}
+
+/// The election's run of `case`: candidates and observers under the
+/// mixed faults (and `server_kill`'s servers killed, if any); the
 /// report's election part must be there and clean.
 fn check_election(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
-    let nemeses = holder_faults_and(server_kill);
     check_runs(
         &format!("election-{case}"),
         servers,
         url,
-        &nemeses,
-        &["--election", "--observers", "2"],
+        &mixed_faults(server_kill),
+        &mixed_run(&["--election", "--observers", "2"]),
     );
 }
 
@@ -278,18 +286,17 @@ fn election_zookeeper() {
     check_election("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
-/// The semaphore's runs of `case`: four workers taking permits of a
-/// semaphore of two (`--permits 2`, per-slot registers) under the holder
+/// The semaphore's run of `case`: four workers taking permits of a
+/// semaphore of two (`--permits 2`, per-slot registers) under the mixed
 /// faults (and `server_kill`'s servers killed, if any), on every backend
 /// that offers semaphores.
 fn check_permits(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
-    let nemeses = holder_faults_and(server_kill);
     check_runs(
         &format!("permits-{case}"),
         servers,
         url,
-        &nemeses,
-        &["--permits", "2"],
+        &mixed_faults(server_kill),
+        &mixed_run(&["--permits", "2"]),
     );
 }
 
@@ -329,17 +336,16 @@ fn permits_zookeeper() {
     check_permits("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
-/// The lock sets' runs of `case`: four workers taking sets of two names of
-/// a pool of four (`--set 2`, a register per name) under the holder
+/// The lock sets' run of `case`: four workers taking sets of two names of
+/// a pool of four (`--set 2`, a register per name) under the mixed
 /// faults (and `server_kill`'s servers killed, if any).
 fn check_set(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
-    let nemeses = holder_faults_and(server_kill);
     check_runs(
         &format!("set-{case}"),
         servers,
         url,
-        &nemeses,
-        &["--set", "2"],
+        &mixed_faults(server_kill),
+        &mixed_run(&["--set", "2"]),
     );
 }
 
