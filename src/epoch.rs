@@ -95,6 +95,19 @@ impl LayeredLock for EpochLock {
         self.retoken(guard)
     }
 
+    /// The backend's set, each member's token with the epoch above it.
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.inner
+            .try_acquire_set(names, opts)
+            .await?
+            .map(|guards| guards.into_iter().map(|g| self.retoken(g)).collect())
+            .transpose()
+    }
+
     /// The backend's answer, its token with the epoch above it.
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {
         let info = self.inner.inspect(name).await?;

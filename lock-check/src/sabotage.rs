@@ -111,6 +111,18 @@ impl LayeredLock for SabotagedLock {
         Ok(self.tamper(guard))
     }
 
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        Ok(self
+            .inner
+            .try_acquire_set(names, opts)
+            .await?
+            .map(|guards| guards.into_iter().map(|g| self.tamper(g)).collect()))
+    }
+
     fn inner(&self) -> &Arc<dyn DistributedLock> {
         &self.inner
     }

@@ -115,6 +115,13 @@ pub struct Capabilities {
     /// sets the server's expiry to exactly the TTL asked, shorter or
     /// longer).
     pub hold_at_least: bool,
+    /// The most names a lock set takes in one request, all or none, on
+    /// the server ([`DistributedLock::try_acquire_set`](crate::DistributedLock::try_acquire_set)):
+    /// nobody ever sees part of such a set held, and a set refused because
+    /// one name is held takes no other name, not even for a moment. `0`:
+    /// sets are taken name by name in their order
+    /// ([`LockSetExt`](crate::LockSetExt)), and so are larger sets.
+    pub atomic_sets: usize,
 }
 
 /// What a backend's semaphores guarantee beyond what its
@@ -179,6 +186,7 @@ impl Capabilities {
             semaphore: None,
             lock_delay: false,
             hold_at_least: false,
+            atomic_sets: 0,
         }
     }
 
@@ -263,6 +271,12 @@ impl Capabilities {
     /// With [`max_held`](Self::max_held).
     pub const fn with_max_held(mut self, max_held: Option<usize>) -> Self {
         self.max_held = max_held;
+        self
+    }
+
+    /// With [`atomic_sets`](Self::atomic_sets).
+    pub const fn with_atomic_sets(mut self, names: usize) -> Self {
+        self.atomic_sets = names;
         self
     }
 }

@@ -95,6 +95,31 @@ pub trait DistributedLock: Send + Sync {
         Ok(None)
     }
 
+    /// Take every name of `names` in one request to the server, all or
+    /// none: `Ok(None)` when any of them is held by someone else, and then
+    /// none was taken, not even for a moment. Offered for sets of up to
+    /// [`Capabilities::atomic_sets`] names: [`LockError::Unsupported`]
+    /// where that is 0 (the default), [`LockError::InvalidOptions`] for a
+    /// larger set. The names are checked, deduplicated and sorted; the
+    /// guards come in that order, each a lock of its own (lease, renewal,
+    /// fencing token). `opts.wait` is not used.
+    ///
+    /// Call [`LockSetExt::try_acquire_all`](crate::LockSetExt::try_acquire_all)
+    /// instead: it uses this where offered and takes other sets name by
+    /// name. A wrapper that changes the guards it hands out implements
+    /// this too, or says 0 in its capabilities.
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let _ = (names, opts);
+        Err(LockError::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "atomic lock sets",
+        })
+    }
+
     /// The operator's way out for a lock whose holder is gone but whose
     /// lease is long: free `name` on the server whoever holds it, without
     /// the holder's consent. The holder's `lost()` fires when its client

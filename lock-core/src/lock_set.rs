@@ -1,13 +1,19 @@
 //! Lock sets: several names held all or none ([`LockSetExt`]).
 //!
-//! The names are deduplicated and taken one by one in one total order
-//! (their bytes' order), so two clients that want overlapping sets never
-//! wait for each other in a circle: the one that holds the lowest name
-//! both want goes first. The whole set shares one wait: each member waits
-//! only for what is left of it. A set that cannot be completed gives back
-//! every member it took before returning; a dropped acquisition leaves
-//! nothing held (each member taken is a guard, released on drop, and a
-//! member's own acquisition is cancel-safe).
+//! Where the backend takes a whole set in one request
+//! ([`Capabilities::atomic_sets`]), a try is that request: all or none on
+//! the server, nobody ever sees part of the set held, and a refused set
+//! took nothing. A wait starts with that request and, if the set is not
+//! free, goes on as below.
+//!
+//! Elsewhere (and for larger sets) the names are deduplicated and taken
+//! one by one in one total order (their bytes' order), so two clients that
+//! want overlapping sets never wait for each other in a circle: the one
+//! that holds the lowest name both want goes first. The whole set shares
+//! one wait: each member waits only for what is left of it. A set that
+//! cannot be completed gives back every member it took before returning; a
+//! dropped acquisition leaves nothing held (each member taken is a guard,
+//! released on drop, and a member's own acquisition is cancel-safe).
 
 use std::fmt;
 use std::time::Duration;
@@ -16,6 +22,7 @@ use async_trait::async_trait;
 use futures_util::future::{join_all, select_all};
 use tokio::time::Instant;
 
+use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::lock::DistributedLock;
@@ -80,6 +87,9 @@ impl<L: DistributedLock + ?Sized> LockSetExt for L {
         S: AsRef<str> + Sync,
     {
         let names = set_names(names, opts)?;
+        if let Some(atomic) = try_atomically(self, &names, opts).await {
+            return atomic;
+        }
         let mut taken = Vec::with_capacity(names.len());
         for name in &names {
             match self.try_acquire(name, opts).await {
@@ -103,6 +113,11 @@ impl<L: DistributedLock + ?Sized> LockSetExt for L {
     {
         let names = set_names(names, opts)?;
         let start = Instant::now();
+        if let Some(atomic) = try_atomically(self, &names, opts).await
+            && let Some(set) = atomic?
+        {
+            return Ok(set);
+        }
         let deadline = wait_deadline(start, opts.wait);
         let timeout = |name: &str| LockError::Timeout {
             name: name.to_string(),
@@ -150,9 +165,46 @@ impl<L: DistributedLock + ?Sized> LockSetExt for L {
     }
 }
 
+/// The one request for the whole set ([`DistributedLock::try_acquire_set`])
+/// where `lock` takes a set of this size so; `None` where it does not.
+async fn try_atomically<L: DistributedLock + ?Sized>(
+    lock: &L,
+    names: &[String],
+    opts: &LockOptions,
+) -> Option<Result<Option<LockSet>, LockError>> {
+    if names.len() > lock.capabilities().atomic_sets {
+        return None;
+    }
+    let names: Vec<&str> = names.iter().map(String::as_str).collect();
+    Some(
+        lock.try_acquire_set(&names, opts)
+            .await
+            .map(|granted| granted.map(|guards| LockSet { guards })),
+    )
+}
+
+/// That a backend with `caps` takes a set of `len` names in one request
+/// ([`Capabilities::atomic_sets`]).
+pub(crate) fn check_atomic_set(caps: &Capabilities, len: usize) -> Result<(), LockError> {
+    match caps.atomic_sets {
+        0 => Err(LockError::Unsupported {
+            backend: caps.backend,
+            operation: "atomic lock sets",
+        }),
+        most if len > most => Err(LockError::invalid_options(format!(
+            "{} takes at most {most} names in one request, this set has {len}",
+            caps.backend
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// The names of a set, deduplicated, in the order they are taken; with
 /// the request checked.
-fn set_names<S: AsRef<str>>(names: &[S], opts: &LockOptions) -> Result<Vec<String>, LockError> {
+pub(crate) fn set_names<S: AsRef<str>>(
+    names: &[S],
+    opts: &LockOptions,
+) -> Result<Vec<String>, LockError> {
     if opts.permits.is_some() {
         return Err(LockError::invalid_options(
             "a lock set takes locks, not a semaphore's permits (LockOptions::permits)",

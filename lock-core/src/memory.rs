@@ -25,6 +25,7 @@ use crate::guard::LockGuard;
 use crate::guard::RawGuard;
 use crate::info::LockInfo;
 use crate::lock::Changes;
+use crate::lock_set::MAX_SET_NAMES;
 use crate::loss::LossReason;
 use crate::options::LockOptions;
 use crate::raw::GuardHandle;
@@ -46,6 +47,8 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_observers(Waiting::Notified)
     .with_lock_delay(true)
     .with_hold_at_least(true)
+    // Every name under one mutex.
+    .with_atomic_sets(MAX_SET_NAMES)
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT)
             .with_fair_queue(true)
@@ -193,16 +196,30 @@ impl MemoryLock {
     ) -> Option<LockGuard> {
         let now = Instant::now();
         let slot = slots.entry(name.to_string()).or_default();
-        if slot.live_holder(now).is_some() {
+        if !Self::may_grant(slot, waiter, now) {
             return None;
         }
-        match (waiter, slot.queue.front()) {
-            (None, None) => {}
-            (Some(id), Some((head, _))) if *head == id => {
-                slot.queue.pop_front();
-            }
-            _ => return None,
+        if waiter.is_some() {
+            slot.queue.pop_front();
         }
+        Some(self.grant(slot, name, now, opts))
+    }
+
+    /// Whether `slot` is free for `waiter`: a newcomer (`None`) only when
+    /// nobody queues, a queued waiter only at the head.
+    fn may_grant(slot: &mut Slot, waiter: Option<u64>, now: Instant) -> bool {
+        if slot.live_holder(now).is_some() {
+            return false;
+        }
+        match (waiter, slot.queue.front()) {
+            (None, None) => true,
+            (Some(id), Some((head, _))) => *head == id,
+            _ => false,
+        }
+    }
+
+    /// Grant `name`'s free `slot` now.
+    fn grant(&self, slot: &mut Slot, name: &str, now: Instant, opts: &LockOptions) -> LockGuard {
         slot.fence += 1;
         let owner = OwnerToken::random();
         let lease = Arc::new(LeaseState::granted(now, opts));
@@ -220,7 +237,7 @@ impl MemoryLock {
             slot: None,
         });
         let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
-        Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left))
+        guard.kept_by(&self.watchdog, opts, Unrenewed::Left)
     }
 
     /// Grant a permit of semaphore `name` if one is free and `waiter` may
@@ -375,6 +392,30 @@ impl RawLock for MemoryLock {
         }
         let mut slots = self.shared.slots();
         Ok(self.try_grant(&mut slots, req.name, None, req.opts))
+    }
+
+    /// Under the one mutex of every name: all free (as for a newcomer),
+    /// then all granted.
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let now = Instant::now();
+        let mut slots = self.shared.slots();
+        for req in reqs {
+            let slot = slots.entry(req.name.to_string()).or_default();
+            if !Self::may_grant(slot, None, now) {
+                return Ok(None);
+            }
+        }
+        Ok(Some(
+            reqs.iter()
+                .map(|req| {
+                    let slot = slots.entry(req.name.to_string()).or_default();
+                    self.grant(slot, req.name, now, req.opts)
+                })
+                .collect(),
+        ))
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {

@@ -108,16 +108,29 @@ impl<E: Events> Observed<E> {
         waits: bool,
         attempt: impl Future<Output = Result<Option<LockGuard>, LockError>>,
     ) -> Result<Option<LockGuard>, LockError> {
+        let result = self
+            .observe_granted(name, waits, attempt, LockGuard::fencing_token)
+            .await;
+        let caps = self.inner.capabilities();
+        Ok(result?.map(|g| watch(g, caps, &self.events)))
+    }
+
+    /// One acquisition, of a lock or a set (`name`: the set's names), as
+    /// an event; `token` reads the fencing token reported of a grant.
+    async fn observe_granted<T>(
+        &self,
+        name: &str,
+        waits: bool,
+        attempt: impl Future<Output = Result<Option<T>, LockError>>,
+        token: impl Fn(&T) -> Option<u64>,
+    ) -> Result<Option<T>, LockError> {
         use tracing::Instrument;
         let backend = self.inner.capabilities().backend;
         self.events.acquiring(backend, waits);
         let span = self.events.acquire_span(backend, name);
         let started = Instant::now();
         let result = attempt.instrument(span.clone()).await;
-        let token = result
-            .as_ref()
-            .ok()
-            .and_then(|g| g.as_ref()?.fencing_token());
+        let token = result.as_ref().ok().and_then(|g| token(g.as_ref()?));
         self.events.acquired(
             &span,
             backend,
@@ -126,8 +139,7 @@ impl<E: Events> Observed<E> {
             Outcome::of(&result),
             token,
         );
-        let caps = self.inner.capabilities();
-        Ok(result?.map(|g| watch(g, caps, &self.events)))
+        result
     }
 }
 
@@ -254,6 +266,26 @@ impl<E: Events> LayeredLock for Observed<E> {
                 waited: Duration::ZERO,
             }),
         }
+    }
+
+    /// One acquisition event for the set (its names joined by commas, no
+    /// token); each member's guard reports its release, renewals and loss
+    /// as a lock's does.
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let label = names.join(",");
+        let attempt = self.inner.try_acquire_set(names, opts);
+        let result = self.observe_granted(&label, false, attempt, |_| None).await;
+        let caps = self.inner.capabilities();
+        Ok(result?.map(|guards| {
+            guards
+                .into_iter()
+                .map(|g| watch(g, caps, &self.events))
+                .collect()
+        }))
     }
 
     fn inner(&self) -> &Arc<dyn DistributedLock> {

@@ -169,6 +169,30 @@ impl LayeredLock for Retrying {
         Ok(self.layer.wrap(guard, self.inner.capabilities().backend))
     }
 
+    /// Retried as a try is; each member's guard retries its extends and
+    /// release.
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let deadline = Self::wait_deadline(opts, Instant::now());
+        let guards = self
+            .layer
+            .retry(deadline)
+            .run("acquiring a lock set", transient, |_| {
+                self.inner.try_acquire_set(names, opts)
+            })
+            .await?;
+        let backend = self.inner.capabilities().backend;
+        Ok(guards.map(|guards| {
+            guards
+                .into_iter()
+                .map(|g| self.layer.wrap(g, backend))
+                .collect()
+        }))
+    }
+
     fn inner(&self) -> &Arc<dyn DistributedLock> {
         &self.inner
     }

@@ -119,6 +119,14 @@ impl<T: ?Sized + Send + Sync> DistributedLock for LayerStack<T> {
         self.outer.acquire(name, opts).await
     }
 
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.outer.try_acquire_set(names, opts).await
+    }
+
     fn capabilities(&self) -> Capabilities {
         self.outer.capabilities()
     }

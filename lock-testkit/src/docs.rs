@@ -21,7 +21,7 @@ use lock_core::Capabilities;
 /// its value as the field's `Debug` form; `semaphore` as `None`, or as
 /// `LIMIT, fair|unordered, WAITING` (the largest limit, whether waiters are
 /// served in arrival order, and how they learn of a release).
-pub const CHECKLIST: [&str; 12] = [
+pub const CHECKLIST: [&str; 13] = [
     "grade",
     "fencing",
     "fair_queue",
@@ -34,6 +34,7 @@ pub const CHECKLIST: [&str; 12] = [
     "semaphore",
     "lock_delay",
     "hold_at_least",
+    "atomic_sets",
 ];
 
 /// `caps`' checklist values, as `docs.md` writes them.
@@ -57,6 +58,7 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
         ),
         caps.lock_delay.to_string(),
         caps.hold_at_least.to_string(),
+        caps.atomic_sets.to_string(),
     ];
     CHECKLIST.into_iter().zip(values).collect()
 }
@@ -154,7 +156,8 @@ mod tests {
         | `observers` | `Notified` | `Polling` | |\n\
         | `semaphore` | `4096, fair, Notified` | `None` | |\n\
         | `lock_delay` | `true` | `false` | |\n\
-        | `hold_at_least` | `true` | `false` | |\n\nMore.\n";
+        | `hold_at_least` | `true` | `false` | |\n\
+        | `atomic_sets` | `1024` | `0` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {

@@ -133,6 +133,87 @@ pub async fn a_failed_try_leaves_no_member_held(h: Harness) {
     assert!(middle.release().await.expect("release"));
 }
 
+/// Where the backend takes sets in one request
+/// ([`atomic_sets`](lock_core::Capabilities::atomic_sets)), a set refused
+/// because one member is held never holds another, not even for a moment:
+/// a client trying that other member all the while always gets it. The
+/// request itself (`try_acquire_set`) grants in the names' order with a
+/// token each, and refuses a set over the limit; where the backend says 0,
+/// it is not offered.
+pub async fn a_refused_atomic_set_never_holds_a_member(h: Harness) {
+    let caps = h.lock.capabilities();
+    let lock: &dyn DistributedLock = &*h.lock;
+    let o = opts(&h, Wait::No);
+    let n = names("atomic", 3);
+    let refs: Vec<&str> = n.iter().rev().map(String::as_str).collect();
+    if caps.atomic_sets == 0 {
+        let refused = lock.try_acquire_set(&refs, &o).await;
+        assert!(
+            matches!(refused, Err(LockError::Unsupported { .. })),
+            "{refused:?}"
+        );
+        return;
+    }
+    if caps.atomic_sets < lock_core::MAX_SET_NAMES {
+        let over = names("atomic-over", caps.atomic_sets + 1);
+        let over: Vec<&str> = over.iter().map(String::as_str).collect();
+        let refused = lock.try_acquire_set(&over, &o).await;
+        assert!(
+            matches!(refused, Err(LockError::InvalidOptions { .. })),
+            "{refused:?}"
+        );
+    }
+    let set = lock.try_acquire_set(&refs, &o).await.expect("set");
+    let set = set.expect("three free names granted");
+    let held: Vec<&str> = set.iter().map(|g| g.name()).collect();
+    assert_eq!(held, [n[0].as_str(), n[1].as_str(), n[2].as_str()]);
+    if caps.fencing != lock_core::Fencing::None {
+        assert!(set.iter().all(|g| g.fencing_token().is_some()));
+    }
+    for guard in set {
+        assert!(guard.release().await.expect("release"));
+    }
+
+    let last = h.other.acquire(&n[2], &o).await.expect("acquire");
+    let done = Arc::new(AtomicBool::new(false));
+    let prober = {
+        let (other, first, o, done) = (
+            Arc::clone(&h.other),
+            n[0].clone(),
+            o.clone(),
+            Arc::clone(&done),
+        );
+        tokio::spawn(async move {
+            let (mut probes, mut held) = (0u32, 0u32);
+            while !done.load(Ordering::Relaxed) || probes == 0 {
+                probes += 1;
+                match other.try_acquire(&first, &o).await.expect("probe") {
+                    Some(guard) => {
+                        guard.release().await.expect("release");
+                    }
+                    None => held += 1,
+                }
+            }
+            (probes, held)
+        })
+    };
+    let mut refused = 0;
+    for _ in 0..40 {
+        if h.lock.try_acquire_all(&n, &o).await.expect("try").is_none() {
+            refused += 1;
+        }
+    }
+    done.store(true, Ordering::Relaxed);
+    let (probes, held) = prober.await.expect("prober");
+    assert_eq!(refused, 40, "a set granted with a member held elsewhere");
+    assert_eq!(
+        held, 0,
+        "{held} of {probes} probes found {} held by a refused set",
+        n[0]
+    );
+    assert!(last.release().await.expect("release"));
+}
+
 /// The set shares one wait: a member freed late gets only what is left
 /// of it, so the set times out when the whole wait ends, not one wait per
 /// member later; its members are free afterwards.
@@ -255,6 +336,7 @@ macro_rules! __lock_set_cases {
             overlapping_sets_in_opposite_orders_never_deadlock_or_overlap,
             duplicates_are_taken_once,
             a_failed_try_leaves_no_member_held,
+            a_refused_atomic_set_never_holds_a_member,
             one_wait_bounds_the_whole_set,
             a_member_taken_away_fires_the_sets_loss_naming_it,
             a_cancelled_set_leaves_nothing_held,

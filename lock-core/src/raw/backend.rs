@@ -10,6 +10,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::lock::{Changes, DistributedLock, WAIT_OVERRUN};
+use crate::lock_set::{check_atomic_set, set_names};
 use crate::options::{LockOptions, Wait};
 use crate::raw::timing::{server_options, with_hold};
 use crate::raw::{Attempt, Request, acquire_by_polling};
@@ -74,6 +75,24 @@ pub trait RawLock: Send + Sync {
             })
         })
         .await
+    }
+
+    /// One request for a whole set, all or none, without waiting
+    /// ([`DistributedLock::try_acquire_set`]): `Ok(None)` when any member
+    /// is held by someone else, and then none was taken. `reqs` are the
+    /// members, checked, distinct and in the names' order, at most
+    /// [`Capabilities::atomic_sets`]; the guards come in the same order.
+    /// Must be cancel-safe. Only called where `atomic_sets` is not 0; the
+    /// default answers [`LockError::Unsupported`].
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let _ = reqs;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "atomic lock sets",
+        })
     }
 
     /// See [`DistributedLock::inspect`]; `name` is not yet validated. The
@@ -160,6 +179,30 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
 
     fn capabilities(&self) -> Capabilities {
         self.raw_capabilities()
+    }
+
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let caps = self.raw_capabilities();
+        let names = set_names(names, opts)?;
+        check_atomic_set(&caps, names.len())?;
+        let server = server_options(opts);
+        let reqs = names
+            .iter()
+            .map(|name| {
+                Ok(Request {
+                    opts: &server,
+                    ..Request::checked(name, opts, &caps)?
+                })
+            })
+            .collect::<Result<Vec<_>, LockError>>()?;
+        Ok(self
+            .attempt_set_once(&reqs)
+            .await?
+            .map(|guards| guards.into_iter().map(|g| with_hold(g, opts)).collect()))
     }
 
     async fn inspect(&self, name: &str) -> Result<LockInfo, LockError> {

@@ -36,6 +36,18 @@ pub trait LayeredLock: Send + Sync + 'static {
         self.inner().acquire(name, opts).await
     }
 
+    /// [`DistributedLock::try_acquire_set`]; forwards by default. A layer
+    /// that changes the guards [`try_acquire`](Self::try_acquire) hands
+    /// out changes these too, or says 0
+    /// [`atomic_sets`](Capabilities::atomic_sets) in its capabilities.
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.inner().try_acquire_set(names, opts).await
+    }
+
     /// [`DistributedLock::capabilities`]; forwards by default.
     fn capabilities(&self) -> Capabilities {
         self.inner().capabilities()
@@ -95,6 +107,14 @@ impl<L: LayeredLock> DistributedLock for Layered<L> {
 
     async fn acquire(&self, name: &str, opts: &LockOptions) -> Result<LockGuard, LockError> {
         self.0.acquire(name, opts).await
+    }
+
+    async fn try_acquire_set(
+        &self,
+        names: &[&str],
+        opts: &LockOptions,
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.0.try_acquire_set(names, opts).await
     }
 
     fn capabilities(&self) -> Capabilities {

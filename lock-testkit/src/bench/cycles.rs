@@ -41,6 +41,11 @@ pub const SET_ALL: &str = "lock set: try_acquire_all of 8 names + release";
 /// The label of the same names taken by one `try_acquire` each, one after
 /// another, and released one by one.
 pub const SET_SINGLES: &str = "8 try_acquire + 8 release, one by one";
+/// The label of the set taken by `try_acquire_all` name by name, in
+/// order, where the backend would take it in one request
+/// ([`Capabilities::atomic_sets`](lock_core::Capabilities::atomic_sets)
+/// said 0), and released.
+pub const SET_ORDERED: &str = "lock set: try_acquire_all name by name + release";
 
 /// One variant's samples.
 struct Variant {
@@ -173,6 +178,18 @@ impl Cycles {
             assert!(set.release().await.expect("release"), "a member was lost");
         })
         .await;
+        if lock.capabilities().atomic_sets >= SET_NAMES {
+            let ordered = NameByName(lock);
+            self.measure(SET_ORDERED, async |_| {
+                let set = ordered
+                    .try_acquire_all(&names[..], opts)
+                    .await
+                    .expect("try_acquire_all")
+                    .expect("a free set");
+                assert!(set.release().await.expect("release"), "a member was lost");
+            })
+            .await;
+        }
         self.measure(SET_SINGLES, async |_| {
             let mut guards = Vec::with_capacity(SET_NAMES);
             for name in &names {
@@ -189,6 +206,10 @@ impl Cycles {
     /// The lock set against the same names one by one: see
     /// [`measure_sets`](Self::measure_sets).
     pub fn compare_sets(&self) -> Option<Ratios> {
+        // Where the backend takes a set in one request: that request
+        // against the same set taken name by name.
+        self.compare(SET_ALL, SET_ORDERED);
+        self.compare(SET_ORDERED, SET_SINGLES);
         self.compare(SET_ALL, SET_SINGLES)
     }
 
@@ -286,6 +307,34 @@ fn tcp_segments_sent() -> Option<u64> {
     let (names, values) = (tcp.next()?, tcp.next()?);
     let at = names.split_whitespace().position(|n| n == "OutSegs")?;
     values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// `lock` with its sets taken name by name: its capabilities say 0
+/// [`atomic_sets`](lock_core::Capabilities::atomic_sets), everything else
+/// forwards.
+struct NameByName<'a>(&'a dyn DistributedLock);
+
+#[async_trait::async_trait]
+impl DistributedLock for NameByName<'_> {
+    async fn try_acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<lock_core::LockGuard>, lock_core::LockError> {
+        self.0.try_acquire(name, opts).await
+    }
+
+    async fn acquire(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<lock_core::LockGuard, lock_core::LockError> {
+        self.0.acquire(name, opts).await
+    }
+
+    fn capabilities(&self) -> lock_core::Capabilities {
+        self.0.capabilities().with_atomic_sets(0)
+    }
 }
 
 #[cfg(test)]
