@@ -22,6 +22,7 @@ mod permits;
 mod queue_wait;
 mod script_call;
 mod scripts;
+mod sets;
 mod state;
 mod subscriber;
 

@@ -27,10 +27,11 @@ use crate::permits::MAX_LIMIT;
 use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
 use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, WITHDRAW};
+use crate::sets::MAX_ATOMIC_SET;
 use crate::state::read_state;
 use crate::subscriber::{Subscriber, Subscription};
 
-const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
+pub(crate) const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // INCR in the acquire script: monotonic only while this one node keeps
     // its data (a failover to a replica or a restart without persistence can
     // go back).
@@ -48,6 +49,8 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Efficiency)
     // PX carries the delay; the extend script's PEXPIRE sets a hold's end.
     .with_lock_delay(true)
     .with_hold_at_least(true)
+    // One script run takes a whole set (all keys on this one node).
+    .with_atomic_sets(MAX_ATOMIC_SET)
     // Slot keys with the lease as TTL; waiters woken on release, unordered.
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
@@ -256,7 +259,7 @@ impl RedisLock {
         )))
     }
 
-    fn handle(&self, name: &str, owner: OwnerToken, opts: &LockOptions) -> RedisHandle {
+    pub(crate) fn handle(&self, name: &str, owner: OwnerToken, opts: &LockOptions) -> RedisHandle {
         RedisHandle {
             inner: Arc::clone(&self.inner),
             keys: self.inner.keys.all(name),
@@ -286,6 +289,14 @@ impl RawLock for RedisLock {
                 .into_guard();
         }
         self.attempt(req.name, req.opts, None).await?.into_guard()
+    }
+
+    /// One script run for the whole set.
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.attempt_set(reqs).await
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {

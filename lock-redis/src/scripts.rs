@@ -31,6 +31,14 @@ use redis::Script;
 /// changes channel), `{0, ms to wait}` otherwise.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
+/// KEYS: lock, fence, handoff and holder key of each name of a set, in
+/// turn. ARGV: owner, ttl ms, holder record. Takes every lock if none is
+/// held or reserved for a waiter, writing each holder record and
+/// publishing `granted` on each changes channel: `{1, token, …}` (a token
+/// per name, in order); else takes none: `{0}`.
+pub(crate) static SET_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("set_acquire.lua")));
+
 /// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,
 /// and optionally a waiter id, its ticket and the queue TTL ms.
 /// Deletes the lock only if `owner` holds it, then hands it to the first
