@@ -21,6 +21,7 @@ mod permits;
 mod queue;
 mod requests;
 mod session;
+mod sets;
 
 pub use config::EtcdConfig;
 /// The `etcd-client` crate this backend is built on, for

@@ -28,6 +28,7 @@ use crate::permits::MAX_LIMIT;
 use crate::queue::{self, Place, Turn};
 use crate::requests;
 use crate::session::Session;
+use crate::sets::MAX_ATOMIC_SET;
 
 /// What etcd locks prove. They depend on clocks (as `new` says): the
 /// lease runs on the leader's clock, the guard's validity is the local
@@ -49,6 +50,9 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         // it whole); a lease cannot be shortened, so no hold.
         .with_lock_delay(true)
         .with_observers(Waiting::Notified)
+        // One transaction: every name's directory compared empty, a key
+        // put in each.
+        .with_atomic_sets(MAX_ATOMIC_SET)
         // A queue of keys by create revision, the first `limit` holding
         // slot keys; waiters watch the queue's deletions.
         .with_semaphore(Some(
@@ -347,7 +351,7 @@ impl EtcdLock {
         ))
     }
 
-    fn guard(
+    pub(crate) fn guard(
         &self,
         name: &str,
         handle: Arc<EtcdHandle>,
@@ -622,6 +626,14 @@ impl RawLock for EtcdLock {
             Err(LockError::Lost { .. }) => Err(place_gone(req.name)),
             other => other,
         }
+    }
+
+    /// One transaction for the whole set.
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.attempt_set(reqs).await
     }
 
     /// A waiter whose place in the queue goes (its lease or session ended,
