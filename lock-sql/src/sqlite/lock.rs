@@ -46,8 +46,15 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     // plus the TTL asked, so it sets a hold's end too.
     .with_lock_delay(true)
     .with_hold_at_least(true)
+    // One transaction: the acquire statement of each name.
+    .with_atomic_sets(MAX_ATOMIC_SET)
     // Permits are rows of `TABLE_permits`; their waiters poll, unordered.
     .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)));
+
+/// The most names one transaction takes: it holds SQLite's write lock
+/// (every other writer of the file waits) for a statement per name; a
+/// larger set is taken name by name.
+const MAX_ATOMIC_SET: usize = 64;
 
 /// How often the first waiter in line looks whether the lock is free; the
 /// n-th looks n times as seldom.
@@ -477,6 +484,19 @@ impl SqliteLock {
         if let Some(ticket) = ticket {
             ticket.served();
         }
+        self.granted(name, opts, pending, sent_at, fence).await
+    }
+
+    /// The guard of a grant of `name` whose statement (sent at `sent_at`)
+    /// answered `fence`, `pending` still armed.
+    async fn granted(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        pending: PendingGrant,
+        sent_at: Instant,
+        fence: i64,
+    ) -> Result<Attempt, LockError> {
         // A counter past the durable epoch (2^32 grants of one name in one
         // epoch) is covered before its token is handed out; if that
         // fails, dropping `pending` gives the lock back.
@@ -505,6 +525,83 @@ impl SqliteLock {
             opts,
             Unrenewed::Left,
         )))
+    }
+
+    /// A lock set in one transaction: the acquire statement of each name
+    /// in turn (as a newcomer: any live waiter refuses it), committed only
+    /// if every one took its lease. Cancel-safe as a single attempt is
+    /// (the transaction holds SQLite's write lock from its `BEGIN
+    /// IMMEDIATE`, and a [`PendingGrant`] per member releases it if the
+    /// future is dropped).
+    async fn attempt_set(&self, reqs: &[Request<'_>]) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let failed = |e| map_sqlx(BACKEND, "acquiring a lock set", e);
+        let handles: Vec<Arc<SqliteHandle>> = reqs
+            .iter()
+            .map(|req| {
+                Arc::new(self.handle(req.name, OwnerToken::random(), req.opts.holder_record()))
+            })
+            .collect();
+        let pending: Vec<PendingGrant> = handles
+            .iter()
+            .map(|h| PendingGrant::new(Arc::clone(h) as _))
+            .collect();
+        let sent_at = Instant::now();
+        let now = now_ms();
+        let turn = self.inner.gate.acquisition().await;
+        let mut tx = self
+            .inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        let mut fences = Vec::with_capacity(reqs.len());
+        for (req, handle) in reqs.iter().zip(&handles) {
+            let fence =
+                sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
+                    .bind(req.name)
+                    .bind(&handle.owner_hex)
+                    .bind(now.saturating_add(ms(req.opts.ttl)))
+                    .bind(now)
+                    .bind(handle.record.as_bytes())
+                    .bind(self.inner.epoch.current())
+                    .bind(i64::MAX)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            match fence {
+                Some(fence) => fences.push(fence),
+                None => break,
+            }
+        }
+        let all = fences.len() == reqs.len();
+        if all {
+            tx.commit().await.map_err(failed)?;
+        } else {
+            tx.rollback().await.map_err(failed)?;
+        }
+        drop(turn);
+        if !all {
+            for p in pending {
+                drop(p.disarm());
+            }
+            return Ok(None);
+        }
+        let mut guards = Vec::with_capacity(reqs.len());
+        let mut late = None;
+        for ((req, p), fence) in reqs.iter().zip(pending).zip(fences) {
+            match self.granted(req.name, req.opts, p, sent_at, fence).await? {
+                Attempt::Acquired(guard) => guards.push(guard),
+                // Answered at once for the whole set: every member is as
+                // late, and each is given back.
+                other => {
+                    late.get_or_insert(other);
+                }
+            }
+        }
+        match late {
+            Some(late) => late.into_guard().map(|_| None),
+            None => Ok(Some(guards)),
+        }
     }
 
     /// How many live waiters hold a ticket below `ticket` for `name`. A
@@ -563,6 +660,14 @@ impl RawLock for SqliteLock {
         self.attempt(req.name, req.opts, false, None)
             .await?
             .into_guard()
+    }
+
+    /// One transaction for the whole set.
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.attempt_set(reqs).await
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
