@@ -124,7 +124,9 @@ async fn main() {
     let locks = EtcdLock::connect(&url()).await.expect("distlock");
     locks.compact().await.expect("compact");
     let mut raw = raw_client().await;
-    let lease = raw.lease_grant(60, None).await.expect("lease").id();
+    // Nothing keeps this lease alive: it outlives the whole run (every
+    // variant's rounds, interleaved).
+    let lease = raw.lease_grant(900, None).await.expect("lease").id();
     // On the session lease, with and without the guard's renewal.
     let renewed = LockOptions::new().wait(Wait::No);
     let unrenewed = LockOptions::new().auto_renew(false).wait(Wait::No);
