@@ -39,7 +39,7 @@ pub mod raw {
     pub use crate::keys::{Keys, LockKeys, PermitKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::script_call::ScriptCall;
-    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, SET_HOLDER, WITHDRAW};
+    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, SET_ACQUIRE, SET_HOLDER, WITHDRAW};
     pub use crate::state::{LockState, read_state};
     pub use crate::subscriber::{Subscriber, Subscription};
 }

@@ -36,7 +36,7 @@ pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// held or reserved for a waiter, writing each holder record and
 /// publishing `granted` on each changes channel: `{1, token, …}` (a token
 /// per name, in order); else takes none: `{0}`.
-pub(crate) static SET_ACQUIRE: LazyLock<Script> =
+pub static SET_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("set_acquire.lua")));
 
 /// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,

@@ -17,6 +17,7 @@ mod lock;
 mod node;
 mod quorum;
 mod scripts;
+mod sets;
 
 pub use config::RedlockConfig;
 pub use lock::Redlock;

@@ -21,8 +21,9 @@ use crate::error::{BACKEND, causes, quorum_not_reached};
 use crate::handle::RedlockHandle;
 use crate::node::{LockRef, Node, NodeGrant, Waiter};
 use crate::quorum::{Replies, Stragglers, count, failed, gather, majority};
+use crate::sets::MAX_ATOMIC_SET;
 
-const CAPABILITIES: Capabilities =
+pub(crate) const CAPABILITIES: Capabilities =
     // Safety rests on timing assumptions (bounded pauses, clock rates,
     // delayed restarts), not on consensus: see the crate documentation.
     Capabilities::new(BACKEND, Grade::Efficiency)
@@ -43,7 +44,9 @@ const CAPABILITIES: Capabilities =
         .with_observers(Waiting::Notified)
         // PX on every node carries the delay; PEXPIRE sets a hold's end.
         .with_lock_delay(true)
-        .with_hold_at_least(true);
+        .with_hold_at_least(true)
+        // One set script run per node, a majority granting it whole.
+        .with_atomic_sets(MAX_ATOMIC_SET);
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -104,16 +107,16 @@ const CAPABILITIES: Capabilities =
 /// ```
 #[derive(Clone)]
 pub struct Redlock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) watchdog: Watchdog,
 }
 
 pub(crate) struct Inner {
     pub(crate) nodes: Vec<Arc<Node>>,
     /// Each node's `host:port/db`, for diagnostics.
     pub(crate) names: Vec<String>,
-    keys: Keys,
-    config: RedlockConfig,
+    pub(crate) keys: Keys,
+    pub(crate) config: RedlockConfig,
     pub(crate) quorum: usize,
     wakeups: Wakeups,
 }
@@ -315,16 +318,8 @@ impl Redlock {
         if grants.len() >= q
             && let Some(token) = self.fence(&handle, &grants).await
         {
-            let lease = Arc::new(
-                LeaseState::lease_with_drift(start, opts.ttl, inner.config.drift_factor)
-                    .with_margin(opts.safety_margin)
-                    .delaying(opts.lock_delay),
-            );
-            let enough = opts.ttl.mul_f64(inner.config.min_validity);
-            let left = lease
-                .deadline()
-                .map(|d| d.saturating_duration_since(Instant::now()));
-            if left.is_some_and(|left| left > enough) {
+            let lease = self.lease(start, opts);
+            if self.in_time(&lease, opts) {
                 if let Some(waiter) = waiter {
                     self.leave_queues(&handle, waiter, &replies);
                 }
@@ -339,27 +334,16 @@ impl Redlock {
             tracing::debug!(target: "distlock", lock = %name, elapsed = ?start.elapsed(), "granted too late; giving it back");
             too_late = Some(start.elapsed());
         }
-        // Give back whatever may have landed: every node that did not refuse,
-        // including those that failed or were not waited for. Wait for the
-        // nodes that granted (they answer); the rest finish in the background.
         // A queued waiter rejoins each queue by its ticket as it gives a node
         // back, and the node goes to the first in line: so every node ends
         // up reserved for the same, earliest waiter, and a split vote does
         // not repeat.
-        let maybe_ours: Vec<(&Arc<Node>, bool)> = inner
-            .nodes
-            .iter()
-            .zip(&replies)
-            .filter(|(_, r)| !matches!(r, Some(Ok(NodeGrant::Held(_)))))
-            .map(|(node, r)| (node, matches!(r, Some(Ok(NodeGrant::Granted(_))))))
-            .collect();
-        let granting: Vec<bool> = maybe_ours.iter().map(|&(_, g)| g).collect();
-        gather(
-            maybe_ours.iter().map(|(node, _)| {
-                Arc::clone(node).release(Arc::clone(&handle.lock), waiter.cloned())
-            }),
-            Stragglers::Finish,
-            |r| r.iter().zip(&granting).all(|(r, &g)| r.is_some() || !g),
+        self.give_back(
+            std::slice::from_ref(&handle.lock),
+            &replies,
+            |g| matches!(g, NodeGrant::Granted(_)),
+            |g| matches!(g, NodeGrant::Held(_)),
+            waiter,
         )
         .await;
         pending.disarm();
@@ -379,6 +363,62 @@ impl Redlock {
                 None
             },
         })
+    }
+
+    /// The lease of a grant whose requests went out at `start`: the TTL
+    /// less the clock drift and the safety margin.
+    pub(crate) fn lease(&self, start: Instant, opts: &LockOptions) -> Arc<LeaseState> {
+        Arc::new(
+            LeaseState::lease_with_drift(start, opts.ttl, self.inner.config.drift_factor)
+                .with_margin(opts.safety_margin)
+                .delaying(opts.lock_delay),
+        )
+    }
+
+    /// Whether `lease` (of a TTL of `opts.ttl`) still has more than
+    /// `min_validity` of the TTL left: a grant that took longer is given
+    /// back.
+    pub(crate) fn in_time(&self, lease: &LeaseState, opts: &LockOptions) -> bool {
+        let enough = opts.ttl.mul_f64(self.inner.config.min_validity);
+        lease
+            .deadline()
+            .is_some_and(|d| d.saturating_duration_since(Instant::now()) > enough)
+    }
+
+    /// Give `locks` back wherever they may have landed: on every node
+    /// whose reply was not a refusal (`refused`), including those that
+    /// failed or were not waited for. Waits for the nodes that granted
+    /// (`granted`: they answer); the rest finish in the background. A
+    /// `rejoin` waiter takes its place in each queue again as it gives a
+    /// node back.
+    pub(crate) async fn give_back<T>(
+        &self,
+        locks: &[Arc<LockRef>],
+        replies: &Replies<T>,
+        granted: impl Fn(&T) -> bool,
+        refused: impl Fn(&T) -> bool,
+        rejoin: Option<&Arc<Waiter>>,
+    ) {
+        let maybe_ours: Vec<(&Arc<Node>, bool)> = self
+            .inner
+            .nodes
+            .iter()
+            .zip(replies)
+            .filter(|(_, r)| !matches!(r, Some(Ok(g)) if refused(g)))
+            .map(|(node, r)| (node, matches!(r, Some(Ok(g)) if granted(g))))
+            .collect();
+        let each: Vec<(&Arc<Node>, bool, &Arc<LockRef>)> = maybe_ours
+            .iter()
+            .flat_map(|&(node, granting)| locks.iter().map(move |lock| (node, granting, lock)))
+            .collect();
+        gather(
+            each.iter().map(|&(node, _, lock)| {
+                Arc::clone(node).release(Arc::clone(lock), rejoin.cloned())
+            }),
+            Stragglers::Finish,
+            |r| r.iter().zip(&each).all(|(r, &(_, g, _))| r.is_some() || !g),
+        )
+        .await;
     }
 
     /// After winning: leave the queue of every node that did not grant, in
@@ -412,7 +452,11 @@ impl Redlock {
     /// The fencing token for a majority `grants` (node index, counter after
     /// its increment): the largest counter, once a majority carries it.
     /// `None` if it could not be written to a majority.
-    async fn fence(&self, handle: &RedlockHandle, grants: &[(usize, u64)]) -> Option<u64> {
+    pub(crate) async fn fence(
+        &self,
+        handle: &RedlockHandle,
+        grants: &[(usize, u64)],
+    ) -> Option<u64> {
         let q = self.inner.quorum;
         let token = grants.iter().map(|&(_, t)| t).max()?;
         let carried = grants.iter().filter(|&&(_, t)| t == token).count();
@@ -476,6 +520,15 @@ fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
 impl RawLock for Redlock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
         self.attempt(req.name, req.opts, None).await?.into_guard()
+    }
+
+    /// The set script on every node at once; a majority granting the
+    /// whole set takes it.
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        self.attempt_set(reqs).await
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {

@@ -9,8 +9,8 @@ use futures_util::FutureExt;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_core::{Changes, LockError};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_HOLDER, ScriptCall,
-    Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
+    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_ACQUIRE, SET_HOLDER,
+    ScriptCall, Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -191,6 +191,58 @@ impl Node {
                 .filter(|&ms| ms > 0)
                 .map(Duration::from_millis);
             Ok(NodeGrant::Held(left))
+        }
+    }
+
+    /// Take every lock of a set here, all or none, in one script run
+    /// (their owner and holder record are the first's): the node's
+    /// counter of each after its increment, in order; `None` when one is
+    /// held or reserved for a waiter here, and then none was taken.
+    pub(crate) async fn acquire_set(
+        self: Arc<Self>,
+        locks: Arc<[Arc<LockRef>]>,
+        ttl: Duration,
+    ) -> Result<Option<Vec<u64>>, LockError> {
+        let Some(first) = locks.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let keys: Vec<&str> = locks
+            .iter()
+            .flat_map(|l| {
+                [
+                    l.keys.lock.as_str(),
+                    l.keys.fence.as_str(),
+                    l.keys.handoff.as_str(),
+                    l.keys.holder.as_str(),
+                ]
+            })
+            .collect();
+        let mut call = ScriptCall::new(&SET_ACQUIRE, &keys, 3);
+        call.arg(&first.owner)
+            .arg(lock_core::raw::lease_millis(ttl))
+            .arg(first.record.as_slice());
+        let mut conn = self.conn.clone();
+        let answer: Vec<i64> = self
+            .bounded("acquiring a lock set", call.invoke(&mut conn))
+            .await?;
+        if answer.first() != Some(&1) {
+            return Ok(None);
+        }
+        let tokens: Option<Vec<u64>> = answer[1..]
+            .iter()
+            .map(|&t| u64::try_from(t).ok().filter(|&t| t > 0))
+            .collect();
+        match tokens {
+            Some(tokens) if tokens.len() == locks.len() => Ok(Some(tokens)),
+            _ => Err(LockError::Backend {
+                backend: BACKEND,
+                reason: format!(
+                    "the set script on {} answered {answer:?} for {} names",
+                    self.display,
+                    locks.len()
+                ),
+                source: None,
+            }),
         }
     }
 

@@ -1,0 +1,131 @@
+//! Lock sets in one request per node: the set script of `lock-redis` on
+//! every node at once, all or none on each; the set is granted where a
+//! majority granted it whole.
+
+use std::sync::Arc;
+
+use futures_util::future::join_all;
+use lock_core::raw::{
+    GuardHandle, OwnerToken, PendingGrant, RawGuard, Request, Unrenewed, granted_too_late,
+};
+use lock_core::{LockError, LockGuard};
+use tokio::time::Instant;
+
+use crate::error::{BACKEND, quorum_not_reached};
+use crate::handle::RedlockHandle;
+use crate::lock::{CAPABILITIES, Redlock};
+use crate::node::LockRef;
+use crate::quorum::{Stragglers, count, failed, gather};
+
+/// The most names one set script run takes on a node (as on one Redis
+/// node); a larger set is taken name by name.
+pub(crate) const MAX_ATOMIC_SET: usize = 64;
+
+impl Redlock {
+    /// The set script for `reqs` (checked, distinct, in order) on every
+    /// node at once. Granted when a majority took the whole set: then each
+    /// member's token is the largest counter its granting nodes answered,
+    /// written back to a majority as for a lock ([`Redlock::fence`]), and
+    /// the lease is the lock's (the drift and `min_validity` checks).
+    /// Otherwise every member is given back on every node that did not
+    /// refuse. A node that refuses took none of the set, so no majority
+    /// ever holds part of a refused set. Cancel-safe: a [`PendingGrant`]
+    /// per member releases it on every node if the future is dropped.
+    pub(crate) async fn attempt_set(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        let Some(first) = reqs.first() else {
+            return Ok(Some(Vec::new()));
+        };
+        let inner = &self.inner;
+        let (n, q) = (inner.nodes.len(), inner.quorum);
+        let opts = first.opts;
+        let owner = OwnerToken::random().to_hex();
+        let record = opts.holder_record().as_bytes().to_vec();
+        let handles: Vec<Arc<RedlockHandle>> = reqs
+            .iter()
+            .map(|req| {
+                Arc::new(RedlockHandle {
+                    inner: Arc::clone(inner),
+                    lock: Arc::new(LockRef {
+                        keys: inner.keys.all(req.name),
+                        owner: owner.clone(),
+                        record: record.clone(),
+                    }),
+                })
+            })
+            .collect();
+        let pending: Vec<PendingGrant> = handles
+            .iter()
+            .map(|h| PendingGrant::new(Arc::clone(h) as Arc<dyn GuardHandle>))
+            .collect();
+        let locks: Arc<[Arc<LockRef>]> = handles.iter().map(|h| Arc::clone(&h.lock)).collect();
+        let start = Instant::now();
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).acquire_set(Arc::clone(&locks), opts.ttl)),
+            Stragglers::Drop,
+            |r| count(r, Option::is_some) >= q || n - count(r, Option::is_none) - failed(r) < q,
+        )
+        .await;
+        let grants: Vec<(usize, &Vec<u64>)> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(Some(tokens))) => Some((i, tokens)),
+                _ => None,
+            })
+            .collect();
+        let mut too_late = None;
+        if grants.len() >= q {
+            let tokens = join_all(handles.iter().enumerate().map(|(m, handle)| {
+                let member: Vec<(usize, u64)> = grants.iter().map(|&(i, t)| (i, t[m])).collect();
+                async move { self.fence(handle, &member).await }
+            }))
+            .await;
+            let tokens: Option<Vec<u64>> = tokens.into_iter().collect();
+            if let Some(tokens) = tokens {
+                let leases: Vec<_> = reqs.iter().map(|r| self.lease(start, r.opts)).collect();
+                // Every member's lease started at `start` with the same
+                // options: all are in time, or none.
+                if self.in_time(&leases[0], opts) {
+                    return Ok(Some(
+                        reqs.iter()
+                            .zip(pending)
+                            .zip(tokens)
+                            .zip(leases)
+                            .map(|(((req, pending), token), lease)| {
+                                let handle = pending.disarm();
+                                let guard = LockGuard::new(
+                                    req.name,
+                                    Some(token),
+                                    CAPABILITIES,
+                                    lease,
+                                    handle,
+                                );
+                                guard.kept_by(&self.watchdog, req.opts, Unrenewed::Left)
+                            })
+                            .collect(),
+                    ));
+                }
+                tracing::debug!(target: "distlock", elapsed = ?start.elapsed(), "lock set granted too late; giving it back");
+                too_late = Some(start.elapsed());
+            }
+        }
+        self.give_back(&locks, &replies, Option::is_some, Option::is_none, None)
+            .await;
+        for p in pending {
+            p.disarm();
+        }
+        if let Some(took) = too_late {
+            return Err(granted_too_late(BACKEND, first.name, took, opts.ttl));
+        }
+        if n - failed(&replies) < q {
+            return Err(quorum_not_reached(grants.len(), q, &replies, &inner.names));
+        }
+        Ok(None)
+    }
+}
