@@ -132,6 +132,14 @@ pub struct LockKeys {
     pub changes: String,
 }
 
+impl LockKeys {
+    /// This lock's keys in a run of the set script
+    /// ([`SET_ACQUIRE`](crate::raw::SET_ACQUIRE)), in its order.
+    pub fn in_set(&self) -> [&str; 4] {
+        [&self.lock, &self.fence, &self.handoff, &self.holder]
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Keys;

@@ -13,7 +13,7 @@ use lock_core::raw::{
 use lock_core::{
     Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
 };
-use lock_redis::raw::{Keys, LockState, QueuedLock, Subscription, wait_in_queue};
+use lock_redis::raw::{Keys, LockState, MAX_ATOMIC_SET, QueuedLock, Subscription, wait_in_queue};
 use tokio::time::Instant;
 
 use crate::config::{RedlockConfig, parse_url};
@@ -21,7 +21,6 @@ use crate::error::{BACKEND, causes, quorum_not_reached};
 use crate::handle::RedlockHandle;
 use crate::node::{LockRef, Node, NodeGrant, Waiter};
 use crate::quorum::{Replies, Stragglers, count, failed, gather, majority};
-use crate::sets::MAX_ATOMIC_SET;
 
 pub(crate) const CAPABILITIES: Capabilities =
     // Safety rests on timing assumptions (bounded pauses, clock rates,

@@ -11,6 +11,7 @@ use lock_core::{Changes, LockError};
 use lock_redis::raw::{
     ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_ACQUIRE, SET_HOLDER,
     ScriptCall, Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
+    set_answer,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -206,17 +207,7 @@ impl Node {
         let Some(first) = locks.first() else {
             return Ok(Some(Vec::new()));
         };
-        let keys: Vec<&str> = locks
-            .iter()
-            .flat_map(|l| {
-                [
-                    l.keys.lock.as_str(),
-                    l.keys.fence.as_str(),
-                    l.keys.handoff.as_str(),
-                    l.keys.holder.as_str(),
-                ]
-            })
-            .collect();
+        let keys: Vec<&str> = locks.iter().flat_map(|l| l.keys.in_set()).collect();
         let mut call = ScriptCall::new(&SET_ACQUIRE, &keys, 3);
         call.arg(&first.owner)
             .arg(lock_core::raw::lease_millis(ttl))
@@ -225,25 +216,11 @@ impl Node {
         let answer: Vec<i64> = self
             .bounded("acquiring a lock set", call.invoke(&mut conn))
             .await?;
-        if answer.first() != Some(&1) {
-            return Ok(None);
-        }
-        let tokens: Option<Vec<u64>> = answer[1..]
-            .iter()
-            .map(|&t| u64::try_from(t).ok().filter(|&t| t > 0))
-            .collect();
-        match tokens {
-            Some(tokens) if tokens.len() == locks.len() => Ok(Some(tokens)),
-            _ => Err(LockError::Backend {
-                backend: BACKEND,
-                reason: format!(
-                    "the set script on {} answered {answer:?} for {} names",
-                    self.display,
-                    locks.len()
-                ),
-                source: None,
-            }),
-        }
+        set_answer(&answer, locks.len()).map_err(|reason| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("{reason}, on {}", self.display),
+            source: None,
+        })
     }
 
     /// Raise the node's counter to `token` if `owner` still holds the lock

@@ -17,10 +17,6 @@ use crate::lock::{CAPABILITIES, Redlock};
 use crate::node::LockRef;
 use crate::quorum::{Stragglers, count, failed, gather};
 
-/// The most names one set script run takes on a node (as on one Redis
-/// node); a larger set is taken name by name.
-pub(crate) const MAX_ATOMIC_SET: usize = 64;
-
 impl Redlock {
     /// The set script for `reqs` (checked, distinct, in order) on every
     /// node at once. Granted when a majority took the whole set: then each

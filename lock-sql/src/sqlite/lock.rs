@@ -428,9 +428,7 @@ impl SqliteLock {
         }
         let owner = OwnerToken::random();
         let handle = Arc::new(self.handle(name, owner, opts.holder_record()));
-        let owner = handle.owner_hex.clone();
-        let record = handle.record.as_bytes().to_vec();
-        let pending = PendingGrant::new(handle);
+        let pending = PendingGrant::new(Arc::clone(&handle) as _);
         let sent_at = Instant::now();
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "acquiring a lock", e);
@@ -446,21 +444,16 @@ impl SqliteLock {
         // and leave the lock held until its lease ends).
         let turn = self.inner.gate.acquisition().await;
         let mine = ticket.and_then(Ticket::number);
-        let acquire = sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
-            .bind(name)
-            .bind(&owner)
-            .bind(now.saturating_add(ms(opts.ttl)))
-            .bind(now)
-            .bind(record)
-            .bind(self.inner.epoch.current())
-            .bind(mine.unwrap_or(i64::MAX));
         let mut tx = self
             .inner
             .pool
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(failed)?;
-        let fence = acquire.fetch_optional(&mut *tx).await.map_err(failed)?;
+        let fence = self
+            .take_lease(&mut tx, &handle, opts, now, mine)
+            .await
+            .map_err(failed)?;
         if fence.is_some() {
             if let Some(mine) = mine {
                 drop_ticket(&self.inner, &mut *tx, mine)
@@ -485,6 +478,29 @@ impl SqliteLock {
             ticket.served();
         }
         self.granted(name, opts, pending, sent_at, fence).await
+    }
+
+    /// The acquire statement for `handle`'s grant at `now`, in `tx`: the
+    /// token if it took the lease (free, and no live waiter ahead of
+    /// `ticket`: none at all for `None`).
+    async fn take_lease(
+        &self,
+        tx: &mut sqlx::SqliteConnection,
+        handle: &SqliteHandle,
+        opts: &LockOptions,
+        now: i64,
+        ticket: Option<i64>,
+    ) -> Result<Option<i64>, sqlx::Error> {
+        sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
+            .bind(&handle.name)
+            .bind(&handle.owner_hex)
+            .bind(now.saturating_add(ms(opts.ttl)))
+            .bind(now)
+            .bind(handle.record.as_bytes())
+            .bind(self.inner.epoch.current())
+            .bind(ticket.unwrap_or(i64::MAX))
+            .fetch_optional(tx)
+            .await
     }
 
     /// The guard of a grant of `name` whose statement (sent at `sent_at`)
@@ -556,18 +572,10 @@ impl SqliteLock {
             .map_err(failed)?;
         let mut fences = Vec::with_capacity(reqs.len());
         for (req, handle) in reqs.iter().zip(&handles) {
-            let fence =
-                sqlx::query_scalar::<_, i64>(AssertSqlSafe(self.inner.sql.acquire.as_str()))
-                    .bind(req.name)
-                    .bind(&handle.owner_hex)
-                    .bind(now.saturating_add(ms(req.opts.ttl)))
-                    .bind(now)
-                    .bind(handle.record.as_bytes())
-                    .bind(self.inner.epoch.current())
-                    .bind(i64::MAX)
-                    .fetch_optional(&mut *tx)
-                    .await
-                    .map_err(failed)?;
+            let fence = self
+                .take_lease(&mut tx, handle, req.opts, now, None)
+                .await
+                .map_err(failed)?;
             match fence {
                 Some(fence) => fences.push(fence),
                 None => break,

@@ -169,24 +169,12 @@ impl Cycles {
         opts: &LockOptions,
     ) {
         let names: Vec<String> = (0..SET_NAMES).map(|i| format!("{prefix}{i}")).collect();
-        self.measure(SET_ALL, async |_| {
-            let set = lock
-                .try_acquire_all(&names[..], opts)
-                .await
-                .expect("try_acquire_all")
-                .expect("a free set");
-            assert!(set.release().await.expect("release"), "a member was lost");
-        })
-        .await;
+        self.measure(SET_ALL, async |_| take_set(lock, &names, opts).await)
+            .await;
         if lock.capabilities().atomic_sets >= SET_NAMES {
             let ordered = NameByName(lock);
             self.measure(SET_ORDERED, async |_| {
-                let set = ordered
-                    .try_acquire_all(&names[..], opts)
-                    .await
-                    .expect("try_acquire_all")
-                    .expect("a free set");
-                assert!(set.release().await.expect("release"), "a member was lost");
+                take_set(&ordered, &names, opts).await;
             })
             .await;
         }
@@ -307,6 +295,17 @@ fn tcp_segments_sent() -> Option<u64> {
     let (names, values) = (tcp.next()?, tcp.next()?);
     let at = names.split_whitespace().position(|n| n == "OutSegs")?;
     values.split_whitespace().nth(at)?.parse().ok()
+}
+
+/// One cycle of a lock set: `names` taken by `try_acquire_all` on `lock`
+/// (free), then released.
+async fn take_set(lock: &dyn DistributedLock, names: &[String], opts: &LockOptions) {
+    let set = lock
+        .try_acquire_all(names, opts)
+        .await
+        .expect("try_acquire_all")
+        .expect("a free set");
+    assert!(set.release().await.expect("release"), "a member was lost");
 }
 
 /// `lock` with its sets taken name by name: its capabilities say 0
