@@ -14,11 +14,11 @@ pub(crate) type Replies<T> = Vec<Option<Result<T, LockError>>>;
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Stragglers {
     /// Dropped: a request not yet sent (its node reconnecting) is never
-    /// sent. Used for acquires, which must not land after the caller has
-    /// moved on (and perhaps already released).
+    /// sent. Used for refused acquires, which must not land after the
+    /// caller has moved on.
     Drop,
-    /// Run to completion in the background (releases, renewals, fencing
-    /// writes: harmless if late, and worth delivering).
+    /// Run to completion in the background (granted acquires, releases,
+    /// renewals, fencing writes: harmless if late, and worth delivering).
     Finish,
 }
 
@@ -29,7 +29,21 @@ pub(crate) enum Stragglers {
 pub(crate) async fn gather<T, Fut>(
     requests: impl IntoIterator<Item = Fut>,
     stragglers: Stragglers,
+    decided: impl FnMut(&Replies<T>) -> bool,
+) -> Replies<T>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, LockError>> + Send + 'static,
+{
+    gather_then(requests, decided, move |_| stragglers).await
+}
+
+/// [`gather`], with what becomes of the requests still in flight chosen
+/// by the decided outcome (`stragglers`, given the replies so far).
+pub(crate) async fn gather_then<T, Fut>(
+    requests: impl IntoIterator<Item = Fut>,
     mut decided: impl FnMut(&Replies<T>) -> bool,
+    stragglers: impl FnOnce(&Replies<T>) -> Stragglers,
 ) -> Replies<T>
 where
     T: Send + 'static,
@@ -44,7 +58,7 @@ where
     while let Some((i, reply)) = pending.next().await {
         replies[i] = Some(reply);
         if decided(&replies) {
-            if stragglers == Stragglers::Finish
+            if stragglers(&replies) == Stragglers::Finish
                 && !pending.is_empty()
                 && let Ok(rt) = tokio::runtime::Handle::try_current()
             {
@@ -108,5 +122,40 @@ mod tests {
         let causes = causes(&replies, &names);
         assert_eq!(causes.len(), 1);
         assert!(causes[0].starts_with("n1: "), "{causes:?}");
+    }
+
+    /// A straggler runs on when the outcome says so, and is dropped when
+    /// it does not.
+    #[tokio::test]
+    async fn the_outcome_chooses_whether_stragglers_run_on() {
+        for finish in [true, false] {
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let mut tx = Some(tx);
+            let requests = (0..3u32).map(|i| {
+                let tx = if i == 2 { tx.take() } else { None };
+                async move {
+                    if let Some(tx) = tx {
+                        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+                        let _ = tx.send(());
+                    }
+                    Ok(i)
+                }
+            });
+            let replies = gather_then(
+                requests,
+                |r| count(r, |_| true) >= 2,
+                |_| {
+                    if finish {
+                        Stragglers::Finish
+                    } else {
+                        Stragglers::Drop
+                    }
+                },
+            )
+            .await;
+            assert!(replies[2].is_none(), "decided before the straggler");
+            let ran = tokio::time::timeout(std::time::Duration::from_secs(2), rx).await;
+            assert_eq!(matches!(ran, Ok(Ok(()))), finish, "finish = {finish}");
+        }
     }
 }
