@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use lock_core::raw::{Layered, LayeredLock, RawGuard, async_trait};
-use lock_core::{DistributedLock, LockError, LockGuard, LockInfo, LockOptions, SemaphoreInfo};
+use lock_core::{
+    DistributedLock, LockError, LockGuard, LockInfo, LockOptions, RwLockInfo, SemaphoreInfo,
+};
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";
@@ -120,6 +122,19 @@ impl LayeredLock for EpochLock {
         let mut info = self.inner.inspect_semaphore(name).await?;
         for permit in &mut info.permits {
             permit.fencing_token = permit
+                .fencing_token
+                .map(|t| self.lift(name, t))
+                .transpose()?;
+        }
+        Ok(info)
+    }
+
+    /// The backend's answer, every token with the epoch above it.
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let mut info = self.inner.inspect_rw(name).await?;
+        info.fencing_token = info.fencing_token.map(|t| self.lift(name, t)).transpose()?;
+        for holder in &mut info.holders {
+            holder.fencing_token = holder
                 .fencing_token
                 .map(|t| self.lift(name, t))
                 .transpose()?;

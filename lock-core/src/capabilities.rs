@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::rw_lock::RwLockCapabilities;
+
 /// Whether a backend hands out fencing tokens, and how far they can be trusted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
@@ -122,6 +124,10 @@ pub struct Capabilities {
     /// sets are taken name by name in their order
     /// ([`LockSetExt`](crate::LockSetExt)), and so are larger sets.
     pub atomic_sets: usize,
+    /// The backend's reader-writer locks ([`RwLockExt`](crate::RwLockExt)),
+    /// if it offers them: a read or write grant is then a lock, and
+    /// everything above holds for it; this says what differs.
+    pub rw_lock: Option<RwLockCapabilities>,
 }
 
 /// What a backend's semaphores guarantee beyond what its
@@ -166,7 +172,7 @@ impl Capabilities {
     /// survival of a server failure, safety that depends on clocks,
     /// polling waiters, TTLs from [`MIN_TTL`](crate::MIN_TTL) to 30 days,
     /// no bound on held locks, no holder record, polling observers, no
-    /// semaphores, no lock delay or hold. A backend adds what its tests prove with the
+    /// semaphores, no lock delay or hold, no reader-writer locks. A backend adds what its tests prove with the
     /// `with_*` methods (all `const`, for a backend's `const`).
     pub const fn new(backend: &'static str, grade: Grade) -> Self {
         Capabilities {
@@ -187,6 +193,7 @@ impl Capabilities {
             lock_delay: false,
             hold_at_least: false,
             atomic_sets: 0,
+            rw_lock: None,
         }
     }
 
@@ -271,6 +278,12 @@ impl Capabilities {
     /// With [`max_held`](Self::max_held).
     pub const fn with_max_held(mut self, max_held: Option<usize>) -> Self {
         self.max_held = max_held;
+        self
+    }
+
+    /// With [`rw_lock`](Self::rw_lock).
+    pub const fn with_rw_lock(mut self, rw_lock: Option<RwLockCapabilities>) -> Self {
+        self.rw_lock = rw_lock;
         self
     }
 

@@ -16,6 +16,7 @@ use crate::raw::LeaseState;
 use crate::raw::detached::{release_detached, spawn_release};
 use crate::raw::handle::clean_up;
 use crate::raw::{Registration, Watchdog};
+use crate::rw_lock::Access;
 
 /// How long [`LockGuard::release`] waits for the server's answer before
 /// it reports [`LockError::Unavailable`] and leaves the release to the
@@ -52,6 +53,7 @@ pub struct LockGuard {
     name: String,
     fencing_token: Option<u64>,
     slot: Option<u32>,
+    access: Option<Access>,
     caps: Capabilities,
     lease: Arc<LeaseState>,
     handle: Option<Arc<dyn GuardHandle>>,
@@ -107,6 +109,10 @@ pub trait RawGuard: Sized {
     /// on every permit it grants; a layer keeps or maps it).
     fn with_slot(self, slot: Option<u32>) -> Self;
 
+    /// The same grant as a reader-writer lock's, for `access` (a backend
+    /// sets it on every read or write grant; a layer keeps it).
+    fn with_access(self, access: Option<Access>) -> Self;
+
     /// The same grant with its handle wrapped by `wrap`: for a layer that
     /// changes how the guard's own `extend` and `release` reach the
     /// backend (retries, measurements). The watchdog's renewals keep the
@@ -135,6 +141,7 @@ impl RawGuard for LockGuard {
             name: name.into(),
             fencing_token,
             slot: None,
+            access: None,
             caps,
             lease,
             handle: Some(handle),
@@ -164,6 +171,11 @@ impl RawGuard for LockGuard {
 
     fn with_slot(mut self, slot: Option<u32>) -> Self {
         self.slot = slot;
+        self
+    }
+
+    fn with_access(mut self, access: Option<Access>) -> Self {
+        self.access = access;
         self
     }
 
@@ -205,6 +217,13 @@ impl LockGuard {
     /// slot). `None` for a lock.
     pub fn slot(&self) -> Option<u32> {
         self.slot
+    }
+
+    /// For a reader-writer lock's grant, whether it reads or writes; `None`
+    /// for a lock or a permit. A reader's [`fencing_token`](Self::fencing_token)
+    /// is the latest write grant's.
+    pub fn access(&self) -> Option<Access> {
+        self.access
     }
 
     /// The fencing token as an `i64`, the type of a SQL `BIGINT` column
@@ -403,6 +422,7 @@ impl fmt::Debug for LockGuard {
             .field("backend", &self.caps.backend)
             .field("fencing_token", &self.fencing_token)
             .field("slot", &self.slot)
+            .field("access", &self.access)
             .field("validity_deadline", &self.lease.deadline())
             .field("lost", &self.lease.lost_now())
             .field("auto_renew", &self.renewal.is_some())

@@ -11,6 +11,8 @@
 //!   `observe`; a [`Leadership`] with its term, `proclaim`, `lost()` and
 //!   `resign`.
 //! - [`Holder`]: who holds a lock (identity, value), as `inspect` reads it.
+//! - [`RwLockExt`]: reader-writer locks (many readers or one writer, writer
+//!   preference, fenced) on every backend that offers them.
 //! - [`MemoryLock`]: the in-process backend.
 //!
 //! The conformance suite every backend must pass, and the fault and
@@ -29,6 +31,7 @@ mod memory;
 mod name;
 mod options;
 mod reentrant;
+mod rw_lock;
 mod semaphore;
 mod with_lock;
 
@@ -50,6 +53,7 @@ pub use name::MAX_NAME_BYTES;
 pub use options::{Backoff, LockOptions, MIN_TTL, Wait};
 pub use raw::url::redact_url;
 pub use reentrant::{LockOwner, ReentrantGuard};
+pub use rw_lock::{Access, RwHolderInfo, RwLockCapabilities, RwLockExt, RwLockInfo};
 pub use semaphore::{PermitInfo, Semaphore, SemaphoreInfo};
 pub use with_lock::with_lock;
 

@@ -11,6 +11,7 @@ use crate::error::LockError;
 use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::options::LockOptions;
+use crate::rw_lock::RwLockInfo;
 use crate::semaphore::SemaphoreInfo;
 
 /// Server notifications that a lock may have changed
@@ -79,6 +80,19 @@ pub trait DistributedLock: Send + Sync {
         Err(LockError::Unsupported {
             backend: self.capabilities().backend,
             operation: "semaphores",
+        })
+    }
+
+    /// What the server says about reader-writer lock `name` now: its mode,
+    /// its holders (access, fencing token, lease left, holder) and the
+    /// waiting writers, where the backend offers reader-writer locks
+    /// ([`Capabilities::rw_lock`]); else [`LockError::Unsupported`] (the
+    /// default). A snapshot, as [`inspect`](Self::inspect) is.
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.capabilities().backend,
+            operation: "reader-writer locks",
         })
     }
 

@@ -210,6 +210,11 @@ pub(crate) fn set_names<S: AsRef<str>>(
             "a lock set takes locks, not a semaphore's permits (LockOptions::permits)",
         ));
     }
+    if let Some(access) = opts.access {
+        return Err(LockError::invalid_options(format!(
+            "a lock set takes locks, not {access} locks (LockOptions::access)"
+        )));
+    }
     let mut set: Vec<String> = Vec::with_capacity(names.len());
     for name in names {
         let name = name.as_ref();

@@ -6,7 +6,7 @@
 //! observers are signalled by every grant, release and new holder record
 //! of the name, and read again when the lease they read ends. Semaphores keep a
 //! slot per permit (its holder and its fencing counter) and one queue per
-//! name, served the same way.
+//! name, served the same way; so do reader-writer locks (`rw`).
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +35,10 @@ use crate::raw::OwnerToken;
 use crate::raw::Unrenewed;
 use crate::raw::Watchdog;
 use crate::raw::{Pace, RawLock, Request, WaitLoop};
+use crate::rw_lock::{RwLockCapabilities, RwLockInfo};
 use crate::semaphore::{PermitInfo, SemaphoreInfo, limit_mismatch};
+
+mod rw;
 
 const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLocal)
     .with_fencing(Fencing::Safe)
@@ -51,6 +54,12 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
     .with_atomic_sets(MAX_SET_NAMES)
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT)
+            .with_fair_queue(true)
+            .with_waiting(Waiting::Notified),
+    ))
+    .with_rw_lock(Some(
+        RwLockCapabilities::new()
+            .with_writer_preference(true)
             .with_fair_queue(true)
             .with_waiting(Waiting::Notified),
     ));
@@ -73,7 +82,27 @@ pub struct MemoryLock {
 struct Shared {
     slots: Mutex<HashMap<String, Slot>>,
     semaphores: Mutex<HashMap<String, Permits>>,
+    rw: Mutex<HashMap<String, rw::RwEntry>>,
     next_waiter: AtomicU64,
+}
+
+/// What a grant's handle holds.
+#[derive(Clone, Copy)]
+enum Kind {
+    /// A lock.
+    Lock,
+    /// A semaphore's permit on this slot.
+    Permit(u32),
+    /// A reader-writer lock, for reading or writing.
+    Rw,
+}
+
+/// The queue a waiter waits in.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Queue {
+    Lock,
+    Permits,
+    Rw,
 }
 
 /// A semaphore: its slots (each a holder and a fencing counter, kept after
@@ -169,6 +198,10 @@ impl Shared {
     fn semaphores(&self) -> MutexGuard<'_, HashMap<String, Permits>> {
         self.semaphores.lock().unwrap_or_else(|e| e.into_inner())
     }
+
+    fn rw(&self) -> MutexGuard<'_, HashMap<String, rw::RwEntry>> {
+        self.rw.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl MemoryLock {
@@ -234,7 +267,7 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
-            slot: None,
+            kind: Kind::Lock,
         });
         let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
         guard.kept_by(&self.watchdog, opts, Unrenewed::Left)
@@ -298,7 +331,7 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
-            slot,
+            kind: slot.map_or(Kind::Lock, Kind::Permit),
         });
         let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle).with_slot(slot);
         Ok(Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left)))
@@ -325,7 +358,7 @@ impl MemoryLock {
             shared: &self.shared,
             name,
             id,
-            permits: true,
+            queue: Queue::Permits,
         };
         let mut wait = WaitLoop::new(req, Some(notify));
         loop {
@@ -354,13 +387,20 @@ struct QueuedWaiter<'a> {
     shared: &'a Shared,
     name: &'a str,
     id: u64,
-    /// In a semaphore's queue, not a lock's.
-    permits: bool,
+    /// Whose queue it waits in.
+    queue: Queue,
 }
 
 impl Drop for QueuedWaiter<'_> {
     fn drop(&mut self) {
-        if self.permits {
+        if self.queue == Queue::Rw {
+            let mut rw = self.shared.rw();
+            if let Some(entry) = rw.get_mut(self.name) {
+                entry.leave_queue(self.id);
+            }
+            return;
+        }
+        if self.queue == Queue::Permits {
             let mut semaphores = self.shared.semaphores();
             if let Some(permits) = semaphores.get_mut(self.name) {
                 let was_head = permits.queue.front().is_some_and(|(id, _)| *id == self.id);
@@ -386,6 +426,10 @@ impl Drop for QueuedWaiter<'_> {
 #[async_trait]
 impl RawLock for MemoryLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            let mut rw = self.shared.rw();
+            return Ok(self.try_grant_rw(&mut rw, req.name, access, None, req.opts));
+        }
         if let Some(limit) = req.opts.permits {
             let mut semaphores = self.shared.semaphores();
             return self.try_grant_permit(&mut semaphores, req.name, limit, None, req.opts);
@@ -419,6 +463,9 @@ impl RawLock for MemoryLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.wait_for_rw(req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return self.wait_for_permit(req, limit).await;
         }
@@ -437,7 +484,7 @@ impl RawLock for MemoryLock {
             shared: &self.shared,
             name,
             id,
-            permits: false,
+            queue: Queue::Lock,
         };
         let mut wait = WaitLoop::new(req, Some(notify));
         loop {
@@ -482,6 +529,14 @@ impl RawLock for MemoryLock {
             None => LockInfo::free(),
         }
         .with_waiters(waiters))
+    }
+
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let mut rw = self.shared.rw();
+        Ok(match rw.get_mut(name) {
+            Some(entry) => entry.info(name, Instant::now())?,
+            None => RwLockInfo::free().with_waiting(Some(0), Some(0)),
+        })
     }
 
     async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
@@ -555,8 +610,8 @@ struct MemoryHandle {
     shared: Arc<Shared>,
     name: String,
     owner: OwnerToken,
-    /// A permit's slot; `None` for a lock.
-    slot: Option<u32>,
+    /// A lock's, a permit's (its slot) or a reader-writer lock's grant.
+    kind: Kind,
 }
 
 impl MemoryHandle {
@@ -566,8 +621,13 @@ impl MemoryHandle {
     /// and of a new record.
     fn with_ours<R>(&self, f: impl FnOnce(&mut Current) -> (R, Done)) -> Option<R> {
         let now = Instant::now();
-        match self.slot {
-            None => {
+        match self.kind {
+            Kind::Rw => {
+                let mut rw = self.shared.rw();
+                let entry = rw.get_mut(&self.name)?;
+                entry.with_ours(self.owner, now, f)
+            }
+            Kind::Lock => {
                 let mut slots = self.shared.slots();
                 let slot = slots.get_mut(&self.name)?;
                 let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
@@ -583,7 +643,7 @@ impl MemoryHandle {
                 }
                 Some(out)
             }
-            Some(index) => {
+            Kind::Permit(index) => {
                 let mut semaphores = self.shared.semaphores();
                 let permits = semaphores.get_mut(&self.name)?;
                 let slot = permits.slots.get_mut(usize::try_from(index).ok()?)?;
@@ -616,7 +676,7 @@ impl GuardHandle for MemoryHandle {
             shared: Arc::clone(&self.shared),
             name: self.name.clone(),
             owner: self.owner,
-            slot: self.slot,
+            kind: self.kind,
         };
         Some(Box::pin(async move { Ok(handle.release_now()) }))
     }

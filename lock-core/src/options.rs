@@ -199,6 +199,11 @@ pub struct LockOptions {
     /// at once runs once per period. `None` (the default): a release frees
     /// at once. Where [`Capabilities::hold_at_least`](crate::Capabilities::hold_at_least).
     pub hold_at_least: Option<Duration>,
+    /// Take the name's reader-writer lock for reading or writing (see
+    /// [`RwLockExt`](crate::RwLockExt)) instead of its lock; `None`, the
+    /// default: the lock. Reader-writer locks and locks of one name are
+    /// apart. Where [`Capabilities::rw_lock`](crate::Capabilities::rw_lock).
+    pub access: Option<crate::rw_lock::Access>,
 }
 
 impl Default for LockOptions {
@@ -214,6 +219,7 @@ impl Default for LockOptions {
             permits: None,
             lock_delay: None,
             hold_at_least: None,
+            access: None,
         }
     }
 }
@@ -299,6 +305,13 @@ impl LockOptions {
         self
     }
 
+    /// Ask for the name's reader-writer lock, for reading or writing,
+    /// instead of its lock ([`access`](Self::access)).
+    pub fn access(mut self, access: crate::rw_lock::Access) -> Self {
+        self.access = Some(access);
+        self
+    }
+
     /// The holder identity the grant records: [`identity`](Self::identity)
     /// or this process's default.
     pub fn holder_identity(&self) -> &str {
@@ -320,6 +333,7 @@ impl LockOptions {
         if let Some(limit) = self.permits {
             validate_limit(limit, caps)?;
         }
+        crate::rw_lock::validate_access(self, caps.rw_lock, caps.backend)?;
         validate_timing(self, caps)?;
         crate::holder::validate_holder(self.identity.as_deref(), &self.value)?;
         self.backoff.validate()
@@ -350,6 +364,11 @@ fn validate_timing(opts: &LockOptions, caps: &Capabilities) -> Result<(), LockEr
         if let Some(limit) = opts.permits {
             return Err(LockError::invalid_options(format!(
                 "{option} is for locks: options asking for one of {limit} permits are refused"
+            )));
+        }
+        if let Some(access) = opts.access {
+            return Err(LockError::invalid_options(format!(
+                "{option} is for locks: options asking for a {access} lock are refused"
             )));
         }
         if d.is_zero() {

@@ -165,6 +165,7 @@ fn watch<E: Events>(inner: LockGuard, caps: Capabilities, events: &Arc<E>) -> Lo
         }
     });
     let (name, token) = (inner.name().to_string(), inner.fencing_token());
+    let (slot, access) = (inner.slot(), inner.access());
     let handle = Arc::new(ObservedHandle {
         inner: Mutex::new(Some(inner)),
         granted: Instant::now(),
@@ -173,6 +174,8 @@ fn watch<E: Events>(inner: LockGuard, caps: Capabilities, events: &Arc<E>) -> Lo
         released,
     });
     LockGuard::new(name, token, caps, lease, handle)
+        .with_slot(slot)
+        .with_access(access)
 }
 
 struct Renewals<E: Events> {

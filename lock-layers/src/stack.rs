@@ -6,7 +6,7 @@ use std::sync::Arc;
 use lock_core::raw::async_trait;
 use lock_core::{
     Capabilities, Changes, DistributedLock, LockError, LockGuard, LockInfo, LockOptions,
-    SemaphoreInfo,
+    RwLockInfo, SemaphoreInfo,
 };
 
 use crate::Layer;
@@ -137,6 +137,10 @@ impl<T: ?Sized + Send + Sync> DistributedLock for LayerStack<T> {
 
     async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         self.outer.inspect_semaphore(name).await
+    }
+
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.outer.inspect_rw(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

@@ -9,7 +9,8 @@ use std::time::Duration;
 
 use lock_core::raw::{GuardHandle, RawGuard, async_trait};
 use lock_core::{
-    Capabilities, DistributedLock, LockError, LockGuard, LockOptions, MemoryLock, Wait,
+    Access, Capabilities, DistributedLock, LockError, LockGuard, LockOptions, MemoryLock,
+    RwLockExt, Wait,
 };
 use lock_layers::{LayerExt, MetricsLayer, RetryLayer, TracingLayer, names};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder};
@@ -553,4 +554,44 @@ async fn a_concrete_lock_under_layers_stays_reachable_as_its_type() {
     let unwrapped = locks.into_inner();
     assert!(!busy(&*unwrapped, "orders/7", &opts(10_000)).await);
     assert_eq!(inner.0.load(Ordering::SeqCst), 2);
+}
+
+/// A guard through the tracing, metrics and retry layers is the backend's
+/// grant as it was: a permit keeps its slot, a reader-writer grant its
+/// access, and both their tokens.
+#[tokio::test]
+async fn layered_guards_keep_their_slot_and_access() {
+    let locks = Arc::new(MemoryLock::new())
+        .layer(TracingLayer)
+        .layer(MetricsLayer)
+        .layer(RetryLayer::default())
+        .into_dyn();
+    let sem =
+        lock_core::Semaphore::new(Arc::clone(&locks), "layered/permits", 2).expect("semaphore");
+    let first = sem.acquire(&opts(10_000)).await.expect("permit");
+    let second = sem.acquire(&opts(10_000)).await.expect("permit");
+    let mut slots = [first.slot(), second.slot()];
+    slots.sort();
+    assert_eq!(
+        slots,
+        [Some(0), Some(1)],
+        "each permit's slot, through the layers"
+    );
+    let writer = locks
+        .acquire_write("layered/rw", &opts(10_000))
+        .await
+        .expect("write");
+    assert_eq!(writer.access(), Some(Access::Write));
+    let token = writer.fencing_token();
+    assert!(writer.release().await.expect("release"));
+    let reader = locks
+        .acquire_read("layered/rw", &opts(10_000))
+        .await
+        .expect("read");
+    assert_eq!(reader.access(), Some(Access::Read));
+    assert_eq!(
+        reader.fencing_token(),
+        token,
+        "a reader carries the latest write's token"
+    );
 }

@@ -272,6 +272,14 @@ macro_rules! conformance_suite {
             $crate::__semaphore_cases!($harness);
         }
 
+        /// The reader-writer lock suite against this backend (or its
+        /// refusal).
+        mod rw_lock {
+            #[allow(unused_imports)]
+            use super::*;
+            $crate::__rw_lock_cases!($harness);
+        }
+
         /// The lock-set suite against this backend.
         mod lock_set {
             #[allow(unused_imports)]

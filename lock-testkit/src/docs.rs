@@ -20,8 +20,11 @@ use lock_core::Capabilities;
 /// The checklist's rows: each names a field of [`Capabilities`] and shows
 /// its value as the field's `Debug` form; `semaphore` as `None`, or as
 /// `LIMIT, fair|unordered, WAITING` (the largest limit, whether waiters are
-/// served in arrival order, and how they learn of a release).
-pub const CHECKLIST: [&str; 13] = [
+/// served in arrival order, and how they learn of a release); `rw_lock` as
+/// `None`, or as `writers-first|unordered-writers, fair|unordered,
+/// WAITING` (whether a waiting writer blocks later readers, whether
+/// waiters are served in arrival order, how they learn of a release).
+pub const CHECKLIST: [&str; 14] = [
     "grade",
     "fencing",
     "fair_queue",
@@ -35,6 +38,7 @@ pub const CHECKLIST: [&str; 13] = [
     "lock_delay",
     "hold_at_least",
     "atomic_sets",
+    "rw_lock",
 ];
 
 /// `caps`' checklist values, as `docs.md` writes them.
@@ -59,6 +63,18 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
         caps.lock_delay.to_string(),
         caps.hold_at_least.to_string(),
         caps.atomic_sets.to_string(),
+        caps.rw_lock.map_or_else(
+            || "None".to_string(),
+            |rw| {
+                let writers = if rw.writer_preference {
+                    "writers-first"
+                } else {
+                    "unordered-writers"
+                };
+                let order = if rw.fair_queue { "fair" } else { "unordered" };
+                format!("{writers}, {order}, {:?}", rw.waiting)
+            },
+        ),
     ];
     CHECKLIST.into_iter().zip(values).collect()
 }
@@ -157,7 +173,8 @@ mod tests {
         | `semaphore` | `4096, fair, Notified` | `None` | |\n\
         | `lock_delay` | `true` | `false` | |\n\
         | `hold_at_least` | `true` | `false` | |\n\
-        | `atomic_sets` | `1024` | `0` | |\n\nMore.\n";
+        | `atomic_sets` | `1024` | `0` | |\n\
+        | `rw_lock` | `writers-first, fair, Notified` | `None` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {

@@ -7,6 +7,8 @@
 //!   same macro.
 //! - [`semaphore`]: the semaphore suite (or, where a backend offers none,
 //!   its typed refusal), run by the same macro.
+//! - [`rw_lock`]: the reader-writer lock suite (or its typed refusal), run
+//!   by the same macro.
 //! - [`faults`]: the fault scenarios (a killed or frozen holder in a child
 //!   process, a crashed server), `scripts/services.sh` verbs, the test
 //!   environment's URLs.
@@ -28,6 +30,7 @@ pub mod faults;
 pub mod lock_set;
 pub mod lock_timing;
 pub mod network;
+pub mod rw_lock;
 pub mod scale;
 pub mod semaphore;
 pub mod tcp_proxy;

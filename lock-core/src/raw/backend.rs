@@ -14,6 +14,7 @@ use crate::lock_set::{check_atomic_set, set_names};
 use crate::options::{LockOptions, Wait};
 use crate::raw::timing::{server_options, with_hold};
 use crate::raw::{Attempt, Request, acquire_by_polling};
+use crate::rw_lock::RwLockInfo;
 use crate::semaphore::SemaphoreInfo;
 
 /// What a backend implements; [`DistributedLock`] follows from it.
@@ -115,6 +116,16 @@ pub trait RawLock: Send + Sync {
         })
     }
 
+    /// See [`DistributedLock::inspect_rw`]; `name` is validated. The
+    /// default answers [`LockError::Unsupported`].
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let _ = name;
+        Err(LockError::Unsupported {
+            backend: self.raw_capabilities().backend,
+            operation: "reader-writer locks",
+        })
+    }
+
     /// See [`DistributedLock::changes`]; `name` is not yet validated. The
     /// default answers `Ok(None)`: no notifications, observers poll.
     async fn raw_changes(&self, name: &str) -> Result<Option<Changes>, LockError> {
@@ -212,6 +223,11 @@ impl<T: RawLock + ?Sized> DistributedLock for T {
     async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         crate::name::validate_name(name)?;
         self.raw_inspect_semaphore(name).await
+    }
+
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        crate::name::validate_name(name)?;
+        self.raw_inspect_rw(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

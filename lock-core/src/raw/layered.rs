@@ -12,6 +12,7 @@ use crate::guard::LockGuard;
 use crate::info::LockInfo;
 use crate::lock::{Changes, DistributedLock};
 use crate::options::LockOptions;
+use crate::rw_lock::RwLockInfo;
 use crate::semaphore::SemaphoreInfo;
 
 /// A lock that wraps another: every method forwards to
@@ -61,6 +62,11 @@ pub trait LayeredLock: Send + Sync + 'static {
     /// [`DistributedLock::inspect_semaphore`]; forwards by default.
     async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         self.inner().inspect_semaphore(name).await
+    }
+
+    /// [`DistributedLock::inspect_rw`]; forwards by default.
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inner().inspect_rw(name).await
     }
 
     /// [`DistributedLock::changes`]; forwards by default.
@@ -127,6 +133,10 @@ impl<L: LayeredLock> DistributedLock for Layered<L> {
 
     async fn inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         self.0.inspect_semaphore(name).await
+    }
+
+    async fn inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.0.inspect_rw(name).await
     }
 
     async fn changes(&self, name: &str) -> Result<Option<Changes>, LockError> {

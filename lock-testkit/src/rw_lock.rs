@@ -1,0 +1,702 @@
+//! The reader-writer lock conformance suite, run by every backend through
+//! [`conformance_suite!`](crate::conformance_suite) in a module named
+//! `rw_lock`, on the same [`Harness`].
+//!
+//! A backend whose capabilities offer no reader-writer locks
+//! ([`Capabilities::rw_lock`](lock_core::Capabilities::rw_lock) is `None`)
+//! must refuse them with [`LockError::Unsupported`]: each case checks that
+//! instead.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use lock_core::{
+    Access, Fencing, LockError, LockOptions, LockSetExt, RwLockCapabilities, RwLockExt, Wait,
+};
+
+use crate::conformance::{Harness, unique_name};
+
+/// Slack for scheduling and round trips.
+const SLACK: Duration = Duration::from_millis(1500);
+
+fn opts(ttl: Duration, wait: Wait, renew: bool, h: &Harness) -> LockOptions {
+    LockOptions::new()
+        .ttl(ttl.max(h.lock.capabilities().min_lease))
+        .wait(wait)
+        .auto_renew(renew)
+        .backoff(
+            lock_core::Backoff::default()
+                .with_initial(Duration::from_millis(2))
+                .with_max(Duration::from_millis(25)),
+        )
+}
+
+/// Options for a grant held for the length of a case: a long, renewed
+/// lease and no wait.
+fn held(h: &Harness) -> LockOptions {
+    opts(Duration::from_secs(20), Wait::No, true, h)
+}
+
+/// A name for `case` and the backend's reader-writer capabilities, or
+/// `None` where it offers none; then every way in is refused, typed.
+async fn rw_case(h: &Harness, case: &str) -> Option<(String, RwLockCapabilities)> {
+    let name = unique_name(case);
+    if let Some(caps) = h.lock.capabilities().rw_lock {
+        return Some((name, caps));
+    }
+    let unsupported = |what: &str, e: Option<LockError>| {
+        assert!(
+            matches!(e, Some(LockError::Unsupported { .. })),
+            "{what}: a backend without reader-writer locks must refuse them: {e:?}"
+        );
+    };
+    let o = held(h);
+    unsupported(
+        "try_acquire_read",
+        h.lock.try_acquire_read(&name, &o).await.err(),
+    );
+    unsupported(
+        "try_acquire_write",
+        h.lock.try_acquire_write(&name, &o).await.err(),
+    );
+    unsupported("acquire_read", h.lock.acquire_read(&name, &o).await.err());
+    unsupported("acquire_write", h.lock.acquire_write(&name, &o).await.err());
+    unsupported("inspect_rw", h.lock.inspect_rw(&name).await.err());
+    None
+}
+
+/// Where the backend reports its waiting writers, wait (up to 10 s) until
+/// `n` wait; elsewhere give them 300 ms to take their places.
+async fn await_waiting_writers(h: &Harness, name: &str, n: usize) {
+    let start = Instant::now();
+    loop {
+        match h
+            .lock
+            .inspect_rw(name)
+            .await
+            .expect("inspect_rw")
+            .waiting_writers
+        {
+            None => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return;
+            }
+            Some(w) if w >= n => return,
+            Some(w) => assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "only {w} of {n} writers ever waited"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// Readers on both clients hold together; nobody writes while they do;
+/// a writer holds alone, on either client.
+pub async fn readers_share_and_a_writer_holds_alone(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "share").await else {
+        return;
+    };
+    let o = held(&h);
+    let a = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let b = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("readers share");
+    assert_eq!(
+        (a.access(), b.access()),
+        (Some(Access::Read), Some(Access::Read))
+    );
+    for (who, client) in [("lock", &h.lock), ("other", &h.other)] {
+        assert!(
+            client
+                .try_acquire_write(&name, &o)
+                .await
+                .expect("write")
+                .is_none(),
+            "{who}: a writer got in beside two readers"
+        );
+    }
+    assert!(a.release().await.expect("release"));
+    assert!(
+        h.other
+            .try_acquire_write(&name, &o)
+            .await
+            .expect("write")
+            .is_none(),
+        "a writer got in beside the remaining reader"
+    );
+    assert!(b.release().await.expect("release"));
+    let w = h
+        .other
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    assert_eq!(w.access(), Some(Access::Write));
+    for (who, client) in [("lock", &h.lock), ("other", &h.other)] {
+        assert!(
+            client
+                .try_acquire_read(&name, &o)
+                .await
+                .expect("read")
+                .is_none(),
+            "{who}: a reader got in beside the writer"
+        );
+        assert!(
+            client
+                .try_acquire_write(&name, &o)
+                .await
+                .expect("write")
+                .is_none(),
+            "{who}: a second writer got in"
+        );
+    }
+    assert!(w.release().await.expect("release"));
+    let again = h.lock.try_acquire_read(&name, &o).await.expect("read");
+    assert!(again.is_some(), "free again once the writer released");
+}
+
+/// A writer waits behind a reader; a reader that comes after it is not let
+/// in (where the backend gives writers preference), the writer is served
+/// once the reader leaves, and the later reader once the writer leaves.
+pub async fn a_waiting_writer_is_served_before_later_readers(h: Harness) {
+    let Some((name, caps)) = rw_case(&h, "preference").await else {
+        return;
+    };
+    let o = held(&h);
+    let first = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(20)),
+        true,
+        &h,
+    );
+    let writer = tokio::spawn({
+        let (other, name, long) = (h.other.clone(), name.clone(), long.clone());
+        async move {
+            let w = other.acquire_write(&name, &long).await;
+            (w, Instant::now())
+        }
+    });
+    await_waiting_writers(&h, &name, 1).await;
+    if caps.writer_preference {
+        assert!(
+            h.lock
+                .try_acquire_read(&name, &o)
+                .await
+                .expect("read")
+                .is_none(),
+            "a reader that came after a waiting writer got in ahead of it"
+        );
+    }
+    let later = tokio::spawn({
+        let (lock, name, long) = (h.lock.clone(), name.clone(), long.clone());
+        async move {
+            let r = lock.acquire_read(&name, &long).await;
+            (r, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the writer got in beside a reader");
+    let released = Instant::now();
+    assert!(first.release().await.expect("release"));
+    let (w, written) = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer was served once the reader left")
+        .expect("writer task");
+    let w = w.expect("write");
+    assert!(
+        written.duration_since(released) < SLACK,
+        "the writer waited {:?} after the reader left",
+        written.duration_since(released)
+    );
+    if caps.writer_preference {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert!(
+            !later.is_finished(),
+            "the later reader got in beside the writer"
+        );
+    }
+    let freed = Instant::now();
+    assert!(w.release().await.expect("release"));
+    let (r, read) = tokio::time::timeout(Duration::from_secs(10), later)
+        .await
+        .expect("the later reader was served")
+        .expect("reader task");
+    let r = r.expect("read");
+    if caps.writer_preference {
+        assert!(
+            read >= freed,
+            "the later reader was served before the writer left"
+        );
+    }
+    assert!(r.release().await.expect("release"));
+}
+
+/// Each write grant takes a new, larger token; a read grant carries the
+/// token of the latest write grant before it.
+pub async fn tokens_rise_per_write_and_readers_carry_the_latest(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "tokens").await else {
+        return;
+    };
+    if h.lock.capabilities().fencing == Fencing::None {
+        return;
+    }
+    let o = held(&h);
+    let w1 = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let t1 = w1.fencing_token().expect("a write grant's token");
+    assert!(w1.release().await.expect("release"));
+    let r1 = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let r2 = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    assert_eq!(
+        r1.fencing_token(),
+        Some(t1),
+        "a reader carries the latest write's token"
+    );
+    assert_eq!(
+        r2.fencing_token(),
+        Some(t1),
+        "so does every reader after it"
+    );
+    assert!(r1.release().await.expect("release"));
+    assert!(r2.release().await.expect("release"));
+    let w2 = h
+        .other
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let t2 = w2.fencing_token().expect("a write grant's token");
+    assert!(t2 > t1, "write tokens rise: {t1} then {t2}");
+    assert!(w2.release().await.expect("release"));
+    let r3 = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    assert_eq!(r3.fencing_token(), Some(t2));
+    assert!(r3.release().await.expect("release"));
+}
+
+/// Readers and writers on both clients take turns on one name: never a
+/// writer beside anyone, every write's token above the one before, and
+/// every reader's token that of the latest write.
+pub async fn readers_and_writers_under_contention(h: Harness) {
+    const TASKS: u32 = 8;
+    const ROUNDS: u32 = 12;
+    let Some((name, _)) = rw_case(&h, "contention").await else {
+        return;
+    };
+    let fenced = h.lock.capabilities().fencing != Fencing::None;
+    let readers = Arc::new(AtomicU32::new(0));
+    let writing = Arc::new(AtomicBool::new(false));
+    let most_readers = Arc::new(AtomicU32::new(0));
+    let last_write: Arc<Mutex<Option<u64>>> = Arc::default();
+    let o = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(120)),
+        false,
+        &h,
+    );
+    let mut tasks = Vec::new();
+    for t in 0..TASKS {
+        let lock = if t % 2 == 0 {
+            h.lock.clone()
+        } else {
+            h.other.clone()
+        };
+        let (name, o) = (name.clone(), o.clone());
+        let (readers, writing, most_readers, last_write) = (
+            readers.clone(),
+            writing.clone(),
+            most_readers.clone(),
+            last_write.clone(),
+        );
+        tasks.push(tokio::spawn(async move {
+            for round in 0..ROUNDS {
+                // One task in four writes each round, in turn.
+                if (t + round) % 4 == 0 {
+                    let g = lock.acquire_write(&name, &o).await.expect("write");
+                    assert!(!writing.swap(true, Ordering::SeqCst), "two writers at once");
+                    assert_eq!(readers.load(Ordering::SeqCst), 0, "a writer beside readers");
+                    if fenced {
+                        let token = g.fencing_token().expect("token");
+                        let mut last = last_write.lock().unwrap_or_else(|e| e.into_inner());
+                        assert!(
+                            last.is_none_or(|l| l < token),
+                            "write tokens went {last:?} then {token}"
+                        );
+                        *last = Some(token);
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    writing.store(false, Ordering::SeqCst);
+                    assert!(g.release().await.expect("release"));
+                } else {
+                    let g = lock.acquire_read(&name, &o).await.expect("read");
+                    let now = readers.fetch_add(1, Ordering::SeqCst) + 1;
+                    most_readers.fetch_max(now, Ordering::SeqCst);
+                    assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
+                    if fenced {
+                        let last = *last_write.lock().unwrap_or_else(|e| e.into_inner());
+                        assert_eq!(
+                            g.fencing_token(),
+                            Some(last.unwrap_or_else(|| g.fencing_token().unwrap_or(0))),
+                            "a reader's token is the latest write's"
+                        );
+                    }
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    readers.fetch_sub(1, Ordering::SeqCst);
+                    assert!(g.release().await.expect("release"));
+                }
+            }
+        }));
+    }
+    for t in tasks {
+        t.await.expect("contending task panicked");
+    }
+    eprintln!(
+        "rw contention: at most {} readers at once",
+        most_readers.load(Ordering::SeqCst)
+    );
+}
+
+/// A writer's wait that is given up (its future dropped) while readers
+/// hold leaves nothing behind: new readers get in, and a writer once they
+/// leave.
+pub async fn a_cancelled_wait_leaves_nothing_behind(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "cancelled").await else {
+        return;
+    };
+    let o = held(&h);
+    let reader = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(20)),
+        true,
+        &h,
+    );
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(400),
+        h.other.acquire_write(&name, &long),
+    )
+    .await;
+    assert!(
+        gave_up.is_err(),
+        "the writer got in beside a reader: {gave_up:?}"
+    );
+    // The dropped wait's last request may still be on its way.
+    let start = Instant::now();
+    let late = loop {
+        if let Some(g) = h.other.try_acquire_read(&name, &o).await.expect("read") {
+            break g;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "a cancelled writer still keeps readers out"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(reader.release().await.expect("release"));
+    assert!(late.release().await.expect("release"));
+    let start = Instant::now();
+    loop {
+        if let Some(w) = h.lock.try_acquire_write(&name, &o).await.expect("write") {
+            assert!(w.release().await.expect("release"));
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(2),
+            "the lock is not free for a writer after everyone left"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// A wait for either side ends with `Timeout` when its bound passes, not
+/// much later.
+pub async fn waits_are_bounded(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "bounded").await else {
+        return;
+    };
+    let w = h
+        .lock
+        .try_acquire_write(&name, &held(&h))
+        .await
+        .expect("write")
+        .expect("free");
+    let bound = Duration::from_millis(300);
+    let o = opts(Duration::from_secs(10), Wait::UpTo(bound), true, &h);
+    for access in [Access::Read, Access::Write] {
+        let start = Instant::now();
+        let refused = match access {
+            Access::Read => h.other.acquire_read(&name, &o).await,
+            _ => h.other.acquire_write(&name, &o).await,
+        };
+        let waited = start.elapsed();
+        assert!(
+            matches!(refused, Err(LockError::Timeout { .. })),
+            "{access}: {refused:?}"
+        );
+        assert!(waited >= bound, "{access}: gave up after {waited:?}");
+        assert!(waited < bound + SLACK, "{access}: waited {waited:?}");
+    }
+    assert!(w.release().await.expect("release"));
+}
+
+/// A reader that stops renewing loses its grant by its validity deadline
+/// (its `lost()` fires), and a writer gets in after its lease.
+pub async fn an_abandoned_grant_expires(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "abandoned").await else {
+        return;
+    };
+    let ttl = Duration::from_millis(1000).max(h.lock.capabilities().min_lease);
+    let short = opts(ttl, Wait::No, false, &h);
+    let reader = h
+        .lock
+        .try_acquire_read(&name, &short)
+        .await
+        .expect("read")
+        .expect("free");
+    let deadline = reader.validity_deadline().expect("a lease");
+    tokio::time::timeout(ttl + SLACK, reader.lost())
+        .await
+        .expect("lost() fired");
+    assert!(
+        Instant::now() >= deadline,
+        "lost() fired before the deadline"
+    );
+    let wait = opts(Duration::from_secs(10), Wait::UpTo(ttl + SLACK), true, &h);
+    let w = h
+        .other
+        .acquire_write(&name, &wait)
+        .await
+        .expect("a writer after the lease");
+    assert!(w.release().await.expect("release"));
+    drop(reader);
+}
+
+/// A renewed grant outlives its TTL; `extend` keeps a grant that is ours.
+pub async fn renewed_grants_stay_held(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "renewed").await else {
+        return;
+    };
+    let ttl = Duration::from_millis(1000).max(h.lock.capabilities().min_lease);
+    let renewed = opts(ttl, Wait::No, true, &h);
+    let reader = h
+        .lock
+        .try_acquire_read(&name, &renewed)
+        .await
+        .expect("read")
+        .expect("free");
+    tokio::time::sleep(ttl * 2).await;
+    assert_eq!(reader.is_lost(), None, "a renewed reader lost its grant");
+    assert!(
+        h.other
+            .try_acquire_write(&name, &held(&h))
+            .await
+            .expect("write")
+            .is_none(),
+        "a writer got in beside a renewed reader"
+    );
+    reader
+        .extend(ttl)
+        .await
+        .expect("extend a grant that is ours");
+    assert!(reader.release().await.expect("release"));
+}
+
+/// A name's reader-writer lock, its lock and its semaphore are apart.
+pub async fn rw_locks_locks_and_permits_are_apart(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "apart").await else {
+        return;
+    };
+    let o = held(&h);
+    let w = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let lock = h.other.try_acquire(&name, &o).await.expect("lock");
+    assert!(lock.is_some(), "a writer held the name's lock");
+    if h.lock.capabilities().semaphore.is_some() {
+        let permit = h
+            .other
+            .try_acquire(&name, &o.clone().permits(2))
+            .await
+            .expect("permit");
+        assert!(permit.is_some(), "a writer held the name's permits");
+    }
+    let plain = lock.expect("held");
+    assert!(plain.release().await.expect("release"));
+    assert!(w.release().await.expect("release"));
+}
+
+/// `inspect_rw` shows the mode, the holders with their access and the
+/// waiting writers (where the backend can tell).
+pub async fn inspect_shows_the_mode_holders_and_waiting_writers(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "inspect").await else {
+        return;
+    };
+    let fenced = h.lock.capabilities().fencing != Fencing::None;
+    let free = h.other.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(free.mode, None);
+    assert!(free.holders.is_empty());
+    let o = held(&h);
+    let w = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let info = h.other.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(info.mode, Some(Access::Write));
+    assert_eq!(info.holders.len(), 1, "{info:?}");
+    assert_eq!(info.holders[0].access, Access::Write);
+    if fenced && let Some(token) = info.holders[0].fencing_token {
+        assert_eq!(Some(token), w.fencing_token());
+    }
+    assert!(w.release().await.expect("release"));
+    let a = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let b = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(20)),
+        true,
+        &h,
+    );
+    let writer = tokio::spawn({
+        let (other, name) = (h.other.clone(), name.clone());
+        async move { other.acquire_write(&name, &long).await }
+    });
+    await_waiting_writers(&h, &name, 1).await;
+    let info = h.other.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(info.mode, Some(Access::Read));
+    assert_eq!(info.holders.len(), 2, "{info:?}");
+    assert!(info.holders.iter().all(|x| x.access == Access::Read));
+    if let Some(waiting) = info.waiting_writers {
+        assert_eq!(waiting, 1, "{info:?}");
+    }
+    assert!(a.release().await.expect("release"));
+    assert!(b.release().await.expect("release"));
+    let w = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the writer was served")
+        .expect("writer task")
+        .expect("write");
+    let info = h.other.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(info.mode, Some(Access::Write), "{info:?}");
+    if let Some(waiting) = info.waiting_writers {
+        assert_eq!(waiting, 0, "{info:?}");
+    }
+    assert!(w.release().await.expect("release"));
+}
+
+/// Requests that mix a reader-writer lock with what it does not take are
+/// refused, typed: with a semaphore's permits, in a lock set, with lock
+/// timing; a bad name as for a lock.
+pub async fn invalid_requests_are_typed(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "invalid").await else {
+        return;
+    };
+    let o = held(&h);
+    let both = o.clone().permits(2).access(Access::Read);
+    assert!(
+        matches!(
+            h.lock.try_acquire(&name, &both).await,
+            Err(LockError::InvalidOptions { .. } | LockError::Unsupported { .. })
+        ),
+        "access with permits"
+    );
+    let set = h
+        .lock
+        .try_acquire_all(&[name.as_str()], &o.clone().access(Access::Write))
+        .await;
+    assert!(
+        matches!(set, Err(LockError::InvalidOptions { .. })),
+        "{set:?}"
+    );
+    let timed = o.clone().hold_at_least(Duration::from_secs(1));
+    assert!(
+        matches!(
+            h.lock.try_acquire_write(&name, &timed).await,
+            Err(LockError::InvalidOptions { .. } | LockError::Unsupported { .. })
+        ),
+        "hold_at_least with a write"
+    );
+    assert!(matches!(
+        h.lock.try_acquire_read("", &o).await,
+        Err(LockError::InvalidName { .. })
+    ));
+    assert!(matches!(
+        h.lock.inspect_rw("").await,
+        Err(LockError::InvalidName { .. })
+    ));
+}
+
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __rw_lock_cases {
+    ($harness:expr) => {
+        $crate::__conformance_cases!(@module rw_lock; $harness;
+            readers_share_and_a_writer_holds_alone,
+            a_waiting_writer_is_served_before_later_readers,
+            tokens_rise_per_write_and_readers_carry_the_latest,
+            readers_and_writers_under_contention,
+            a_cancelled_wait_leaves_nothing_behind,
+            waits_are_bounded,
+            an_abandoned_grant_expires,
+            renewed_grants_stay_held,
+            rw_locks_locks_and_permits_are_apart,
+            inspect_shows_the_mode_holders_and_waiting_writers,
+            invalid_requests_are_typed,
+        );
+    };
+}
