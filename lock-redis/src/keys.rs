@@ -63,6 +63,24 @@ impl Keys {
         }
     }
 
+    /// All names of one reader-writer lock, escaping the name once. They
+    /// share the lock's hash tag, and none is a name of the lock or of the
+    /// semaphore.
+    pub fn rw(&self, name: &str) -> RwKeys {
+        let tag = self.tag(name);
+        let with = |suffix: &str| [tag.as_str(), suffix].concat();
+        RwKeys {
+            writer: with(":rw:writer"),
+            reader_base: with(":rw:reader:"),
+            readers: with(":rw:readers"),
+            fence: with(":rw:fence"),
+            held: with(":rw:held"),
+            writers_waiting: with(":rw:waiting"),
+            channel: with(":rw:released"),
+            wake: format!("rw:{name}"),
+        }
+    }
+
     /// All names of one lock, escaping the name once.
     pub fn all(&self, name: &str) -> LockKeys {
         let tag = self.tag(name);
@@ -105,6 +123,41 @@ impl PermitKeys {
     /// Slot `slot`'s key.
     pub fn slot(&self, slot: u32) -> String {
         format!("{}{slot}", self.slot_base)
+    }
+}
+
+/// The keys and channel of one reader-writer lock (see [`Keys::rw`]).
+#[derive(Clone)]
+pub struct RwKeys {
+    /// The writer's key: its owner token, with the lease as its TTL.
+    pub writer: String,
+    /// The readers' keys' common prefix: a reader's key, holding its owner
+    /// token with the lease as its TTL, is this followed by the token.
+    pub reader_base: String,
+    /// A set of the owner tokens of the readers whose keys may be live
+    /// (no TTL: the scripts drop a member whose key has gone).
+    pub readers: String,
+    /// The write grants' counter (no TTL, like a lock's): a write grant's
+    /// token, and a reader's.
+    pub fence: String,
+    /// A hash of holder records: field `writer` for the writer's, a
+    /// reader's owner token for its own.
+    pub held: String,
+    /// A sorted set of waiting writers: member `ARRIVAL:ID` (the writer's
+    /// arrival in ms by its client's clock, zero-padded), score the
+    /// server-time ms its mark lapses unless renewed.
+    pub writers_waiting: String,
+    /// The channel a release publishes on.
+    pub channel: String,
+    /// The message a release publishes: the key this process's waiters
+    /// for the lock are woken by.
+    pub wake: String,
+}
+
+impl RwKeys {
+    /// The key of the reader whose owner token is `owner`.
+    pub fn reader(&self, owner: &str) -> String {
+        [self.reader_base.as_str(), owner].concat()
     }
 }
 

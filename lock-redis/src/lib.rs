@@ -9,7 +9,8 @@
 //!
 //! Keys: `PREFIX{name}` holds the owner token with the lease as its TTL,
 //! `PREFIX{name}:fence` the fencing counter (kept forever, a few bytes per
-//! distinct name), and `PREFIX{name}:released` is the release channel; `%`,
+//! distinct name), and `PREFIX{name}:released` is the release channel;
+//! a reader-writer lock's keys are `PREFIX{name}:rw:…` (see `docs.md`); `%`,
 //! `{` and `}` in names are escaped, so the three share one Cluster slot.
 
 mod config;
@@ -20,6 +21,7 @@ mod keys;
 mod lock;
 mod permits;
 mod queue_wait;
+mod rw;
 mod script_call;
 mod scripts;
 mod sets;
@@ -36,7 +38,7 @@ pub mod raw {
     pub use crate::config::{client_for_lock, client_url, database, ensure_tls_provider};
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
-    pub use crate::keys::{Keys, LockKeys, PermitKeys};
+    pub use crate::keys::{Keys, LockKeys, PermitKeys, RwKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::script_call::ScriptCall;
     pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, SET_ACQUIRE, SET_HOLDER, WITHDRAW};

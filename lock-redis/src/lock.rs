@@ -12,7 +12,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    SemaphoreCapabilities, SemaphoreInfo, Waiting,
+    RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use tokio::sync::OnceCell;
@@ -54,6 +54,13 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::
     // Slot keys with the lease as TTL; waiters woken on release, unordered.
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
+    ))
+    // Writer and reader keys with the lease as TTL; a waiting writer's mark
+    // holds later readers back; waiters woken on release, unordered.
+    .with_rw_lock(Some(
+        RwLockCapabilities::new()
+            .with_writer_preference(true)
+            .with_waiting(Waiting::Notified),
     ));
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
@@ -282,6 +289,9 @@ impl RedisLock {
 #[async_trait]
 impl RawLock for RedisLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.try_rw(req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return self
                 .attempt_permit(req.name, req.opts, limit)
@@ -300,6 +310,9 @@ impl RawLock for RedisLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.wait_for_rw(req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return self.wait_for_permit(req, limit).await;
         }
@@ -356,6 +369,12 @@ impl RawLock for RedisLock {
     async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         validate_name(name)?;
         self.inspect_permits(name).await
+    }
+
+    /// The holders of reader-writer lock `name`, its write counter and its
+    /// waiting writers, read in one script run.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inspect_rw_lock(name).await
     }
 
     /// Release `name` on behalf of whoever holds it: the release script

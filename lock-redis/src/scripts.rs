@@ -79,8 +79,9 @@ pub(crate) static PERMIT_ACQUIRE: LazyLock<Script> =
 pub(crate) static PERMIT_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("permit_release.lua")));
 
-/// KEYS: a slot key, the permits hash. ARGV: owner, the slot's holder
-/// field, record. Writes the record only while `owner` holds the slot.
+/// KEYS: a grant's key (a permit's slot key, a reader's or the writer's
+/// key), the hash of holder records. ARGV: owner, the grant's holder
+/// field, record. Writes the record only while `owner` holds the key.
 pub(crate) static PERMIT_SET_HOLDER: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("permit_set_holder.lua")));
 
@@ -89,3 +90,23 @@ pub(crate) static PERMIT_SET_HOLDER: LazyLock<Script> =
 /// and holder record, as strings; `{}` when none is live.
 pub(crate) static PERMIT_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("permit_state.lua")));
+
+/// KEYS: a reader-writer lock's writer key, readers' set, write counter,
+/// holder records and waiting writers. ARGV: the readers' key prefix,
+/// owner, ttl ms, 'r' or 'w', holder record, arrival, waiter id, mark ms.
+/// `{1, token}` when granted, else `{0, ms until the blocking lease ends,
+/// or -1}`; a waiting writer refused marks itself.
+pub(crate) static RW_ACQUIRE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
+
+/// KEYS: a reader-writer grant's key, the readers' set, the holder records.
+/// ARGV: owner, its holder field, channel, wake-up message. Frees the grant
+/// if `owner` holds it and publishes the message; 1 if it was ours.
+pub(crate) static RW_RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_release.lua")));
+
+/// KEYS: as [`RW_ACQUIRE`]'s. ARGV: the readers' key prefix. Returns the
+/// write counter, the waiting writers, and each live holder's access, ms
+/// left and record, as strings.
+pub(crate) static RW_STATE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_state.lua")));

@@ -1,0 +1,423 @@
+//! Redis reader-writer locks. The writer of name `n` holds key
+//! `PREFIX{n}:rw:writer`, a reader key `PREFIX{n}:rw:reader:OWNER`, each
+//! with its owner token and the lease as its TTL, as a lock key does: the
+//! server's clock ends them, renewals are the locks' batched extends, and
+//! every key shares the name's hash tag.
+//!
+//! An acquisition is one script. A writer is granted when no writer key
+//! and no reader key is live; its token is the name's write counter,
+//! raised. A reader is granted when no writer key is live and no writer
+//! that arrived before it is waiting; its token is the counter as it is
+//! (the latest write's). A writer that waits marks itself in the name's
+//! waiting set, with its arrival and a mark that lapses unless its next
+//! attempt renews it (every [`MARK_RENEWAL`]), so readers that come after
+//! it wait behind it: writer preference. A waiter that gives up or is
+//! dropped removes its mark. A release publishes on the name's channel,
+//! which wakes one waiter of each listening process; waiters also look
+//! again when the blocking lease ends. No queue: writers among themselves,
+//! and readers behind the same writer, are served in no promised order.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use lock_core::raw::{
+    Attempt, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard,
+    Request, Unrenewed, WaitLoop,
+};
+use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
+use redis::aio::ConnectionLike;
+use tokio::time::Instant;
+
+use crate::error::{BACKEND, map_redis, within};
+use crate::extends::Extension;
+use crate::handle::connection_of_its_own;
+use crate::keys::RwKeys;
+use crate::lock::{CAPABILITIES, Inner, RedisLock};
+use crate::script_call::ScriptCall;
+use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE};
+
+/// How often a waiting writer's attempt renews its mark.
+const MARK_RENEWAL: Duration = Duration::from_millis(500);
+
+/// How long a waiting writer's mark lasts unless renewed: three renewals,
+/// so that a writer whose process died stops holding readers back soon.
+const MARK: Duration = Duration::from_millis(1500);
+
+/// How long a waiter pauses when the blocking holder's lease is unknown
+/// (a key without a TTL, or a waiting writer); a release wakes it sooner.
+const BACKSTOP: Duration = Duration::from_millis(500);
+
+/// A waiting writer: its id and arrival, as its mark names them.
+struct Mark {
+    id: String,
+    arrival: String,
+}
+
+/// Removes a waiting writer's mark when the wait ends without the grant
+/// (given up, dropped); the grant's own script removes it otherwise.
+struct Unmark {
+    inner: Arc<Inner>,
+    key: String,
+    member: Option<String>,
+}
+
+impl Drop for Unmark {
+    fn drop(&mut self) {
+        let Some(member) = self.member.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, key) = (Arc::clone(&self.inner), self.key.clone());
+        rt.spawn(async move {
+            let mut conn = inner.conn.clone();
+            let done = within(
+                &inner.config,
+                "removing a waiting writer's mark",
+                redis::cmd("ZREM")
+                    .arg(&key)
+                    .arg(&member)
+                    .query_async::<i64>(&mut conn),
+            )
+            .await;
+            if !matches!(done, Ok(Ok(_))) {
+                tracing::debug!(target: "distlock", "removing a waiting writer's mark failed; it lapses by itself");
+            }
+        });
+    }
+}
+
+/// Milliseconds since the Unix epoch by this client's clock, zero-padded
+/// to a fixed width so that marks order as text too. Skew between clients
+/// shifts who counts as first, never exclusion.
+fn arrival_now() -> String {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{ms:016}")
+}
+
+impl RedisLock {
+    /// One attempt at `access` to `name`, as a newcomer arriving now or as
+    /// the waiting writer `mark`. Cancel-safe: a grant whose reply is lost
+    /// with the dropped future is given back in the background.
+    async fn attempt_rw(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        access: Access,
+        arrival: &str,
+        mark: Option<&Mark>,
+    ) -> Result<Attempt, LockError> {
+        let inner = &self.inner;
+        let keys = inner.keys.rw(name);
+        let owner = OwnerToken::random().to_hex();
+        let handle = Arc::new(RwHandle {
+            inner: Arc::clone(inner),
+            key: match access {
+                Access::Write => keys.writer.clone(),
+                _ => keys.reader(&owner),
+            },
+            field: match access {
+                Access::Write => "writer".to_string(),
+                _ => owner.clone(),
+            },
+            keys,
+            owner,
+            record: opts.holder_record(),
+        });
+        let keys = &handle.keys;
+        let mut call = ScriptCall::new(
+            &RW_ACQUIRE,
+            &[
+                &keys.writer,
+                &keys.readers,
+                &keys.fence,
+                &keys.held,
+                &keys.writers_waiting,
+            ],
+            8,
+        );
+        call.arg(&keys.reader_base)
+            .arg(&handle.owner)
+            .arg(lock_core::raw::lease_millis(opts.ttl))
+            .arg(if access == Access::Write { "w" } else { "r" })
+            .arg(handle.record.as_bytes())
+            .arg(mark.map_or(arrival, |m| m.arrival.as_str()))
+            .arg(mark.map_or("", |m| m.id.as_str()))
+            .arg(MARK.as_millis() as u64);
+        let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
+        let mut conn = inner.conn.clone();
+        let sent_at = Instant::now();
+        let reply: Vec<i64> = call
+            .invoke(&mut conn)
+            .await
+            .map_err(|e| map_redis("acquiring a reader-writer lock", e))?;
+        match reply[..] {
+            [1, token] => {
+                let (guard_handle, lease) =
+                    match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
+                        Ok(granted) => granted,
+                        Err(too_late) => return Ok(Attempt::TooLate(too_late)),
+                    };
+                let token = u64::try_from(token).map_err(|_| LockError::Backend {
+                    backend: BACKEND,
+                    reason: format!("a negative token for {access} lock {name:?}: {token}"),
+                    source: None,
+                })?;
+                let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, guard_handle)
+                    .with_access(Some(access));
+                Ok(Attempt::Acquired(guard.kept_by(
+                    &self.watchdog,
+                    opts,
+                    Unrenewed::Left,
+                )))
+            }
+            [0, left] => {
+                drop(pending.disarm());
+                let expires_in = u64::try_from(left).ok().map(Duration::from_millis);
+                Ok(Attempt::Held { expires_in })
+            }
+            _ => {
+                drop(pending.disarm());
+                Err(LockError::Backend {
+                    backend: BACKEND,
+                    reason: format!("unexpected reply to {access} lock {name:?}: {reply:?}"),
+                    source: None,
+                })
+            }
+        }
+    }
+
+    /// One attempt without waiting.
+    pub(crate) async fn try_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.attempt_rw(req.name, req.opts, access, &arrival_now(), None)
+            .await?
+            .into_guard()
+    }
+
+    /// Wait for `access`: listening on the name's channel (a release
+    /// anywhere wakes one waiter per listening process), else until the
+    /// blocking lease ends; a writer also renews its mark every
+    /// [`MARK_RENEWAL`]. An uncontended wait is one round trip.
+    pub(crate) async fn wait_for_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
+        let keys = self.inner.keys.rw(name);
+        let arrival = arrival_now();
+        let mark = (access == Access::Write).then(|| Mark {
+            id: OwnerToken::random().to_hex(),
+            arrival: arrival.clone(),
+        });
+        let mut unmark = Unmark {
+            inner: Arc::clone(&self.inner),
+            key: keys.writers_waiting.clone(),
+            member: None,
+        };
+        let wake = self.inner.wakeups.subscribe(&keys.wake);
+        let mut listening = self
+            .inner
+            .subscriber
+            .get()
+            .and_then(|s| s.join_subscribed(&keys.channel));
+        let mut wait = WaitLoop::new(req, Some(wake));
+        loop {
+            let mut too_late = None;
+            let attempt = self
+                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
+                .await?;
+            let pause = match attempt {
+                Attempt::Acquired(guard) => {
+                    unmark.member = None;
+                    return Ok(Some(guard));
+                }
+                Attempt::Held { expires_in } => {
+                    if let Some(m) = &mark {
+                        unmark.member = Some(format!("{}:{}", m.arrival, m.id));
+                    }
+                    let until_free =
+                        expires_in.map_or(BACKSTOP, |left| left + Duration::from_millis(1));
+                    if mark.is_some() {
+                        until_free.min(MARK_RENEWAL)
+                    } else {
+                        until_free
+                    }
+                }
+                Attempt::TooLate(e) => {
+                    too_late = Some(e);
+                    Duration::ZERO
+                }
+            };
+            if wait.expired() {
+                return too_late.map_or(Ok(None), Err);
+            }
+            if listening.is_none() {
+                // Listen, then attempt again at once: a release published
+                // before we listened is not missed.
+                listening = Some(self.subscriber().await?.subscribe(&keys.channel).await?);
+                continue;
+            }
+            if !wait.pause(Pace::For(pause)).await {
+                return too_late.map_or(Ok(None), Err);
+            }
+        }
+    }
+
+    /// The holders of `name`, the write counter and the waiting writers,
+    /// read in one script run.
+    pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let keys = self.inner.keys.rw(name);
+        let mut call = ScriptCall::new(
+            &RW_STATE,
+            &[
+                &keys.writer,
+                &keys.readers,
+                &keys.fence,
+                &keys.held,
+                &keys.writers_waiting,
+            ],
+            1,
+        );
+        call.arg(&keys.reader_base);
+        let mut conn = self.inner.conn.clone();
+        let reply: Vec<Vec<u8>> = within(
+            &self.inner.config,
+            "reading a reader-writer lock",
+            call.invoke(&mut conn),
+        )
+        .await?
+        .map_err(|e| map_redis("reading a reader-writer lock", e))?;
+        let bad = |what: &str| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("reader-writer lock {name:?}: unreadable {what} in the server's reply"),
+            source: None,
+        };
+        let number = |bytes: &[u8], what: &str| -> Result<i64, LockError> {
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad(what))
+        };
+        let [fence, waiting, rest @ ..] = &reply[..] else {
+            return Err(bad("state"));
+        };
+        let fence = u64::try_from(number(fence, "counter")?).map_err(|_| bad("counter"))?;
+        let waiting = usize::try_from(number(waiting, "waiting writers")?)
+            .map_err(|_| bad("waiting writers"))?;
+        let mut holders = Vec::with_capacity(rest.len() / 3);
+        for holder in rest.chunks(3) {
+            let [access, left, record] = holder else {
+                return Err(bad("holder"));
+            };
+            let access = match &access[..] {
+                b"w" => Access::Write,
+                b"r" => Access::Read,
+                _ => return Err(bad("access")),
+            };
+            let left = u64::try_from(number(left, "lease")?)
+                .ok()
+                .map(Duration::from_millis);
+            let record = (!record.is_empty())
+                .then(|| HolderRecord::decode_for(BACKEND, name, record))
+                .transpose()?;
+            holders.push(
+                RwHolderInfo::new(access)
+                    .with_fencing_token(Some(fence))
+                    .with_expires_in(left)
+                    .with_holder(record),
+            );
+        }
+        Ok(RwLockInfo::held(holders)
+            .with_fencing_token(Some(fence))
+            .with_waiting(Some(waiting), None))
+    }
+}
+
+/// One reader-writer grant's handle: its key (the writer's or its own
+/// reader key), its field among the holder records, and its owner token;
+/// released by an owner-checked script, extended through the client's
+/// batch as a lock is.
+struct RwHandle {
+    inner: Arc<Inner>,
+    keys: RwKeys,
+    key: String,
+    field: String,
+    owner: String,
+    record: HolderRecord,
+}
+
+/// Free the grant `owner` holds at `key`, on `conn`: `true` if it was ours.
+async fn release_on(
+    conn: &mut impl ConnectionLike,
+    keys: &RwKeys,
+    key: &str,
+    field: &str,
+    owner: &str,
+) -> Result<bool, LockError> {
+    let mut call = ScriptCall::new(&RW_RELEASE, &[key, &keys.readers, &keys.held], 4);
+    call.arg(owner)
+        .arg(field)
+        .arg(&keys.channel)
+        .arg(&keys.wake);
+    let released: i64 = call
+        .invoke(conn)
+        .await
+        .map_err(|e| map_redis("releasing a reader-writer lock", e))?;
+    Ok(released == 1)
+}
+
+#[async_trait]
+impl GuardHandle for RwHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        let mut conn = self.inner.conn.clone();
+        release_on(&mut conn, &self.keys, &self.key, &self.field, &self.owner).await
+    }
+
+    /// The same script, on a connection of its own made from the client.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let client = self.inner.client.clone();
+        let config = self.inner.config.clone();
+        let (keys, key, field, owner) = (
+            self.keys.clone(),
+            self.key.clone(),
+            self.field.clone(),
+            self.owner.clone(),
+        );
+        Some(Box::pin(async move {
+            let mut conn = connection_of_its_own(&client, &config).await?;
+            release_on(&mut conn, &keys, &key, &field, &owner).await
+        }))
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        let extension = Extension {
+            key: self.key.clone(),
+            owner: self.owner.clone(),
+            ttl,
+        };
+        self.inner.extends.call(extension).await
+    }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        let record = self.record.with_value(value);
+        let mut call = ScriptCall::new(&PERMIT_SET_HOLDER, &[&self.key, &self.keys.held], 3);
+        call.arg(&self.owner)
+            .arg(&self.field)
+            .arg(record.as_bytes());
+        let mut conn = self.inner.conn.clone();
+        let done: i64 = call
+            .invoke(&mut conn)
+            .await
+            .map_err(|e| map_redis("replacing a holder's value", e))?;
+        Ok(done == 1)
+    }
+}

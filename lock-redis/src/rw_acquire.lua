@@ -1,0 +1,57 @@
+-- KEYS: the writer's key, the readers' set, the write counter, the holder
+-- records' hash, the waiting writers' sorted set. ARGV: the readers' key
+-- prefix, owner, ttl ms, access ('r' or 'w'), holder record, arrival
+-- (zero-padded ms, by the client's clock), waiter id ('' for an attempt
+-- that does not wait), a waiting writer's mark in ms.
+-- Readers' keys share the name's hash tag, so they live in KEYS' slot.
+-- A writer is granted when nobody holds; a waiting writer that is not
+-- marks itself (until now + mark) so that readers who arrive after it
+-- queue behind it. A reader is granted when no writer holds and no writer
+-- that arrived before it waits. Returns {1, token} when granted (a
+-- writer's: the counter, raised; a reader's: the counter as it is), else
+-- {0, ms until the blocking holder's lease ends, -1 if unknown}.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+redis.call('ZREMRANGEBYSCORE', KEYS[5], '-inf', now)
+local writer_left = redis.call('PTTL', KEYS[1])
+if ARGV[4] == 'w' then
+  local left = writer_left
+  if left == -2 then
+    left = -1
+    for _, owner in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+      local l = redis.call('PTTL', ARGV[1] .. owner)
+      if l == -2 then
+        redis.call('SREM', KEYS[2], owner)
+        redis.call('HDEL', KEYS[4], owner)
+      elseif left < 0 or (l >= 0 and l < left) then
+        left = l
+      end
+    end
+    if redis.call('SCARD', KEYS[2]) == 0 then
+      if ARGV[7] ~= '' then
+        redis.call('ZREM', KEYS[5], ARGV[6] .. ':' .. ARGV[7])
+      end
+      redis.call('SET', KEYS[1], ARGV[2], 'PX', ARGV[3])
+      redis.call('HSET', KEYS[4], 'writer', ARGV[5])
+      return {1, redis.call('INCR', KEYS[3])}
+    end
+  end
+  if ARGV[7] ~= '' then
+    redis.call('ZADD', KEYS[5], now + tonumber(ARGV[8]), ARGV[6] .. ':' .. ARGV[7])
+  end
+  return {0, left}
+end
+if writer_left ~= -2 then
+  return {0, writer_left}
+end
+local arrival = tonumber(ARGV[6])
+for _, mark in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
+  local since = tonumber(string.match(mark, '^(%d+):'))
+  if since and since <= arrival then
+    return {0, -1}
+  end
+end
+redis.call('SET', ARGV[1] .. ARGV[2], ARGV[2], 'PX', ARGV[3])
+redis.call('SADD', KEYS[2], ARGV[2])
+redis.call('HSET', KEYS[4], ARGV[2], ARGV[5])
+return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}

@@ -1,0 +1,25 @@
+-- KEYS: the writer's key, the readers' set, the write counter, the holder
+-- records' hash, the waiting writers' sorted set. ARGV: the readers' key
+-- prefix. Returns {counter, waiting writers, then per live holder: 'w' or
+-- 'r', ms left (-1: no TTL), record}, all as strings.
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local out = {
+  redis.call('GET', KEYS[3]) or '0',
+  tostring(redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')),
+}
+local left = redis.call('PTTL', KEYS[1])
+if left ~= -2 then
+  out[#out + 1] = 'w'
+  out[#out + 1] = tostring(left)
+  out[#out + 1] = redis.call('HGET', KEYS[4], 'writer') or ''
+end
+for _, owner in ipairs(redis.call('SMEMBERS', KEYS[2])) do
+  local l = redis.call('PTTL', ARGV[1] .. owner)
+  if l ~= -2 then
+    out[#out + 1] = 'r'
+    out[#out + 1] = tostring(l)
+    out[#out + 1] = redis.call('HGET', KEYS[4], owner) or ''
+  end
+end
+return out
