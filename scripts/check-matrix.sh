@@ -4,14 +4,15 @@
 # as leader elections (`--election`: candidates and observers) on every
 # backend that offers them, and as semaphores (`--permits 2`) on every
 # backend that offers them, then as lock sets (`--set 2`) on every
-# backend, then one Markdown table of all runs.
+# backend, then as reader-writer locks (`--rw 0.5`) on every backend that
+# offers them, then one Markdown table of all runs.
 #
 #   scripts/check-matrix.sh [DURATION] [OUT_DIR] [FILTER]
 #
 # DURATION defaults to 60s; OUT_DIR to target/check-matrix (one directory
 # per run with its logs and report.json, and matrix.md); FILTER is a
 # substring of the run labels to keep (e.g. `postgres`, `kill-server`,
-# `election`, `permits` or `set-`).
+# `election`, `permits`, `set-` or `rw-`).
 # Exits non-zero if any run fails. The servers are started as in the test
 # suite (scripts/services.sh up) and every run leaves them all up.
 set -euo pipefail
@@ -48,6 +49,8 @@ CASES=(
 # The cases whose backend offers leader election (a holder record).
 ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
+# The backends that offer reader-writer locks.
+RW_LOCKS="redis"
 SEMAPHORES="redis postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
@@ -84,6 +87,9 @@ for case in "${CASES[@]}"; do
 done
 for case in "${CASES[@]}"; do
     run_case set- "$case" --set 2
+done
+for case in "${CASES[@]}"; do
+    [[ " $RW_LOCKS " == *" ${case%%|*} "* ]] && run_case rw- "$case" --rw 0.5
 done
 "$BIN" table "${dirs[@]}" >"$OUT/matrix.md"
 echo "table: $OUT/matrix.md" >&2

@@ -28,6 +28,9 @@ struct Hold {
     /// A permit's slot: holds contend only with holds of the same slot
     /// (`None` for a lock, where every hold contends).
     slot: Option<u32>,
+    /// A reader's grant of a reader-writer lock (`--rw`): readers do not
+    /// contend with each other.
+    read: bool,
     lost_on_arrival: bool,
     /// (time, validity deadline as of then).
     deadlines: Vec<(u64, Option<u64>)>,
@@ -54,9 +57,23 @@ impl Hold {
     /// Whether `other` holds what this hold holds (the lock, or the same
     /// permit slot).
     fn contends(&self, other: &Hold) -> bool {
-        self.slot == other.slot
+        self.slot == other.slot && !(self.read && other.read)
     }
 }
+
+/// A writer's acquisition in a reader-writer run, granted or not.
+#[derive(Debug, Clone)]
+struct WriterWait {
+    pid: u32,
+    worker: u32,
+    started: u64,
+    ended: u64,
+}
+
+/// How far behind a writer's start a reader may start and still be let in
+/// ahead of it: the writer's first request, which marks it as waiting, is
+/// still on its way.
+const WRITER_MARK_SLACK_NS: u64 = 100_000_000;
 
 #[derive(Debug, Clone)]
 struct Write {
@@ -184,6 +201,31 @@ pub struct Report {
     /// still believed they held theirs (more than `limit` at once).
     #[serde(default)]
     pub over_limit: Finding,
+    /// The share of reads in a reader-writer run (`--rw`); `None`: not one.
+    /// Its overlaps of a writer with anyone are counted in `in_time` (a
+    /// reader and a writer, or two writers, contend; two readers do not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rw: Option<f64>,
+    /// Whether the backend promises writer preference (`--rw` runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writers_first: Option<bool>,
+    /// Read grants to readers that started after a writer that was already
+    /// waiting (by more than 100 ms) and that were made while it still
+    /// waited; the writer not paused meanwhile. A failure where the backend
+    /// promises writer preference.
+    #[serde(default)]
+    pub writer_starvation: Finding,
+    /// Reads whose token is below the token of a write granted before the
+    /// read was asked for (a reader carries the latest write's token).
+    #[serde(default)]
+    pub read_tokens: Finding,
+    /// The longest a writer waited (granted or not), in ms (`--rw` runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub writer_wait_longest_ms: Option<f64>,
+    /// The longest hold of the run, in ms (`--rw` runs), to set the
+    /// writers' waits against.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hold_longest_ms: Option<f64>,
     /// Grants whose guard was already lost when `acquire` returned, where the
     /// worker itself was not paused meanwhile.
     pub lost_on_arrival: Finding,
@@ -257,6 +299,7 @@ struct Analysis {
     stopping: u64,
     holds: Vec<Hold>,
     writes: Vec<Write>,
+    writer_waits: Vec<WriterWait>,
 }
 
 impl Analysis {
@@ -292,6 +335,7 @@ impl Analysis {
             stopping,
             holds: Vec::new(),
             writes: Vec::new(),
+            writer_waits: Vec::new(),
         };
         for w in workers {
             this.collect(w);
@@ -317,8 +361,21 @@ impl Analysis {
         // The holds of the current grant: one, or one per member of a set.
         let mut current: Vec<usize> = Vec::new();
         let died = self.died_at(w.pid);
+        // The access of the acquisition under way (`--rw` runs).
+        let mut access: Option<&str> = None;
         for e in &w.events {
+            if let Event::Granted { started, .. } | Event::AcquireFailed { started, .. } = &e.event
+                && access == Some("write")
+            {
+                self.writer_waits.push(WriterWait {
+                    pid: w.pid,
+                    worker: w.id,
+                    started: *started,
+                    ended: e.t,
+                });
+            }
             match &e.event {
+                Event::Acquiring { access: a, .. } => access = a.as_deref(),
                 Event::Granted {
                     started,
                     token,
@@ -334,6 +391,7 @@ impl Analysis {
                         granted: e.t,
                         token,
                         slot,
+                        read: access == Some("read"),
                         lost_on_arrival: lost_on_arrival.is_some(),
                         deadlines: vec![(e.t, *deadline)],
                         end: died,
@@ -410,6 +468,7 @@ impl Analysis {
         self.tokens(&mut r);
         self.over_limit(&mut r);
         self.in_time(&mut r);
+        self.writers(&mut r);
         self.liveness(&mut r, actions, workers);
         self.errors(&mut r, actions, workers);
         let election = actions
@@ -437,12 +496,14 @@ impl Analysis {
                     nemesis,
                     permits,
                     set,
+                    rw,
                     ..
                 } => {
                     r.url.clone_from(url);
                     r.nemesis.clone_from(nemesis);
                     r.permits = *permits;
                     r.set = *set;
+                    r.rw = *rw;
                 }
                 other => {
                     let name = serde_json::to_value(other)
@@ -465,6 +526,7 @@ impl Analysis {
             grade,
             fencing,
             sabotage,
+            writers_first,
             ..
         }) = workers
             .iter()
@@ -476,6 +538,7 @@ impl Analysis {
             r.grade.clone_from(grade);
             r.fencing.clone_from(fencing);
             r.sabotage.clone_from(sabotage);
+            r.writers_first = *writers_first;
         }
     }
 
@@ -574,10 +637,11 @@ impl Analysis {
     }
 
     fn tokens(&self, r: &mut Report) {
-        // Per slot for permits (one sequence for a lock).
+        // Per slot for permits (one sequence for a lock, and for the writes
+        // of a reader-writer lock).
         let mut previous: BTreeMap<Option<u32>, &Hold> = BTreeMap::new();
         for h in &self.holds {
-            if h.token.is_none() || self.paused_within(h.pid, h.started, h.granted) {
+            if h.token.is_none() || h.read || self.paused_within(h.pid, h.started, h.granted) {
                 continue;
             }
             if let Some(p) = previous.get(&h.slot)
@@ -666,6 +730,70 @@ impl Analysis {
                 }
             }
         }
+    }
+
+    /// A reader-writer run's readers and writers: each read's token
+    /// against the writes granted before it was asked for, readers let in
+    /// ahead of a waiting writer, and the longest writer wait against the
+    /// longest hold.
+    fn writers(&self, r: &mut Report) {
+        if r.rw.is_none() {
+            return;
+        }
+        for read in self.holds.iter().filter(|h| h.read && h.token.is_some()) {
+            if self.paused_within(read.pid, read.started, read.granted) {
+                continue;
+            }
+            let before = self
+                .holds
+                .iter()
+                .filter(|w| !w.read && w.granted < read.started)
+                .max_by_key(|w| w.token);
+            if let Some(w) = before
+                && w.token > read.token
+            {
+                r.read_tokens.add(|| {
+                    format!(
+                        "read {} after write {}",
+                        self.describe(read),
+                        self.describe(w)
+                    )
+                });
+            }
+        }
+        for wait in &self.writer_waits {
+            if self.paused_within(wait.pid, wait.started, wait.ended) {
+                continue;
+            }
+            let overtook = self.holds.iter().find(|h| {
+                h.read
+                    && h.pid != wait.pid
+                    && h.started > wait.started + WRITER_MARK_SLACK_NS
+                    && h.granted < wait.ended
+            });
+            if let Some(reader) = overtook {
+                r.writer_starvation.add(|| {
+                    format!(
+                        "reader {} while worker {} (pid {}) waited to write from +{:.1} ms to +{:.1} ms",
+                        self.describe(reader),
+                        wait.worker,
+                        wait.pid,
+                        ms(wait.started.saturating_sub(self.run_start)),
+                        ms(wait.ended.saturating_sub(self.run_start))
+                    )
+                });
+            }
+        }
+        r.writer_wait_longest_ms = self
+            .writer_waits
+            .iter()
+            .map(|w| ms(w.ended.saturating_sub(w.started)))
+            .reduce(f64::max);
+        r.hold_longest_ms = self
+            .holds
+            .iter()
+            .filter_map(|h| h.end.map(|end| ms(end.saturating_sub(h.granted))))
+            .reduce(f64::max);
     }
 
     fn liveness(&self, r: &mut Report, actions: &[Stamped<Action>], workers: &[Worker]) {
@@ -840,6 +968,17 @@ fn verdict(r: &mut Report) {
             "permits granted while the limit's worth of running holders still believed they \
              held theirs, on a correctness-grade backend",
         ),
+        (
+            r.writers_first == Some(true),
+            r.writer_starvation.count,
+            "readers let in ahead of a writer that was already waiting, where the backend \
+             promises writer preference",
+        ),
+        (
+            safe,
+            r.read_tokens.count,
+            "reads carrying a token below an earlier write's, with fencing Safe",
+        ),
         (true, r.liveness.hangs.count, "hangs"),
         (true, r.crashes.count, "workers crashed"),
     ];
@@ -893,6 +1032,9 @@ impl fmt::Display for Report {
                 .or_else(|| self
                     .set
                     .map(|k| format!(", sets of {k} of {} names", 2 * k)))
+                .or_else(|| self
+                    .rw
+                    .map(|share| format!(", reader-writer lock, {:.0} % reads", share * 100.0)))
                 .unwrap_or_default(),
             self.grade,
             self.fencing,
@@ -960,6 +1102,30 @@ impl fmt::Display for Report {
                 f,
                 "permits beyond the limit (running holders)",
                 &self.over_limit,
+            )?;
+        }
+        if let Some(share) = self.rw {
+            writeln!(
+                f,
+                "readers and writers ({:.0} % reads; writer preference {})",
+                share * 100.0,
+                self.writers_first.map_or("unknown", |w| if w {
+                    "promised"
+                } else {
+                    "not promised"
+                })
+            )?;
+            finding(
+                f,
+                "readers let in ahead of a waiting writer",
+                &self.writer_starvation,
+            )?;
+            finding(f, "reads below an earlier write's token", &self.read_tokens)?;
+            writeln!(
+                f,
+                "  longest writer wait {:.0} ms; longest hold {:.0} ms",
+                self.writer_wait_longest_ms.unwrap_or(0.0),
+                self.hold_longest_ms.unwrap_or(0.0)
             )?;
         }
         writeln!(f, "liveness")?;
@@ -1071,6 +1237,7 @@ mod tests {
             crash_release: "Ttl".into(),
             fair_queue: false,
             sabotage: None,
+            writers_first: Some(true),
         }
     }
 
@@ -1145,6 +1312,7 @@ mod tests {
                 observers: 0,
                 permits: permits.map(|(limit, _)| limit),
                 set: None,
+                rw: None,
             },
         )?;
         c.log_at(
@@ -1294,6 +1462,7 @@ mod tests {
                 observers: 0,
                 permits: None,
                 set: Some(2),
+                rw: None,
             },
         )?;
         for (worker, pid) in [(0, 100), (1, 101)] {
@@ -1327,6 +1496,110 @@ mod tests {
         assert_eq!(r.exclusion.rejected.count, 1, "{r}");
         assert_eq!(r.in_time.running.count, 1, "{r}");
         assert_eq!(r.token_order.count, 0, "{r}");
+        assert!(!r.passed(), "{r}");
+        Ok(())
+    }
+
+    /// A reader-writer run: worker 0 reads from 1 s to 9 s and worker 1
+    /// from 2 s to 3 s (together); worker 2 asks to write at 2.5 s and is
+    /// granted at `written`; worker 3 asks to read at 4 s, after the
+    /// writer, and is let in at 5 s while the writer still waits.
+    fn rw_history(dir: &Path, written: u64) -> std::io::Result<Report> {
+        let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
+        c.log_at(
+            0,
+            &Action::RunStarted {
+                url: "test://".into(),
+                nemesis: "none".into(),
+                workers: 4,
+                ttl_ms: 10_000,
+                wait_ms: 10_000,
+                duration_ms: 20_000,
+                election: false,
+                observers: 0,
+                permits: None,
+                set: None,
+                rw: Some(0.5),
+            },
+        )?;
+        // (access, asked, granted, token, released)
+        let holds = [
+            ("read", S / 2, S, 1, 9 * S),
+            ("read", 2 * S, 2 * S, 1, 3 * S),
+            ("write", 5 * S / 2, written, 2, written + S / 2),
+            ("read", 4 * S, 5 * S, 1, 6 * S),
+        ];
+        for (worker, &(access, asked, granted, token, released)) in holds.iter().enumerate() {
+            let (worker, pid) = (worker as u32, 100 + worker as u32);
+            c.log_at(
+                1 + u64::from(worker),
+                &Action::Spawned {
+                    worker,
+                    pid,
+                    observer: false,
+                },
+            )?;
+            let w = EventLog::create(&dir.join(files::worker_log(worker)))?;
+            w.log_at(10, &started(worker, pid))?;
+            w.log_at(
+                asked,
+                &Event::Acquiring {
+                    wait_ms: 10_000,
+                    end: HoldEnd::Release,
+                    value: None,
+                    access: Some(access.into()),
+                },
+            )?;
+            w.log_at(
+                granted,
+                &Event::Granted {
+                    started: asked,
+                    token: Some(token),
+                    deadline: Some(released + 5 * S),
+                    lost_on_arrival: None,
+                    slot: None,
+                    members: Vec::new(),
+                },
+            )?;
+            w.log_at(
+                released,
+                &Event::Releasing {
+                    how: HoldEnd::Release,
+                },
+            )?;
+        }
+        c.log_at(20 * S, &Action::Stopping)?;
+        analyse(dir)
+    }
+
+    /// Readers together are no overlap; a reader let in ahead of a writer
+    /// already waiting is, where writer preference is promised; a writer
+    /// granted beside a running reader is an overlap.
+    #[test]
+    fn readers_share_writers_contend_and_readers_ahead_of_a_writer_are_found() -> std::io::Result<()>
+    {
+        let dir = tempfile::tempdir()?;
+        let r = rw_history(dir.path(), 19 * S / 2)?;
+        assert_eq!(r.rw, Some(0.5));
+        assert_eq!(r.grants, 4, "{r}");
+        assert_eq!(r.in_time.running.count, 0, "readers share: {r}");
+        assert_eq!(r.token_order.count, 0, "{r}");
+        assert_eq!(r.read_tokens.count, 0, "{r}");
+        assert_eq!(r.writer_starvation.count, 1, "{r}");
+        assert!(
+            r.writer_wait_longest_ms.is_some_and(|w| w >= 7_000.0),
+            "{r}"
+        );
+        assert!(!r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = rw_history(dir.path(), 5 * S / 2 + 1)?;
+        assert!(r.in_time.running.count >= 1, "a writer beside readers: {r}");
+        assert_eq!(r.writer_starvation.count, 0, "{r}");
+        assert!(
+            r.read_tokens.count >= 1,
+            "a read after write 2 carried 1: {r}"
+        );
         assert!(!r.passed(), "{r}");
         Ok(())
     }

@@ -62,6 +62,10 @@ pub struct RunConfig {
     /// many (derived from `name`) instead of its lock; each name has a
     /// fenced register of its own.
     pub set: Option<u32>,
+    /// The workers take the reader-writer lock of `name`, reading with
+    /// this share of their acquisitions (0 to 1) and writing with the
+    /// rest; writers write the fenced register.
+    pub rw: Option<f64>,
 }
 
 /// The worker processes of a run.
@@ -111,6 +115,9 @@ impl Fleet {
         }
         if let Some(k) = self.cfg.set {
             cmd.args(["--set", &k.to_string()]);
+        }
+        if let Some(share) = self.cfg.rw {
+            cmd.args(["--rw", &share.to_string()]);
         }
         let child = cmd.spawn()?;
         let pid = child.id().unwrap_or(0);
@@ -240,6 +247,7 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
         observers: cfg.observers,
         permits: cfg.permits,
         set: cfg.set,
+        rw: cfg.rw,
     })?;
     let services = Services::new(&cfg.services);
     let mut broken = Broken::new(services.clone());

@@ -200,6 +200,7 @@ mod tests {
                     wait_ms: 1,
                     end: HoldEnd::Release,
                     value: Some("w0/1".into()),
+                    access: None,
                 },
             ),
             at(

@@ -61,6 +61,10 @@ pub enum Event {
         fair_queue: bool,
         /// A deliberate defect the worker's backend was wrapped in, if any.
         sabotage: Option<String>,
+        /// `Capabilities::rw_lock`'s writer preference, where the backend
+        /// offers reader-writer locks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        writers_first: Option<bool>,
     },
     /// `acquire` called.
     Acquiring {
@@ -72,6 +76,9 @@ pub enum Event {
         /// (unique per campaign).
         #[serde(default, skip_serializing_if = "Option::is_none")]
         value: Option<String>,
+        /// In a reader-writer run (`--rw`): `"read"` or `"write"`.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        access: Option<String>,
     },
     /// `acquire` returned a guard.
     Granted {
@@ -216,6 +223,10 @@ pub enum Action {
         /// twice as many instead of the lock.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         set: Option<u32>,
+        /// The workers took a reader-writer lock (`--rw`), reading with
+        /// this share of their acquisitions and writing with the rest.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        rw: Option<f64>,
     },
     /// A worker process was started.
     Spawned {

@@ -152,6 +152,25 @@ struct RunArgs {
     /// and counts acquisitions that never complete (a deadlock) as hangs.
     #[arg(long, conflicts_with_all = ["election", "permits"], value_parser = clap::value_parser!(u32).range(1..=512))]
     set: Option<u32>,
+    /// Check the name's reader-writer lock instead of the lock: each
+    /// acquisition reads with this probability (0 to 1) and writes
+    /// otherwise; writers write the fenced register with their token. The
+    /// report counts grants made beside a conflicting holder that still
+    /// believed it held (`rw_overlap`), checks write tokens in order and
+    /// each reader's token against the writes before it, and counts
+    /// readers let in ahead of a writer that was already waiting
+    /// (`writer_starvation`, a failure where the backend promises writer
+    /// preference), beside the longest writer wait and the longest hold.
+    #[arg(long, conflicts_with_all = ["election", "permits", "set"], value_parser = read_share)]
+    rw: Option<f64>,
+}
+
+/// A reader share: a number from 0 to 1.
+fn read_share(text: &str) -> Result<f64, String> {
+    text.parse::<f64>()
+        .ok()
+        .filter(|share| (0.0..=1.0).contains(share))
+        .ok_or_else(|| format!("a read share is a number from 0 to 1, not {text:?}"))
 }
 
 #[derive(Args)]
@@ -180,6 +199,8 @@ struct WorkerArgs {
     permits: Option<u32>,
     #[arg(long)]
     set: Option<u32>,
+    #[arg(long)]
+    rw: Option<f64>,
 }
 
 fn main() -> ExitCode {
@@ -210,6 +231,7 @@ fn main() -> ExitCode {
                 role: a.role,
                 permits: a.permits,
                 set: a.set,
+                rw: a.rw,
             };
             match runtime.block_on(worker::run(cfg)) {
                 Ok(()) => ExitCode::SUCCESS,
@@ -238,6 +260,7 @@ fn main() -> ExitCode {
                 observers: if a.election { a.observers } else { 0 },
                 permits: a.permits,
                 set: a.set,
+                rw: a.rw,
             };
             match runtime.block_on(controller::run(cfg)) {
                 Ok(report) => publish(&report, Some(&a.dir.join("report.json"))),

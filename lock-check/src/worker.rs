@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use distlock::{
-    DistributedLock, Election, LockError, LockGuard, LockOptions, LockSet, LockSetExt, Wait,
+    Access, DistributedLock, Election, LockError, LockGuard, LockOptions, LockSet, LockSetExt, Wait,
 };
 use futures_util::StreamExt;
 use lock_core::raw::{LeaseState, RawGuard};
@@ -67,6 +67,9 @@ pub struct WorkerConfig {
     /// Take sets of this many names of a pool of twice as many
     /// ([`set_pool`]) instead of the lock.
     pub set: Option<u32>,
+    /// Take the reader-writer lock instead of the lock, reading with this
+    /// probability and writing otherwise.
+    pub rw: Option<f64>,
 }
 
 /// The pool of names a `--set K` run takes its sets from: `2K` names
@@ -109,6 +112,7 @@ pub async fn run(cfg: WorkerConfig) -> std::io::Result<()> {
         crash_release: format!("{:?}", caps.crash_release),
         fair_queue: caps.fair_queue,
         sabotage: cfg.sabotage.map(|s| s.name().to_string()),
+        writers_first: caps.rw_lock.map(|rw| rw.writer_preference),
     })?;
     if cfg.role == Role::Observer {
         observe(locks, &cfg, &log, &stop).await?;
@@ -251,12 +255,23 @@ async fn hold_once(
     if let Some(limit) = cfg.permits {
         opts = opts.permits(limit);
     }
+    let access = cfg.rw.map(|share| {
+        if rand::random_bool(share) {
+            Access::Read
+        } else {
+            Access::Write
+        }
+    });
+    if let Some(access) = access {
+        opts = opts.access(access);
+    }
     let started = now_ns();
     let value = (cfg.role == Role::Candidate).then(|| format!("w{}/{n}", cfg.id));
     log.log(&Event::Acquiring {
         wait_ms: u64::try_from(cfg.wait.as_millis()).unwrap_or(u64::MAX),
         end,
         value: value.clone(),
+        access: access.map(|a| a.as_str().to_string()),
     })?;
     let acquired = match &value {
         Some(value) => Election::new(Arc::clone(locks), cfg.name.clone())
@@ -295,7 +310,14 @@ async fn hold_once(
     // and waiters wait longer than a lease.
     let length =
         (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
-    let result = hold(&guard, length, log, register, value.as_deref()).await;
+    // A reader holds without writing: what it reads was written under the
+    // token it carries.
+    let result = if access == Some(Access::Read) {
+        read_hold(&guard, length).await;
+        Ok(())
+    } else {
+        hold(&guard, length, log, register, value.as_deref()).await
+    };
     let ended = end_hold(guard, end, cfg.ttl, log).await;
     watcher.abort();
     result.and(ended)
@@ -328,6 +350,7 @@ async fn hold_set_once(
         wait_ms: u64::try_from(cfg.wait.as_millis()).unwrap_or(u64::MAX),
         end,
         value: None,
+        access: None,
     })?;
     let set = match locks.acquire_all(&names, &opts).await {
         Ok(set) => set,
@@ -410,6 +433,15 @@ async fn hold_set(
         }
     }
     Ok(())
+}
+
+/// A reader's hold: a few milliseconds, or `length`, cut short by `lost()`.
+async fn read_hold(guard: &LockGuard, length: Option<Duration>) {
+    let pause = length.unwrap_or_else(|| Duration::from_micros(rand::random_range(500..6_000)));
+    tokio::select! {
+        () = tokio::time::sleep(pause) => {}
+        _ = guard.lost() => {}
+    }
 }
 
 /// Tell the controller who holds the lock now (for its holder nemeses).

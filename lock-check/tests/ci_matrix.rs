@@ -10,7 +10,9 @@
 //! on every backend that offers elections, the `permits_*` cases with
 //! `--permits 2` on every backend that offers semaphores, and the `set_*`
 //! cases with `--set 2` (sets of two names of a pool of four) on every
-//! backend: each in one run of 24 s whose nemeses take turns every 2 s
+//! backend, and the `rw_*` cases with `--rw 0.5` (half reads, half
+//! writes) on every backend that offers reader-writer locks: each in one
+//! run of 24 s whose nemeses take turns every 2 s
 //! (holder SIGKILL, holder SIGSTOP, and server kill/restart where the lock
 //! cases have it), so that every fault meets every primitive.
 
@@ -97,6 +99,13 @@ fn check_runs(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])],
         if !out.status.success() {
             eprintln!("{}", String::from_utf8_lossy(&out.stderr));
             failed.push(format!("{nemesis}: {:?}", out.status.code()));
+        }
+        if extra.contains(&"--rw") {
+            let json = std::fs::read_to_string(dir.join("report.json")).unwrap_or_default();
+            let report: serde_json::Value = serde_json::from_str(&json).unwrap_or_default();
+            if report["rw"].as_f64().is_none() || report["writer_wait_longest_ms"].is_null() {
+                failed.push(format!("{nemesis}: no reader-writer part in report.json"));
+            }
         }
         if extra.contains(&"--election") {
             let json = std::fs::read_to_string(dir.join("report.json")).unwrap_or_default();
@@ -386,6 +395,28 @@ fn set_etcd() {
 #[test]
 fn set_zookeeper() {
     check_set("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+/// The reader-writer lock's run of `case`: four workers reading with half
+/// their acquisitions and writing with the rest (`--rw 0.5`, writers
+/// fence the register) under the mixed faults (and `server_kill`'s
+/// servers killed, if any), on every backend that offers reader-writer
+/// locks: no writer beside anyone, write tokens in order, readers with the
+/// latest write's token, and no reader let in ahead of a waiting writer
+/// where the backend promises writer preference.
+fn check_rw(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    check_runs(
+        &format!("rw-{case}"),
+        servers,
+        url,
+        &mixed_faults(server_kill),
+        &mixed_run(&["--rw", "0.5"]),
+    );
+}
+
+#[test]
+fn rw_redis() {
+    check_rw("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
 }
 
 /// An interrupted run puts a paused server back.
