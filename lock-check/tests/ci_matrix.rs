@@ -415,6 +415,13 @@ fn check_rw(case: &str, servers: &str, url: &str, server_kill: &'static [&'stati
 }
 
 #[test]
+fn rw_sqlite() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let url = format!("sqlite://{}", dir.path().join("locks.db").display());
+    check_rw("sqlite", "sqlite", &url, &[]);
+}
+
+#[test]
 fn rw_redis() {
     check_rw("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
 }

@@ -45,6 +45,7 @@ mod gate;
 mod handle;
 mod lock;
 mod permits;
+mod rw;
 mod ticket;
 mod tokens;
 

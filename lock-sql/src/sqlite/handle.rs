@@ -13,6 +13,7 @@ use sqlx::{AssertSqlSafe, Connection, SqliteConnection};
 use super::batch::{Extension, Held};
 use super::lock::{BACKEND, Inner, now_ms};
 use super::permits::wake_key;
+use super::rw::wake_key as rw_wake_key;
 use crate::error::map_sqlx;
 
 /// One grant's handle: the lease row's name and owner token, released and
@@ -26,11 +27,28 @@ pub(crate) struct SqliteHandle {
     pub(crate) record: HolderRecord,
     /// A permit's slot (a row of the permits table); `None` for a lock.
     pub(crate) slot: Option<u32>,
+    /// A reader-writer lock's lease (a row of the `_rw` table).
+    pub(crate) rw: bool,
 }
 
 #[async_trait]
 impl GuardHandle for SqliteHandle {
     async fn release(&self) -> Result<bool, LockError> {
+        if self.rw {
+            let _turn = self.inner.gate.urgent().await;
+            let done = sqlx::query(AssertSqlSafe(self.inner.rw.release.as_str()))
+                .bind(&self.name)
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "releasing a reader-writer lock", e))?;
+            let released = done.rows_affected() == 1;
+            if released {
+                self.inner.wakeups.wake(&rw_wake_key(&self.name));
+            }
+            return Ok(released);
+        }
         if let Some(slot) = self.slot {
             let _turn = self.inner.gate.urgent().await;
             let done = sqlx::query(AssertSqlSafe(self.inner.permits.release.as_str()))
@@ -58,8 +76,9 @@ impl GuardHandle for SqliteHandle {
     /// options (the file, its busy timeout).
     fn detached_release(&self) -> Option<DetachedRelease> {
         let options = self.inner.pool.connect_options();
-        let slot = self.slot;
+        let (slot, rw) = (self.slot, self.rw);
         let sql = match slot {
+            _ if rw => self.inner.rw.release.clone(),
             Some(_) => self.inner.permits.release.clone(),
             None => self.inner.sql.release_one.clone(),
         };
@@ -84,6 +103,7 @@ impl GuardHandle for SqliteHandle {
             let released = done.rows_affected() == 1;
             if released {
                 match slot {
+                    _ if rw => wakeups.wake(&rw_wake_key(&name)),
                     Some(_) => wakeups.wake(&wake_key(&name)),
                     None => wakeups.wake(&name),
                 }
@@ -93,6 +113,18 @@ impl GuardHandle for SqliteHandle {
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        if self.rw {
+            let _turn = self.inner.gate.urgent().await;
+            let done = sqlx::query(AssertSqlSafe(self.inner.rw.extend.as_str()))
+                .bind(&self.name)
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .bind(super::lock::ms(ttl))
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "extending a reader-writer lock", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
         if let Some(slot) = self.slot {
             let _turn = self.inner.gate.urgent().await;
             let done = sqlx::query(AssertSqlSafe(self.inner.permits.extend.as_str()))
@@ -115,6 +147,17 @@ impl GuardHandle for SqliteHandle {
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
         let record = self.record.with_value(value);
         let _turn = self.inner.gate.acquisition().await;
+        if self.rw {
+            let done = sqlx::query(AssertSqlSafe(self.inner.rw.set_holder.as_str()))
+                .bind(&self.name)
+                .bind(&self.owner_hex)
+                .bind(now_ms())
+                .bind(record.as_bytes())
+                .execute(&self.inner.pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "replacing a holder's value", e))?;
+            return Ok(done.rows_affected() == 1);
+        }
         if let Some(slot) = self.slot {
             let done = sqlx::query(AssertSqlSafe(self.inner.permits.set_holder.as_str()))
                 .bind(&self.name)

@@ -15,7 +15,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    SemaphoreCapabilities, SemaphoreInfo,
+    RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo,
 };
 use sqlx::AssertSqlSafe;
 use sqlx::sqlite::{
@@ -28,6 +28,7 @@ use super::config::{MAX_BUSY_TIMEOUT_MS, SqliteConfig, parse_url};
 use super::gate::{WriteGate, gate_for};
 use super::handle::SqliteHandle;
 use super::permits::{MAX_LIMIT, PermitStatements};
+use super::rw::RwStatements;
 use super::ticket::{Ticket, drop_ticket};
 use super::tokens::{Epoch, boot_id};
 use crate::error::{is_busy, map_sqlx};
@@ -49,7 +50,10 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     // One transaction: the acquire statement of each name.
     .with_atomic_sets(MAX_ATOMIC_SET)
     // Permits are rows of `TABLE_permits`; their waiters poll, unordered.
-    .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)));
+    .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)))
+    // Rows of `TABLE_rw`; a waiting writer's mark holds later readers
+    // back; waiters poll, unordered.
+    .with_rw_lock(Some(RwLockCapabilities::new().with_writer_preference(true)));
 
 /// The most names one transaction takes: it holds SQLite's write lock
 /// (every other writer of the file waits) for a statement per name; a
@@ -96,6 +100,8 @@ pub(crate) struct Inner {
     pub(crate) epoch: Epoch,
     /// The semaphores' statements.
     pub(crate) permits: PermitStatements,
+    /// The reader-writer locks' statements.
+    pub(crate) rw: RwStatements,
 }
 
 /// The wake-up signals of every lease table this process has open, so that
@@ -349,6 +355,13 @@ impl SqliteLock {
             .execute(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "creating the permits table", e))?;
+        let rw = RwStatements::new(&table);
+        for ddl in &rw.create {
+            sqlx::query(AssertSqlSafe(ddl.as_str()))
+                .execute(&pool)
+                .await
+                .map_err(|e| map_sqlx(BACKEND, "creating the reader-writer tables", e))?;
+        }
         tracing::debug!(target: "distlock", path = %path.display(), table = t, "sqlite lock store open");
         let sql = Statements::new(&table);
         let gate = gate_for(&path);
@@ -369,6 +382,7 @@ impl SqliteLock {
                 fencing,
                 epoch,
                 permits,
+                rw,
             }),
             watchdog: Watchdog::new(),
         })
@@ -651,6 +665,7 @@ impl SqliteLock {
             owner_hex: owner.to_hex(),
             record,
             slot: None,
+            rw: false,
         }
     }
 }
@@ -659,6 +674,9 @@ impl SqliteLock {
 impl RawLock for SqliteLock {
     /// A single attempt does not queue.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.try_rw(req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return self
                 .attempt_permit(req.name, req.opts, limit)
@@ -679,6 +697,9 @@ impl RawLock for SqliteLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.wait_for_rw(req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return self.wait_for_permit(req, limit).await;
         }
@@ -729,6 +750,11 @@ impl RawLock for SqliteLock {
                         .transpose()?,
                 ),
         })
+    }
+
+    /// The live rows of `name`'s reader-writer lock and its counter.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inspect_rw_lock(name).await
     }
 
     /// The live rows of `name`'s permits.

@@ -1,0 +1,396 @@
+//! SQLite reader-writer locks: each grant is a lease row of table
+//! `{t}_rw`, one per `(name, owner)`, with its access (read or write), its
+//! expiry and its holder record; a waiting writer has a row of its own
+//! there too, a mark with its arrival and a short expiry that each of its
+//! attempts renews. An acquisition is one `BEGIN IMMEDIATE` transaction. A
+//! writer is granted when no live lease of the name is held; it takes its
+//! token from the name's write counter (`{t}_rw_fence`), raised in the
+//! same epoch as the locks' counters (`tokens`). A reader is granted when
+//! no live writer holds and no live mark of a writer that arrived before
+//! it is there; it carries the counter as it is (the latest write's
+//! token). Release, extend and the value's rewrite compare the owner
+//! token, as for a lock. Waiters poll (a release in this process wakes
+//! them at once); a waiter that gives up removes its mark.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use lock_core::raw::{
+    Attempt, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
+    acquire_by_polling,
+};
+use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
+use sqlx::AssertSqlSafe;
+use tokio::time::Instant;
+
+use super::lock::{BACKEND, Inner, SqliteLock, ms, now_ms, time_left};
+use crate::error::map_sqlx;
+use crate::ident::Identifier;
+
+/// How long a waiting writer's mark lasts unless its next attempt renews
+/// it: a writer whose process died stops holding readers back soon.
+const MARK: Duration = Duration::from_millis(1500);
+
+/// How often a waiting writer attempts (and so renews its mark) at least.
+const MARK_RENEWAL: Duration = Duration::from_millis(400);
+
+/// The rows' `access` column: a reader's lease, a writer's (a waiting
+/// writer's mark is 2).
+const READ: i64 = 0;
+const WRITE: i64 = 1;
+
+/// The reader-writer locks' statements, with the validated table name
+/// filled in once.
+pub(crate) struct RwStatements {
+    /// The tables.
+    pub(crate) create: [String; 2],
+    /// Drop `?1`'s rows whose expiry passed (`?2`: now).
+    expired: String,
+    /// The earliest expiry of a live lease of `?1` (`?2`: now), and whether
+    /// a writer holds one.
+    held: String,
+    /// A live mark of `?1` of a writer that arrived at or before `?3`
+    /// (`?2`: now), other than `?4`.
+    marked_before: String,
+    /// Put or renew mark `?2` of `?1`: arrival `?3`, expiry `?4`.
+    mark: String,
+    /// Remove mark `?2` of `?1`.
+    unmark: String,
+    /// Grant `?1` to owner `?2` for access `?3`: expiry `?4`, arrival
+    /// `?5`, holder record `?6`.
+    grant: String,
+    /// Raise `?1`'s write counter in epoch `?2`; answers it.
+    raise: String,
+    /// `?1`'s write counter.
+    counter: String,
+    /// Free owner `?2`'s lease of `?1` (`?3`: now).
+    pub(crate) release: String,
+    /// Extend owner `?2`'s lease of `?1` to `?3 + ?4`.
+    pub(crate) extend: String,
+    /// Replace the holder record (`?4`) of owner `?2`'s lease of `?1`
+    /// (`?3`: now).
+    pub(crate) set_holder: String,
+    /// The live leases of `?1` (`?2`: now) and its live marks.
+    state: String,
+}
+
+impl RwStatements {
+    pub(crate) fn new(table: &Identifier) -> Self {
+        let t = format!("{}_rw", table.as_str());
+        let live = "owner = ?2 AND access IN (0, 1) AND expires_at_ms > ?3";
+        RwStatements {
+            create: [
+                format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}\" (\
+                     name TEXT NOT NULL, owner TEXT NOT NULL, access INTEGER NOT NULL, \
+                     expires_at_ms INTEGER NOT NULL, arrival_ms INTEGER NOT NULL, holder BLOB, \
+                     PRIMARY KEY (name, owner)) WITHOUT ROWID"
+                ),
+                format!(
+                    "CREATE TABLE IF NOT EXISTS \"{t}_fence\" (\
+                     name TEXT PRIMARY KEY, fence INTEGER NOT NULL) WITHOUT ROWID"
+                ),
+            ],
+            expired: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND expires_at_ms <= ?2"),
+            held: format!(
+                "SELECT MIN(expires_at_ms), MAX(access) FROM \"{t}\" \
+                 WHERE name = ?1 AND access IN (0, 1) AND expires_at_ms > ?2"
+            ),
+            marked_before: format!(
+                "SELECT 1 FROM \"{t}\" WHERE name = ?1 AND access = 2 AND expires_at_ms > ?2 \
+                 AND arrival_ms <= ?3 AND owner <> ?4 LIMIT 1"
+            ),
+            mark: format!(
+                "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms) \
+                 VALUES (?1, ?2, 2, ?4, ?3) \
+                 ON CONFLICT(name, owner) DO UPDATE SET expires_at_ms = excluded.expires_at_ms"
+            ),
+            unmark: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND access = 2"),
+            grant: format!(
+                "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms, holder) \
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
+            ),
+            raise: format!(
+                "INSERT INTO \"{t}_fence\" (name, fence) VALUES (?1, (?2 << 32) + 1) \
+                 ON CONFLICT(name) DO UPDATE SET fence = MAX(fence, ?2 << 32) + 1 \
+                 RETURNING fence"
+            ),
+            counter: format!("SELECT fence FROM \"{t}_fence\" WHERE name = ?1"),
+            release: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND {live}"),
+            extend: format!(
+                "UPDATE \"{t}\" SET expires_at_ms = ?3 + ?4 WHERE name = ?1 AND {live}"
+            ),
+            set_holder: format!("UPDATE \"{t}\" SET holder = ?4 WHERE name = ?1 AND {live}"),
+            state: format!(
+                "SELECT access, expires_at_ms, holder FROM \"{t}\" \
+                 WHERE name = ?1 AND expires_at_ms > ?2 ORDER BY access DESC, arrival_ms"
+            ),
+        }
+    }
+}
+
+/// The key this process's wake-ups use for reader-writer lock `name`
+/// (apart from the lock and the semaphore of that name).
+pub(crate) fn wake_key(name: &str) -> String {
+    format!("\u{0}rw\u{0}{name}")
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock.
+fn arrival_now() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// A waiting writer: its mark's owner column and its arrival.
+struct Mark {
+    id: String,
+    arrival: i64,
+}
+
+/// Removes a waiting writer's mark when its wait ends (granted, given up
+/// or dropped), in the background.
+struct Unmark {
+    inner: Arc<Inner>,
+    name: String,
+    id: String,
+}
+
+impl Drop for Unmark {
+    fn drop(&mut self) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, name, id) = (
+            Arc::clone(&self.inner),
+            std::mem::take(&mut self.name),
+            std::mem::take(&mut self.id),
+        );
+        rt.spawn(async move {
+            let _turn = inner.gate.urgent().await;
+            let done = sqlx::query(AssertSqlSafe(inner.rw.unmark.as_str()))
+                .bind(&name)
+                .bind(&id)
+                .execute(&inner.pool)
+                .await;
+            if done.is_err() {
+                tracing::debug!(target: "distlock", "removing a waiting writer's mark failed; it lapses by itself");
+            }
+        });
+    }
+}
+
+impl SqliteLock {
+    /// One attempt at `access` to `name`, as a newcomer arriving at
+    /// `arrival` or as the waiting writer `mark`.
+    async fn attempt_rw(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        access: Access,
+        arrival: i64,
+        mark: Option<&Mark>,
+    ) -> Result<Attempt, LockError> {
+        let inner = &self.inner;
+        let sql = &inner.rw;
+        let owner = OwnerToken::random();
+        let record = opts.holder_record();
+        let bytes = record.as_bytes().to_vec();
+        let mut handle = self.handle(name, owner, record);
+        handle.rw = true;
+        let owner_hex = handle.owner_hex.clone();
+        let arrival = mark.map_or(arrival, |m| m.arrival);
+        let sent_at = Instant::now();
+        let now = now_ms();
+        let failed = |e| map_sqlx(BACKEND, "acquiring a reader-writer lock", e);
+        let turn = inner.gate.acquisition().await;
+        let mut tx = inner
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        sqlx::query(AssertSqlSafe(sql.expired.as_str()))
+            .bind(name)
+            .bind(now)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let (earliest, most): (Option<i64>, Option<i64>) =
+            sqlx::query_as(AssertSqlSafe(sql.held.as_str()))
+                .bind(name)
+                .bind(now)
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(failed)?;
+        let blocked = match access {
+            Access::Write => earliest.map(|e| Some(time_left(e, now))),
+            _ if most == Some(WRITE) => Some(earliest.map(|e| time_left(e, now))),
+            _ => {
+                let ahead: Option<i64> =
+                    sqlx::query_scalar(AssertSqlSafe(sql.marked_before.as_str()))
+                        .bind(name)
+                        .bind(now)
+                        .bind(arrival)
+                        .bind(&owner_hex)
+                        .fetch_optional(&mut *tx)
+                        .await
+                        .map_err(failed)?;
+                ahead.map(|_| None)
+            }
+        };
+        if let Some(left) = blocked {
+            if let Some(m) = mark {
+                sqlx::query(AssertSqlSafe(sql.mark.as_str()))
+                    .bind(name)
+                    .bind(&m.id)
+                    .bind(m.arrival)
+                    .bind(now.saturating_add(ms(MARK)))
+                    .execute(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            }
+            tx.commit().await.map_err(failed)?;
+            drop(turn);
+            // A waiting writer comes back before its mark lapses.
+            let left = match mark {
+                Some(_) => Some(left.map_or(MARK_RENEWAL, |l| l.min(MARK_RENEWAL))),
+                None => left,
+            };
+            return Ok(Attempt::Held { expires_in: left });
+        }
+        if let Some(m) = mark {
+            sqlx::query(AssertSqlSafe(sql.unmark.as_str()))
+                .bind(name)
+                .bind(&m.id)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+        }
+        sqlx::query(AssertSqlSafe(sql.grant.as_str()))
+            .bind(name)
+            .bind(&owner_hex)
+            .bind(if access == Access::Write { WRITE } else { READ })
+            .bind(now.saturating_add(ms(opts.ttl)))
+            .bind(arrival)
+            .bind(bytes)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let fence: i64 = match access {
+            Access::Write => sqlx::query_scalar(AssertSqlSafe(sql.raise.as_str()))
+                .bind(name)
+                .bind(inner.epoch.current())
+                .fetch_one(&mut *tx)
+                .await
+                .map_err(failed)?,
+            _ => sqlx::query_scalar(AssertSqlSafe(sql.counter.as_str()))
+                .bind(name)
+                .fetch_optional(&mut *tx)
+                .await
+                .map_err(failed)?
+                .unwrap_or(0),
+        };
+        let pending = PendingGrant::new(Arc::new(handle));
+        tx.commit().await.map_err(failed)?;
+        drop(turn);
+        if access == Access::Write {
+            inner.epoch.cover(&inner.pool, fence).await?;
+        }
+        let (handle, lease) = match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
+            Ok(granted) => granted,
+            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
+        };
+        let token = u64::try_from(fence).ok().filter(|_| inner.fencing);
+        let guard = LockGuard::new(name, token, self.raw_capabilities(), lease, handle)
+            .with_access(Some(access));
+        Ok(Attempt::Acquired(guard.kept_by(
+            &self.watchdog,
+            opts,
+            Unrenewed::Left,
+        )))
+    }
+
+    /// One attempt without waiting.
+    pub(crate) async fn try_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.attempt_rw(req.name, req.opts, access, arrival_now(), None)
+            .await?
+            .into_guard()
+    }
+
+    /// Wait for `access`, polling; a release in this process wakes the
+    /// wait at once. A writer marks itself at its first refusal and renews
+    /// the mark at each attempt.
+    pub(crate) async fn wait_for_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
+        let wake = self.inner.wakeups.subscribe(&wake_key(name));
+        let arrival = arrival_now();
+        let mark = (access == Access::Write).then(|| Mark {
+            id: format!("mark-{}", OwnerToken::random().to_hex()),
+            arrival,
+        });
+        let _unmark = mark.as_ref().map(|m| Unmark {
+            inner: Arc::clone(&self.inner),
+            name: name.to_string(),
+            id: m.id.clone(),
+        });
+        acquire_by_polling(req, Some(wake), |_| {
+            self.attempt_rw(name, opts, access, arrival, mark.as_ref())
+        })
+        .await
+    }
+
+    /// The live leases of `name`, its write counter and its waiting
+    /// writers.
+    pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let now = now_ms();
+        let failed = |e| map_sqlx(BACKEND, "reading a reader-writer lock", e);
+        let rows: Vec<(i64, i64, Option<Vec<u8>>)> =
+            sqlx::query_as(AssertSqlSafe(self.inner.rw.state.as_str()))
+                .bind(name)
+                .bind(now)
+                .fetch_all(&self.inner.pool)
+                .await
+                .map_err(failed)?;
+        let fence: Option<i64> = sqlx::query_scalar(AssertSqlSafe(self.inner.rw.counter.as_str()))
+            .bind(name)
+            .fetch_optional(&self.inner.pool)
+            .await
+            .map_err(failed)?;
+        let token = u64::try_from(fence.unwrap_or(0))
+            .ok()
+            .filter(|_| self.inner.fencing);
+        let mut holders = Vec::new();
+        let mut marks = 0;
+        for (access, expires_at, record) in rows {
+            let access = match access {
+                WRITE => Access::Write,
+                READ => Access::Read,
+                _ => {
+                    marks += 1;
+                    continue;
+                }
+            };
+            let holder = record
+                .filter(|r| !r.is_empty())
+                .map(|r| HolderRecord::decode_for(BACKEND, name, &r))
+                .transpose()?;
+            holders.push(
+                RwHolderInfo::new(access)
+                    .with_fencing_token(token)
+                    .with_expires_in(Some(time_left(expires_at, now)))
+                    .with_holder(holder),
+            );
+        }
+        Ok(RwLockInfo::held(holders)
+            .with_fencing_token(token)
+            .with_waiting(Some(marks), None))
+    }
+}
