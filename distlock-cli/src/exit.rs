@@ -37,6 +37,8 @@ Environment of the command:
   DISTLOCK_BACKEND        the backend's name (redis, postgres, etcd, ...)
   DISTLOCK_SLOT           with --permits: the permit's slot (0 <= slot < N);
                           its fencing token rises per slot
+  DISTLOCK_ACCESS         with --read or --write: read or write; a reader's
+                          token is the latest write's
 
 Exit codes:
   the command's own   the command ran and exited, holding the lock throughout

@@ -27,7 +27,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Args;
-use distlock::{DistributedLock, LockError, LockGuard, LockOptions, Wait};
+use distlock::{Access, DistributedLock, LockError, LockGuard, LockOptions, Wait};
 use indicatif::{ProgressBar, ProgressDrawTarget, ProgressFinish, ProgressStyle};
 use rustix::process::Signal;
 use tokio::process::Command;
@@ -83,6 +83,16 @@ pub(crate) struct RunArgs {
     /// (0 ≤ slot < N) as DISTLOCK_SLOT; its token rises per slot.
     #[arg(long, value_name = "N")]
     permits: Option<u32>,
+    /// Take the reader-writer lock NAME for reading: commands run with
+    /// `--read` run together, never beside one run with `--write`. The
+    /// command's token is the latest write's.
+    #[arg(long, conflicts_with_all = ["permits", "write"])]
+    read: bool,
+    /// Take the reader-writer lock NAME for writing: alone, and ahead of
+    /// readers that come after it (where the backend gives writers
+    /// preference). Each write takes a new, larger token.
+    #[arg(long, conflicts_with = "permits")]
+    write: bool,
     /// The lock name.
     name: String,
     /// The command and its arguments (after `--`).
@@ -122,12 +132,20 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     if let Some(limit) = args.permits {
         opts = opts.permits(limit);
     }
+    let access = match (args.read, args.write) {
+        (true, _) => Some(Access::Read),
+        (_, true) => Some(Access::Write),
+        _ => None,
+    };
+    if let Some(access) = access {
+        opts = opts.access(access);
+    }
     // The server keeps the lock for the rest of the hold where it can;
     // elsewhere distlock holds it, running, until then.
     let caps = locks.capabilities();
-    let server_hold = args
-        .hold_at_least
-        .filter(|&d| caps.hold_at_least && args.permits.is_none() && d <= caps.max_ttl);
+    let server_hold = args.hold_at_least.filter(|&d| {
+        caps.hold_at_least && args.permits.is_none() && access.is_none() && d <= caps.max_ttl
+    });
     if let Some(at_least) = server_hold {
         opts = opts.hold_at_least(at_least);
     }
@@ -155,15 +173,21 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
         command: &args.command,
         kill_grace: args.kill_grace,
         quiet: args.quiet,
-        held: if args.permits.is_some() {
-            "permit of"
-        } else {
-            "lock"
+        held: match access {
+            _ if args.permits.is_some() => "permit of",
+            Some(Access::Read) => "read lock",
+            Some(_) => "write lock",
+            None => "lock",
         },
         env: guard
             .slot()
             .map(|slot| ("DISTLOCK_SLOT", slot.to_string()))
             .into_iter()
+            .chain(
+                guard
+                    .access()
+                    .map(|a| ("DISTLOCK_ACCESS", a.as_str().to_string())),
+            )
             .collect(),
     };
     let mut code = hold(&program, &guard, backend, &mut signals).await;
@@ -215,8 +239,10 @@ async fn acquire(
     opts: &LockOptions,
     quiet: bool,
 ) -> Result<LockGuard, LockError> {
-    // A permit's wait shows no holder: the lock's would not be its.
-    if quiet || opts.permits.is_some() || !std::io::stderr().is_terminal() {
+    // A permit's or a reader-writer lock's wait shows no holder: the
+    // lock's would not be its.
+    if quiet || opts.permits.is_some() || opts.access.is_some() || !std::io::stderr().is_terminal()
+    {
         return locks.acquire(name, opts).await;
     }
     tokio::select! {

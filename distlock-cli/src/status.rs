@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use clap::Args;
-use distlock::{LockInfo, SemaphoreInfo};
+use distlock::{Access, LockInfo, RwLockInfo, SemaphoreInfo};
 
 use crate::exit;
 
@@ -19,13 +19,20 @@ pub(crate) struct StatusArgs {
     /// {`identity`, `value`, `since`}, `fencing_token`, `expires_in_ms`,
     /// `waiters`; `null` where the backend cannot tell). With
     /// `--semaphore`: `name`, `backend`, `limit`, `permits` [{`slot`,
-    /// `fencing_token`, `expires_in_ms`, `holder`}], `waiters`.
+    /// `fencing_token`, `expires_in_ms`, `holder`}], `waiters`. With
+    /// `--rw`: `name`, `backend`, `mode` (`read`, `write` or `null`),
+    /// `holders` [{`access`, `fencing_token`, `expires_in_ms`, `holder`}],
+    /// `fencing_token`, `waiting_writers`, `waiting_readers`.
     #[arg(long)]
     json: bool,
     /// Show the semaphore of this name (its limit and its permits) instead
     /// of the lock.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "rw")]
     semaphore: bool,
+    /// Show the reader-writer lock of this name (its mode, its holders and
+    /// the writers waiting) instead of the lock.
+    #[arg(long)]
+    rw: bool,
     /// The lock (or semaphore) name.
     name: String,
 }
@@ -38,6 +45,19 @@ pub(crate) async fn status(args: StatusArgs) -> u8 {
         Err(e) => return exit::failed(&e),
     };
     let backend = locks.capabilities().backend;
+    if args.rw {
+        return match locks.inspect_rw(&args.name).await {
+            Ok(info) if args.json => {
+                println!("{}", rw_json(&args.name, backend, &info));
+                0
+            }
+            Ok(info) => {
+                print!("{}", rw_text(&args.name, backend, &info));
+                0
+            }
+            Err(e) => exit::failed(&e),
+        };
+    }
     if args.semaphore {
         return match locks.inspect_semaphore(&args.name).await {
             Ok(info) if args.json => {
@@ -129,6 +149,80 @@ pub(crate) fn semaphore_text(name: &str, backend: &str, info: &SemaphoreInfo) ->
         out.push_str(&format!("  waiters   {waiters}\n"));
     }
     out
+}
+
+/// The human-readable report of a reader-writer lock: its mode, then a
+/// line per holder (access, holder, token, lease left), then the waiting
+/// writers and readers where the backend can tell.
+pub(crate) fn rw_text(name: &str, backend: &str, info: &RwLockInfo) -> String {
+    let mut out = match info.mode {
+        Some(Access::Write) => format!(
+            "reader-writer lock {name:?} on {backend}: held by a writer
+"
+        ),
+        Some(_) => format!(
+            "reader-writer lock {name:?} on {backend}: held by {} reader{}
+",
+            info.holders.len(),
+            if info.holders.len() == 1 { "" } else { "s" }
+        ),
+        None => format!(
+            "reader-writer lock {name:?} on {backend}: free
+"
+        ),
+    };
+    for h in &info.holders {
+        let mut parts = Vec::new();
+        if let Some(holder) = &h.holder {
+            parts.push(format!(
+                "held by {} since {}",
+                holder.identity,
+                humantime::format_rfc3339_seconds(holder.since)
+            ));
+        }
+        if let Some(token) = h.fencing_token {
+            parts.push(format!("token {token}"));
+        }
+        if let Some(left) = h.expires_in {
+            let left = Duration::from_millis(left.as_millis() as u64);
+            parts.push(format!("{} left", humantime::format_duration(left)));
+        }
+        let line = format!("  {:<5} {}", h.access.as_str(), parts.join(", "));
+        out.push_str(&line);
+        out.push('\n');
+    }
+    if let Some(writers) = info.waiting_writers {
+        out.push_str(&format!("  waiting writers  {writers}\n"));
+    }
+    if let Some(readers) = info.waiting_readers {
+        out.push_str(&format!("  waiting readers  {readers}\n"));
+    }
+    out
+}
+
+/// The JSON report of a reader-writer lock.
+pub(crate) fn rw_json(name: &str, backend: &str, info: &RwLockInfo) -> serde_json::Value {
+    let holders: Vec<serde_json::Value> = info
+        .holders
+        .iter()
+        .map(|h| {
+            serde_json::json!({
+                "access": h.access.as_str(),
+                "fencing_token": h.fencing_token,
+                "expires_in_ms": h.expires_in.map(|d| d.as_millis() as u64),
+                "holder": h.holder.as_ref().map(holder_json),
+            })
+        })
+        .collect();
+    serde_json::json!({
+        "name": name,
+        "backend": backend,
+        "mode": info.mode.map(Access::as_str),
+        "holders": holders,
+        "fencing_token": info.fencing_token,
+        "waiting_writers": info.waiting_writers,
+        "waiting_readers": info.waiting_readers,
+    })
 }
 
 /// The JSON report of a semaphore.
@@ -239,6 +333,34 @@ mod tests {
         assert!(json["holder"].is_null());
         assert_eq!(json["held"], false);
         assert!(json["waiters"].is_null() && json["fencing_token"].is_null());
+    }
+
+    #[test]
+    fn reports_a_reader_writer_lock_as_the_backend_told() {
+        let reader = |left| {
+            distlock::RwHolderInfo::new(Access::Read)
+                .with_fencing_token(Some(7))
+                .with_expires_in(Some(Duration::from_millis(left)))
+        };
+        let info = RwLockInfo::held(vec![reader(2_000), reader(3_000)])
+            .with_fencing_token(Some(7))
+            .with_waiting(Some(1), None);
+        assert_eq!(
+            rw_text("data", "redis", &info),
+            "reader-writer lock \"data\" on redis: held by 2 readers\n  \
+             read  token 7, 2s left\n  read  token 7, 3s left\n  waiting writers  1\n"
+        );
+        let json = rw_json("data", "redis", &info);
+        assert_eq!(json["mode"], "read");
+        assert_eq!(json["holders"][1]["access"], "read");
+        assert_eq!(json["waiting_writers"], 1);
+        assert!(json["waiting_readers"].is_null());
+        let free = rw_json("data", "redis", &RwLockInfo::free());
+        assert!(free["mode"].is_null());
+        assert_eq!(
+            rw_text("data", "sqlite", &RwLockInfo::free()),
+            "reader-writer lock \"data\" on sqlite: free\n"
+        );
     }
 
     #[test]

@@ -155,6 +155,86 @@ async fn permits_let_two_commands_run_at_once_on_their_own_slots() {
     }
 }
 
+/// `--read`: two commands run at once, each told it reads; a `--write`
+/// finds them (busy, 75); `distlock status --rw` shows both readers; once
+/// they end, a writer runs with a token above theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readers_run_together_and_a_writer_alone() {
+    let url = env("DISTLOCK_TEST_REDIS_URL");
+    let name = unique("rw");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut running = Vec::new();
+    for i in 0..2 {
+        let started = dir.path().join(format!("started-{i}"));
+        let script = format!(
+            r#"echo "$DISTLOCK_ACCESS|$DISTLOCK_FENCING_TOKEN" > "{}"; sleep 30"#,
+            started.display()
+        );
+        running.push(spawn_sh(&url, &["--read"], &name, &script));
+        wait_for(&started).await;
+    }
+    let mut read_token = 0;
+    for i in 0..2 {
+        let seen = std::fs::read_to_string(dir.path().join(format!("started-{i}"))).expect("read");
+        let (access, token) = seen.trim().split_once('|').expect("access|token");
+        assert_eq!(access, "read");
+        read_token = token.parse::<u64>().expect("a numeric token");
+    }
+    let out = run_sh(&url, &["--write", "--wait", "none"], &name, "echo ran").await;
+    assert_eq!(out.status.code(), Some(75), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).is_empty(), "the writer did not run");
+    let out = distlock()
+        .args(["status", "--url", &url, "--rw", "--json", &name])
+        .output()
+        .await
+        .expect("status");
+    let json: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    assert_eq!(json["mode"], "read", "{json}");
+    assert_eq!(json["holders"].as_array().map(Vec::len), Some(2), "{json}");
+    for mut child in running {
+        let pid = child
+            .id()
+            .and_then(|id| i32::try_from(id).ok())
+            .and_then(rustix::process::Pid::from_raw)
+            .expect("pid");
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM).expect("signal");
+        let status = child.wait().await.expect("wait");
+        assert_eq!(status.code(), Some(128 + 15));
+    }
+    let out = run_sh(
+        &url,
+        &["--write", "--wait", "5s"],
+        &name,
+        r#"echo "$DISTLOCK_ACCESS|$DISTLOCK_FENCING_TOKEN""#,
+    )
+    .await;
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let seen = text(&out.stdout);
+    let (access, token) = seen.trim().split_once('|').expect("access|token");
+    assert_eq!(access, "write");
+    assert!(token.parse::<u64>().expect("a numeric token") > read_token);
+    let out = distlock()
+        .args([
+            "run",
+            "--url",
+            &url,
+            "--read",
+            "--permits",
+            "2",
+            &name,
+            "--",
+            "true",
+        ])
+        .output()
+        .await
+        .expect("run");
+    assert_eq!(
+        out.status.code(),
+        Some(2),
+        "--read with --permits is a usage error"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_held_lock_is_busy() {
     let url = env("DISTLOCK_TEST_REDIS_URL");
