@@ -426,6 +426,11 @@ fn rw_redis() {
     check_rw("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
 }
 
+#[test]
+fn rw_redlock() {
+    check_rw("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
+}
+
 /// An interrupted run puts a paused server back.
 #[test]
 fn an_interrupted_run_resumes_a_paused_server() {

@@ -12,7 +12,9 @@
 //!   steady stream of readers never starves a writer; readers that arrived
 //!   before it keep their place.
 //! - **Fencing**: one counter per name. Each write grant takes a new token;
-//!   a read grant carries the token of the latest write grant before it. A
+//!   a read grant carries the token of the latest write grant before it (on
+//!   a quorum backend, Redlock, possibly a larger counter that a write the
+//!   majority refused left on some nodes: never a smaller one). A
 //!   resource that refuses a write whose token is below the highest it has
 //!   accepted refuses a writer that lost its lock to a later one (paused
 //!   past its lease, cut off); a reader can check that the data it read was

@@ -41,7 +41,10 @@ pub mod raw {
     pub use crate::keys::{Keys, LockKeys, PermitKeys, RwKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::script_call::ScriptCall;
-    pub use crate::scripts::{ACQUIRE, EXTEND, RELEASE, SET_ACQUIRE, SET_HOLDER, WITHDRAW};
+    pub use crate::scripts::{
+        ACQUIRE, EXTEND, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE, SET_HOLDER,
+        WITHDRAW,
+    };
     pub use crate::sets::{MAX_ATOMIC_SET, set_answer};
     pub use crate::state::{LockState, read_state};
     pub use crate::subscriber::{Subscriber, Subscription};

@@ -96,17 +96,16 @@ pub(crate) static PERMIT_STATE: LazyLock<Script> =
 /// owner, ttl ms, 'r' or 'w', holder record, arrival, waiter id, mark ms.
 /// `{1, token}` when granted, else `{0, ms until the blocking lease ends,
 /// or -1}`; a waiting writer refused marks itself.
-pub(crate) static RW_ACQUIRE: LazyLock<Script> =
+pub static RW_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
 
 /// KEYS: a reader-writer grant's key, the readers' set, the holder records.
 /// ARGV: owner, its holder field, channel, wake-up message. Frees the grant
 /// if `owner` holds it and publishes the message; 1 if it was ours.
-pub(crate) static RW_RELEASE: LazyLock<Script> =
+pub static RW_RELEASE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_release.lua")));
 
 /// KEYS: as [`RW_ACQUIRE`]'s. ARGV: the readers' key prefix. Returns the
 /// write counter, the waiting writers, and each live holder's access, ms
 /// left and record, as strings.
-pub(crate) static RW_STATE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("rw_state.lua")));
+pub static RW_STATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_state.lua")));

@@ -21,11 +21,7 @@ pub(crate) struct RedlockHandle {
 }
 
 impl RedlockHandle {
-    /// One owner-checked request per node, at once: `true` once a majority
-    /// answered that the lock is ours, `false` once too many say it is not,
-    /// and `QuorumNotReached` when the unreachable nodes could have made it
-    /// a majority. Done as soon as the answer is settled; slow nodes finish
-    /// in the background.
+    /// [`majority_answer`] on this handle's nodes.
     async fn on_majority<Fut>(
         &self,
         requests: impl IntoIterator<Item = Fut>,
@@ -33,24 +29,38 @@ impl RedlockHandle {
     where
         Fut: std::future::Future<Output = Result<bool, LockError>> + Send + 'static,
     {
-        let inner = &self.inner;
-        let q = inner.quorum;
-        let replies = gather(requests, Stragglers::Finish, |r| {
-            let ours = count(r, |&ours| ours);
-            let open = r.iter().filter(|r| r.is_none()).count();
-            ours >= q || ours + failed(r) + open < q
-        })
-        .await;
-        let ours = count(&replies, |&ours| ours);
-        if ours >= q {
-            return Ok(true);
-        }
-        if ours + failed(&replies) >= q {
-            // The unreachable nodes could have made it a majority.
-            return Err(quorum_not_reached(ours, q, &replies, &inner.names));
-        }
-        Ok(false)
+        majority_answer(&self.inner, requests).await
     }
+}
+
+/// One owner-checked request per node, at once: `true` once a majority
+/// answered that the grant is ours, `false` once too many say it is not,
+/// and `QuorumNotReached` when the unreachable nodes could have made it a
+/// majority. Done as soon as the answer is settled; slow nodes finish in
+/// the background.
+pub(crate) async fn majority_answer<Fut>(
+    inner: &Inner,
+    requests: impl IntoIterator<Item = Fut>,
+) -> Result<bool, LockError>
+where
+    Fut: std::future::Future<Output = Result<bool, LockError>> + Send + 'static,
+{
+    let q = inner.quorum;
+    let replies = gather(requests, Stragglers::Finish, |r| {
+        let ours = count(r, |&ours| ours);
+        let open = r.iter().filter(|r| r.is_none()).count();
+        ours >= q || ours + failed(r) + open < q
+    })
+    .await;
+    let ours = count(&replies, |&ours| ours);
+    if ours >= q {
+        return Ok(true);
+    }
+    if ours + failed(&replies) >= q {
+        // The unreachable nodes could have made it a majority.
+        return Err(quorum_not_reached(ours, q, &replies, &inner.names));
+    }
+    Ok(false)
 }
 
 #[async_trait]

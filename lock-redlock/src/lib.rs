@@ -16,6 +16,7 @@ mod handle;
 mod lock;
 mod node;
 mod quorum;
+mod rw;
 mod scripts;
 mod sets;
 

@@ -11,7 +11,8 @@ use lock_core::raw::{
     Request, Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
-    Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions, Waiting,
+    Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
+    RwLockCapabilities, RwLockInfo, Waiting,
 };
 use lock_redis::raw::{Keys, LockState, MAX_ATOMIC_SET, QueuedLock, Subscription, wait_in_queue};
 use tokio::time::Instant;
@@ -45,7 +46,15 @@ pub(crate) const CAPABILITIES: Capabilities =
         .with_lock_delay(true)
         .with_hold_at_least(true)
         // One set script run per node, a majority granting it whole.
-        .with_atomic_sets(MAX_ATOMIC_SET);
+        .with_atomic_sets(MAX_ATOMIC_SET)
+        // lock-redis's reader-writer script on every node, a majority
+        // granting; a waiting writer's marks hold later readers back;
+        // releases wake the waiters, unordered.
+        .with_rw_lock(Some(
+            RwLockCapabilities::new()
+                .with_writer_preference(true)
+                .with_waiting(Waiting::Notified),
+        ));
 
 /// Locks over N independent Redis masters (the Redlock algorithm).
 ///
@@ -117,7 +126,7 @@ pub(crate) struct Inner {
     pub(crate) keys: Keys,
     pub(crate) config: RedlockConfig,
     pub(crate) quorum: usize,
-    wakeups: Wakeups,
+    pub(crate) wakeups: Wakeups,
 }
 
 impl Redlock {
@@ -489,7 +498,7 @@ impl Redlock {
     /// Subscribe to `channel` on the nodes, concurrently; done once a
     /// majority has subscribed (or every node answered). Failures only cost
     /// promptness: the backstop timer still runs.
-    async fn subscribe_all(&self, channel: &str) -> Vec<Subscription> {
+    pub(crate) async fn subscribe_all(&self, channel: &str) -> Vec<Subscription> {
         let inner = &self.inner;
         let channel: Arc<str> = channel.into();
         let replies = gather(
@@ -530,6 +539,9 @@ fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
 #[async_trait]
 impl RawLock for Redlock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.try_rw(req, access).await;
+        }
         self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
@@ -543,6 +555,9 @@ impl RawLock for Redlock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.wait_for_rw(req, access).await;
+        }
         let ticket = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_micros());
@@ -590,6 +605,12 @@ impl RawLock for Redlock {
             .with_expires_in(left.get(self.inner.quorum - 1).copied())
             .with_waiters(waiters)
             .with_holder(holder))
+    }
+
+    /// Every node's view of reader-writer lock `name`: the mode a
+    /// majority shows and its holders, the counter a majority carries.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inspect_rw_lock(name).await
     }
 
     /// The lock's changes channel on the nodes, merged: each node's

@@ -6,12 +6,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::FutureExt;
+use lock_core::Access;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_core::{Changes, LockError};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, SET_ACQUIRE, SET_HOLDER,
-    ScriptCall, Subscriber, Subscription, WITHDRAW, extend_batcher, map_error, read_state,
-    set_answer,
+    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE,
+    RwKeys, SET_ACQUIRE, SET_HOLDER, ScriptCall, Subscriber, Subscription, WITHDRAW,
+    extend_batcher, map_error, read_state, set_answer,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -39,6 +40,23 @@ pub(crate) struct LockRef {
     /// reference only releases or withdraws).
     pub(crate) record: Vec<u8>,
 }
+
+/// One reader-writer grant's keys, owner and access, shared by its
+/// per-node requests.
+pub(crate) struct RwRef {
+    pub(crate) keys: RwKeys,
+    pub(crate) owner: String,
+    pub(crate) access: Access,
+    /// Its own key: the writer's, or its reader key.
+    pub(crate) key: String,
+    /// Its field among the holder records: `writer`, or the owner.
+    pub(crate) field: String,
+    /// The holder record each node stores with the grant.
+    pub(crate) record: Vec<u8>,
+}
+
+/// How long a waiting writer's mark lasts on a node unless renewed.
+pub(crate) const RW_MARK: Duration = Duration::from_millis(1500);
 
 /// One node's answer to an acquire.
 #[derive(Debug)]
@@ -295,6 +313,172 @@ impl Node {
             let reply = tokio::time::timeout(limit * 2, release).await;
             node_reply(&display, "releasing at shutdown", limit * 2, reply).map(|r| r == 1)
         }
+    }
+
+    /// lock-redis's reader-writer acquire script for `rw` here: as a
+    /// newcomer arriving at `arrival`, or as the waiting writer `mark`
+    /// (its id), which marks itself here if refused.
+    pub(crate) async fn acquire_rw(
+        self: Arc<Self>,
+        rw: Arc<RwRef>,
+        ttl: Duration,
+        arrival: Arc<str>,
+        mark: Option<Arc<str>>,
+    ) -> Result<NodeGrant, LockError> {
+        let keys = &rw.keys;
+        let mut call = ScriptCall::new(
+            &RW_ACQUIRE,
+            &[
+                &keys.writer,
+                &keys.readers,
+                &keys.fence,
+                &keys.held,
+                &keys.writers_waiting,
+            ],
+            8,
+        );
+        call.arg(&keys.reader_base)
+            .arg(&rw.owner)
+            .arg(lock_core::raw::lease_millis(ttl))
+            .arg(if rw.access == Access::Write { "w" } else { "r" })
+            .arg(rw.record.as_slice())
+            .arg(&*arrival)
+            .arg(mark.as_deref().unwrap_or(""))
+            .arg(RW_MARK.as_millis() as u64);
+        let mut conn = self.conn.clone();
+        let (granted, value): (i64, i64) =
+            self.bounded("acquiring", call.invoke(&mut conn)).await?;
+        if granted == 1 {
+            let token = u64::try_from(value).map_err(|_| LockError::Backend {
+                backend: BACKEND,
+                reason: format!("write counter on {} is negative ({value})", self.display),
+                source: None,
+            })?;
+            Ok(NodeGrant::Granted(token))
+        } else {
+            let left = u64::try_from(value)
+                .ok()
+                .filter(|&ms| ms > 0)
+                .map(Duration::from_millis);
+            Ok(NodeGrant::Held(left))
+        }
+    }
+
+    /// Raise the write counter here to `token` while the writer `rw`
+    /// holds its key here.
+    pub(crate) async fn fence_rw(
+        self: Arc<Self>,
+        rw: Arc<RwRef>,
+        token: u64,
+    ) -> Result<bool, LockError> {
+        let mut call = ScriptCall::new(&FENCE, &[&rw.key, &rw.keys.fence], 2);
+        call.arg(&rw.owner).arg(token);
+        let mut conn = self.conn.clone();
+        let done: i64 = self
+            .bounded("writing the fencing token", call.invoke(&mut conn))
+            .await?;
+        Ok(done == 1)
+    }
+
+    /// Free `rw`'s grant here if it is still ours (and wake the waiters).
+    pub(crate) async fn release_rw(self: Arc<Self>, rw: Arc<RwRef>) -> Result<bool, LockError> {
+        let keys = &rw.keys;
+        let mut call = ScriptCall::new(&RW_RELEASE, &[&rw.key, &keys.readers, &keys.held], 4);
+        call.arg(&rw.owner)
+            .arg(&rw.field)
+            .arg(&keys.channel)
+            .arg(&keys.wake);
+        let mut conn = self.conn.clone();
+        let released: i64 = self
+            .bounded_by(self.release_timeout, "releasing", call.invoke(&mut conn))
+            .await?;
+        Ok(released == 1)
+    }
+
+    /// [`release_rw`](Self::release_rw) on a connection of its own (see
+    /// [`release_detached`](Self::release_detached)).
+    pub(crate) fn release_rw_detached(
+        &self,
+        rw: Arc<RwRef>,
+    ) -> impl Future<Output = Result<bool, LockError>> + Send + 'static {
+        let (client, display) = (self.client.clone(), self.display.clone());
+        let limit = self.release_timeout;
+        async move {
+            let release = async {
+                let config = AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(limit))
+                    .set_response_timeout(Some(limit));
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await?;
+                let keys = &rw.keys;
+                let mut call =
+                    ScriptCall::new(&RW_RELEASE, &[&rw.key, &keys.readers, &keys.held], 4);
+                call.arg(&rw.owner)
+                    .arg(&rw.field)
+                    .arg(&keys.channel)
+                    .arg(&keys.wake);
+                call.invoke::<i64>(&mut conn).await
+            };
+            let reply = tokio::time::timeout(limit * 2, release).await;
+            node_reply(&display, "releasing at shutdown", limit * 2, reply).map(|r| r == 1)
+        }
+    }
+
+    /// Reset `rw`'s lease here to `ttl` if it is still ours (through the
+    /// node's batch of extends).
+    pub(crate) async fn extend_rw(
+        self: Arc<Self>,
+        rw: Arc<RwRef>,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let extension = Extension {
+            key: rw.key.clone(),
+            owner: rw.owner.clone(),
+            ttl,
+        };
+        self.extends.call(extension).await
+    }
+
+    /// Remove a waiting writer's mark (`member` of the waiting set `key`).
+    pub(crate) async fn unmark(
+        self: Arc<Self>,
+        key: Arc<str>,
+        member: Arc<str>,
+    ) -> Result<(), LockError> {
+        let mut conn = self.conn.clone();
+        let _: i64 = self
+            .bounded(
+                "removing a waiting writer's mark",
+                redis::cmd("ZREM")
+                    .arg(&*key)
+                    .arg(&*member)
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(())
+    }
+
+    /// The reader-writer lock's state here (lock-redis's state script).
+    pub(crate) async fn rw_state(
+        self: Arc<Self>,
+        keys: Arc<RwKeys>,
+    ) -> Result<Vec<Vec<u8>>, LockError> {
+        let mut call = ScriptCall::new(
+            &RW_STATE,
+            &[
+                &keys.writer,
+                &keys.readers,
+                &keys.fence,
+                &keys.held,
+                &keys.writers_waiting,
+            ],
+            1,
+        );
+        call.arg(&keys.reader_base);
+        let mut conn = self.conn.clone();
+        self.bounded("reading a reader-writer lock", call.invoke(&mut conn))
+            .await
     }
 
     /// Leave this node's queue; a reservation held by `waiter` passes on.

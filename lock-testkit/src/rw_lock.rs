@@ -312,7 +312,7 @@ pub async fn tokens_rise_per_write_and_readers_carry_the_latest(h: Harness) {
 
 /// Readers and writers on both clients take turns on one name: never a
 /// writer beside anyone, every write's token above the one before, and
-/// every reader's token that of the latest write.
+/// every reader's token at least that of the latest write.
 pub async fn readers_and_writers_under_contention(h: Harness) {
     const TASKS: u32 = 8;
     const ROUNDS: u32 = 12;
@@ -369,11 +369,14 @@ pub async fn readers_and_writers_under_contention(h: Harness) {
                     most_readers.fetch_max(now, Ordering::SeqCst);
                     assert!(!writing.load(Ordering::SeqCst), "a reader beside a writer");
                     if fenced {
+                        // At least the latest write's: on a quorum backend
+                        // a write refused by the majority may have raised
+                        // some nodes' counters above it.
                         let last = *last_write.lock().unwrap_or_else(|e| e.into_inner());
-                        assert_eq!(
-                            g.fencing_token(),
-                            Some(last.unwrap_or_else(|| g.fencing_token().unwrap_or(0))),
-                            "a reader's token is the latest write's"
+                        let token = g.fencing_token().expect("a reader's token");
+                        assert!(
+                            last.is_none_or(|l| token >= l),
+                            "a reader's token {token} is below the latest write's {last:?}"
                         );
                     }
                     tokio::time::sleep(Duration::from_millis(2)).await;

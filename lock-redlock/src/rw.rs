@@ -1,0 +1,458 @@
+//! Redlock reader-writer locks: lock-redis's reader-writer script on every
+//! node at once, a majority granting. A writer's token is the largest
+//! write counter of its granting nodes, written back to a majority as a
+//! lock's is; a reader's is the largest counter of its granting majority,
+//! which shares a node with the majority every earlier write reached, so
+//! it is at least the latest write's. A waiting writer marks itself on
+//! every node that refuses it (with its arrival, the same on every node),
+//! renewing the marks every [`MARK_RENEWAL`] and removing them when its
+//! wait ends, so readers that come after it wait behind it on a majority.
+//! Waiters listen on the name's channel on every node; releases wake them.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use lock_core::raw::{
+    Attempt, DetachedRelease, GuardHandle, OwnerToken, Pace, PendingGrant, RawGuard, Request,
+    Unrenewed, WaitLoop, granted_too_late,
+};
+use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
+use tokio::time::Instant;
+
+use crate::error::{BACKEND, causes, quorum_not_reached};
+use crate::handle::majority_answer;
+use crate::lock::{CAPABILITIES, Inner, Redlock};
+use crate::node::{NodeGrant, RwRef};
+use crate::quorum::{Stragglers, count, failed, gather, gather_then};
+
+/// How often a waiting writer's attempt renews its marks.
+const MARK_RENEWAL: Duration = Duration::from_millis(500);
+
+/// How long a waiter pauses when the blocking lease is unknown; a release
+/// wakes it sooner.
+const BACKSTOP: Duration = Duration::from_millis(500);
+
+/// Milliseconds since the Unix epoch by this client's clock, zero-padded
+/// (see lock-redis's reader-writer locks).
+fn arrival_now() -> Arc<str> {
+    let ms = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis());
+    format!("{ms:016}").into()
+}
+
+/// Removes a waiting writer's marks on every node when its wait ends
+/// without the grant, in the background.
+struct Unmark {
+    inner: Arc<Inner>,
+    key: Arc<str>,
+    member: Option<Arc<str>>,
+}
+
+impl Drop for Unmark {
+    fn drop(&mut self) {
+        let Some(member) = self.member.take() else {
+            return;
+        };
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, key) = (Arc::clone(&self.inner), Arc::clone(&self.key));
+        rt.spawn(async move {
+            let requests = inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).unmark(Arc::clone(&key), Arc::clone(&member)));
+            gather(requests, Stragglers::Finish, |_| false).await;
+        });
+    }
+}
+
+impl Redlock {
+    /// One attempt at `access` to `name` on every node at once, as a
+    /// newcomer arriving at `arrival` or as the waiting writer `mark`.
+    /// Cancel-safe: a grant whose replies are lost with the dropped future
+    /// is released on every node in the background.
+    async fn attempt_rw(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+        access: Access,
+        arrival: &Arc<str>,
+        mark: Option<&Arc<str>>,
+    ) -> Result<Attempt, LockError> {
+        let inner = &self.inner;
+        let (n, q) = (inner.nodes.len(), inner.quorum);
+        let keys = inner.keys.rw(name);
+        let owner = OwnerToken::random().to_hex();
+        let (key, field) = match access {
+            Access::Write => (keys.writer.clone(), "writer".to_string()),
+            _ => (keys.reader(&owner), owner.clone()),
+        };
+        let handle = Arc::new(RwHandle {
+            inner: Arc::clone(inner),
+            rw: Arc::new(RwRef {
+                keys,
+                owner,
+                access,
+                key,
+                field,
+                record: opts.holder_record().as_bytes().to_vec(),
+            }),
+        });
+        let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
+        let start = Instant::now();
+        let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
+        let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
+        // As for a lock: once a majority granted, the slower nodes'
+        // requests run on, so the grant lands on every node that takes it.
+        let replies = gather_then(
+            inner.nodes.iter().map(|node| {
+                Arc::clone(node).acquire_rw(
+                    Arc::clone(&handle.rw),
+                    opts.ttl,
+                    Arc::clone(arrival),
+                    mark.cloned(),
+                )
+            }),
+            |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
+            |r| {
+                if count(r, granted) >= q {
+                    Stragglers::Finish
+                } else {
+                    Stragglers::Drop
+                }
+            },
+        )
+        .await;
+        let grants: Vec<(usize, u64)> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| match r {
+                Some(Ok(NodeGrant::Granted(t))) => Some((i, *t)),
+                _ => None,
+            })
+            .collect();
+        let mut too_late = None;
+        if grants.len() >= q {
+            let token = match access {
+                Access::Write => self.fence_write(&handle.rw, &grants).await,
+                _ => grants.iter().map(|&(_, t)| t).max(),
+            };
+            if let Some(token) = token {
+                let lease = self.lease(start, opts);
+                if self.in_time(&lease, opts) {
+                    let handle = pending.disarm();
+                    let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle)
+                        .with_access(Some(access));
+                    return Ok(Attempt::Acquired(guard.kept_by(
+                        &self.watchdog,
+                        opts,
+                        Unrenewed::Left,
+                    )));
+                }
+                too_late = Some(start.elapsed());
+            }
+        }
+        // Given back on every node that did not refuse (including those
+        // that failed or were not waited for).
+        let back = inner
+            .nodes
+            .iter()
+            .zip(&replies)
+            .filter(|(_, r)| !matches!(r, Some(Ok(NodeGrant::Held(_)))))
+            .map(|(node, _)| Arc::clone(node).release_rw(Arc::clone(&handle.rw)));
+        gather(back, Stragglers::Finish, |_| false).await;
+        pending.disarm();
+        if let Some(took) = too_late {
+            return Ok(Attempt::TooLate(granted_too_late(
+                BACKEND, name, took, opts.ttl,
+            )));
+        }
+        if n - failed(&replies) < q {
+            return Err(quorum_not_reached(grants.len(), q, &replies, &inner.names));
+        }
+        // The earliest end of a blocking lease on a majority is not known
+        // node by node; the waiter listens for releases meanwhile.
+        let left = replies
+            .iter()
+            .filter_map(|r| match r {
+                Some(Ok(NodeGrant::Held(left))) => *left,
+                _ => None,
+            })
+            .max();
+        Ok(Attempt::Held { expires_in: left })
+    }
+
+    /// A write grant's token: the largest counter of its granting nodes,
+    /// once a majority carries it (written back where it is behind).
+    async fn fence_write(&self, rw: &Arc<RwRef>, grants: &[(usize, u64)]) -> Option<u64> {
+        let q = self.inner.quorum;
+        let token = grants.iter().map(|&(_, t)| t).max()?;
+        let carried = grants.iter().filter(|&&(_, t)| t == token).count();
+        if carried >= q {
+            return Some(token);
+        }
+        let behind = grants.iter().filter(|&&(_, t)| t < token);
+        let replies = gather(
+            behind.map(|&(i, _)| Arc::clone(&self.inner.nodes[i]).fence_rw(Arc::clone(rw), token)),
+            Stragglers::Finish,
+            |r| carried + count(r, |&ok| ok) >= q,
+        )
+        .await;
+        (carried + count(&replies, |&ok| ok) >= q).then_some(token)
+    }
+
+    /// One attempt without waiting.
+    pub(crate) async fn try_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.attempt_rw(req.name, req.opts, access, &arrival_now(), None)
+            .await?
+            .into_guard()
+    }
+
+    /// Wait for `access`: listening on the name's channel on every node,
+    /// else until the blocking lease ends; a writer renews its marks every
+    /// [`MARK_RENEWAL`]. An uncontended wait is one attempt.
+    pub(crate) async fn wait_for_rw(
+        &self,
+        req: Request<'_>,
+        access: Access,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
+        let keys = self.inner.keys.rw(name);
+        let arrival = arrival_now();
+        let mark: Option<Arc<str>> =
+            (access == Access::Write).then(|| OwnerToken::random().to_hex().into());
+        let mut unmark = Unmark {
+            inner: Arc::clone(&self.inner),
+            key: keys.writers_waiting.as_str().into(),
+            member: None,
+        };
+        let wake = self.inner.wakeups.subscribe(&keys.wake);
+        let mut listening = None;
+        let mut wait = WaitLoop::new(req, Some(wake));
+        loop {
+            let mut too_late = None;
+            let pause = match self
+                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
+                .await?
+            {
+                Attempt::Acquired(guard) => {
+                    // The grant took our marks on the granting nodes;
+                    // the rest go in the background.
+                    return Ok(Some(guard));
+                }
+                Attempt::Held { expires_in } => {
+                    if let Some(id) = &mark {
+                        unmark.member = Some(format!("{arrival}:{id}").into());
+                    }
+                    let until_free = expires_in.map_or(BACKSTOP, |l| l + Duration::from_millis(1));
+                    if mark.is_some() {
+                        until_free.min(MARK_RENEWAL)
+                    } else {
+                        until_free
+                    }
+                }
+                Attempt::TooLate(e) => {
+                    too_late = Some(e);
+                    Duration::ZERO
+                }
+            };
+            if wait.expired() {
+                return too_late.map_or(Ok(None), Err);
+            }
+            if listening.is_none() {
+                // Listen, then attempt again at once.
+                listening = Some(self.subscribe_all(&keys.channel).await);
+                continue;
+            }
+            if !wait.pause(Pace::For(pause)).await {
+                return too_late.map_or(Ok(None), Err);
+            }
+        }
+    }
+
+    /// Every node's view of `name`, failing unless a majority answers: the
+    /// mode a majority shows, its holders as the first such node lists
+    /// them, the counter a majority carries (else the largest) and the most
+    /// waiting writers on any node.
+    pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let inner = &self.inner;
+        let keys = Arc::new(inner.keys.rw(name));
+        let replies = gather(
+            inner
+                .nodes
+                .iter()
+                .map(|n| Arc::clone(n).rw_state(Arc::clone(&keys))),
+            Stragglers::Finish,
+            |_| false,
+        )
+        .await;
+        let answered = count(&replies, |_| true);
+        if answered < inner.quorum {
+            return Err(LockError::QuorumNotReached {
+                acquired: answered,
+                needed: inner.quorum,
+                causes: causes(&replies, &inner.names),
+            });
+        }
+        let views = replies
+            .into_iter()
+            .flatten()
+            .filter_map(Result::ok)
+            .map(|reply| NodeView::read(name, &reply))
+            .collect::<Result<Vec<_>, _>>()?;
+        let on_majority = |access: Access| {
+            views
+                .iter()
+                .filter(|v| v.holders.iter().any(|h| h.access == access))
+                .count()
+                >= inner.quorum
+        };
+        let mode = if on_majority(Access::Write) {
+            Some(Access::Write)
+        } else if on_majority(Access::Read) {
+            Some(Access::Read)
+        } else {
+            None
+        };
+        let mut counters: Vec<u64> = views.iter().map(|v| v.counter).collect();
+        counters.sort_unstable();
+        let token = counters
+            .chunk_by(|a, b| a == b)
+            .find(|same| same.len() >= inner.quorum)
+            .map(|same| same[0])
+            .or(counters.last().copied());
+        let holders = match mode {
+            Some(access) => views
+                .iter()
+                .find(|v| v.holders.iter().any(|h| h.access == access))
+                .map(|v| {
+                    v.holders
+                        .iter()
+                        .filter(|h| h.access == access)
+                        .cloned()
+                        .map(|h| h.with_fencing_token(token))
+                        .collect()
+                })
+                .unwrap_or_default(),
+            None => Vec::new(),
+        };
+        let waiting = views.iter().map(|v| v.waiting).max();
+        Ok(RwLockInfo::held(holders)
+            .with_fencing_token(token)
+            .with_waiting(waiting, None))
+    }
+}
+
+/// One node's answer to the state script.
+struct NodeView {
+    counter: u64,
+    waiting: usize,
+    holders: Vec<RwHolderInfo>,
+}
+
+impl NodeView {
+    fn read(name: &str, reply: &[Vec<u8>]) -> Result<Self, LockError> {
+        let bad = |what: &str| LockError::Backend {
+            backend: BACKEND,
+            reason: format!("reader-writer lock {name:?}: unreadable {what} in a node's reply"),
+            source: None,
+        };
+        let number = |bytes: &[u8], what: &str| -> Result<i64, LockError> {
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad(what))
+        };
+        let [counter, waiting, rest @ ..] = reply else {
+            return Err(bad("state"));
+        };
+        let counter = u64::try_from(number(counter, "counter")?).map_err(|_| bad("counter"))?;
+        let waiting = usize::try_from(number(waiting, "waiting writers")?)
+            .map_err(|_| bad("waiting writers"))?;
+        let mut holders = Vec::new();
+        for holder in rest.chunks(3) {
+            let [access, left, record] = holder else {
+                return Err(bad("holder"));
+            };
+            let access = match &access[..] {
+                b"w" => Access::Write,
+                b"r" => Access::Read,
+                _ => return Err(bad("access")),
+            };
+            let left = u64::try_from(number(left, "lease")?)
+                .ok()
+                .map(Duration::from_millis);
+            let record = (!record.is_empty())
+                .then(|| lock_core::raw::HolderRecord::decode_for(BACKEND, name, record))
+                .transpose()?;
+            holders.push(
+                RwHolderInfo::new(access)
+                    .with_expires_in(left)
+                    .with_holder(record),
+            );
+        }
+        Ok(NodeView {
+            counter,
+            waiting,
+            holders,
+        })
+    }
+}
+
+/// One reader-writer grant's handle: released and extended on every node
+/// at once, answered by the majority.
+pub(crate) struct RwHandle {
+    inner: Arc<Inner>,
+    rw: Arc<RwRef>,
+}
+
+#[async_trait]
+impl GuardHandle for RwHandle {
+    async fn release(&self) -> Result<bool, LockError> {
+        majority_answer(
+            &self.inner,
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).release_rw(Arc::clone(&self.rw))),
+        )
+        .await
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        majority_answer(
+            &self.inner,
+            self.inner
+                .nodes
+                .iter()
+                .map(|node| Arc::clone(node).extend_rw(Arc::clone(&self.rw), ttl)),
+        )
+        .await
+    }
+
+    /// The release on every node, each on a connection of its own.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        let quorum = self.inner.quorum;
+        let releases: Vec<_> = self
+            .inner
+            .nodes
+            .iter()
+            .map(|node| node.release_rw_detached(Arc::clone(&self.rw)))
+            .collect();
+        Some(Box::pin(async move {
+            let replies = futures_util::future::join_all(releases).await;
+            let ours = replies.iter().filter(|r| matches!(r, Ok(true))).count();
+            match replies.into_iter().find_map(Result::err) {
+                Some(e) if ours < quorum => Err(e),
+                _ => Ok(ours >= quorum),
+            }
+        }))
+    }
+}
