@@ -427,6 +427,11 @@ fn rw_redis() {
 }
 
 #[test]
+fn rw_etcd() {
+    check_rw("etcd", "etcd", &env("DISTLOCK_TEST_ETCD_URL"), &["etcd"]);
+}
+
+#[test]
 fn rw_redlock() {
     check_rw("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
 }

@@ -20,6 +20,7 @@ mod lock;
 mod permits;
 mod queue;
 mod requests;
+mod rw;
 mod session;
 mod sets;
 

@@ -16,7 +16,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, SemaphoreCapabilities, SemaphoreInfo, Waiting,
+    LockOptions, RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use tokio::time::Instant;
 
@@ -57,6 +57,14 @@ fn capabilities(min_lease: Duration) -> Capabilities {
         // slot keys; waiters watch the queue's deletions.
         .with_semaphore(Some(
             SemaphoreCapabilities::new(MAX_LIMIT)
+                .with_fair_queue(true)
+                .with_waiting(Waiting::Notified),
+        ))
+        // `r`/`w` keys by create revision: a writer waits for every key
+        // before it, a reader for the writers' keys; each watches one key.
+        .with_rw_lock(Some(
+            RwLockCapabilities::new()
+                .with_writer_preference(true)
                 .with_fair_queue(true)
                 .with_waiting(Waiting::Notified),
         ))
@@ -615,12 +623,16 @@ pub(crate) fn place_gone(name: &str) -> LockError {
 #[async_trait]
 impl RawLock for EtcdLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let once = match req.opts.permits {
-            Some(limit) => {
+        let once = match (req.opts.access, req.opts.permits) {
+            (Some(access), _) => {
+                self.acquire_rw(req.name, req.opts, access, None, false)
+                    .await
+            }
+            (_, Some(limit)) => {
                 self.acquire_permit(req.name, req.opts, limit, None, false)
                     .await
             }
-            None => self.acquire_inner(req.name, req.opts, None, false).await,
+            _ => self.acquire_inner(req.name, req.opts, None, false).await,
         };
         match once {
             Err(LockError::Lost { .. }) => Err(place_gone(req.name)),
@@ -651,12 +663,16 @@ impl RawLock for EtcdLock {
                 }
                 let (opts, deadline) = (req.opts, req.deadline);
                 async move {
-                    match opts.permits {
-                        Some(limit) => {
+                    match (opts.access, opts.permits) {
+                        (Some(access), _) => {
+                            self.acquire_rw(name, opts, access, deadline, true)
+                                .await
+                        }
+                        (_, Some(limit)) => {
                             self.acquire_permit(name, opts, limit, deadline, true)
                                 .await
                         }
-                        None => self.acquire_inner(name, opts, deadline, true).await,
+                        _ => self.acquire_inner(name, opts, deadline, true).await,
                     }
                 }
             })
@@ -744,6 +760,11 @@ impl RawLock for EtcdLock {
     }
 
     /// The slot keys of `name`'s permits and its queue's length.
+    /// The reader-writer lock's keys and counter, read in one transaction.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inspect_rw_lock(name).await
+    }
+
     async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         validate_name(name)?;
         self.inspect_permits(name).await
