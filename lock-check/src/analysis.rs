@@ -67,8 +67,15 @@ struct WriterWait {
     pid: u32,
     worker: u32,
     started: u64,
+    /// When it was granted, or when it had given up: by its wait's end
+    /// (the writer leaves the queue then, before its failure is logged),
+    /// or [`GIVE_UP_SLACK_NS`] before the failure was logged.
     ended: u64,
 }
+
+/// How long before a failed acquisition is logged its waiter may already
+/// have left the queue (its give-back's round trip).
+const GIVE_UP_SLACK_NS: u64 = 50_000_000;
 
 /// How far behind a writer's start a reader may start and still be let in
 /// ahead of it: the writer's first request, which marks it as waiting, is
@@ -211,8 +218,10 @@ pub struct Report {
     pub writers_first: Option<bool>,
     /// Read grants to readers that started after a writer that was already
     /// waiting (by more than 100 ms) and that were made while it still
-    /// waited; the writer not paused meanwhile. A failure where the backend
-    /// promises writer preference.
+    /// waited; the writer not paused meanwhile, and no server fault
+    /// between the two starts (requests then reach the servers in no
+    /// promised order). A failure where the backend promises writer
+    /// preference.
     #[serde(default)]
     pub writer_starvation: Finding,
     /// Reads whose token is below the token of a write granted before the
@@ -300,13 +309,22 @@ struct Analysis {
     holds: Vec<Hold>,
     writes: Vec<Write>,
     writer_waits: Vec<WriterWait>,
+    /// [start, end) of each server fault (servers killed or paused until
+    /// started or resumed again, plus [`SERVER_FAULT_SLACK_NS`]): requests
+    /// sent meanwhile reach the servers in no promised order.
+    server_faults: Vec<(u64, u64)>,
 }
+
+/// How long after servers come back their clients' delayed requests may
+/// still be arriving.
+const SERVER_FAULT_SLACK_NS: u64 = 3_000_000_000;
 
 impl Analysis {
     fn new(actions: &[Stamped<Action>], workers: &[Worker]) -> Self {
         let mut killed_at = BTreeMap::new();
         let mut exited_at = BTreeMap::new();
         let mut paused: BTreeMap<u32, Vec<(u64, u64)>> = BTreeMap::new();
+        let mut server_faults: Vec<(u64, u64)> = Vec::new();
         let run_start = actions.first().map_or(0, |a| a.t);
         let mut stopping = actions.last().map_or(0, |a| a.t);
         for a in actions {
@@ -324,6 +342,16 @@ impl Analysis {
                     }
                 }
                 Action::Stopping => stopping = a.t,
+                Action::ServersKilled { .. } | Action::ServersPaused { .. } => {
+                    server_faults.push((a.t, u64::MAX));
+                }
+                Action::ServersStarted { .. } | Action::ServersResumed { .. } => {
+                    if let Some(last) = server_faults.last_mut()
+                        && last.1 == u64::MAX
+                    {
+                        last.1 = a.t.saturating_add(SERVER_FAULT_SLACK_NS);
+                    }
+                }
                 _ => {}
             }
         }
@@ -336,6 +364,7 @@ impl Analysis {
             holds: Vec::new(),
             writes: Vec::new(),
             writer_waits: Vec::new(),
+            server_faults,
         };
         for w in workers {
             this.collect(w);
@@ -361,21 +390,37 @@ impl Analysis {
         // The holds of the current grant: one, or one per member of a set.
         let mut current: Vec<usize> = Vec::new();
         let died = self.died_at(w.pid);
-        // The access of the acquisition under way (`--rw` runs).
+        // The access and the wait of the acquisition under way (`--rw`
+        // runs).
         let mut access: Option<&str> = None;
+        let mut wait_ns = u64::MAX;
         for e in &w.events {
-            if let Event::Granted { started, .. } | Event::AcquireFailed { started, .. } = &e.event
-                && access == Some("write")
-            {
-                self.writer_waits.push(WriterWait {
-                    pid: w.pid,
-                    worker: w.id,
-                    started: *started,
-                    ended: e.t,
-                });
+            if access == Some("write") {
+                let ended = match &e.event {
+                    Event::Granted { started, .. } => Some((*started, e.t)),
+                    Event::AcquireFailed { started, .. } => Some((
+                        *started,
+                        e.t.saturating_sub(GIVE_UP_SLACK_NS)
+                            .min(started.saturating_add(wait_ns)),
+                    )),
+                    _ => None,
+                };
+                if let Some((started, ended)) = ended {
+                    self.writer_waits.push(WriterWait {
+                        pid: w.pid,
+                        worker: w.id,
+                        started,
+                        ended,
+                    });
+                }
             }
             match &e.event {
-                Event::Acquiring { access: a, .. } => access = a.as_deref(),
+                Event::Acquiring {
+                    access: a, wait_ms, ..
+                } => {
+                    access = a.as_deref();
+                    wait_ns = wait_ms.saturating_mul(1_000_000);
+                }
                 Event::Granted {
                     started,
                     token,
@@ -765,11 +810,19 @@ impl Analysis {
             if self.paused_within(wait.pid, wait.started, wait.ended) {
                 continue;
             }
+            // A server fault between the writer's start and the reader's:
+            // their requests reached the servers in no promised order.
+            let faulted = |from: u64, to: u64| {
+                self.server_faults
+                    .iter()
+                    .any(|&(start, end)| start < to && end > from)
+            };
             let overtook = self.holds.iter().find(|h| {
                 h.read
                     && h.pid != wait.pid
                     && h.started > wait.started + WRITER_MARK_SLACK_NS
                     && h.granted < wait.ended
+                    && !faulted(wait.started, h.started)
             });
             if let Some(reader) = overtook {
                 r.writer_starvation.add(|| {
@@ -1504,7 +1557,7 @@ mod tests {
     /// from 2 s to 3 s (together); worker 2 asks to write at 2.5 s and is
     /// granted at `written`; worker 3 asks to read at 4 s, after the
     /// writer, and is let in at 5 s while the writer still waits.
-    fn rw_history(dir: &Path, written: u64) -> std::io::Result<Report> {
+    fn rw_history(dir: &Path, written: u64, server_fault: bool) -> std::io::Result<Report> {
         let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
         c.log_at(
             0,
@@ -1568,6 +1621,16 @@ mod tests {
                 },
             )?;
         }
+        if server_fault {
+            let servers = vec!["zk".to_string()];
+            c.log_at(
+                3 * S,
+                &Action::ServersKilled {
+                    servers: servers.clone(),
+                },
+            )?;
+            c.log_at(7 * S / 2, &Action::ServersStarted { servers })?;
+        }
         c.log_at(20 * S, &Action::Stopping)?;
         analyse(dir)
     }
@@ -1579,7 +1642,7 @@ mod tests {
     fn readers_share_writers_contend_and_readers_ahead_of_a_writer_are_found() -> std::io::Result<()>
     {
         let dir = tempfile::tempdir()?;
-        let r = rw_history(dir.path(), 19 * S / 2)?;
+        let r = rw_history(dir.path(), 19 * S / 2, false)?;
         assert_eq!(r.rw, Some(0.5));
         assert_eq!(r.grants, 4, "{r}");
         assert_eq!(r.in_time.running.count, 0, "readers share: {r}");
@@ -1593,7 +1656,7 @@ mod tests {
         assert!(!r.passed(), "{r}");
 
         let dir = tempfile::tempdir()?;
-        let r = rw_history(dir.path(), 5 * S / 2 + 1)?;
+        let r = rw_history(dir.path(), 5 * S / 2 + 1, false)?;
         assert!(r.in_time.running.count >= 1, "a writer beside readers: {r}");
         assert_eq!(r.writer_starvation.count, 0, "{r}");
         assert!(
@@ -1601,6 +1664,12 @@ mod tests {
             "a read after write 2 carried 1: {r}"
         );
         assert!(!r.passed(), "{r}");
+
+        // A server killed between the writer's ask and the reader's: their
+        // requests reached it in no promised order.
+        let dir = tempfile::tempdir()?;
+        let r = rw_history(dir.path(), 19 * S / 2, true)?;
+        assert_eq!(r.writer_starvation.count, 0, "{r}");
         Ok(())
     }
 }

@@ -432,6 +432,11 @@ fn rw_etcd() {
 }
 
 #[test]
+fn rw_zookeeper() {
+    check_rw("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+#[test]
 fn rw_redlock() {
     check_rw("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
 }

@@ -327,7 +327,7 @@ pub async fn readers_and_writers_under_contention(h: Harness) {
     let o = opts(
         Duration::from_secs(20),
         Wait::UpTo(Duration::from_secs(120)),
-        false,
+        true,
         &h,
     );
     let mut tasks = Vec::new();

@@ -21,6 +21,7 @@ mod observe;
 mod path;
 mod permits;
 mod queue;
+mod rw;
 mod session;
 
 pub use config::ZkConfig;

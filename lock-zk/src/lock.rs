@@ -12,7 +12,8 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, SemaphoreCapabilities, SemaphoreInfo, Waiting,
+    LockOptions, LossReason, RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo,
+    Waiting,
 };
 use tokio::time::Instant;
 use zookeeper_client::EventType;
@@ -50,6 +51,14 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     // waiters watch the queue's children.
     .with_semaphore(Some(
         SemaphoreCapabilities::new(MAX_LIMIT)
+            .with_fair_queue(true)
+            .with_waiting(Waiting::Notified),
+    ))
+    // `r`/`w` sequential nodes: a writer waits for every node before it,
+    // a reader for the writers'; each watches one node.
+    .with_rw_lock(Some(
+        RwLockCapabilities::new()
+            .with_writer_preference(true)
             .with_fair_queue(true)
             .with_waiting(Waiting::Notified),
     ));
@@ -284,9 +293,10 @@ impl ZkLock {
             ended.store(false, Ordering::Relaxed);
             let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
-            let done = match opts.permits {
-                Some(limit) => self.attempt_permit(&session, req, limit).await,
-                None => self.attempt(&session, dir, req).await,
+            let done = match (opts.access, opts.permits) {
+                (Some(access), _) => self.attempt_rw(&session, req, access).await,
+                (_, Some(limit)) => self.attempt_permit(&session, req, limit).await,
+                _ => self.attempt(&session, dir, req).await,
             };
             ended.store(done.is_err() && session.is_terminated(), Ordering::Relaxed);
             done
@@ -442,6 +452,12 @@ impl RawLock for ZkLock {
 
     fn raw_capabilities(&self) -> Capabilities {
         CAPABILITIES
+    }
+
+    /// The reader-writer lock's queue and counter.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let session = self.session().await?;
+        self.inspect_rw_lock(&session, name).await
     }
 
     /// The slot nodes of `name`'s permits and its queue's length.

@@ -14,6 +14,18 @@ pub(crate) fn semaphore_node(root: &str, name: &str) -> String {
     node(root, 's', name)
 }
 
+/// The reader-writer lock node of `name` under `root`: as [`lock_node`],
+/// with `r` in place of `n`.
+pub(crate) fn rw_node(root: &str, name: &str) -> String {
+    node(root, 'r', name)
+}
+
+/// The counter node of reader-writer lock `name` under `root` (the latest
+/// write's token): as [`lock_node`], with `f` in place of `n`.
+pub(crate) fn rw_counter_node(root: &str, name: &str) -> String {
+    node(root, 'f', name)
+}
+
 fn node(root: &str, kind: char, name: &str) -> String {
     let mut out = String::with_capacity(root.len() + 2 + name.len());
     out.push_str(root);
