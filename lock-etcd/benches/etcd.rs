@@ -31,7 +31,9 @@ use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
 use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
+use lock_testkit::bench::{
+    contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
+};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
 const BLOCK: usize = 50;
@@ -186,6 +188,7 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
+        m.measure_rw(&locks, "bench/rw", &renewed).await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -197,6 +200,7 @@ async fn main() {
     m.compare(OURS_PERMIT, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
+    m.compare_rw(OURS);
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();
@@ -210,6 +214,7 @@ async fn main() {
         raws.push((c, lease));
     }
     let o = LockOptions::new().wait_timeout(Duration::from_secs(30));
+    print_rw_mix("etcd", clients.clone(), "bench/rw-mix", o.clone(), RUN).await;
     let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
     let raws = Arc::new(tokio::sync::Mutex::new(raws));
     let theirs = contend(TASKS, RUN, |t, end, log| {

@@ -34,7 +34,9 @@ use futures_util::StreamExt;
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
+use lock_testkit::bench::{
+    contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
+};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
 const BLOCK: usize = 100;
@@ -403,6 +405,7 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench:permit", &permit)
             .await;
         m.measure_sets(&locks, "bench:set:", &unrenewed).await;
+        m.measure_rw(&locks, "bench:rw", &renewed).await;
         m.measure(PEER, async |_| {
             let l = rs
                 .lock("bench:rslock", Duration::from_secs(30))
@@ -432,6 +435,7 @@ async fn main() {
     m.compare(PERMIT_SCRIPTS, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
+    m.compare_rw(OURS);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();
@@ -443,6 +447,10 @@ async fn main() {
         managers.push(rslock::LockManager::new(vec![url.clone()]));
     }
     let managers = Arc::new(managers);
+    let mix = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(30));
+    print_rw_mix("redis", clients.clone(), "bench:rw-mix", mix, RUN).await;
     for (scenario, pause) in [
         ("contention: 1 ms of work inside, 1 ms pause outside", WORK),
         (

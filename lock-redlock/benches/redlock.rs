@@ -32,7 +32,9 @@ use lock_redis::RedisLock;
 use lock_redis::raw::{ACQUIRE, RELEASE};
 use lock_redlock::{Redlock, RedlockConfig};
 use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
+use lock_testkit::bench::{
+    contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
+};
 use redis::aio::{ConnectionLike, ConnectionManagerConfig};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
@@ -175,6 +177,7 @@ async fn main() {
         m.measure_lock(OURS, &sets[2], "bench:redlock-renewed", &renewed)
             .await;
         m.measure_sets(&sets[2], "bench:set:", &unrenewed).await;
+        m.measure_rw(&sets[2], "bench:rw", &renewed).await;
         m.measure(PEER, async |_| {
             let l = peer
                 .lock("bench:rslock", Duration::from_secs(30))
@@ -198,6 +201,7 @@ async fn main() {
     m.compare(SETS[0], SINGLE);
     m.compare(SETS[2], SETS[0]);
     m.compare_sets();
+    m.compare_rw(OURS);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();
@@ -209,6 +213,7 @@ async fn main() {
     let o = LockOptions::new()
         .auto_renew(false)
         .wait_timeout(Duration::from_secs(30));
+    print_rw_mix("redlock", clients.clone(), "bench:rw-mix", o.clone(), RUN).await;
     let ours = contend_on(clients, "bench/contended", o, WORK, WORK, RUN).await;
     let theirs = contend(TASKS, RUN, |t, end, log| {
         let managers = managers.clone();

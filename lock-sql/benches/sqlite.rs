@@ -13,9 +13,12 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lock_core::{LockOptions, Wait};
+use std::sync::Arc;
+
+use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::{Identifier, SqliteConfig, SqliteLock};
 use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::print_rw_mix;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
 };
@@ -219,6 +222,7 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &ours, "bench/permit", &permit)
             .await;
         m.measure_sets(&ours, "bench/set/", &opts).await;
+        m.measure_rw(&ours, "bench/rw", &opts).await;
     }
     m.print();
     for (a, b) in [
@@ -236,4 +240,20 @@ async fn main() {
         m.compare(a, b);
     }
     m.compare_sets();
+    m.compare_rw(OURS);
+    let mut clients = Vec::new();
+    for _ in 0..8 {
+        clients.push(Arc::new(ours.clone()) as Arc<dyn DistributedLock>);
+    }
+    let mix = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(30));
+    print_rw_mix(
+        "sqlite",
+        clients,
+        "bench/rw-mix",
+        mix,
+        Duration::from_secs(4),
+    )
+    .await;
 }

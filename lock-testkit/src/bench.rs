@@ -159,6 +159,77 @@ pub fn print_handoff_round_trips(rows: &[(&str, &Run)], round_trip: Duration) {
     }
 }
 
+/// A mixed reader-writer workload on distlock clients: task `t` uses
+/// `clients[t]` and loops until `run` has passed: takes `name`'s
+/// reader-writer lock for reading with probability `read_share` (else for
+/// writing) with `opts`, holds it for `work`, releases, then waits `pause`.
+/// With `read_share` 0 every acquisition writes: the same workload with
+/// exclusive grants only, what readers' parallelism is measured against.
+/// The run's hand-offs count grants to another task than the last.
+pub async fn rw_mix(
+    clients: Vec<Arc<dyn lock_core::DistributedLock>>,
+    name: &str,
+    opts: lock_core::LockOptions,
+    read_share: f64,
+    (work, pause): (Duration, Duration),
+    run: Duration,
+) -> Run {
+    let clients = Arc::new(clients);
+    let name: Arc<str> = name.into();
+    contend(clients.len(), run, |t, end, log| {
+        let (clients, name, opts) = (clients.clone(), name.clone(), opts.clone());
+        async move {
+            while Instant::now() < end {
+                let access = if rand::random_bool(read_share) {
+                    lock_core::Access::Read
+                } else {
+                    lock_core::Access::Write
+                };
+                let opts = opts.clone().access(access);
+                let guard = clients[t].acquire(&name, &opts).await.expect("acquire");
+                let granted = Instant::now();
+                tokio::time::sleep(work).await;
+                let released = Instant::now();
+                guard.release().await.expect("release");
+                log.lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push((granted, released, t));
+                if !pause.is_zero() {
+                    tokio::time::sleep(pause).await;
+                }
+            }
+        }
+    })
+    .await
+}
+
+/// Run [`rw_mix`] with 90 % reads and with writes only, one after the
+/// other on the same clients, and print both and their ratio of
+/// acquisitions: what readers sharing the lock buys.
+pub async fn print_rw_mix(
+    title: &str,
+    clients: Vec<Arc<dyn lock_core::DistributedLock>>,
+    name: &str,
+    opts: lock_core::LockOptions,
+    run: Duration,
+) {
+    let timing = (Duration::from_millis(1), Duration::from_millis(1));
+    let mixed = rw_mix(clients.clone(), name, opts.clone(), 0.9, timing, run).await;
+    let exclusive = rw_mix(clients.clone(), name, opts, 0.0, timing, run).await;
+    print_runs(
+        &format!(
+            "{title}: {} tasks, a client each; 1 ms inside, 1 ms outside",
+            clients.len()
+        ),
+        run,
+        &[("90 % reads", &mixed), ("writes only", &exclusive)],
+    );
+    let (acquisitions, _) = ratios(&mixed, &exclusive);
+    println!(
+        "  {title}: 90 % reads ÷ writes only: {acquisitions:.2}x acquisitions/s (readers' parallelism)"
+    );
+}
+
 /// `ours / theirs` acquisitions and hand-offs, for the line under a table.
 pub fn ratios(ours: &Run, theirs: &Run) -> (f64, f64) {
     (

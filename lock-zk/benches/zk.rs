@@ -19,7 +19,9 @@ use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend, contend_on, print_handoff_round_trips, print_runs, ratios};
+use lock_testkit::bench::{
+    contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
+};
 use lock_zk::ZkLock;
 use zookeeper_client::{Acls, Client, CreateMode, LockPrefix};
 
@@ -167,6 +169,7 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
+        m.measure_rw(&locks, "bench/rw", &renewed).await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -176,6 +179,7 @@ async fn main() {
     m.compare(OURS_PERMIT, PERMIT_FLOOR);
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
+    m.compare_rw(OURS);
     let rtt = m.figures(RTT).map_or(Duration::ZERO, |f| f.wall.0);
 
     // 8 contenders: waiters queue and each hand-off lists the queue; 2
@@ -202,6 +206,7 @@ async fn contention(tasks: usize, rtt: Duration) {
         .ttl(Duration::from_secs(5))
         .auto_renew(false)
         .wait_timeout(Duration::from_secs(30));
+    print_rw_mix("zookeeper", clients.clone(), "bench/rw-mix", o.clone(), RUN).await;
     let ours = contend_on(clients, "bench/contended", o, WORK, Duration::ZERO, RUN).await;
     let theirs = contend(tasks, RUN, |t, end, log| {
         let raws = raws.clone();

@@ -28,7 +28,7 @@
 
 use std::time::{Duration, Instant};
 
-use lock_core::{DistributedLock, LockOptions, LockSetExt};
+use lock_core::{Access, DistributedLock, LockOptions, LockSetExt};
 use rustix::time::{ClockId, clock_gettime};
 
 use super::{percentiles, us};
@@ -46,6 +46,12 @@ pub const SET_SINGLES: &str = "8 try_acquire + 8 release, one by one";
 /// ([`Capabilities::atomic_sets`](lock_core::Capabilities::atomic_sets)
 /// said 0), and released.
 pub const SET_ORDERED: &str = "lock set: try_acquire_all name by name + release";
+
+/// The label of a reader-writer lock taken for reading and released
+/// ([`Cycles::measure_rw`]).
+pub const RW_READ: &str = "reader-writer lock: acquire_read + release";
+/// The label of a reader-writer lock taken for writing and released.
+pub const RW_WRITE: &str = "reader-writer lock: acquire_write + release";
 
 /// One variant's samples.
 struct Variant {
@@ -189,6 +195,25 @@ impl Cycles {
             }
         })
         .await;
+    }
+
+    /// A block of [`RW_READ`] cycles and one of [`RW_WRITE`] on `lock`'s
+    /// reader-writer lock `name`, where the backend offers them; compare
+    /// them with the lock's own cycle by [`compare_rw`](Self::compare_rw).
+    pub async fn measure_rw(&mut self, lock: &dyn DistributedLock, name: &str, opts: &LockOptions) {
+        if lock.capabilities().rw_lock.is_none() {
+            return;
+        }
+        for (label, access) in [(RW_READ, Access::Read), (RW_WRITE, Access::Write)] {
+            let opts = opts.clone().access(access);
+            self.measure_lock(label, lock, name, &opts).await;
+        }
+    }
+
+    /// The reader-writer cycles against the lock's cycle `lock_label`.
+    pub fn compare_rw(&self, lock_label: &str) {
+        self.compare(RW_READ, lock_label);
+        self.compare(RW_WRITE, lock_label);
     }
 
     /// The lock set against the same names one by one: see
