@@ -90,13 +90,78 @@ impl Drop for Unmark {
 }
 
 /// Milliseconds since the Unix epoch by this client's clock, zero-padded
-/// to a fixed width so that marks order as text too. Skew between clients
-/// shifts who counts as first, never exclusion.
-fn arrival_now() -> String {
+/// to a fixed width so that marks order as text too: a reader-writer
+/// acquisition's arrival ([`RW_ACQUIRE`]'s sixth argument). Skew between
+/// clients shifts who counts as first, never exclusion.
+pub fn arrival_now() -> String {
     let ms = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_millis());
     format!("{ms:016}")
+}
+
+/// One server's answer to [`RW_STATE`]: the write counter, the waiting
+/// writers and the live holders (their access, time left and record; no
+/// token, which is the caller's to give).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RwState {
+    /// The write counter (the latest write's token).
+    pub counter: u64,
+    /// Writers whose mark has not lapsed.
+    pub waiting: usize,
+    /// The live holders.
+    pub holders: Vec<RwHolderInfo>,
+}
+
+impl RwState {
+    /// Read [`RW_STATE`]'s `reply` about lock `name`; a reply that is not
+    /// one is [`LockError::Backend`] of `backend`.
+    pub fn read(backend: &'static str, name: &str, reply: &[Vec<u8>]) -> Result<Self, LockError> {
+        let bad = |what: &str| LockError::Backend {
+            backend,
+            reason: format!("reader-writer lock {name:?}: unreadable {what} in the server's reply"),
+            source: None,
+        };
+        let number = |bytes: &[u8], what: &str| -> Result<i64, LockError> {
+            std::str::from_utf8(bytes)
+                .ok()
+                .and_then(|s| s.parse().ok())
+                .ok_or_else(|| bad(what))
+        };
+        let [counter, waiting, rest @ ..] = reply else {
+            return Err(bad("state"));
+        };
+        let counter = u64::try_from(number(counter, "counter")?).map_err(|_| bad("counter"))?;
+        let waiting = usize::try_from(number(waiting, "waiting writers")?)
+            .map_err(|_| bad("waiting writers"))?;
+        let mut holders = Vec::with_capacity(rest.len() / 3);
+        for holder in rest.chunks(3) {
+            let [access, left, record] = holder else {
+                return Err(bad("holder"));
+            };
+            let access = match &access[..] {
+                b"w" => Access::Write,
+                b"r" => Access::Read,
+                _ => return Err(bad("access")),
+            };
+            let left = u64::try_from(number(left, "lease")?)
+                .ok()
+                .map(Duration::from_millis);
+            let record = (!record.is_empty())
+                .then(|| HolderRecord::decode_for(backend, name, record))
+                .transpose()?;
+            holders.push(
+                RwHolderInfo::new(access)
+                    .with_expires_in(left)
+                    .with_holder(record),
+            );
+        }
+        Ok(RwState {
+            counter,
+            waiting,
+            holders,
+        })
+    }
 }
 
 impl RedisLock {
@@ -296,49 +361,16 @@ impl RedisLock {
         )
         .await?
         .map_err(|e| map_redis("reading a reader-writer lock", e))?;
-        let bad = |what: &str| LockError::Backend {
-            backend: BACKEND,
-            reason: format!("reader-writer lock {name:?}: unreadable {what} in the server's reply"),
-            source: None,
-        };
-        let number = |bytes: &[u8], what: &str| -> Result<i64, LockError> {
-            std::str::from_utf8(bytes)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad(what))
-        };
-        let [fence, waiting, rest @ ..] = &reply[..] else {
-            return Err(bad("state"));
-        };
-        let fence = u64::try_from(number(fence, "counter")?).map_err(|_| bad("counter"))?;
-        let waiting = usize::try_from(number(waiting, "waiting writers")?)
-            .map_err(|_| bad("waiting writers"))?;
-        let mut holders = Vec::with_capacity(rest.len() / 3);
-        for holder in rest.chunks(3) {
-            let [access, left, record] = holder else {
-                return Err(bad("holder"));
-            };
-            let access = match &access[..] {
-                b"w" => Access::Write,
-                b"r" => Access::Read,
-                _ => return Err(bad("access")),
-            };
-            let left = u64::try_from(number(left, "lease")?)
-                .ok()
-                .map(Duration::from_millis);
-            let record = (!record.is_empty())
-                .then(|| HolderRecord::decode_for(BACKEND, name, record))
-                .transpose()?;
-            holders.push(
-                RwHolderInfo::new(access)
-                    .with_fencing_token(Some(fence))
-                    .with_expires_in(left)
-                    .with_holder(record),
-            );
-        }
+        let state = RwState::read(BACKEND, name, &reply)?;
+        let fence = state.counter;
+        let holders = state
+            .holders
+            .into_iter()
+            .map(|h| h.with_fencing_token(Some(fence)))
+            .collect();
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(Some(fence))
-            .with_waiting(Some(waiting), None))
+            .with_waiting(Some(state.waiting), None))
     }
 }
 

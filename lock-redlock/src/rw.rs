@@ -10,14 +10,15 @@
 //! Waiters listen on the name's channel on every node; releases wake them.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, DetachedRelease, GuardHandle, OwnerToken, Pace, PendingGrant, RawGuard, Request,
     Unrenewed, WaitLoop, granted_too_late,
 };
-use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
+use lock_core::{Access, LockError, LockGuard, LockOptions, RwLockInfo};
+use lock_redis::raw::RwState;
 use tokio::time::Instant;
 
 use crate::error::{BACKEND, causes, quorum_not_reached};
@@ -33,13 +34,9 @@ const MARK_RENEWAL: Duration = Duration::from_millis(500);
 /// wakes it sooner.
 const BACKSTOP: Duration = Duration::from_millis(500);
 
-/// Milliseconds since the Unix epoch by this client's clock, zero-padded
-/// (see lock-redis's reader-writer locks).
+/// lock-redis's arrival, shared by the per-node requests.
 fn arrival_now() -> Arc<str> {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{ms:016}").into()
+    lock_redis::raw::arrival_now().into()
 }
 
 /// Removes a waiting writer's marks on every node when its wait ends
@@ -305,7 +302,7 @@ impl Redlock {
             .into_iter()
             .flatten()
             .filter_map(Result::ok)
-            .map(|reply| NodeView::read(name, &reply))
+            .map(|reply| RwState::read(BACKEND, name, &reply))
             .collect::<Result<Vec<_>, _>>()?;
         let on_majority = |access: Access| {
             views
@@ -347,62 +344,6 @@ impl Redlock {
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(token)
             .with_waiting(waiting, None))
-    }
-}
-
-/// One node's answer to the state script.
-struct NodeView {
-    counter: u64,
-    waiting: usize,
-    holders: Vec<RwHolderInfo>,
-}
-
-impl NodeView {
-    fn read(name: &str, reply: &[Vec<u8>]) -> Result<Self, LockError> {
-        let bad = |what: &str| LockError::Backend {
-            backend: BACKEND,
-            reason: format!("reader-writer lock {name:?}: unreadable {what} in a node's reply"),
-            source: None,
-        };
-        let number = |bytes: &[u8], what: &str| -> Result<i64, LockError> {
-            std::str::from_utf8(bytes)
-                .ok()
-                .and_then(|s| s.parse().ok())
-                .ok_or_else(|| bad(what))
-        };
-        let [counter, waiting, rest @ ..] = reply else {
-            return Err(bad("state"));
-        };
-        let counter = u64::try_from(number(counter, "counter")?).map_err(|_| bad("counter"))?;
-        let waiting = usize::try_from(number(waiting, "waiting writers")?)
-            .map_err(|_| bad("waiting writers"))?;
-        let mut holders = Vec::new();
-        for holder in rest.chunks(3) {
-            let [access, left, record] = holder else {
-                return Err(bad("holder"));
-            };
-            let access = match &access[..] {
-                b"w" => Access::Write,
-                b"r" => Access::Read,
-                _ => return Err(bad("access")),
-            };
-            let left = u64::try_from(number(left, "lease")?)
-                .ok()
-                .map(Duration::from_millis);
-            let record = (!record.is_empty())
-                .then(|| lock_core::raw::HolderRecord::decode_for(BACKEND, name, record))
-                .transpose()?;
-            holders.push(
-                RwHolderInfo::new(access)
-                    .with_expires_in(left)
-                    .with_holder(record),
-            );
-        }
-        Ok(NodeView {
-            counter,
-            waiting,
-            holders,
-        })
     }
 }
 
