@@ -50,7 +50,7 @@ CASES=(
 ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
 # The backends that offer reader-writer locks.
-RW_LOCKS="redis redlock sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+RW_LOCKS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 SEMAPHORES="redis postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0

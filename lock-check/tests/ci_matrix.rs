@@ -437,6 +437,18 @@ fn rw_zookeeper() {
 }
 
 #[test]
+fn rw_postgres_row() {
+    let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check_rw("postgres-row", "postgres", &url, &["postgres"]);
+}
+
+#[test]
+fn rw_mysql_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
+    check_rw("mysql-advisory", "mysql", &url, &["mysql"]);
+}
+
+#[test]
 fn rw_redlock() {
     check_rw("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
 }

@@ -179,7 +179,9 @@ impl<L: DistributedLock + ?Sized> RwLockExt for L {}
 pub struct RwLockInfo {
     /// How it is held now: by a writer, by readers, or (`None`) not at all.
     pub mode: Option<Access>,
-    /// The holders: one writer, or the readers.
+    /// The holders: one writer, or the readers, where the backend can list
+    /// them (Postgres and MySQL list a writer, not the readers sharing a
+    /// row).
     pub holders: Vec<RwHolderInfo>,
     /// The token of the latest write grant, where the backend keeps it
     /// readable (the token a new reader would carry).

@@ -34,7 +34,9 @@ use lock_core::raw::{
     DetachedRelease, GuardHandle, HolderRecord, LeaseState, PendingGrant, RawGuard, RawLock,
     Request, Unrenewed, Wakeups, Watchdog, confirmed_lease_start, validate_name,
 };
-use lock_core::{Capabilities, Fencing, LockError, LockGuard, LockInfo, SemaphoreInfo, Wait};
+use lock_core::{
+    Access, Capabilities, Fencing, LockError, LockGuard, LockInfo, RwLockInfo, SemaphoreInfo, Wait,
+};
 use sqlx::pool::{PoolConnection, PoolOptions};
 use sqlx::{ConnectOptions, Database, Pool};
 use tokio::time::Instant;
@@ -44,6 +46,7 @@ use crate::error::map_sqlx;
 use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::permits::{self, Found};
+use crate::rw;
 use crate::shared::{SessionSql, SharedSessions};
 
 /// A lock granted on a connection of its own: the connection (holding the
@@ -165,6 +168,42 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// The error of a permit's statement: a missing permits table is a
     /// configuration error naming the statement that creates it.
     fn permit_error(&self, e: sqlx::Error) -> LockError;
+
+    /// Open a reader-writer grant's transaction on `pinned`, with the
+    /// server's idle bound `ttl`, and take `name`'s row (see
+    /// [`crate::rw`]) for `access` without waiting; a reader arriving at
+    /// `arrival` only when no live mark (at `now`, both ms by the client's
+    /// clock) of a writer that arrived at or before it is there. The
+    /// transaction stays open only when the row is taken: `true`.
+    async fn take_rw(
+        &self,
+        pinned: &mut Pinned<Self::Db>,
+        name: &str,
+        access: Access,
+        (arrival, now): (i64, i64),
+        ttl: Duration,
+    ) -> Result<Result<bool, sqlx::Error>, LockError>;
+
+    /// Put (or renew) waiting writer `id`'s mark on `name`: its arrival
+    /// and its expiry, ms by the client's clock.
+    async fn mark_rw(
+        &self,
+        name: &str,
+        id: &str,
+        arrival: i64,
+        expires: i64,
+    ) -> Result<(), LockError>;
+
+    /// Remove waiting writer `id`'s mark on `name`.
+    async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError>;
+
+    /// How `name`'s row is held now (probed without waiting: `None` when
+    /// free) and how many live marks of waiting writers it has (at `now`).
+    async fn rw_state(&self, name: &str, now: i64) -> Result<(Option<Access>, usize), LockError>;
+
+    /// The error of a reader-writer statement: missing tables are a
+    /// configuration error naming the statements that create them.
+    fn rw_error(&self, e: sqlx::Error) -> LockError;
 }
 
 /// The connections and settings of a session-lock backend.
@@ -538,6 +577,11 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// One attempt, without waiting: on a shared session when sessions are
     /// shared, else on a connection of its own.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return rw::attempt(self, req, access, rw::now_ms(), None)
+                .await?
+                .into_guard();
+        }
         if let Some(limit) = req.opts.permits {
             return permits::attempt(self, req, limit).await?.into_guard();
         }
@@ -557,6 +601,9 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// Free now: taken on a shared session. Held: waited for on a
     /// connection of its own.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return rw::wait(self, req, access).await;
+        }
         if let Some(limit) = req.opts.permits {
             return permits::wait(self, req, limit).await;
         }
@@ -583,6 +630,7 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             // The holder record lives beside the token.
             .with_holder(core.fencing)
             .with_semaphore(Some(permits::SEMAPHORE))
+            .with_rw_lock(Some(rw::RW))
     }
 
     async fn raw_inspect(&self, name: &str) -> Result<LockInfo, LockError> {
@@ -599,6 +647,12 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             .map(|r| HolderRecord::decode_for(D::CAPABILITIES.backend, name, &r))
             .transpose()?;
         Ok(info.with_fencing_token(Some(token)).with_holder(holder))
+    }
+
+    /// The name's row probed, the latest write's token and the waiting
+    /// writers' marks (see [`crate::rw`]).
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        rw::inspect(self, name).await
     }
 
     /// The slots whose rows are locked (see [`crate::permits`]).

@@ -35,9 +35,13 @@ mod permits;
 #[cfg(feature = "postgres")]
 mod postgres;
 #[cfg(any(feature = "postgres", feature = "mysql"))]
+mod rw;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
 mod shared;
 #[cfg(feature = "sqlite")]
 mod sqlite;
+#[cfg(any(feature = "postgres", feature = "mysql"))]
+mod transaction;
 
 #[cfg(any(feature = "postgres", feature = "mysql"))]
 pub use config::{SqlConfig, SqlMode};

@@ -38,7 +38,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{HolderRecord, Request};
 use lock_core::{
-    Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, Waiting,
+    Access, Backoff, Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, Waiting,
 };
 use sqlx::mysql::MySqlConnectOptions;
 use sqlx::pool::PoolConnection;
@@ -53,6 +53,7 @@ use crate::permits::Found;
 use crate::shared::{SessionSql, Tried};
 
 mod permits;
+mod rw;
 mod tokens;
 
 const BACKEND: &str = "mysql";
@@ -108,6 +109,8 @@ pub struct MySqlDialect {
     restore_permit: Option<String>,
     /// The semaphores' statements.
     permits: permits::Statements,
+    /// The reader-writer locks' statements.
+    rw: rw::Statements,
 }
 
 impl MySqlDialect {
@@ -242,7 +245,8 @@ impl SqlLock<MySqlDialect> {
             .fetch_one(&pool)
             .await
             .map_err(|e| map_sqlx(BACKEND, "reading the server version", e))?;
-        let (idle_var, isolation_var) = if version.contains("MariaDB") {
+        let mariadb = version.contains("MariaDB");
+        let (idle_var, isolation_var) = if mariadb {
             ("idle_transaction_timeout", "tx_isolation")
         } else {
             ("wait_timeout", "transaction_isolation")
@@ -269,6 +273,7 @@ impl SqlLock<MySqlDialect> {
             restore,
             restore_permit,
             permits: permits::Statements::new(&t),
+            rw: rw::Statements::new(&t, mariadb),
         }))
     }
 }
@@ -281,11 +286,13 @@ impl SqlLock<MySqlDialect> {
     /// `MEMORY` tables of the counters (with short holder records) and the
     /// epoch they count in, and the holder records too long for the
     /// counters' row (InnoDB); last, the table of the semaphores' permits
-    /// (InnoDB, rows per name and slot), which the start-up checks do not
-    /// ask for: without it every lock works, and a request for a permit is
-    /// refused with `InvalidOptions` naming this statement. The lock's
-    /// account needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on the six
-    /// tables.
+    /// (InnoDB, rows per name and slot) and the two tables of the
+    /// reader-writer locks (InnoDB: a row per name, the waiting writers'
+    /// marks), which the start-up checks do not ask for: without them
+    /// every lock works, and a request for a permit or a reader-writer
+    /// grant is refused with `InvalidOptions` naming the statements. The
+    /// lock's account needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on
+    /// the eight tables.
     ///
     /// ```
     /// let ddl = lock_sql::MySqlLock::ddl(&lock_sql::SqlConfig::default());
@@ -298,6 +305,7 @@ impl SqlLock<MySqlDialect> {
         )];
         ddl.extend(tokens::ddl(t));
         ddl.push(permits::ddl(t));
+        ddl.extend(rw::ddl(t));
         ddl
     }
 
@@ -971,6 +979,107 @@ impl Dialect for MySqlDialect {
             }
         }
         pinned.put_back();
+    }
+
+    async fn take_rw(
+        &self,
+        pinned: &mut Pinned<MySql>,
+        name: &str,
+        access: Access,
+        times: (i64, i64),
+        ttl: Duration,
+    ) -> Result<Result<bool, sqlx::Error>, LockError> {
+        let bounds = Bounds {
+            wait_secs: 1,
+            idle_secs: secs_ceil(ttl),
+        };
+        let app_pool = self.restore.is_some();
+        for made in [false, true] {
+            let begin = row_begin(
+                self.isolation_var,
+                self.idle_var,
+                app_pool,
+                pinned.bounds,
+                bounds,
+            );
+            // Unknown until the SET has been answered.
+            pinned.bounds = None;
+            let taken = {
+                let conn = pinned.conn(BACKEND)?;
+                match sqlx::raw_sql(AssertSqlSafe(begin))
+                    .execute(&mut **conn)
+                    .await
+                {
+                    Ok(_) => self.rw.take(conn, name, access, times).await,
+                    Err(e) => Err(e),
+                }
+            };
+            if taken.is_ok() && !app_pool {
+                pinned.bounds = Some(bounds);
+            }
+            match taken {
+                Ok(Some(taken)) => return Ok(Ok(taken)),
+                // The name's first grant: its row is made (committed at
+                // once) and the row taken again.
+                Ok(None) if !made => {
+                    let conn = pinned.conn(BACKEND)?;
+                    if let Err(e) = self.rw.ensure(conn, name).await {
+                        return Ok(Err(e));
+                    }
+                }
+                Ok(None) => return Ok(Ok(false)),
+                Err(e) => return Ok(Err(e)),
+            }
+        }
+        Ok(Ok(false))
+    }
+
+    async fn mark_rw(
+        &self,
+        name: &str,
+        id: &str,
+        arrival: i64,
+        expires: i64,
+    ) -> Result<(), LockError> {
+        self.rw
+            .mark(self.core.pool.pool(), name, id, arrival, expires)
+            .await
+            .map_err(|e| self.rw_error(e))
+    }
+
+    async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError> {
+        self.rw
+            .unmark(self.core.pool.pool(), name, id)
+            .await
+            .map_err(|e| self.rw_error(e))
+    }
+
+    async fn rw_state(&self, name: &str, now: i64) -> Result<(Option<Access>, usize), LockError> {
+        let failed = |e| self.rw_error(e);
+        let mut conn = self.core.pool.pool().acquire().await.map_err(failed)?;
+        let state = self.rw.state(&mut conn, name, now).await;
+        if state.is_err() {
+            // It may hold half a transaction.
+            conn.close_on_drop();
+        }
+        state.map_err(failed)
+    }
+
+    fn rw_error(&self, e: sqlx::Error) -> LockError {
+        let missing = match &e {
+            sqlx::Error::Database(db) => db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| e.number() == NO_SUCH_TABLE),
+            _ => false,
+        };
+        if missing {
+            return LockError::invalid_options(format!(
+                "the reader-writer locks' tables are missing ({e}): create them with the last \
+                 two statements of MySqlLock::ddl: {}",
+                rw::ddl(self.core.table.as_str()).join("; ")
+            ));
+        }
+        map_sqlx(BACKEND, "acquiring a reader-writer lock", e)
     }
 
     fn permit_error(&self, e: sqlx::Error) -> LockError {

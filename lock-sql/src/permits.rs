@@ -31,13 +31,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use lock_core::raw::{Attempt, GuardHandle, Request, acquire_by_polling, limit_mismatch};
+use lock_core::raw::{Attempt, Request, acquire_by_polling, limit_mismatch};
 use lock_core::{LockError, LockGuard, PermitInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting};
 use tokio::time::Instant;
 
 use crate::engine::{Dialect, Kept, SqlLock, guard, holder_record};
-use crate::held::{self, DeadBudget, Pinned};
+use crate::held::DeadBudget;
+use crate::transaction::TransactionHandle;
 
 /// The largest semaphore limit.
 pub(crate) const MAX_LIMIT: u32 = 1024;
@@ -150,11 +150,12 @@ pub(crate) async fn attempt<D: Dialect>(
     };
     let record = holder_record(core, req);
     let counter = counter_key(name, slot);
-    let handle = Arc::new(PermitHandle {
-        dialect: Arc::clone(lock.dialect_arc()),
-        name: name.to_string(),
-        conn: tokio::sync::Mutex::new(pinned),
-    });
+    let handle = Arc::new(TransactionHandle::new(
+        Arc::clone(lock.dialect_arc()),
+        name,
+        wake_key(name),
+        pinned,
+    ));
     let token = match core.fencing {
         true => {
             let bytes = record.as_ref().map_or(&[][..], |r| r.as_bytes());
@@ -218,43 +219,4 @@ pub(crate) async fn inspect<D: Dialect>(
         permits.push(permit);
     }
     Ok(SemaphoreInfo::held(limit, permits))
-}
-
-/// A permit: its slot's row locked in an open transaction on a connection
-/// of its own.
-struct PermitHandle<D: Dialect> {
-    dialect: Arc<D>,
-    name: String,
-    conn: tokio::sync::Mutex<Pinned<D::Db>>,
-}
-
-impl<D: Dialect> PermitHandle<D> {
-    /// Close the connection (its transaction, and the slot, end with it).
-    async fn close(&self) {
-        self.conn.lock().await.close();
-    }
-}
-
-#[async_trait]
-impl<D: Dialect> GuardHandle for PermitHandle<D> {
-    /// End the transaction: the slot is free; this process's waiters for
-    /// the semaphore look again at once.
-    async fn release(&self) -> Result<bool, LockError> {
-        let released = held::release(&self.conn, &self.name, async |conn| {
-            self.dialect.end_permit(conn).await.map(|()| true)
-        })
-        .await;
-        self.dialect.core().wakeups.wake(&wake_key(&self.name));
-        released
-    }
-
-    /// Touch the connection (resetting the server's idle bound) and set the
-    /// bound to `ttl`: `false` if the connection, and so the permit, is
-    /// gone.
-    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
-        held::touch(&self.conn, &self.name, async |conn| {
-            self.dialect.touch_permit(conn, ttl).await
-        })
-        .await
-    }
 }

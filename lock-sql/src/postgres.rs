@@ -58,7 +58,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{HolderRecord, Request, lease_millis};
 use lock_core::{
-    Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, LockOptions, Wait, Waiting,
+    Access, Capabilities, CrashRelease, Fencing, Grade, LockError, LockInfo, LockOptions, Wait,
+    Waiting,
 };
 use sqlx::pool::PoolConnection;
 use sqlx::postgres::PgConnectOptions;
@@ -74,6 +75,7 @@ use crate::permits::Found;
 use crate::shared::{SessionSql, Tried};
 
 mod permits;
+mod rw;
 mod tokens;
 
 const BACKEND: &str = "postgres";
@@ -136,6 +138,8 @@ pub struct PgDialect {
     sql: Statements,
     /// The semaphores' statements.
     permits: permits::Statements,
+    /// The reader-writer locks' statements.
+    rw: rw::Statements,
     /// The pool is the application's: its connections did not start with
     /// `client_connection_check_interval`, so an advisory wait sets it
     /// first (the server arms the check when a statement starts, so
@@ -286,6 +290,7 @@ impl SqlLock<PgDialect> {
         let session = PgSession { sql: sql.clone() };
         Ok(SqlLock::new(PgDialect {
             permits: permits::Statements::new(config.table.as_str()),
+            rw: rw::Statements::new(config.table.as_str()),
             core: Core::new(BACKEND, pool, options, session, config, display),
             sql,
             arm_check_before_waits,
@@ -304,11 +309,13 @@ impl SqlLock<PgDialect> {
     /// EXISTS`): the lock table (a row per name, for row mode), the durable
     /// epoch of the fencing tokens, and the unlogged tables of the counters
     /// and the epoch they count in; last, the unlogged table of the
-    /// semaphores' permits (rows per name and slot), which the start-up
-    /// checks do not ask for: without it every lock works, and a request
-    /// for a permit is refused with `InvalidOptions` naming this
-    /// statement. The lock's role needs `SELECT`, `INSERT`, `UPDATE` and
-    /// `DELETE` on the five tables.
+    /// semaphores' permits (rows per name and slot) and the two unlogged
+    /// tables of the reader-writer locks (a row per name, the waiting
+    /// writers' marks), which the start-up checks do not ask for: without
+    /// them every lock works, and a request for a permit or a reader-writer
+    /// grant is refused with `InvalidOptions` naming the statements. The
+    /// lock's role needs `SELECT`, `INSERT`, `UPDATE` and `DELETE` on the
+    /// seven tables.
     ///
     /// ```
     /// let ddl = lock_sql::PgLock::ddl(&lock_sql::SqlConfig::default());
@@ -321,6 +328,7 @@ impl SqlLock<PgDialect> {
         )];
         ddl.extend(tokens::ddl(t));
         ddl.push(permits::ddl(t));
+        ddl.extend(rw::ddl(t));
         ddl
     }
 
@@ -815,6 +823,58 @@ impl Dialect for PgDialect {
 
     async fn put_back_permit(&self, mut pinned: Pinned<Postgres>) {
         pinned.put_back();
+    }
+
+    async fn take_rw(
+        &self,
+        pinned: &mut Pinned<Postgres>,
+        name: &str,
+        access: Access,
+        times: (i64, i64),
+        ttl: Duration,
+    ) -> Result<Result<bool, sqlx::Error>, LockError> {
+        let conn = pinned.conn(BACKEND)?;
+        Ok(self.rw.take(conn, name, access, times, ttl).await)
+    }
+
+    async fn mark_rw(
+        &self,
+        name: &str,
+        id: &str,
+        arrival: i64,
+        expires: i64,
+    ) -> Result<(), LockError> {
+        self.rw
+            .mark(self.core.pool.pool(), name, id, arrival, expires)
+            .await
+            .map_err(|e| self.rw_error(e))
+    }
+
+    async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError> {
+        self.rw
+            .unmark(self.core.pool.pool(), name, id)
+            .await
+            .map_err(|e| self.rw_error(e))
+    }
+
+    async fn rw_state(&self, name: &str, now: i64) -> Result<(Option<Access>, usize), LockError> {
+        self.rw
+            .state(self.core.pool.pool(), name, now)
+            .await
+            .map_err(|e| self.rw_error(e))
+    }
+
+    fn rw_error(&self, e: sqlx::Error) -> LockError {
+        match &e {
+            sqlx::Error::Database(db) if db.code().as_deref() == Some(UNDEFINED_TABLE) => {
+                LockError::invalid_options(format!(
+                    "the reader-writer locks' tables are missing ({e}): create them with the \
+                     last two statements of PgLock::ddl: {}",
+                    rw::ddl(self.core.table.as_str()).join("; ")
+                ))
+            }
+            _ => map_sqlx(BACKEND, "acquiring a reader-writer lock", e),
+        }
     }
 
     fn permit_error(&self, e: sqlx::Error) -> LockError {

