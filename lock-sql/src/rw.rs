@@ -29,6 +29,7 @@
 //! **Waiters** poll (a release in this process wakes them at once).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_core::raw::{Attempt, OwnerToken, RawGuard, Request, acquire_by_polling};
@@ -80,23 +81,33 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Removes a waiting writer's mark when its wait ends (granted, given up
-/// or dropped), in the background.
-struct Unmark<D: Dialect> {
-    dialect: Arc<D>,
-    name: String,
+/// A waiting writer's mark: its id, and whether it was put (at the
+/// writer's first refusal), so that only a mark that exists is removed.
+pub(crate) struct Mark {
     id: String,
+    placed: AtomicBool,
 }
 
-impl<D: Dialect> Drop for Unmark<D> {
+/// Removes a waiting writer's mark, if it put one and no grant removed it,
+/// when its wait ends (given up or dropped), in the background.
+struct Unmark<'m, D: Dialect> {
+    dialect: Arc<D>,
+    name: String,
+    mark: &'m Mark,
+}
+
+impl<D: Dialect> Drop for Unmark<'_, D> {
     fn drop(&mut self) {
+        if !self.mark.placed.load(Ordering::Acquire) {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (dialect, name, id) = (
             Arc::clone(&self.dialect),
             std::mem::take(&mut self.name),
-            std::mem::take(&mut self.id),
+            self.mark.id.clone(),
         );
         rt.spawn(async move {
             if let Err(e) = dialect.unmark_rw(&name, &id).await {
@@ -107,14 +118,14 @@ impl<D: Dialect> Drop for Unmark<D> {
 }
 
 /// One attempt at `access` to `req.name` on `lock`, as a newcomer arriving
-/// at `arrival` or as the waiting writer `mark` (its id), which marks
-/// itself if refused.
+/// at `arrival` or as the waiting writer `mark`, which marks itself if
+/// refused.
 pub(crate) async fn attempt<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
     access: Access,
     arrival: i64,
-    mark: Option<&str>,
+    mark: Option<&Mark>,
 ) -> Result<Attempt, LockError> {
     let dialect = lock.dialect();
     let core = dialect.core();
@@ -144,21 +155,23 @@ pub(crate) async fn attempt<D: Dialect>(
     };
     if !granted {
         dialect.put_back_permit(pinned).await;
-        let Some(id) = mark else {
+        let Some(mark) = mark else {
             return Ok(Attempt::Held { expires_in: None });
         };
         let expires = now_ms().saturating_add(i64::try_from(MARK.as_millis()).unwrap_or(0));
-        dialect.mark_rw(name, id, arrival, expires).await?;
+        dialect.mark_rw(name, &mark.id, arrival, expires).await?;
+        mark.placed.store(true, Ordering::Release);
         // Back before the mark lapses.
         return Ok(Attempt::Held {
             expires_in: Some(MARK_RENEWAL),
         });
     }
-    if let Some(id) = mark {
-        // Granted: its mark holds nobody back any more (the wait's end
-        // removes it too, in the background; this is before the caller
-        // hears).
-        if let Err(e) = dialect.unmark_rw(name, id).await {
+    if let Some(mark) = mark
+        && mark.placed.swap(false, Ordering::AcqRel)
+    {
+        // Granted: its mark holds nobody back any more; removed before the
+        // caller hears (a writer granted at its first attempt put none).
+        if let Err(e) = dialect.unmark_rw(name, &mark.id).await {
             tracing::debug!(target: "distlock", error = %e, "removing a granted writer's mark failed; it lapses by itself");
         }
     }
@@ -219,14 +232,17 @@ pub(crate) async fn wait<D: Dialect>(
 ) -> Result<Option<LockGuard>, LockError> {
     let wake = lock.dialect().core().wakeups.subscribe(&wake_key(req.name));
     let arrival = now_ms();
-    let mark = (access == Access::Write).then(|| OwnerToken::random().to_hex());
-    let _unmark = mark.as_ref().map(|id| Unmark {
+    let mark = (access == Access::Write).then(|| Mark {
+        id: OwnerToken::random().to_hex(),
+        placed: AtomicBool::new(false),
+    });
+    let _unmark = mark.as_ref().map(|mark| Unmark {
         dialect: Arc::clone(lock.dialect_arc()),
         name: req.name.to_string(),
-        id: id.clone(),
+        mark,
     });
     acquire_by_polling(req, Some(wake), |_| {
-        attempt(lock, req, access, arrival, mark.as_deref())
+        attempt(lock, req, access, arrival, mark.as_ref())
     })
     .await
 }

@@ -13,6 +13,7 @@
 //! them at once); a waiter that gives up removes its mark.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_core::raw::{
@@ -142,29 +143,35 @@ fn arrival_now() -> i64 {
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// A waiting writer: its mark's owner column and its arrival.
+/// A waiting writer: its mark's owner column, its arrival, and whether
+/// its mark is there (put at its first refusal, removed by its grant), so
+/// that only a mark that exists is removed.
 struct Mark {
     id: String,
     arrival: i64,
+    placed: AtomicBool,
 }
 
-/// Removes a waiting writer's mark when its wait ends (granted, given up
-/// or dropped), in the background.
-struct Unmark {
+/// Removes a waiting writer's mark, if it is there, when its wait ends
+/// (given up or dropped), in the background.
+struct Unmark<'m> {
     inner: Arc<Inner>,
     name: String,
-    id: String,
+    mark: &'m Mark,
 }
 
-impl Drop for Unmark {
+impl Drop for Unmark<'_> {
     fn drop(&mut self) {
+        if !self.mark.placed.load(Ordering::Acquire) {
+            return;
+        }
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
         let (inner, name, id) = (
             Arc::clone(&self.inner),
             std::mem::take(&mut self.name),
-            std::mem::take(&mut self.id),
+            self.mark.id.clone(),
         );
         rt.spawn(async move {
             let _turn = inner.gate.urgent().await;
@@ -251,6 +258,9 @@ impl SqliteLock {
             }
             tx.commit().await.map_err(failed)?;
             drop(turn);
+            if let Some(m) = mark {
+                m.placed.store(true, Ordering::Release);
+            }
             // A waiting writer comes back before its mark lapses.
             let left = match mark {
                 Some(_) => Some(left.map_or(MARK_RENEWAL, |l| l.min(MARK_RENEWAL))),
@@ -258,7 +268,8 @@ impl SqliteLock {
             };
             return Ok(Attempt::Held { expires_in: left });
         }
-        if let Some(m) = mark {
+        let placed = mark.filter(|m| m.placed.load(Ordering::Acquire));
+        if let Some(m) = placed {
             sqlx::query(AssertSqlSafe(sql.unmark.as_str()))
                 .bind(name)
                 .bind(&m.id)
@@ -293,6 +304,9 @@ impl SqliteLock {
         let pending = PendingGrant::new(Arc::new(handle));
         tx.commit().await.map_err(failed)?;
         drop(turn);
+        if let Some(m) = placed {
+            m.placed.store(false, Ordering::Release);
+        }
         if access == Access::Write {
             inner.epoch.cover(&inner.pool, fence).await?;
         }
@@ -335,11 +349,12 @@ impl SqliteLock {
         let mark = (access == Access::Write).then(|| Mark {
             id: format!("mark-{}", OwnerToken::random().to_hex()),
             arrival,
+            placed: AtomicBool::new(false),
         });
-        let _unmark = mark.as_ref().map(|m| Unmark {
+        let _unmark = mark.as_ref().map(|mark| Unmark {
             inner: Arc::clone(&self.inner),
             name: name.to_string(),
-            id: m.id.clone(),
+            mark,
         });
         acquire_by_polling(req, Some(wake), |_| {
             self.attempt_rw(name, opts, access, arrival, mark.as_ref())
