@@ -382,6 +382,12 @@ fn set_postgres_row() {
 }
 
 #[test]
+fn set_postgres_advisory() {
+    let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
+    check_set("postgres-advisory", "postgres", &url, &["postgres"]);
+}
+
+#[test]
 fn set_mysql_advisory() {
     let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
     check_set("mysql-advisory", "mysql", &url, &["mysql"]);

@@ -47,7 +47,7 @@ use crate::held::{self, Pinned, Side, Warm};
 use crate::ident::Identifier;
 use crate::permits::{self, Found};
 use crate::rw;
-use crate::shared::{SessionSql, SharedSessions};
+use crate::shared::{MAX_ATOMIC_SET, SessionSql, SharedSessions};
 
 /// A lock granted on a connection of its own: the connection (holding the
 /// lock), the grant's token (0 without fencing) and when it was asked for.
@@ -474,6 +474,54 @@ async fn on_shared<D: Dialect>(
     }
 }
 
+/// One attempt at a set of locks on a shared session (advisory mode), all
+/// or none in one request ([`SharedSessions::try_lock_set`]).
+async fn on_shared_set<D: Dialect>(
+    lock: &SqlLock<D>,
+    reqs: &[Request<'_>],
+) -> Result<Option<Vec<LockGuard>>, LockError> {
+    let Some(&first) = reqs.first() else {
+        return Ok(Some(Vec::new()));
+    };
+    let sent_at = Instant::now();
+    let core = lock.dialect.core();
+    let record = holder_record(core, first);
+    let bytes = record.as_ref().map_or(&[][..], HolderRecord::as_bytes);
+    let names: Vec<&str> = reqs.iter().map(|r| r.name).collect();
+    let Some(granted) = core
+        .shared
+        .try_lock_set(&names, bytes, first.opts.ttl)
+        .await?
+    else {
+        return Ok(None);
+    };
+    let mut guards = Vec::with_capacity(granted.len());
+    let mut granted = reqs.iter().zip(granted);
+    while let Some((&req, (handle, token))) = granted.next() {
+        let made = guard(
+            lock,
+            req,
+            handle,
+            (token, sent_at),
+            record.clone(),
+            Kept::lock(req.name),
+        )
+        .await;
+        match made {
+            Ok(g) => guards.push(g),
+            Err(e) => {
+                // The members made so far go back as their guards drop;
+                // the rest are given back here.
+                for (_, (handle, _)) in granted {
+                    let _ = handle.release().await;
+                }
+                return Err(e);
+            }
+        }
+    }
+    Ok(Some(guards))
+}
+
 /// On a connection of its own, waiting until `req`'s deadline (a single
 /// attempt for [`Wait::No`]).
 async fn on_pinned<D: Dialect>(
@@ -598,6 +646,21 @@ impl<D: Dialect> RawLock for SqlLock<D> {
         }
     }
 
+    /// The whole set in one statement on a shared session (advisory mode
+    /// with shared sessions: [`Capabilities::atomic_sets`] says so).
+    async fn attempt_set_once(
+        &self,
+        reqs: &[Request<'_>],
+    ) -> Result<Option<Vec<LockGuard>>, LockError> {
+        if !self.dialect.core().shared.enabled() {
+            return Err(LockError::Unsupported {
+                backend: D::CAPABILITIES.backend,
+                operation: "atomic lock sets in row mode",
+            });
+        }
+        on_shared_set(self, reqs).await
+    }
+
     /// Free now: taken on a shared session. Held: waited for on a
     /// connection of its own.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
@@ -629,6 +692,12 @@ impl<D: Dialect> RawLock for SqlLock<D> {
             })
             // The holder record lives beside the token.
             .with_holder(core.fencing)
+            // A set in one statement on a shared session.
+            .with_atomic_sets(if core.shared.enabled() {
+                MAX_ATOMIC_SET
+            } else {
+                0
+            })
             .with_semaphore(Some(permits::SEMAPHORE))
             .with_rw_lock(Some(rw::RW))
     }

@@ -50,7 +50,7 @@ use crate::engine::{self, Core, Dialect, LatestGrant, Pinning, SqlLock};
 use crate::error::map_sqlx;
 use crate::held::{Bounds, DeadBudget, Pinned};
 use crate::permits::Found;
-use crate::shared::{SessionSql, Tried};
+use crate::shared::{SessionSql, Tried, TriedSet};
 
 mod permits;
 mod rw;
@@ -1173,6 +1173,42 @@ impl SessionSql for MySqlSession {
         Ok((granted == Some(1)).then_some(0))
     }
 
+    /// One statement takes every name's `GET_LOCK`, all or none (see
+    /// [`set_statement`]); then the tokens are drawn for all of them in
+    /// two more ([`tokens::Statements::draw_set`]).
+    async fn try_lock_set(
+        &self,
+        conn: &mut Self::Conn,
+        names: &[&str],
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> TriedSet {
+        if let Some(idle) = idle {
+            self.keep(conn, idle).await?;
+        }
+        let keys: Vec<String> = names.iter().map(|name| advisory_key(name)).collect();
+        let mut set =
+            sqlx::query_scalar::<_, Option<i64>>(AssertSqlSafe(set_statement(keys.len())));
+        // The keys are looked at, taken, and (if one was taken by someone
+        // else meanwhile) given back.
+        for _ in 0..3 {
+            for key in &keys {
+                set = set.bind(key.as_str());
+            }
+        }
+        if set.fetch_one(&mut *conn).await? != Some(1) {
+            return Ok(None);
+        }
+        if !self.tokens.enabled {
+            return Ok(Some(vec![0; names.len()]));
+        }
+        self.tokens
+            .sql
+            .draw_set(conn, names, record)
+            .await
+            .map(Some)
+    }
+
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error> {
         let released: Option<i64> = sqlx::query_scalar("SELECT RELEASE_LOCK(?)")
             .bind(advisory_key(name))
@@ -1204,6 +1240,26 @@ impl SessionSql for MySqlSession {
 /// no two names are cut to one. The same name as the server's
 /// `CONCAT('dl:', LEFT(SHA2(name, 256), 61))`, computed here so that the
 /// server runs no hash per statement.
+/// The statement that takes `count` advisory keys (bound three times over,
+/// in the same order) on a shared session, all or none, in one round trip:
+/// 1 when every one was taken. It first asks `IS_FREE_LOCK` of each, and
+/// tries none when one is held: a set refused because a member is held
+/// never takes the others, even for the moment of the statement. Only a
+/// grant racing the statement itself (between that look and the tries)
+/// can make it take some keys; it then gives them back (a `RELEASE_LOCK`
+/// of a key held by another session does nothing) and answers below 0.
+fn set_statement(count: usize) -> String {
+    let each = |call: &str| vec![call; count].join(" + ");
+    let free = vec!["COALESCE(IS_FREE_LOCK(?), 0) = 1"; count].join(" AND ");
+    format!(
+        "SELECT CASE WHEN {free} THEN \
+         CASE WHEN {} = {count} THEN 1 ELSE -1 - ({}) END \
+         ELSE 0 END",
+        each("COALESCE(GET_LOCK(?, 0), 0)"),
+        each("COALESCE(RELEASE_LOCK(?), 0)"),
+    )
+}
+
 fn advisory_key(name: &str) -> String {
     use sha2::Digest;
 

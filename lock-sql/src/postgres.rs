@@ -72,7 +72,7 @@ use crate::error::{connection_lost, map_sqlx};
 use crate::held::{DeadBudget, NoConnection, Pinned};
 use crate::ident::Identifier;
 use crate::permits::Found;
-use crate::shared::{SessionSql, Tried};
+use crate::shared::{SessionSql, Tried, TriedSet};
 
 mod permits;
 mod rw;
@@ -164,6 +164,9 @@ struct Statements {
     /// One attempt at the advisory lock on a shared session whose idle
     /// bound is already the one wanted, then the grant's token.
     advisory_try_kept: String,
+    /// One attempt at a set of advisory locks on a shared session, all or
+    /// none, then their tokens: see [`set_grant`].
+    advisory_try_set: String,
     /// Row mode's token, drawn after the row is locked.
     draw_token: String,
     /// A drawn token completed: the epoch advanced after a crash.
@@ -228,9 +231,54 @@ impl Statements {
             ),
             advisory_unlock_shared: format!("SELECT pg_advisory_unlock({key})"),
             advisory_try_kept: grant(format!("pg_try_advisory_lock({key})"), "$2"),
+            advisory_try_set: set_grant(t, fencing),
             tokens: tokens::Statements::new(t),
             fencing,
         }
+    }
+}
+
+/// The statement that takes the advisory locks of the names `$1` (a
+/// `text[]`, distinct) on a shared session, all or none, in one round
+/// trip, first setting the session's idle bound to `$2` unless it is NULL.
+/// It answers one row: whether the set was granted, how many locks it
+/// gave back, and the tokens drawn (see [`tokens::draw_set`]; zeros
+/// without `fencing`, and then no holder record `$3`), in `$1`'s order.
+///
+/// It first looks in `pg_locks` for anyone holding or waiting for one of
+/// the names' keys, and tries none when it finds one: a set refused
+/// because a member is held never takes the others, even for the moment
+/// of the statement. Only a grant racing the statement itself (between
+/// that look and the tries) can make it take some keys; it then gives
+/// them back before answering. A try never jumps a waiter (the server
+/// refuses a try while anyone waits), so the set is taken only where a
+/// single try of each name would have been.
+fn set_grant(t: &str, fencing: bool) -> String {
+    let names = "n AS (SELECT name, ord, hashtextextended('distlock:' || name, 0) AS k \
+         FROM unnest($1::text[]) WITH ORDINALITY AS n(name, ord))";
+    let free = "f AS MATERIALIZED (SELECT (CASE WHEN $2::text IS NULL THEN true \
+         ELSE set_config('idle_session_timeout', $2, false) IS NOT NULL END) \
+         AND NOT EXISTS (SELECT 1 FROM pg_locks p JOIN n \
+         ON p.classid = ((n.k >> 32) & 4294967295)::oid AND p.objid = (n.k & 4294967295)::oid \
+         WHERE p.locktype = 'advisory' AND p.objsubid = 1 \
+         AND p.database = (SELECT oid FROM pg_database WHERE datname = current_database())) AS free)";
+    let tried = "tried AS MATERIALIZED (SELECT k, pg_try_advisory_lock(k) AS took FROM n \
+         WHERE (SELECT free FROM f))";
+    let got = "l AS MATERIALIZED (SELECT coalesce((SELECT free FROM f) \
+         AND (SELECT bool_and(took) FROM tried), false) AS got)";
+    let undone = "undone AS MATERIALIZED (SELECT count(pg_advisory_unlock(k)) AS n FROM tried \
+         WHERE took AND NOT (SELECT got FROM l))";
+    let head = format!("WITH {names}, {free}, {tried}, {got}, {undone}");
+    let answer = "(SELECT got FROM l), (SELECT n FROM undone)";
+    match fencing {
+        true => format!(
+            "{head}, {} SELECT {answer}, {}",
+            tokens::draw_set(t, "$3"),
+            tokens::DRAWN_SET
+        ),
+        false => format!(
+            "{head} SELECT {answer}, ARRAY(SELECT 0::bigint FROM n WHERE (SELECT got FROM l) ORDER BY ord)"
+        ),
     }
 }
 
@@ -1020,6 +1068,47 @@ impl SessionSql for PgSession {
         .fetch_one(conn)
         .await?;
         Ok(Duration::from_millis(millis.unsigned_abs()))
+    }
+
+    async fn try_lock_set(
+        &self,
+        conn: &mut Self::Conn,
+        names: &[&str],
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> TriedSet {
+        let idle = idle.map(|idle| format!("{}ms", lease_millis(idle)));
+        let set = sqlx::query_as::<_, (Option<bool>, i64, Vec<i64>)>(AssertSqlSafe(
+            self.sql.advisory_try_set.as_str(),
+        ))
+        .bind(names.to_vec())
+        .bind(idle);
+        let set = match self.sql.fencing {
+            true => set.bind(record),
+            false => set,
+        };
+        // Every row read: the answer counts once the commit is done.
+        let Some((got, _, drawn)) = set.fetch_all(&mut *conn).await?.into_iter().next() else {
+            return Err(sqlx::Error::Protocol(
+                "a lock set statement returned no row".into(),
+            ));
+        };
+        if got != Some(true) {
+            return Ok(None);
+        }
+        let mut tokens = Vec::with_capacity(drawn.len());
+        for (name, drawn) in names.iter().zip(drawn) {
+            let token = match self.sql.fencing {
+                true => self.sql.tokens.complete(conn, name, drawn).await?,
+                false => 0,
+            };
+            tokens.push(
+                u64::try_from(token).map_err(|_| {
+                    sqlx::Error::Protocol(format!("a negative fencing token {token}"))
+                })?,
+            );
+        }
+        Ok(Some(tokens))
     }
 
     async fn try_lock(

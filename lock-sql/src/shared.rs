@@ -63,10 +63,15 @@ use crate::error::{connection_lost, map_sqlx};
 /// statement answers all the renewals among them).
 const MAX_BATCH: usize = 4096;
 
-/// What one attempt on a shared session came to.
-enum Attempt {
-    /// Granted, with this fencing token.
-    Granted(u64),
+/// The most names one set attempt takes on a shared session, in one
+/// statement ([`SharedSessions::try_lock_set`]).
+pub(crate) const MAX_ATOMIC_SET: usize = 64;
+
+/// What one attempt on a shared session came to: `T` is what a grant
+/// brings (a lock's fencing token, a set's tokens).
+enum Attempt<T> {
+    /// Granted, with this fencing token (these tokens).
+    Granted(T),
     /// Held by another session (or by this one: never asked).
     Busy,
     /// Refused by the server; the session holds what it held before.
@@ -75,10 +80,10 @@ enum Attempt {
     Broken(sqlx::Error),
 }
 
-impl Attempt {
+impl<T> Attempt<T> {
     /// A failed statement: refused by the server (the session goes on), or
     /// the session is gone.
-    fn failure(e: sqlx::Error) -> Attempt {
+    fn failure(e: sqlx::Error) -> Attempt<T> {
         match &e {
             sqlx::Error::Database(_) if !connection_lost(&e) => Attempt::Failed(e),
             _ => Attempt::Broken(e),
@@ -107,6 +112,24 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
         idle: Option<Duration>,
     ) -> Tried;
 
+    /// The session's idle bound set to `idle` if given, then one attempt
+    /// at every name of `names` (distinct, at most [`MAX_ATOMIC_SET`]) in
+    /// one request, not waiting, all or none: when every name is free
+    /// (nobody holds it or waits for it), all are taken and their tokens
+    /// drawn as [`try_lock`](Self::try_lock) draws one, in `names`' order;
+    /// when one is not, none is taken, and none of the others is locked
+    /// on the way (whoever holds or waits for it is seen first). Only a
+    /// grant racing this very request can make it take some and give them
+    /// back before answering. A failure may leave names locked on the
+    /// session: the caller gives them back.
+    async fn try_lock_set(
+        &self,
+        conn: &mut Self::Conn,
+        names: &[&str],
+        record: &[u8],
+        idle: Option<Duration>,
+    ) -> TriedSet;
+
     /// Give `name` back; whether the session held it. The session's idle
     /// bound stays as it is.
     async fn unlock(&self, conn: &mut Self::Conn, name: &str) -> Result<bool, sqlx::Error>;
@@ -124,9 +147,13 @@ pub(crate) trait SessionSql: Send + Sync + 'static {
 /// grants draw none), `None` if the name is held.
 pub(crate) type Tried = Result<Option<u64>, sqlx::Error>;
 
+/// One set attempt's answer on a session: every name's token in order if
+/// all were granted (0 where grants draw none), `None` if one is held.
+pub(crate) type TriedSet = Result<Option<Vec<u64>>, sqlx::Error>;
+
 /// An acquisition's answer: the grant if granted; an error says whether a
 /// new session might do better.
-type LockReply = Result<Option<Grant>, (LockError, bool)>;
+type LockReply<T = Grant> = Result<Option<T>, (LockError, bool)>;
 
 /// What a session's task is asked to do.
 enum Command {
@@ -264,6 +291,38 @@ impl<S: SessionSql> SessionRef<S> {
         .await
     }
 
+    /// One attempt at every name of `names` at once, with the holder
+    /// `record`, its idle bound at least `idle`: a grant per name, in
+    /// order, or `None` if one is held.
+    async fn lock_set(
+        &self,
+        names: &[&str],
+        record: &[u8],
+        idle: Duration,
+    ) -> LockReply<Vec<Grant>> {
+        let mut session = Arc::clone(&self.state).lock_owned().await;
+        let commands = self.commands.clone();
+        let names: Vec<String> = names.iter().map(|n| n.to_string()).collect();
+        let record = record.to_vec();
+        RunToEnd::new(&self.runtime, async move {
+            let Some(granted) = session.lock_set(&names, &record, idle).await? else {
+                return Ok(None);
+            };
+            let grants = names
+                .into_iter()
+                .zip(granted)
+                .map(|(name, (id, token))| Grant {
+                    commands: commands.clone(),
+                    name,
+                    id,
+                    token,
+                    claimed: false,
+                });
+            Ok(Some(grants.collect()))
+        })
+        .await
+    }
+
     /// Give `name` back if the session holds it under grant `id`.
     async fn unlock(&self, name: &str, id: u64) -> bool {
         let mut session = Arc::clone(&self.state).lock_owned().await;
@@ -318,26 +377,53 @@ impl<S: SessionSql> SharedSessions<S> {
         record: &[u8],
         idle: Duration,
     ) -> Result<Option<(Arc<dyn GuardHandle>, u64)>, LockError> {
+        self.on_a_session("acquiring a lock", move |session| async move {
+            let grant = session.lock(name, record, idle).await?;
+            Ok(grant.map(|grant| claimed(grant, &session)))
+        })
+        .await
+    }
+
+    /// One attempt at every name of `names` (distinct, at most
+    /// [`MAX_ATOMIC_SET`]) on a shared session, all or none (see
+    /// [`SessionSql::try_lock_set`]), with the holder `record`, its idle
+    /// bound at least `idle`: each lock's handle and token, in order, or
+    /// `None` if one is held.
+    pub(crate) async fn try_lock_set(
+        &self,
+        names: &[&str],
+        record: &[u8],
+        idle: Duration,
+    ) -> Result<Option<Vec<(Arc<dyn GuardHandle>, u64)>>, LockError> {
+        self.on_a_session("acquiring a lock set", move |session| async move {
+            let grants = session.lock_set(names, record, idle).await?;
+            Ok(grants.map(|grants| grants.into_iter().map(|g| claimed(g, &session)).collect()))
+        })
+        .await
+    }
+
+    /// `attempt` on the next session in turn; a session that died while
+    /// idle fails its next statement, and a new one is opened for the next
+    /// try (three in all).
+    async fn on_a_session<T, F, Fut>(&self, what: &str, attempt: F) -> Result<T, LockError>
+    where
+        F: Fn(Arc<SessionRef<S>>) -> Fut,
+        Fut: Future<Output = Result<T, (LockError, bool)>>,
+    {
         let count = self.slots.len().max(1);
         let slot = self.next.fetch_add(1, Ordering::Relaxed) % count;
         let mut last_error = None;
-        // A session that died while idle fails its next statement; a new
-        // one is opened for the next try.
         for _ in 0..3 {
             let session = self.session(slot).await?;
-            match session.lock(name, record, idle).await {
-                Ok(Some(grant)) => {
-                    let (handle, token) = grant.claim(session);
-                    return Ok(Some((Arc::new(handle), token)));
-                }
-                Ok(None) => return Ok(None),
+            match attempt(session).await {
+                Ok(answer) => return Ok(answer),
                 Err((e, true)) => last_error = Some(e),
                 Err((e, false)) => return Err(e),
             }
         }
         Err(last_error.unwrap_or_else(|| LockError::Unavailable {
             backend: self.backend,
-            reason: "acquiring a lock: the shared session kept failing".into(),
+            reason: format!("{what}: the shared session kept failing"),
             source: None,
         }))
     }
@@ -463,6 +549,15 @@ impl<S: SessionSql> fmt::Debug for SharedSessions<S> {
             .field("sessions", &self.slots.len())
             .finish_non_exhaustive()
     }
+}
+
+/// `grant` claimed on `session`: the lock's handle and token.
+fn claimed<S: SessionSql>(
+    grant: Grant,
+    session: &Arc<SessionRef<S>>,
+) -> (Arc<dyn GuardHandle>, u64) {
+    let (handle, token) = grant.claim(Arc::clone(session));
+    (Arc::new(handle), token)
 }
 
 /// A lock held on a shared session, under the session's number for its
@@ -700,17 +795,38 @@ impl<S: SessionSql> Session<S> {
         record: &[u8],
         idle: Duration,
     ) -> Result<Option<(u64, u64)>, (LockError, bool)> {
-        if !self.begin() {
-            let ended = LockError::Unavailable {
-                backend: self.backend,
-                reason: "acquiring a lock: the shared session has ended".into(),
-                source: None,
-            };
-            return Err((ended, true));
-        }
+        self.begin_or_ended()?;
         let answer = self.grant(name, record, idle).await;
         self.midway = false;
         answer
+    }
+
+    /// One attempt at every name of `names` with the holder `record`:
+    /// each grant's number and token, in order, if all were granted.
+    async fn lock_set(
+        &mut self,
+        names: &[String],
+        record: &[u8],
+        idle: Duration,
+    ) -> Result<Option<Vec<(u64, u64)>>, (LockError, bool)> {
+        self.begin_or_ended()?;
+        let answer = self.grant_set(names, record, idle).await;
+        self.midway = false;
+        answer
+    }
+
+    /// [`begin`](Self::begin), or the error of a session that has ended
+    /// (a new session might do better).
+    fn begin_or_ended(&mut self) -> Result<(), (LockError, bool)> {
+        if self.begin() {
+            return Ok(());
+        }
+        let ended = LockError::Unavailable {
+            backend: self.backend,
+            reason: "acquiring a lock: the shared session has ended".into(),
+            source: None,
+        };
+        Err((ended, true))
     }
 
     async fn grant(
@@ -723,47 +839,118 @@ impl<S: SessionSql> Session<S> {
             return Ok(None);
         }
         let bound = self.idle.max(idle);
-        match self.attempt(name, record, bound).await {
-            Attempt::Granted(token) => {
-                self.idle = bound;
-                let until = Instant::now() + idle;
-                if self.timer.is_none_or(|t| until < t) {
-                    self.timer = Some(until);
-                    self.wake.notify_one();
+        let sql = Arc::clone(&self.sql);
+        let answer = match self.prepare(bound) {
+            Some((conn, set_idle)) => sql.try_lock(conn, name, record, set_idle).await,
+            None => Err(sqlx::Error::WorkerCrashed),
+        };
+        let attempt = self.conclude(&[name], bound, answer).await;
+        let granted = self.settle(attempt, bound, "acquiring a lock")?;
+        Ok(granted.map(|token| (self.hold(name, idle), token)))
+    }
+
+    /// As [`grant`](Self::grant), for every name of `names` at once: none
+    /// if the session itself holds one of them already.
+    async fn grant_set(
+        &mut self,
+        names: &[String],
+        record: &[u8],
+        idle: Duration,
+    ) -> Result<Option<Vec<(u64, u64)>>, (LockError, bool)> {
+        if names.iter().any(|name| self.held.contains_key(name)) {
+            return Ok(None);
+        }
+        let bound = self.idle.max(idle);
+        let sql = Arc::clone(&self.sql);
+        let names: Vec<&str> = names.iter().map(String::as_str).collect();
+        let answer = match self.prepare(bound) {
+            Some((conn, set_idle)) => {
+                match sql.try_lock_set(conn, &names, record, set_idle).await {
+                    Ok(Some(tokens)) if tokens.len() != names.len() => {
+                        Err(sqlx::Error::Protocol(format!(
+                            "a lock set statement answered {} tokens for {} names",
+                            tokens.len(),
+                            names.len()
+                        )))
+                    }
+                    answer => answer,
                 }
-                let id = self.grants;
-                self.grants += 1;
-                self.held.insert(name.to_string(), Held { id, until, idle });
-                Ok(Some((id, token)))
+            }
+            None => Err(sqlx::Error::WorkerCrashed),
+        };
+        let attempt = self.conclude(&names, bound, answer).await;
+        let granted = self.settle(attempt, bound, "acquiring a lock set")?;
+        Ok(granted.map(|tokens| {
+            names
+                .iter()
+                .zip(tokens)
+                .map(|(name, token)| (self.hold(name, idle), token))
+                .collect()
+        }))
+    }
+
+    /// What an attempt came to, for its caller: the session's idle bound
+    /// is `bound` once the server answered; a broken session ends.
+    fn settle<T>(
+        &mut self,
+        attempt: Attempt<T>,
+        bound: Duration,
+        what: &str,
+    ) -> Result<Option<T>, (LockError, bool)> {
+        match attempt {
+            Attempt::Granted(granted) => {
+                self.idle = bound;
+                Ok(Some(granted))
             }
             Attempt::Busy => {
                 self.idle = bound;
                 Ok(None)
             }
-            Attempt::Failed(e) => Err((map_sqlx(self.backend, "acquiring a lock", e), false)),
+            Attempt::Failed(e) => Err((map_sqlx(self.backend, what, e), false)),
             Attempt::Broken(e) => {
                 tracing::debug!(target: "distlock", backend = self.backend, error = %e, "a shared session broke");
                 self.end();
-                Err((map_sqlx(self.backend, "acquiring a lock", e), true))
+                Err((map_sqlx(self.backend, what, e), true))
             }
         }
     }
 
-    /// One attempt at `name` and, if granted, its token; a failed attempt,
-    /// which may have locked `name` before failing (a token that could not
-    /// be drawn), gives it back before answering.
-    async fn attempt(&mut self, name: &str, record: &[u8], bound: Duration) -> Attempt {
-        let sql = Arc::clone(&self.sql);
-        let Some(conn) = self.conn.as_mut() else {
-            return Attempt::Broken(sqlx::Error::WorkerCrashed);
-        };
+    /// Record the session's grant of `name` for a lease of `idle`: the
+    /// grant's number.
+    fn hold(&mut self, name: &str, idle: Duration) -> u64 {
+        let until = Instant::now() + idle;
+        if self.timer.is_none_or(|t| until < t) {
+            self.timer = Some(until);
+            self.wake.notify_one();
+        }
+        let id = self.grants;
+        self.grants += 1;
+        self.held.insert(name.to_string(), Held { id, until, idle });
+        id
+    }
+
+    /// The connection for an attempt, and the idle bound it sets if that
+    /// changed (`bound`); `None` once the session has ended.
+    fn prepare(&mut self, bound: Duration) -> Option<(&mut S::Conn, Option<Duration>)> {
         let set_idle = (self.server_idle != Some(bound)).then_some(bound);
         self.server_idle = None;
-        let failure = match sql.try_lock(conn, name, record, set_idle).await {
+        Some((self.conn.as_mut()?, set_idle))
+    }
+
+    /// What an attempt's statement at `names` answered: a failed attempt,
+    /// which may have locked some of `names` before failing (a token that
+    /// could not be drawn), gives them back before answering.
+    async fn conclude<T>(
+        &mut self,
+        names: &[&str],
+        bound: Duration,
+        answer: Result<Option<T>, sqlx::Error>,
+    ) -> Attempt<T> {
+        let failure = match answer {
             Ok(answer) => {
                 self.server_idle = Some(bound);
                 return match answer {
-                    Some(token) => Attempt::Granted(token),
+                    Some(granted) => Attempt::Granted(granted),
                     None => Attempt::Busy,
                 };
             }
@@ -772,10 +959,16 @@ impl<S: SessionSql> Session<S> {
         if connection_lost(&failure) {
             return Attempt::Broken(failure);
         }
-        match sql.unlock(conn, name).await {
-            Ok(_) => Attempt::failure(failure),
-            Err(_) => Attempt::Broken(failure),
+        let sql = Arc::clone(&self.sql);
+        let Some(conn) = self.conn.as_mut() else {
+            return Attempt::Broken(failure);
+        };
+        for name in names {
+            if sql.unlock(conn, name).await.is_err() {
+                return Attempt::Broken(failure);
+            }
         }
+        Attempt::failure(failure)
     }
 
     /// Give `name` back if the session holds it: whether it was ours. A

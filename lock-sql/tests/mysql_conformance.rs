@@ -14,11 +14,15 @@ session_conformance! {
 }
 
 /// The crate's `docs.md` opens with the capability checklist this backend
-/// reports, in both modes.
+/// reports, in both modes (a column each).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn docs_open_with_the_capability_checklist() {
     for mode in ["row", "advisory"] {
         let h = harness_for(&format!("mode={mode}")).await;
-        lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
+        lock_testkit::docs::assert_checklist_column(
+            include_str!("../docs.md"),
+            &format!("mysql {mode}"),
+            &h.lock.capabilities(),
+        );
     }
 }

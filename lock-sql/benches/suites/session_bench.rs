@@ -147,7 +147,7 @@ where
         })
         .await;
         m.measure_lock(PERMIT, &row, "bench/permit", &permit).await;
-        m.measure_sets(&row, "bench/set/", &opts).await;
+        m.measure_sets(&advisory, "bench/set/", &opts).await;
     }
     m.print();
     let comparisons = [

@@ -70,6 +70,13 @@ pub(crate) struct Statements {
     rebase: String,
     /// A name's latest token and holder record.
     pub(crate) latest: String,
+    /// The draw of several names' tokens in one statement, a row of
+    /// [`Self::draw_set_row`] per name between its head and its tail.
+    draw_set_head: String,
+    draw_set_row: String,
+    draw_set_tail: &'static str,
+    /// Several names' tokens, `?, ` per name and `)` after the head.
+    read_set_head: String,
     /// Replace the counters row's record of a name's grant, if that
     /// grant's token is still the latest.
     set_inline: String,
@@ -114,6 +121,13 @@ impl Statements {
                  FROM {t}_counters c LEFT JOIN {t}_holders h ON h.name = c.name AND h.token = c.token \
                  WHERE c.name = ?"
             ),
+            draw_set_head: format!("INSERT INTO {t}_counters (name, token, holder) VALUES "),
+            draw_set_row: format!(
+                "(?, (COALESCE((SELECT epoch FROM {t}_run WHERE id = 1), 0) << 32) | 1, ?)"
+            ),
+            draw_set_tail: " ON DUPLICATE KEY UPDATE token = token + 1, used_at = NOW(6), \
+                 holder = VALUES(holder)",
+            read_set_head: format!("SELECT name, token FROM {t}_counters WHERE name IN ("),
             set_inline: format!("UPDATE {t}_counters SET holder = ? WHERE name = ? AND token = ?"),
             keep_long: format!(
                 "INSERT INTO {t}_holders (name, token, holder) \
@@ -141,6 +155,49 @@ impl Statements {
         let token = self.complete(conn, name, drawn).await?;
         self.keep_if_long(conn, name, token, record).await?;
         Ok(token)
+    }
+
+    /// The tokens of grants of `names` (distinct, every one held by the
+    /// caller), in order, each as [`draw`](Self::draw) draws one: all
+    /// counters advanced in one statement (the holder `record` stored with
+    /// each), then read in one more. Nobody else draws for a name while
+    /// the caller holds it, so the read sees the draw.
+    pub(crate) async fn draw_set(
+        &self,
+        conn: &mut sqlx::MySqlConnection,
+        names: &[&str],
+        record: &[u8],
+    ) -> Result<Vec<u64>, sqlx::Error> {
+        let rows = vec![self.draw_set_row.as_str(); names.len()].join(", ");
+        let draw = format!("{}{rows}{}", self.draw_set_head, self.draw_set_tail);
+        let mut query = sqlx::query(AssertSqlSafe(draw));
+        for name in names {
+            query = query.bind(name.as_bytes()).bind(inline(record));
+        }
+        query.execute(&mut *conn).await?;
+        let read = format!(
+            "{}{})",
+            self.read_set_head,
+            vec!["?"; names.len()].join(", ")
+        );
+        let mut query = sqlx::query_as::<_, (Vec<u8>, u64)>(AssertSqlSafe(read));
+        for name in names {
+            query = query.bind(name.as_bytes());
+        }
+        let drawn: std::collections::HashMap<Vec<u8>, u64> =
+            query.fetch_all(&mut *conn).await?.into_iter().collect();
+        let mut tokens = Vec::with_capacity(names.len());
+        for name in names {
+            let Some(&token) = drawn.get(name.as_bytes()) else {
+                return Err(sqlx::Error::Protocol(
+                    "a drawn token's counter is gone".into(),
+                ));
+            };
+            let token = self.complete(conn, name, token).await?;
+            self.keep_if_long(conn, name, token, record).await?;
+            tokens.push(token);
+        }
+        Ok(tokens)
     }
 
     /// `name`'s latest token and its holder record, if any.

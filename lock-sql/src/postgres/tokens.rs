@@ -166,6 +166,27 @@ pub(crate) fn draw(t: &str, holder: &str) -> String {
 /// The token [`draw`]'s expressions drew (NULL if `l` did not say `got`).
 pub(crate) const DRAWN: &str = "coalesce((SELECT token FROM u), (SELECT token FROM t))";
 
+/// [`draw`] for a set: the common table expressions that draw a token for
+/// every name of the CTE `n` (`name`, `ord`) when the CTE `l` says `got`,
+/// in one statement; [`DRAWN_SET`] is the array of their tokens in `n`'s
+/// order. Each name's token as [`draw`] draws it.
+pub(crate) fn draw_set(t: &str, holder: &str) -> String {
+    format!(
+        "u AS (UPDATE {t}_counters c SET token = c.token + 1, used_at = now(), holder = {holder}::bytea \
+         FROM n WHERE c.name = n.name AND (SELECT got FROM l) RETURNING c.name, c.token), \
+         t AS (INSERT INTO {t}_counters (name, token, used_at, holder) \
+         SELECT n.name, (coalesce((SELECT epoch FROM {t}_run WHERE id = 1 FOR SHARE), 0) << 32) | 1, now(), {holder}::bytea \
+         FROM n WHERE (SELECT got FROM l) AND n.name NOT IN (SELECT name FROM u) \
+         ON CONFLICT (name) DO UPDATE SET token = {t}_counters.token + 1, used_at = now(), \
+         holder = excluded.holder RETURNING name, token)"
+    )
+}
+
+/// The tokens [`draw_set`]'s expressions drew, in `n`'s order (empty if
+/// `l` did not say `got`).
+pub(crate) const DRAWN_SET: &str = "ARRAY(SELECT d.token FROM n JOIN \
+     (SELECT name, token FROM u UNION ALL SELECT name, token FROM t) d USING (name) ORDER BY n.ord)";
+
 /// The tables the tokens need, on lock table `t`.
 pub(crate) fn ddl(t: &str) -> [String; 4] {
     [
