@@ -495,29 +495,25 @@ async fn on_shared_set<D: Dialect>(
     else {
         return Ok(None);
     };
+    // Each member is given back if this future ends (an error, or the
+    // caller's cancellation) before its guard is made: the guards made by
+    // then release their members as they drop.
+    let granted: Vec<(PendingGrant, u64)> = granted
+        .into_iter()
+        .map(|(handle, token)| (PendingGrant::new(handle), token))
+        .collect();
     let mut guards = Vec::with_capacity(granted.len());
-    let mut granted = reqs.iter().zip(granted);
-    while let Some((&req, (handle, token))) = granted.next() {
+    for (&req, (pending, token)) in reqs.iter().zip(granted) {
         let made = guard(
             lock,
             req,
-            handle,
+            pending.disarm(),
             (token, sent_at),
             record.clone(),
             Kept::lock(req.name),
         )
-        .await;
-        match made {
-            Ok(g) => guards.push(g),
-            Err(e) => {
-                // The members made so far go back as their guards drop;
-                // the rest are given back here.
-                for (_, (handle, _)) in granted {
-                    let _ = handle.release().await;
-                }
-                return Err(e);
-            }
-        }
+        .await?;
+        guards.push(made);
     }
     Ok(Some(guards))
 }
