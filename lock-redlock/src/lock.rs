@@ -21,7 +21,7 @@ use crate::config::{RedlockConfig, parse_url};
 use crate::error::{BACKEND, causes, quorum_not_reached};
 use crate::handle::RedlockHandle;
 use crate::node::{LockRef, Node, NodeGrant, Waiter};
-use crate::quorum::{Replies, Stragglers, count, failed, gather, gather_then, majority};
+use crate::quorum::{Replies, Stragglers, count, failed, gather, gather_grants, majority};
 
 pub(crate) const CAPABILITIES: Capabilities =
     // Safety rests on timing assumptions (bounded pauses, clock rates,
@@ -306,24 +306,13 @@ impl Redlock {
         let start = Instant::now();
         let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
         let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
-        // Once a majority granted, the slower nodes' requests run on, so
-        // that the lock lands on every node that takes it and survives the
-        // loss of any minority (a restarted node, its script cache empty,
-        // answers its first call three round trips late and was otherwise
-        // always cut off). Refused, they are dropped: a request not yet
-        // sent must not land after the caller has moved on.
-        let replies = gather_then(
+        let replies = gather_grants(
             inner.nodes.iter().map(|node| {
                 Arc::clone(node).acquire(Arc::clone(&handle.lock), opts.ttl, waiter.cloned())
             }),
-            |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
-            |r| {
-                if count(r, granted) >= q {
-                    Stragglers::Finish
-                } else {
-                    Stragglers::Drop
-                }
-            },
+            q,
+            granted,
+            held,
         )
         .await;
         let grants: Vec<(usize, u64)> = replies

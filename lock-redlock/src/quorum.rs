@@ -70,6 +70,40 @@ where
     replies
 }
 
+/// An acquisition fanned out to every node (one request each): answers
+/// are gathered until `q` nodes `granted` or so many `refused` or failed
+/// that `q` can no longer be reached. Once granted, the slower nodes'
+/// requests run on, so the grant lands on every node that takes it and
+/// survives the loss of any minority (a restarted node, its script cache
+/// empty, answers three round trips late and was otherwise always cut
+/// off); refused, they are dropped: a request not yet sent must not land
+/// after the caller has moved on.
+pub(crate) async fn gather_grants<T, Fut>(
+    requests: impl IntoIterator<Item = Fut>,
+    q: usize,
+    granted: impl Fn(&T) -> bool + Copy,
+    refused: impl Fn(&T) -> bool + Copy,
+) -> Replies<T>
+where
+    T: Send + 'static,
+    Fut: Future<Output = Result<T, LockError>> + Send + 'static,
+{
+    let requests: Vec<Fut> = requests.into_iter().collect();
+    let n = requests.len();
+    gather_then(
+        requests,
+        |r| count(r, granted) >= q || n - count(r, refused) - failed(r) < q,
+        |r| {
+            if count(r, granted) >= q {
+                Stragglers::Finish
+            } else {
+                Stragglers::Drop
+            }
+        },
+    )
+    .await
+}
+
 /// How many answers satisfy `pred`.
 pub(crate) fn count<T>(replies: &Replies<T>, pred: impl Fn(&T) -> bool) -> usize {
     replies

@@ -25,7 +25,7 @@ use crate::error::{BACKEND, causes, quorum_not_reached};
 use crate::handle::majority_answer;
 use crate::lock::{CAPABILITIES, Inner, Redlock};
 use crate::node::{NodeGrant, RwRef};
-use crate::quorum::{Stragglers, count, failed, gather, gather_then};
+use crate::quorum::{Stragglers, count, failed, gather, gather_grants};
 
 /// How often a waiting writer's attempt renews its marks.
 const MARK_RENEWAL: Duration = Duration::from_millis(500);
@@ -102,9 +102,8 @@ impl Redlock {
         let start = Instant::now();
         let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
         let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
-        // As for a lock: once a majority granted, the slower nodes'
-        // requests run on, so the grant lands on every node that takes it.
-        let replies = gather_then(
+        // As for a lock ([`gather_grants`]).
+        let replies = gather_grants(
             inner.nodes.iter().map(|node| {
                 Arc::clone(node).acquire_rw(
                     Arc::clone(&handle.rw),
@@ -113,14 +112,9 @@ impl Redlock {
                     mark.cloned(),
                 )
             }),
-            |r| count(r, granted) >= q || n - count(r, held) - failed(r) < q,
-            |r| {
-                if count(r, granted) >= q {
-                    Stragglers::Finish
-                } else {
-                    Stragglers::Drop
-                }
-            },
+            q,
+            granted,
+            held,
         )
         .await;
         let grants: Vec<(usize, u64)> = replies

@@ -15,7 +15,7 @@ use crate::error::{BACKEND, quorum_not_reached};
 use crate::handle::RedlockHandle;
 use crate::lock::{CAPABILITIES, Redlock};
 use crate::node::LockRef;
-use crate::quorum::{Stragglers, count, failed, gather};
+use crate::quorum::{failed, gather_grants};
 
 impl Redlock {
     /// The set script for `reqs` (checked, distinct, in order) on every
@@ -58,13 +58,14 @@ impl Redlock {
             .collect();
         let locks: Arc<[Arc<LockRef>]> = handles.iter().map(|h| Arc::clone(&h.lock)).collect();
         let start = Instant::now();
-        let replies = gather(
+        let replies = gather_grants(
             inner
                 .nodes
                 .iter()
                 .map(|node| Arc::clone(node).acquire_set(Arc::clone(&locks), opts.ttl)),
-            Stragglers::Drop,
-            |r| count(r, Option::is_some) >= q || n - count(r, Option::is_none) - failed(r) < q,
+            q,
+            Option::is_some,
+            Option::is_none,
         )
         .await;
         let grants: Vec<(usize, &Vec<u64>)> = replies

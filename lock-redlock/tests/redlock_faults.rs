@@ -12,7 +12,7 @@
 use std::time::Duration;
 
 use lock_core::raw::RawGuard;
-use lock_core::{DistributedLock, LockError, LockOptions, LossReason, Wait};
+use lock_core::{DistributedLock, LockError, LockOptions, LockSetExt, LossReason, Wait};
 use lock_redlock::Redlock;
 use lock_testkit::faults::{
     Restore, acquires_again, env, one_at_a_time, services, unique, upstreams_of,
@@ -235,6 +235,73 @@ async fn the_nodes_that_answer_last_still_get_the_lock() {
     tokio::time::sleep(Duration::from_millis(3500)).await;
     assert_eq!(holder.is_lost(), None, "a minority loss cost the lock");
     assert!(holder.release().await.expect("release"));
+}
+
+/// As [`the_nodes_that_answer_last_still_get_the_lock`], for a lock set
+/// taken in one request per node: once a majority granted the set, the
+/// slower nodes' set scripts run on (here nodes 4 and 5 have lost their
+/// script cache and stall while the set is asked for), so every node ends
+/// up holding it and the loss of any minority leaves it held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_nodes_that_answer_last_still_get_the_set() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    let _restore = Restore::servers(["redlock1", "redlock2", "redlock3", "redlock4", "redlock5"]);
+    let locks = client_with(PATIENT_NODE_TIMEOUT).await;
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(node(i).await);
+    }
+    // Every node has the set script cached, then nodes 4 and 5 lose it:
+    // the first three answer in one round trip, the last two in three.
+    let warm = [unique("warm-set"), unique("warm-set")];
+    let warmed = locks
+        .try_acquire_all(&warm, &LockOptions::new())
+        .await
+        .expect("try_acquire_all")
+        .expect("a free set");
+    assert!(warmed.release().await.expect("release"));
+    for conn in &mut conns[3..] {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(conn)
+            .await
+            .expect("flush the script cache");
+    }
+    // Nodes 4 and 5 also stall while the set is asked for: their answer
+    // (NOSCRIPT, then the set script loaded and called again) comes after
+    // the majority of the first three has granted.
+    services(&["pause", "redlock4"]);
+    services(&["pause", "redlock5"]);
+    let names = [unique("last-set"), unique("last-set")];
+    let set = locks
+        .try_acquire_all(&names, &LockOptions::new().ttl(Duration::from_secs(3)))
+        .await
+        .expect("try_acquire_all")
+        .expect("a free set");
+    services(&["resume", "redlock4"]);
+    services(&["resume", "redlock5"]);
+    for name in &names {
+        let mut owner = None;
+        for conn in &mut conns[..3] {
+            let value: Option<String> = redis::cmd("GET")
+                .arg(key(name))
+                .query_async(conn)
+                .await
+                .expect("inspect");
+            owner = owner.or(value);
+        }
+        let owner = owner.expect("one of the first three nodes granted");
+        keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(name), |_| {
+            Some(owner.clone())
+        })
+        .await;
+    }
+
+    services(&["kill", "redlock1"]);
+    services(&["kill", "redlock2"]);
+    tokio::time::sleep(Duration::from_millis(3500)).await;
+    assert!(set.is_lost().is_none(), "a minority loss cost the set");
+    assert!(set.release().await.expect("release"));
 }
 
 /// With one node frozen, the four live ones make the quorum and no
