@@ -310,8 +310,10 @@ impl SqlLock<MySqlDialect> {
     }
 
     /// Remove what the lock keeps per name for the names nobody was granted
-    /// for `unused_for` (their token counters, and the rows of the lock
-    /// table that row mode locks, but for rows locked now): the tables
+    /// for `unused_for` (their token counters, the rows of the lock table
+    /// that row mode locks and of `TABLE_rw` that reader-writer locks hold,
+    /// but for rows held now, and the marks of waiting writers that
+    /// expired that long ago, as a crashed waiter's do): the tables
     /// otherwise grow with every name ever locked. Returns how many names'
     /// counters were removed. Tokens still never go backwards: the epoch
     /// the counters count in is advanced first (one flushed commit), so a
@@ -370,6 +372,23 @@ impl SqlLock<MySqlDialect> {
         .map_err(failed)?;
         for name in names {
             sqlx::query(AssertSqlSafe(format!("DELETE FROM {t} WHERE name = ?")))
+                .bind(name)
+                .execute(&mut *tx)
+                .await
+                .map_err(failed)?;
+        }
+        let [dead_marks, rw_names, rw_row] = rw::clean_up(t);
+        sqlx::query(AssertSqlSafe(dead_marks))
+            .bind(crate::rw::marks_unused_before(unused_for))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let names: Vec<Vec<u8>> = sqlx::query_scalar(AssertSqlSafe(rw_names))
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(failed)?;
+        for name in names {
+            sqlx::query(AssertSqlSafe(rw_row.as_str()))
                 .bind(name)
                 .execute(&mut *tx)
                 .await

@@ -381,8 +381,10 @@ impl SqlLock<PgDialect> {
     }
 
     /// Remove what the lock keeps per name for the names nobody was granted
-    /// for `unused_for` (their token counters, and the rows of the lock
-    /// table that row mode locks, but for rows locked now): the tables
+    /// for `unused_for` (their token counters, the rows of the lock table
+    /// that row mode locks and of `TABLE_rw` that reader-writer locks hold,
+    /// but for rows held now, and the marks of waiting writers that
+    /// expired that long ago, as a crashed waiter's do): the tables
     /// otherwise grow with every name ever locked. Returns how many names'
     /// counters were removed. Tokens still never go backwards: the epoch
     /// the counters count in is advanced in the same transaction (one
@@ -420,6 +422,16 @@ impl SqlLock<PgDialect> {
         .execute(&mut *tx)
         .await
         .map_err(failed)?;
+        let [dead_marks, rw_rows] = rw::clean_up(t);
+        sqlx::query(AssertSqlSafe(dead_marks))
+            .bind(crate::rw::marks_unused_before(unused_for))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        sqlx::query(AssertSqlSafe(rw_rows))
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
         tx.commit().await.map_err(failed)?;
         tracing::debug!(target: "distlock", backend = BACKEND, removed, "removed unused names");
         Ok(removed)

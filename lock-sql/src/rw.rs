@@ -72,6 +72,13 @@ fn wake_key(name: &str) -> String {
     format!("\u{0}rw\u{0}{name}")
 }
 
+/// The expiry (this client's clock) before which a waiting writer's mark
+/// counts as unused for `unused_for`: the clean-up of unused names
+/// removes those (a waiter that crashed never removes its own).
+pub(crate) fn marks_unused_before(unused_for: Duration) -> i64 {
+    now_ms().saturating_sub(i64::try_from(unused_for.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// Milliseconds since the Unix epoch by this client's clock: arrivals and
 /// marks' expiries. Skew between clients shifts who counts as first, and
 /// how long a dead writer's mark holds readers back, never exclusion.

@@ -50,6 +50,24 @@ pub(super) fn ddl(t: &str) -> [String; 2] {
     ]
 }
 
+/// The clean-up of unused names' reader-writer rows (see
+/// `MySqlLock::remove_unused`), in its transaction: the marks that expired
+/// before `?` (waiters that crashed), then the names with no write counter
+/// left and no mark, but for rows held now (then each one's row).
+pub(super) fn clean_up(t: &str) -> [String; 3] {
+    let (rw, marks) = (format!("{t}_rw"), format!("{t}_rw_marks"));
+    [
+        format!("DELETE FROM {marks} WHERE expires < ?"),
+        format!(
+            "SELECT name FROM {rw} r WHERE NOT EXISTS (SELECT 1 FROM {t}_counters c \
+             WHERE c.name = CONCAT(CHAR(1), 'rw:', SHA2(r.name, 256))) \
+             AND NOT EXISTS (SELECT 1 FROM {marks} m WHERE m.name = r.name) \
+             FOR UPDATE SKIP LOCKED"
+        ),
+        format!("DELETE FROM {rw} WHERE name = ?"),
+    ]
+}
+
 impl Statements {
     /// The statements on table `t`, in MariaDB's words (`mariadb`) or
     /// MySQL's.

@@ -53,6 +53,24 @@ pub(super) fn ddl(t: &str) -> [String; 2] {
     ]
 }
 
+/// The clean-up of unused names' reader-writer rows, in its transaction
+/// after the counters' (see `PgLock::remove_unused`): the marks that
+/// expired before `$1` (waiters that crashed), then the rows of names with
+/// no write counter left and no mark, but for rows held now.
+pub(super) fn clean_up(t: &str) -> [String; 2] {
+    let (rw, marks) = (format!("{t}_rw"), format!("{t}_rw_marks"));
+    [
+        format!("DELETE FROM {marks} WHERE expires < $1"),
+        format!(
+            "DELETE FROM {rw} WHERE name IN (SELECT name FROM {rw} r WHERE NOT EXISTS \
+             (SELECT 1 FROM {t}_counters c WHERE c.name = \
+             chr(1) || 'rw:' || encode(sha256(convert_to(r.name, 'UTF8')), 'hex')) \
+             AND NOT EXISTS (SELECT 1 FROM {marks} m WHERE m.name = r.name) \
+             FOR UPDATE SKIP LOCKED)"
+        ),
+    ]
+}
+
 impl Statements {
     pub(super) fn new(t: &str) -> Self {
         let (rw, marks) = (format!("{t}_rw"), format!("{t}_rw_marks"));

@@ -89,7 +89,16 @@ macro_rules! session_conformance {
         /// Drop the tables of a case's own lock table `table` (those of
         /// either dialect; missing ones are skipped).
         async fn drop_tables<'e, E: ::sqlx::Executor<'e> + Copy>(admin: E, table: &str) {
-            for suffix in ["_holders", "_counters", "_run", "_epoch", ""] {
+            for suffix in [
+                "_rw_marks",
+                "_rw",
+                "_permits",
+                "_holders",
+                "_counters",
+                "_run",
+                "_epoch",
+                "",
+            ] {
                 ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
                     "DROP TABLE IF EXISTS {table}{suffix}"
                 )))
@@ -250,6 +259,77 @@ macro_rules! session_conformance {
                 assert!(after.release().await.expect("release"));
                 drop_tables(&admin, &table).await;
             }
+        }
+
+        /// `remove_unused` also removes the reader-writer rows of unused
+        /// names and the marks of waiting writers that crashed (such a
+        /// waiter never removes its own), but not the row of a name held
+        /// now; tokens still rise for a removed name.
+        #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+        async fn removing_unused_names_clears_reader_writer_rows_and_dead_marks() {
+            use ::lock_core::{LockOptions, RwLockExt};
+            use ::std::time::Duration;
+            let base = ::lock_testkit::faults::env($url);
+            let admin = <$pool>::new().connect(&base).await.expect("admin pool");
+            let table = format!("unused_rw_{}", table_suffix());
+            let locks = <$lock>::connect(&format!("{base}?table={table}"))
+                .await
+                .expect("connect");
+            let opts = LockOptions::new();
+            let (old, held) = (
+                ::lock_testkit::conformance::unique_name("unused-rw-old"),
+                ::lock_testkit::conformance::unique_name("unused-rw-held"),
+            );
+            let written = locks.acquire_write(&old, &opts).await.expect("write");
+            let last = written.fencing_token().expect("token");
+            assert!(written.release().await.expect("release"));
+            let reading = locks.acquire_read(&held, &opts).await.expect("read");
+            // A writer that crashed while it waited left its mark.
+            ::sqlx::raw_sql(::sqlx::AssertSqlSafe(format!(
+                "INSERT INTO {table}_rw_marks (name, owner, arrival, expires) \
+                 VALUES ('{old}', 'crashed', 1, 2)"
+            )))
+            .execute(&admin)
+            .await
+            .expect("a dead mark");
+            let count = async |sql: String| -> i64 {
+                ::sqlx::query_scalar(::sqlx::AssertSqlSafe(sql))
+                    .fetch_one(&admin)
+                    .await
+                    .expect("count")
+            };
+            tokio::time::sleep(Duration::from_millis(1200)).await;
+            locks
+                .remove_unused(Duration::from_secs(1))
+                .await
+                .expect("remove");
+            assert_eq!(
+                count(format!("SELECT COUNT(*) FROM {table}_rw_marks")).await,
+                0,
+                "the crashed writer's mark is still there"
+            );
+            assert_eq!(
+                count(format!(
+                    "SELECT COUNT(*) FROM {table}_rw WHERE name = '{old}'"
+                ))
+                .await,
+                0,
+                "the unused name's row is still there"
+            );
+            assert_eq!(
+                count(format!(
+                    "SELECT COUNT(*) FROM {table}_rw WHERE name = '{held}'"
+                ))
+                .await,
+                1,
+                "the row of a name held now was removed"
+            );
+            assert!(reading.release().await.expect("the reader still held it"));
+            let again = locks.acquire_write(&old, &opts).await.expect("write again");
+            let next = again.fencing_token().expect("token");
+            assert!(next > last, "token {next:#x} after {last:#x}");
+            assert!(again.release().await.expect("release"));
+            drop_tables(&admin, &table).await;
         }
 
         mod without_fencing {
