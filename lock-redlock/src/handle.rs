@@ -11,7 +11,7 @@ use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
 use crate::error::quorum_not_reached;
 use crate::lock::Inner;
 use crate::node::LockRef;
-use crate::quorum::{Stragglers, count, failed, gather};
+use crate::quorum::{Replies, Stragglers, count, failed, gather};
 
 /// One grant's handle: the lock's keys and owner on every node, released
 /// and extended on all of them at once.
@@ -21,6 +21,39 @@ pub(crate) struct RedlockHandle {
 }
 
 impl RedlockHandle {
+    /// After a renewal that a majority answered, take the lock back (in
+    /// the background, only where its key is free) on each node that
+    /// answered it was not ours: a node restarted without its data, or
+    /// one whose key expired early or was evicted. Otherwise each such
+    /// node would stay lost to the grant, and a rolling restart of the
+    /// nodes would shrink its majority until a renewal failed. A node
+    /// taken back never counts toward the renewal it follows, so a grant
+    /// a majority no longer holds is still reported lost.
+    fn take_back(&self, replies: &Replies<bool>, ttl: Duration) {
+        let gone: Vec<usize> = replies
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| matches!(r, Some(Ok(false))).then_some(i))
+            .collect();
+        if gone.is_empty() {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        for i in gone {
+            let (node, lock) = (Arc::clone(&self.inner.nodes[i]), Arc::clone(&self.lock));
+            rt.spawn(async move {
+                let at = node.display.clone();
+                match node.take_back(lock, ttl).await {
+                    Ok(true) => tracing::info!(target: "distlock", node = %at, "a renewed lock was taken back on a node that had lost it"),
+                    Ok(false) => {}
+                    Err(e) => tracing::debug!(target: "distlock", node = %at, error = %e, "taking a renewed lock back failed"),
+                }
+            });
+        }
+    }
+
     /// [`majority_answer`] on this handle's nodes.
     async fn on_majority<Fut>(
         &self,
@@ -99,8 +132,6 @@ impl GuardHandle for RedlockHandle {
         .await
     }
 
-    /// Extend on every node at once; `true` once a majority extended,
-    /// `false` if too many nodes say it is no longer ours.
     /// The release on every node, each on a connection of its own;
     /// `true` if a majority still held it.
     fn detached_release(&self) -> Option<DetachedRelease> {
@@ -121,6 +152,10 @@ impl GuardHandle for RedlockHandle {
         }))
     }
 
+    /// Extend on every node at once; `true` once a majority extended,
+    /// `false` if too many nodes say it is no longer ours. Once a
+    /// majority extended, the lock is taken back (if free there) on the
+    /// nodes that answered it was not ours: see [`RedlockHandle::take_back`].
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);
@@ -135,6 +170,7 @@ impl GuardHandle for RedlockHandle {
         .await;
         let extended = count(&replies, |&ok| ok);
         if extended >= q {
+            self.take_back(&replies, ttl);
             Ok(true)
         } else if n - count(&replies, |&ok| !ok) < q {
             Ok(false)

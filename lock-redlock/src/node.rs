@@ -513,6 +513,29 @@ impl Node {
         self.extends.call(extension).await
     }
 
+    /// Take the lock back here for `lock`'s owner, with a lease of `ttl`,
+    /// if nobody holds it here (`SET NX`): whether it did.
+    pub(crate) async fn take_back(
+        self: Arc<Self>,
+        lock: Arc<LockRef>,
+        ttl: Duration,
+    ) -> Result<bool, LockError> {
+        let mut conn = self.conn.clone();
+        let set: Option<String> = self
+            .bounded(
+                "taking a renewed lock back",
+                redis::cmd("SET")
+                    .arg(&lock.keys.lock)
+                    .arg(&lock.owner)
+                    .arg("NX")
+                    .arg("PX")
+                    .arg(lock_core::raw::lease_millis(ttl))
+                    .query_async(&mut conn),
+            )
+            .await?;
+        Ok(set.is_some())
+    }
+
     /// Write `record` as the holder record if `owner` holds the lock here.
     pub(crate) async fn set_holder(
         self: Arc<Self>,

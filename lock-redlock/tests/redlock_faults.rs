@@ -304,6 +304,60 @@ async fn the_nodes_that_answer_last_still_get_the_set() {
     assert!(set.release().await.expect("release"));
 }
 
+/// A held, renewed lock whose key vanishes from one node after another
+/// (nodes restarted without their data, one at a time, a renewal apart)
+/// stays held: each renewal that a majority answered takes the lock back
+/// on the nodes that lost it, so the majority never shrinks below three.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_renewed_lock_takes_back_the_nodes_that_lost_it() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    let locks = client_with(PATIENT_NODE_TIMEOUT).await;
+    let mut conns = Vec::new();
+    for i in 0..5 {
+        conns.push(node(i).await);
+    }
+    let name = unique("taken-back");
+    let ttl = Duration::from_secs(3);
+    let holder = locks
+        .acquire(&name, &LockOptions::new().ttl(ttl))
+        .await
+        .expect("acquire");
+    let mut owner = None;
+    for conn in &mut conns {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key(&name))
+            .query_async(conn)
+            .await
+            .expect("inspect");
+        owner = owner.or(value);
+    }
+    let owner = owner.expect("a majority granted");
+    keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(&name), |_| {
+        Some(owner.clone())
+    })
+    .await;
+    for lost_it in 0..3 {
+        let _: i64 = redis::cmd("DEL")
+            .arg(key(&name))
+            .query_async(&mut conns[lost_it])
+            .await
+            .expect("the node loses the key");
+        // More than one renewal (every third of the TTL) later.
+        tokio::time::sleep(ttl / 2).await;
+        assert_eq!(
+            holder.is_lost(),
+            None,
+            "lost after {} of the nodes lost the key, one at a time",
+            lost_it + 1
+        );
+    }
+    keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(&name), |_| {
+        Some(owner.clone())
+    })
+    .await;
+    assert!(holder.release().await.expect("release"));
+}
+
 /// With one node frozen, the four live ones make the quorum and no
 /// acquisition waits for the frozen one: each takes less than the node
 /// timeout, which an acquisition that waited for every node would take in
