@@ -336,10 +336,10 @@ async fn a_renewed_lock_takes_back_the_nodes_that_lost_it() {
         Some(owner.clone())
     })
     .await;
-    for lost_it in 0..3 {
+    for (lost_it, conn) in conns.iter_mut().take(3).enumerate() {
         let _: i64 = redis::cmd("DEL")
             .arg(key(&name))
-            .query_async(&mut conns[lost_it])
+            .query_async(conn)
             .await
             .expect("the node loses the key");
         // More than one renewal (every third of the TTL) later.
