@@ -7,11 +7,12 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::LockError;
 use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
+use tokio::sync::watch;
 
 use crate::error::quorum_not_reached;
 use crate::lock::Inner;
-use crate::node::LockRef;
-use crate::quorum::{Replies, Stragglers, count, failed, gather};
+use crate::node::{LockRef, Node};
+use crate::quorum::{Stragglers, count, failed, gather};
 
 /// One grant's handle: the lock's keys and owner on every node, released
 /// and extended on all of them at once.
@@ -21,39 +22,6 @@ pub(crate) struct RedlockHandle {
 }
 
 impl RedlockHandle {
-    /// After a renewal that a majority answered, take the lock back (in
-    /// the background, only where its key is free) on each node that
-    /// answered it was not ours: a node restarted without its data, or
-    /// one whose key expired early or was evicted. Otherwise each such
-    /// node would stay lost to the grant, and a rolling restart of the
-    /// nodes would shrink its majority until a renewal failed. A node
-    /// taken back never counts toward the renewal it follows, so a grant
-    /// a majority no longer holds is still reported lost.
-    fn take_back(&self, replies: &Replies<bool>, ttl: Duration) {
-        let gone: Vec<usize> = replies
-            .iter()
-            .enumerate()
-            .filter_map(|(i, r)| matches!(r, Some(Ok(false))).then_some(i))
-            .collect();
-        if gone.is_empty() {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        for i in gone {
-            let (node, lock) = (Arc::clone(&self.inner.nodes[i]), Arc::clone(&self.lock));
-            rt.spawn(async move {
-                let at = node.display.clone();
-                match node.take_back(lock, ttl).await {
-                    Ok(true) => tracing::info!(target: "distlock", node = %at, "a renewed lock was taken back on a node that had lost it"),
-                    Ok(false) => {}
-                    Err(e) => tracing::debug!(target: "distlock", node = %at, error = %e, "taking a renewed lock back failed"),
-                }
-            });
-        }
-    }
-
     /// [`majority_answer`] on this handle's nodes.
     async fn on_majority<Fut>(
         &self,
@@ -63,6 +31,40 @@ impl RedlockHandle {
         Fut: std::future::Future<Output = Result<bool, LockError>> + Send + 'static,
     {
         majority_answer(&self.inner, requests).await
+    }
+}
+
+/// Once the renewal that `node` answered "not ours" is decided: if a
+/// majority renewed it, take the lock back on `node` for the same owner
+/// if nobody holds it there (`SET NX`). That node was restarted without
+/// its data, or its key expired early or was evicted; otherwise it would
+/// stay lost to the grant, and a rolling restart of the nodes would shrink
+/// the grant's majority until a renewal failed. A node taken back never
+/// counts toward the renewal it follows, so a grant that no majority holds
+/// any longer is still reported lost. Nothing is done when the renewal
+/// failed or was abandoned.
+async fn take_back_once_renewed(
+    node: Arc<Node>,
+    lock: Arc<LockRef>,
+    ttl: Duration,
+    mut decision: watch::Receiver<Option<bool>>,
+) {
+    let renewed = match decision.wait_for(Option::is_some).await {
+        Ok(decided) => *decided == Some(true),
+        Err(_) => false,
+    };
+    if !renewed {
+        return;
+    }
+    let at = node.display.clone();
+    match node.take_back(lock, ttl).await {
+        Ok(true) => {
+            tracing::info!(target: "distlock", node = %at, "a renewed lock was taken back on a node that had lost it");
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::debug!(target: "distlock", node = %at, error = %e, "taking a renewed lock back failed");
+        }
     }
 }
 
@@ -155,22 +157,32 @@ impl GuardHandle for RedlockHandle {
     /// Extend on every node at once; `true` once a majority extended,
     /// `false` if too many nodes say it is no longer ours. Once a
     /// majority extended, the lock is taken back (if free there) on the
-    /// nodes that answered it was not ours: see [`RedlockHandle::take_back`].
+    /// nodes that answered it was not ours ([`take_back_once_renewed`]).
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);
+        let (decided, decision) = watch::channel(None);
         let replies = gather(
-            inner
-                .nodes
-                .iter()
-                .map(|node| Arc::clone(node).extend(Arc::clone(&self.lock), ttl)),
+            inner.nodes.iter().map(|node| {
+                let (node, lock) = (Arc::clone(node), Arc::clone(&self.lock));
+                let decision = decision.clone();
+                async move {
+                    let ours = Arc::clone(&node).extend(Arc::clone(&lock), ttl).await?;
+                    if !ours && let Ok(rt) = tokio::runtime::Handle::try_current() {
+                        rt.spawn(take_back_once_renewed(node, lock, ttl, decision));
+                    }
+                    Ok(ours)
+                }
+            }),
             Stragglers::Finish,
             |r| count(r, |&ok| ok) >= q || n - count(r, |&ok| !ok) < q,
         )
         .await;
         let extended = count(&replies, |&ok| ok);
+        // Told to the take-backs of the nodes that said no, whether they
+        // answered before the decision or after it.
+        let _ = decided.send(Some(extended >= q));
         if extended >= q {
-            self.take_back(&replies, ttl);
             Ok(true)
         } else if n - count(&replies, |&ok| !ok) < q {
             Ok(false)
