@@ -11,6 +11,7 @@
 #[path = "suites/session_bench.rs"]
 mod session_bench;
 
+use lock_core::Access;
 use lock_sql::MySqlLock;
 use session_bench::{Floors, PERMITS};
 use sqlx::{Connection, MySqlConnection};
@@ -138,6 +139,66 @@ impl Floors for MySqlFloors {
         release_lock(conn, name).await;
     }
 
+    /// The hand-written reader-writer lock, its transaction opened as the
+    /// permit floor's (MariaDB's shared lock is `LOCK IN SHARE MODE`).
+    async fn rw(&mut self, name: &str, access: Access) {
+        let (conn, tokens) = (&mut self.conn, &mut self.tokens);
+        sqlx::raw_sql(
+            "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = 50, \
+             SESSION idle_transaction_timeout = 30; START TRANSACTION",
+        )
+        .execute(&mut *conn)
+        .await
+        .expect("begin");
+        let now = i64::try_from(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .expect("clock")
+                .as_millis(),
+        )
+        .expect("millis");
+        let counter = rw_counter(name);
+        let token: u64 = if access == Access::Read {
+            let marked: Option<i32> = sqlx::query_scalar(
+                "SELECT 1 FROM distlock_locks_rw_marks WHERE name = ? AND expires > ? AND arrival <= ? LIMIT 1",
+            )
+            .bind(name.as_bytes())
+            .bind(now)
+            .bind(now)
+            .fetch_optional(&mut *conn)
+            .await
+            .expect("marks");
+            assert!(marked.is_none());
+            let row = sqlx::query(
+                "SELECT name FROM distlock_locks_rw WHERE name = ? LOCK IN SHARE MODE NOWAIT",
+            )
+            .bind(name.as_bytes())
+            .fetch_optional(&mut *conn)
+            .await
+            .expect("share");
+            assert!(row.is_some());
+            sqlx::query_scalar("SELECT token FROM distlock_locks_counters WHERE name = ?")
+                .bind(counter.as_bytes())
+                .fetch_one(&mut *tokens)
+                .await
+                .expect("latest token")
+        } else {
+            let row =
+                sqlx::query("SELECT name FROM distlock_locks_rw WHERE name = ? FOR UPDATE NOWAIT")
+                    .bind(name.as_bytes())
+                    .fetch_optional(&mut *conn)
+                    .await
+                    .expect("hold");
+            assert!(row.is_some());
+            draw_token(tokens, &counter).await
+        };
+        assert!(token > 0);
+        sqlx::raw_sql("ROLLBACK")
+            .execute(&mut *conn)
+            .await
+            .expect("end");
+    }
+
     /// The hand-written permit, its transaction opened as the row floor's
     /// (read committed, the same timeouts).
     async fn fenced_permit(&mut self, name: &str) {
@@ -165,6 +226,16 @@ impl Floors for MySqlFloors {
             .await
             .expect("end");
     }
+}
+
+/// The counter a reader-writer lock's write tokens are drawn from (see
+/// `lock-sql/src/rw.rs`).
+fn rw_counter(name: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "\u{1}rw:{}",
+        hex::encode(sha2::Sha256::digest(name.as_bytes()))
+    )
 }
 
 /// MySQL's floors, each on plain connections: `conn` for the locks, and

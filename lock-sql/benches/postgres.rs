@@ -11,6 +11,7 @@
 #[path = "suites/session_bench.rs"]
 mod session_bench;
 
+use lock_core::Access;
 use lock_sql::PgLock;
 use lock_testkit::bench::cycles::Cycles;
 use session_bench::{Floors, PERMITS};
@@ -178,6 +179,76 @@ async fn fenced_permit(conn: &mut PgConnection, tokens: &mut PgConnection, name:
         .expect("end");
 }
 
+/// The counter a reader-writer lock's write tokens are drawn from (see
+/// `lock-sql/src/rw.rs`).
+fn rw_counter(name: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "\u{1}rw:{}",
+        hex::encode(sha2::Sha256::digest(name.as_bytes()))
+    )
+}
+
+/// The hand-written reader-writer lock: see [`Floors::rw`].
+async fn fenced_rw(conn: &mut PgConnection, tokens: &mut PgConnection, name: &str, access: Access) {
+    sqlx::raw_sql(
+        "BEGIN ISOLATION LEVEL READ COMMITTED; SET LOCAL idle_in_transaction_session_timeout = 30000",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("begin");
+    let now = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock")
+            .as_millis(),
+    )
+    .expect("millis");
+    let counter = rw_counter(name);
+    let token: i64 = if access == Access::Read {
+        let marked: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM distlock_locks_rw_marks WHERE name = $1 AND expires > $2 AND arrival <= $2 LIMIT 1",
+        )
+        .bind(name)
+        .bind(now)
+        .fetch_optional(&mut *conn)
+        .await
+        .expect("marks");
+        assert!(marked.is_none());
+        let row =
+            sqlx::query("SELECT name FROM distlock_locks_rw WHERE name = $1 FOR SHARE NOWAIT")
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await
+                .expect("share");
+        assert!(row.is_some());
+        sqlx::query_scalar("SELECT token FROM distlock_locks_counters WHERE name = $1")
+            .bind(&counter)
+            .fetch_one(&mut *tokens)
+            .await
+            .expect("latest token")
+    } else {
+        let row =
+            sqlx::query("SELECT name FROM distlock_locks_rw WHERE name = $1 FOR UPDATE NOWAIT")
+                .bind(name)
+                .fetch_optional(&mut *conn)
+                .await
+                .expect("hold");
+        assert!(row.is_some());
+        sqlx::query_scalar(TOKEN_UPSERT)
+            .bind(&counter)
+            .bind(holder_record())
+            .fetch_one(&mut *tokens)
+            .await
+            .expect("token")
+    };
+    assert!(token > 0);
+    sqlx::raw_sql("ROLLBACK")
+        .execute(&mut *conn)
+        .await
+        .expect("end");
+}
+
 /// Postgres's floors on plain connections.
 struct PgFloors {
     conn: PgConnection,
@@ -216,6 +287,10 @@ impl Floors for PgFloors {
 
     async fn fenced_permit(&mut self, name: &str) {
         fenced_permit(&mut self.conn, &mut self.tokens, name).await
+    }
+
+    async fn rw(&mut self, name: &str, access: Access) {
+        fenced_rw(&mut self.conn, &mut self.tokens, name, access).await
     }
 
     async fn more(&mut self, m: &mut Cycles) {

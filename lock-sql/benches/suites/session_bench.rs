@@ -7,15 +7,18 @@
 //! a user writes without a token), and a permit of a semaphore of 4
 //! against the hand-written permit with the same guarantees (the lowest
 //! free slot row locked `FOR UPDATE SKIP LOCKED` with its limit, the
-//! slot's token drawn beside the transaction); then contended hand-offs
-//! with 8 clients.
+//! slot's token drawn beside the transaction), lock sets in advisory mode,
+//! and reader-writer grants (row mode) against the hand-written
+//! reader-writer lock with the same guarantees and against the lock; then
+//! contended hand-offs with 8 clients, and 8 clients reading 90 % of the
+//! time against writing only.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{DistributedLock, LockOptions, Wait};
-use lock_testkit::bench::cycles::Cycles;
-use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs};
+use lock_core::{Access, DistributedLock, LockOptions, Wait};
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
+use lock_testkit::bench::{contend_on, print_handoff_round_trips, print_runs, print_rw_mix};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
 const BLOCK: usize = 50;
@@ -34,6 +37,11 @@ const ADVISORY_PLAIN: &str = "distlock advisory, fencing=false";
 const PERMIT_FLOOR: &str =
     "permit floor: BEGIN; lowest free slot FOR UPDATE SKIP LOCKED; token upsert; ROLLBACK";
 const PERMIT: &str = "distlock permit of 4, auto-renew off";
+const RW_READ_FLOOR: &str =
+    "read floor: BEGIN; no writer's mark; FOR SHARE NOWAIT; latest token; ROLLBACK";
+const RW_WRITE_FLOOR: &str = "write floor: BEGIN; FOR UPDATE NOWAIT; token upsert; ROLLBACK";
+/// The reader-writer lock whose row the floors lock (made by distlock).
+pub(crate) const RW_FLOOR_NAME: &str = "bench/rw-floor";
 /// The semaphore's limit in the permit cycles.
 pub(crate) const PERMITS: u32 = 4;
 /// The semaphore whose rows the permit floor locks (made by distlock).
@@ -64,6 +72,14 @@ pub(crate) trait Floors {
     /// (checked), the slot's token upserted on the other connection, the
     /// transaction's end.
     async fn fenced_permit(&mut self, name: &str);
+
+    /// The cheapest reader-writer lock with distlock's guarantees, on the
+    /// row distlock made for reader-writer lock `name`: in a transaction,
+    /// a reader looks for a waiting writer's live mark (writer preference),
+    /// then shares the row without waiting and reads the latest write's
+    /// token; a writer holds the row alone without waiting and draws its
+    /// token on the other connection; then the transaction's end.
+    async fn rw(&mut self, name: &str, access: Access);
 
     /// Cycles of the dialect's own, measured in every round after the
     /// floors.
@@ -101,6 +117,13 @@ where
     // Create the permit floor's rows.
     let permit = opts.clone().permits(PERMITS);
     row.acquire(PERMIT_FLOOR_NAME, &permit)
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("release");
+    // Create the reader-writer floor's row and counter.
+    row.acquire(RW_FLOOR_NAME, &opts.clone().access(Access::Write))
         .await
         .expect("warm")
         .release()
@@ -148,6 +171,15 @@ where
         .await;
         m.measure_lock(PERMIT, &row, "bench/permit", &permit).await;
         m.measure_sets(&advisory, "bench/set/", &opts).await;
+        m.measure(RW_READ_FLOOR, async |_| {
+            floors.rw(RW_FLOOR_NAME, Access::Read).await
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |_| {
+            floors.rw(RW_FLOOR_NAME, Access::Write).await
+        })
+        .await;
+        m.measure_rw(&row, "bench/rw", &opts).await;
     }
     m.print();
     let comparisons = [
@@ -160,11 +192,14 @@ where
         (ROW_PLAIN, ROW_PLAIN_FLOOR),
         (ADVISORY_PLAIN, ADVISORY_PLAIN_FLOOR),
         (PERMIT, PERMIT_FLOOR),
+        (RW_READ, RW_READ_FLOOR),
+        (RW_WRITE, RW_WRITE_FLOOR),
     ];
     for &(ours, floor) in comparisons.iter().chain(floors.more_comparisons()) {
         m.compare(ours, floor);
     }
     m.compare_sets();
+    m.compare_rw(ROW);
 
     for (mode, base) in [
         ("row", url.to_string()),
@@ -189,4 +224,19 @@ where
             print_handoff_round_trips(&[("distlock", &run)], rtt.wall.0);
         }
     }
+    let mut clients = Vec::new();
+    for _ in 0..TASKS {
+        clients.push(Arc::new(connect(url).await) as Arc<dyn DistributedLock>);
+    }
+    let mix = LockOptions::new()
+        .auto_renew(false)
+        .wait_timeout(Duration::from_secs(30));
+    print_rw_mix(
+        row.capabilities().backend,
+        clients,
+        "bench/rw-mix",
+        mix,
+        RUN,
+    )
+    .await;
 }
