@@ -200,33 +200,13 @@ async fn the_nodes_that_answer_last_still_get_the_lock() {
     for i in 0..5 {
         conns.push(node(i).await);
     }
-    for conn in &mut conns[3..] {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(conn)
-            .await
-            .expect("flush the script cache");
-    }
+    flush_scripts(&mut conns[3..]).await;
     let name = unique("last");
     let holder = locks
         .acquire(&name, &LockOptions::new().ttl(Duration::from_secs(3)))
         .await
         .expect("acquire");
-    // A majority granted, so one of the first three nodes holds the key.
-    let mut owner = None;
-    for conn in &mut conns[..3] {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(key(&name))
-            .query_async(conn)
-            .await
-            .expect("inspect");
-        owner = owner.or(value);
-    }
-    let owner = owner.expect("one of the first three nodes granted");
-    keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(&name), |_| {
-        Some(owner.clone())
-    })
-    .await;
+    held_on_every_node(&mut conns, &name).await;
 
     // Two of the first three go: the lock lives on nodes 3 to 5 past its
     // TTL.
@@ -260,13 +240,7 @@ async fn the_nodes_that_answer_last_still_get_the_set() {
         .expect("try_acquire_all")
         .expect("a free set");
     assert!(warmed.release().await.expect("release"));
-    for conn in &mut conns[3..] {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
-            .query_async(conn)
-            .await
-            .expect("flush the script cache");
-    }
+    flush_scripts(&mut conns[3..]).await;
     // Nodes 4 and 5 also stall while the set is asked for: their answer
     // (NOSCRIPT, then the set script loaded and called again) comes after
     // the majority of the first three has granted.
@@ -281,20 +255,7 @@ async fn the_nodes_that_answer_last_still_get_the_set() {
     services(&["resume", "redlock4"]);
     services(&["resume", "redlock5"]);
     for name in &names {
-        let mut owner = None;
-        for conn in &mut conns[..3] {
-            let value: Option<String> = redis::cmd("GET")
-                .arg(key(name))
-                .query_async(conn)
-                .await
-                .expect("inspect");
-            owner = owner.or(value);
-        }
-        let owner = owner.expect("one of the first three nodes granted");
-        keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(name), |_| {
-            Some(owner.clone())
-        })
-        .await;
+        held_on_every_node(&mut conns, name).await;
     }
 
     services(&["kill", "redlock1"]);
@@ -322,20 +283,7 @@ async fn a_renewed_lock_takes_back_the_nodes_that_lost_it() {
         .acquire(&name, &LockOptions::new().ttl(ttl))
         .await
         .expect("acquire");
-    let mut owner = None;
-    for conn in &mut conns {
-        let value: Option<String> = redis::cmd("GET")
-            .arg(key(&name))
-            .query_async(conn)
-            .await
-            .expect("inspect");
-        owner = owner.or(value);
-    }
-    let owner = owner.expect("a majority granted");
-    keys_settle(&mut conns, &[0, 1, 2, 3, 4], &key(&name), |_| {
-        Some(owner.clone())
-    })
-    .await;
+    let owner = held_on_every_node(&mut conns, &name).await;
     for (lost_it, conn) in conns.iter_mut().take(3).enumerate() {
         let _: i64 = redis::cmd("DEL")
             .arg(key(&name))
@@ -488,6 +436,35 @@ async fn a_failed_acquisition_leaves_no_key_behind() {
     let outcome = locks.try_acquire(&name, &opts(5000)).await;
     assert!(matches!(outcome, Ok(None)), "{outcome:?}");
     keys_settle(&mut conns, &[3, 4], &key(&name), |_| None).await;
+}
+
+/// The owner of lock `name`, once every node holds its key for that owner
+/// (see [`keys_settle`]). A majority granted it, so one of the first
+/// three nodes holds it already.
+async fn held_on_every_node(conns: &mut [redis::aio::MultiplexedConnection], name: &str) -> String {
+    let mut owner = None;
+    for conn in &mut conns[..3] {
+        let value: Option<String> = redis::cmd("GET")
+            .arg(key(name))
+            .query_async(conn)
+            .await
+            .expect("inspect");
+        owner = owner.or(value);
+    }
+    let owner = owner.expect("one of the first three nodes granted");
+    keys_settle(conns, &[0, 1, 2, 3, 4], &key(name), |_| Some(owner.clone())).await;
+    owner
+}
+
+/// Empty the script cache of each of `conns`' nodes, as a restart does.
+async fn flush_scripts(conns: &mut [redis::aio::MultiplexedConnection]) {
+    for conn in conns {
+        let _: () = redis::cmd("SCRIPT")
+            .arg("FLUSH")
+            .query_async(conn)
+            .await
+            .expect("flush the script cache");
+    }
 }
 
 /// Wait until the value of `key` on each of the `nodes` is `expected(node)`,

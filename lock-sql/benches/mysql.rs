@@ -13,7 +13,7 @@ mod session_bench;
 
 use lock_core::Access;
 use lock_sql::MySqlLock;
-use session_bench::{Floors, PERMITS};
+use session_bench::{Floors, PERMITS, now_ms, rw_counter};
 use sqlx::{Connection, MySqlConnection};
 
 fn url() -> String {
@@ -45,6 +45,18 @@ async fn draw_token(conn: &mut MySqlConnection, name: &str) -> u64 {
         .await
         .expect("token")
         .last_insert_id()
+}
+
+/// Open a read-committed transaction on `conn`, with distlock's timeouts
+/// (as a permit's or a reader-writer grant's).
+async fn begin_read_committed(conn: &mut MySqlConnection) {
+    sqlx::raw_sql(
+        "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = 50, \
+         SESSION idle_transaction_timeout = 30; START TRANSACTION",
+    )
+    .execute(&mut *conn)
+    .await
+    .expect("begin");
 }
 
 /// Lock `name`'s row in the open transaction on `conn`.
@@ -143,20 +155,8 @@ impl Floors for MySqlFloors {
     /// permit floor's (MariaDB's shared lock is `LOCK IN SHARE MODE`).
     async fn rw(&mut self, name: &str, access: Access) {
         let (conn, tokens) = (&mut self.conn, &mut self.tokens);
-        sqlx::raw_sql(
-            "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = 50, \
-             SESSION idle_transaction_timeout = 30; START TRANSACTION",
-        )
-        .execute(&mut *conn)
-        .await
-        .expect("begin");
-        let now = i64::try_from(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .expect("clock")
-                .as_millis(),
-        )
-        .expect("millis");
+        begin_read_committed(conn).await;
+        let now = now_ms();
         let counter = rw_counter(name);
         let token: u64 = if access == Access::Read {
             let marked: Option<i32> = sqlx::query_scalar(
@@ -203,13 +203,7 @@ impl Floors for MySqlFloors {
     /// (read committed, the same timeouts).
     async fn fenced_permit(&mut self, name: &str) {
         let (conn, tokens) = (&mut self.conn, &mut self.tokens);
-        sqlx::raw_sql(
-            "SET SESSION tx_isolation = 'READ-COMMITTED', SESSION innodb_lock_wait_timeout = 50, \
-             SESSION idle_transaction_timeout = 30; START TRANSACTION",
-        )
-        .execute(&mut *conn)
-        .await
-        .expect("begin");
+        begin_read_committed(conn).await;
         let (slot, lim): (i32, i32) = sqlx::query_as(
             "SELECT slot, lim FROM distlock_locks_permits WHERE name = ? AND slot >= 0 AND slot < ? \
              ORDER BY slot LIMIT 1 FOR UPDATE SKIP LOCKED",
@@ -226,16 +220,6 @@ impl Floors for MySqlFloors {
             .await
             .expect("end");
     }
-}
-
-/// The counter a reader-writer lock's write tokens are drawn from (see
-/// `lock-sql/src/rw.rs`).
-fn rw_counter(name: &str) -> String {
-    use sha2::Digest;
-    format!(
-        "\u{1}rw:{}",
-        hex::encode(sha2::Sha256::digest(name.as_bytes()))
-    )
 }
 
 /// MySQL's floors, each on plain connections: `conn` for the locks, and

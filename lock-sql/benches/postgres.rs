@@ -14,7 +14,7 @@ mod session_bench;
 use lock_core::Access;
 use lock_sql::PgLock;
 use lock_testkit::bench::cycles::Cycles;
-use session_bench::{Floors, PERMITS};
+use session_bench::{Floors, PERMITS, now_ms, rw_counter};
 use sqlx::{AssertSqlSafe, Connection, PgConnection};
 
 const ROLLBACK: &str = "row, ending in ROLLBACK";
@@ -179,16 +179,6 @@ async fn fenced_permit(conn: &mut PgConnection, tokens: &mut PgConnection, name:
         .expect("end");
 }
 
-/// The counter a reader-writer lock's write tokens are drawn from (see
-/// `lock-sql/src/rw.rs`).
-fn rw_counter(name: &str) -> String {
-    use sha2::Digest;
-    format!(
-        "\u{1}rw:{}",
-        hex::encode(sha2::Sha256::digest(name.as_bytes()))
-    )
-}
-
 /// The hand-written reader-writer lock: see [`Floors::rw`].
 async fn fenced_rw(conn: &mut PgConnection, tokens: &mut PgConnection, name: &str, access: Access) {
     sqlx::raw_sql(
@@ -197,13 +187,7 @@ async fn fenced_rw(conn: &mut PgConnection, tokens: &mut PgConnection, name: &st
     .execute(&mut *conn)
     .await
     .expect("begin");
-    let now = i64::try_from(
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .expect("clock")
-            .as_millis(),
-    )
-    .expect("millis");
+    let now = now_ms();
     let counter = rw_counter(name);
     let token: i64 = if access == Access::Read {
         let marked: Option<i32> = sqlx::query_scalar(

@@ -50,6 +50,25 @@ const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
 const WORK: Duration = Duration::from_millis(1);
 
+/// The counter reader-writer lock `name` draws its write tokens from, as
+/// distlock names it (`lock-sql/src/rw.rs`).
+pub(crate) fn rw_counter(name: &str) -> String {
+    use sha2::Digest;
+    format!(
+        "\u{1}rw:{}",
+        hex::encode(sha2::Sha256::digest(name.as_bytes()))
+    )
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock, as the
+/// writers' marks count.
+pub(crate) fn now_ms() -> i64 {
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap_or_default();
+    i64::try_from(since.as_millis()).unwrap_or(i64::MAX)
+}
+
 /// A dialect's hand-written locks on plain connections: the floors
 /// distlock is compared with.
 pub(crate) trait Floors {
