@@ -24,6 +24,8 @@ const SCHEMES: &[&str] = &[
     "sqlite",
     "redis",
     "rediss",
+    "redis+sentinel",
+    "rediss+sentinel",
     "redlock",
     "postgres",
     "postgresql",

@@ -14,8 +14,15 @@
 #   scripts/services.sh pause NAME     SIGSTOP one server
 #   scripts/services.sh resume NAME    SIGCONT one server
 #   scripts/services.sh pid NAME       print the server's process id
+#   scripts/services.sh master         print the name of the Sentinel group's current master (sredis1..3)
+#   scripts/services.sh failover [kill] force a failover of the Sentinel group and wait until the
+#                                      Sentinels name a new master: SENTINEL FAILOVER (the old master
+#                                      is demoted to a replica), or with `kill` SIGKILL of the current
+#                                      master (start it again with `rejoin NAME`)
+#   scripts/services.sh rejoin NAME    start a node of the Sentinel group and wait until it follows the master
 #
-# Server names: redis, redlock1..redlock5, postgres, mysql, etcd, etcd1..etcd3,
+# Server names: redis, redlock1..redlock5, sredis1..sredis3 (a master, sredis1 at first, and two
+# replicas, watched by sentinel1..sentinel3 as group `distlock`), postgres, mysql, etcd, etcd1..etcd3,
 # etcdauth (authentication on: user root, password distlock), zk, zk1..zk3. Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
@@ -28,6 +35,9 @@ HOST=127.0.0.1
 
 REDIS_PORT=16379
 REDLOCK_PORTS=(16380 16381 16382 16383 16384)
+SREDIS_PORTS=(16390 16391 16392)
+SENTINEL_PORTS=(16395 16396 16397)
+SENTINEL_GROUP=distlock
 PG_PORT=15432
 MYSQL_PORT=13306
 ETCD_PORT=12379
@@ -50,7 +60,8 @@ DB_NAME=distlock
 PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
     protobuf-compiler libprotobuf-dev curl openssl)
 
-ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
+ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 sredis1 sredis2 sredis3
+    sentinel1 sentinel2 sentinel3 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -89,7 +100,7 @@ pid_of() {
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     case $1 in
         # redis-server rewrites its process title to "redis-server HOST:PORT".
-        redis | redlock[1-5]) [[ $cmdline == *":$(redis_port "$1")"* ]] || return 1 ;;
+        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3]) [[ $cmdline == *":$(redis_port "$1")"* ]] || return 1 ;;
         *) [[ $cmdline == *"$STATE/$1"* ]] || return 1 ;;
     esac
     echo "$pid"
@@ -129,6 +140,8 @@ redis_port() {
     case $1 in
         redis) echo $REDIS_PORT ;;
         redlock[1-5]) echo "${REDLOCK_PORTS[$(( ${1#redlock} - 1 ))]}" ;;
+        sredis[1-3]) echo "${SREDIS_PORTS[$(( ${1#sredis} - 1 ))]}" ;;
+        sentinel[1-3]) echo "${SENTINEL_PORTS[$(( ${1#sentinel} - 1 ))]}" ;;
     esac
 }
 
@@ -136,6 +149,10 @@ start_redis() {
     local name=$1 port d data
     port=$(redis_port "$name"); d=$(dir_of "$name")
     mkdir -p "$d"
+    case $name in
+        sredis[1-3]) start_sentinel_node "$name" "$port" "$d"; return ;;
+        sentinel[1-3]) start_sentinel "$name" "$port" "$d"; return ;;
+    esac
     # Append-only persistence so a restarted node keeps its keys and fencing
     # counters. The Redlock masters fsync every write: a node killed with
     # kill -9 must not lose a counter (quorum fencing tokens rely on it).
@@ -157,7 +174,109 @@ start_redis() {
         --appendonly yes --appendfsync "$fsync" --save "" --protected-mode yes \
         --daemonize no --logfile ""
 }
-ready_redis() { [ "$(redis-cli -h $HOST -p "$(redis_port "$1")" ping 2>/dev/null)" = PONG ]; }
+ready_redis() {
+    [ "$(redis-cli -h $HOST -p "$(redis_port "$1")" ping 2>/dev/null)" = PONG ] || return 1
+    # A Sentinel is ready once it knows the group's master.
+    case $1 in
+        sentinel[1-3]) redis-cli -h $HOST -p "$(redis_port "$1")" \
+            sentinel get-master-addr-by-name $SENTINEL_GROUP 2>/dev/null | grep -q . ;;
+    esac
+}
+
+# A data node of the Sentinel group. Its configuration file is written once
+# (sredis2 and sredis3 start as replicas of sredis1); the Sentinels rewrite
+# it when they change a node's role, so a restart keeps the role they gave.
+start_sentinel_node() {
+    local name=$1 port=$2 d=$3 conf=$3/redis.conf
+    if [ ! -s "$conf" ]; then
+        {
+            echo "port $port"
+            echo "bind $HOST"
+            echo "dir $d"
+            echo "appendonly yes"
+            echo "appendfsync everysec"
+            echo 'save ""'
+            echo "protected-mode yes"
+            # A node that comes back as a replica answers from its data
+            # until it has synchronised; a lock must not read an old holder.
+            echo "replica-serve-stale-data no"
+            # A replica that (re)joins synchronises at once, not 5 s later.
+            echo "repl-diskless-sync-delay 0"
+            [ "$name" = sredis1 ] || echo "replicaof $HOST ${SREDIS_PORTS[0]}"
+        } >"$conf"
+    fi
+    spawn "$name" redis-server "$conf" --daemonize no --logfile ""
+}
+
+# A Sentinel of group `distlock`: two of three agree that the master is
+# down after 1 s without an answer, then promote a replica. The file is
+# written once; the Sentinel keeps the group's state in it.
+start_sentinel() {
+    local name=$1 port=$2 d=$3 conf=$3/sentinel.conf
+    if [ ! -s "$conf" ]; then
+        {
+            echo "port $port"
+            echo "bind $HOST"
+            echo "dir $d"
+            echo "sentinel monitor $SENTINEL_GROUP $HOST ${SREDIS_PORTS[0]} 2"
+            echo "sentinel down-after-milliseconds $SENTINEL_GROUP 1000"
+            echo "sentinel failover-timeout $SENTINEL_GROUP 10000"
+            echo "sentinel parallel-syncs $SENTINEL_GROUP 2"
+        } >"$conf"
+    fi
+    spawn "$name" redis-server "$conf" --sentinel --daemonize no --logfile ""
+}
+
+# The port of the master the Sentinels name (empty if none answers).
+sentinel_master_port() {
+    local p
+    for p in "${SENTINEL_PORTS[@]}"; do
+        redis-cli -h $HOST -p "$p" sentinel get-master-addr-by-name $SENTINEL_GROUP 2>/dev/null \
+            | sed -n 2p | grep . && return 0
+    done
+    return 1
+}
+
+# The server name of the group's current master.
+sentinel_master() {
+    local port i
+    port=$(sentinel_master_port) || die "no Sentinel answers"
+    for i in 1 2 3; do
+        [ "${SREDIS_PORTS[$((i - 1))]}" = "$port" ] && { echo "sredis$i"; return 0; }
+    done
+    die "the Sentinels name an unknown master port $port"
+}
+
+# Force a failover and wait (up to 60 s) until the Sentinels name another
+# master that answers as one.
+failover() {
+    local how=${1:-sentinel} old new end
+    old=$(sentinel_master)
+    case $how in
+        kill) signal_one KILL "$old" ;;
+        sentinel) redis-cli -h $HOST -p "${SENTINEL_PORTS[0]}" sentinel failover $SENTINEL_GROUP >/dev/null ;;
+        *) die "failover takes no argument or \`kill', not $how" ;;
+    esac
+    end=$((SECONDS + 60))
+    while :; do
+        new=$(sentinel_master 2>/dev/null || true)
+        if [ -n "$new" ] && [ "$new" != "$old" ] \
+            && redis-cli -h $HOST -p "$(redis_port "$new")" role 2>/dev/null | head -n 1 | grep -qx master; then
+            break
+        fi
+        [ $SECONDS -lt $end ] || die "no new master within 60 s (was $old)"
+        sleep 0.1
+    done
+    # The demoted master (SENTINEL FAILOVER) serves again once it follows.
+    if [ "$how" = sentinel ]; then
+        wait_until "$old" 30 replica_synced "$old" || die "$old did not follow $new"
+    fi
+    log "failover: $old -> $new"
+    echo "$new"
+}
+replica_synced() {
+    redis-cli -h $HOST -p "$(redis_port "$1")" info replication 2>/dev/null | grep -q 'master_link_status:up'
+}
 
 # ---------------------------------------------------------------- postgres --
 
@@ -349,7 +468,7 @@ ready_zk() {
 
 kind_of() {
     case $1 in
-        redis | redlock[1-5]) echo redis ;;
+        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3]) echo redis ;;
         postgres) echo postgres ;;
         mysql) echo mysql ;;
         etcd | etcd[1-3] | etcdauth) echo etcd ;;
@@ -417,12 +536,14 @@ signal_one() {
 }
 
 print_env() {
-    local redlock="" etcd_cluster="" zk_ensemble=""
+    local redlock="" sentinels="" etcd_cluster="" zk_ensemble=""
     for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
+    for p in "${SENTINEL_PORTS[@]}"; do sentinels+="${sentinels:+,}$HOST:$p"; done
     for p in "${ETCD_CLUSTER_PORTS[@]}"; do etcd_cluster+="${etcd_cluster:+,}$HOST:$p"; done
     for p in "${ZK_ENSEMBLE_PORTS[@]}"; do zk_ensemble+="${zk_ensemble:+,}$HOST:$p"; done
     echo "DISTLOCK_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT"
     echo "DISTLOCK_TEST_REDLOCK_URL=redlock://$redlock"
+    echo "DISTLOCK_TEST_REDIS_SENTINEL_URL=redis+sentinel://$sentinels/$SENTINEL_GROUP"
     echo "DISTLOCK_TEST_POSTGRES_URL=postgres://$DB_USER:$DB_PASSWORD@$HOST:$PG_PORT/$DB_NAME"
     echo "DISTLOCK_TEST_MYSQL_URL=mysql://$DB_USER:$DB_PASSWORD@$HOST:$MYSQL_PORT/$DB_NAME"
     echo "DISTLOCK_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT"
@@ -479,5 +600,8 @@ case $cmd in
     pause) signal_one STOP "${2:?server name}" ;;
     resume) signal_one CONT "${2:?server name}" ;;
     pid) pid_of "${2:?server name}" ;;
-    *) sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    master) sentinel_master ;;
+    failover) failover "${2:-sentinel}" ;;
+    rejoin) start_one "${2:?server name}"; wait_until "$2" 60 replica_synced "$2" || die "$2 did not follow the master" ;;
+    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

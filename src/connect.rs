@@ -16,7 +16,8 @@ use crate::registry;
 /// |---|---|---|
 /// | `memory://` | in-process locks (a new, empty set per call) | always |
 /// | `sqlite://PATH[?table=…&busy_timeout=…&fencing=false]` | SQLite lease table | `sqlite` (default) |
-/// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
+/// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&replicas=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
+/// | `redis+sentinel://[user:pass@]s1[:26379],s2,…/GROUP[/db][?…]`, `rediss+sentinel://…` (TLS) | a Sentinel group's master | `redis` |
 /// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl=…&connect_timeout=…&request_timeout=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false&sslmode=…]` | Postgres row or advisory locks | `postgres` |

@@ -62,7 +62,11 @@ const BACKENDS: &[Backend] = &[
         takes_epoch: true,
     },
     backend!("sqlite", ["sqlite"], lock_sql::SqliteLock),
-    backend!("redis", ["redis", "rediss"], lock_redis::RedisLock),
+    backend!(
+        "redis",
+        ["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+        lock_redis::RedisLock
+    ),
     backend!("redlock", ["redlock"], lock_redlock::Redlock),
     backend!("postgres", ["postgres", "postgresql"], lock_sql::PgLock),
     backend!("mysql", ["mysql", "mariadb"], lock_sql::MySqlLock),

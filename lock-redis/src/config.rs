@@ -23,6 +23,18 @@ pub struct RedisConfig {
     /// Only matters when that waiter died or cannot reach Redis: the others
     /// then wait this long. Default 1 s.
     pub handoff_window: Duration,
+    /// Replicas that must acknowledge a grant or a renewal (`WAIT`) before
+    /// it counts; default 0 (none asked). A grant that fewer replicas
+    /// acknowledge within [`replicas_timeout`](Self::replicas_timeout) is
+    /// given back and the attempt fails with `Unavailable`; a renewal is
+    /// retried, as after a network error. It makes a failover that loses
+    /// the lock rarer, not impossible: a replica that did not acknowledge
+    /// can still be promoted. At most 16.
+    pub replicas: u8,
+    /// How long a grant or renewal waits for [`replicas`](Self::replicas)
+    /// to acknowledge it; default 500 ms, below `response_timeout`. The
+    /// client's other commands on the same connection wait behind it.
+    pub replicas_timeout: Duration,
 }
 
 impl RedisConfig {
@@ -49,6 +61,22 @@ impl RedisConfig {
         self.handoff_window = handoff_window;
         self
     }
+
+    /// With [`replicas`](Self::replicas) and
+    /// [`replicas_timeout`](Self::replicas_timeout).
+    pub fn with_replicas(mut self, replicas: u8, timeout: Duration) -> Self {
+        self.replicas = replicas;
+        self.replicas_timeout = timeout;
+        self
+    }
+
+    /// The acknowledgement grants and renewals ask for, if any.
+    pub(crate) fn acknowledgement(&self) -> Option<crate::script_call::Acknowledge> {
+        (self.replicas > 0).then_some(crate::script_call::Acknowledge {
+            replicas: self.replicas,
+            timeout: self.replicas_timeout,
+        })
+    }
 }
 
 impl Default for RedisConfig {
@@ -58,6 +86,8 @@ impl Default for RedisConfig {
             connect_timeout: Duration::from_secs(2),
             response_timeout: Duration::from_secs(2),
             handoff_window: Duration::from_secs(1),
+            replicas: 0,
+            replicas_timeout: Duration::from_millis(500),
         }
     }
 }
@@ -69,6 +99,8 @@ impl fmt::Debug for RedisConfig {
             .field("connect_timeout", &self.connect_timeout)
             .field("response_timeout", &self.response_timeout)
             .field("handoff_window", &self.handoff_window)
+            .field("replicas", &self.replicas)
+            .field("replicas_timeout", &self.replicas_timeout)
             .finish()
     }
 }
@@ -105,6 +137,7 @@ impl RedisConfig {
             ("connect_timeout", self.connect_timeout),
             ("response_timeout", self.response_timeout),
             ("handoff_window", self.handoff_window),
+            ("replicas_timeout", self.replicas_timeout),
         ] {
             if d.is_zero() || d > Duration::from_secs(3600) {
                 return Err(LockError::invalid_options(format!(
@@ -112,30 +145,64 @@ impl RedisConfig {
                 )));
             }
         }
+        if self.replicas > 16 {
+            return Err(LockError::invalid_options(format!(
+                "redis replicas must be at most 16, got {}",
+                self.replicas
+            )));
+        }
+        if self.replicas > 0 && self.replicas_timeout >= self.response_timeout {
+            return Err(LockError::invalid_options(format!(
+                "redis replicas_timeout ({:?}) must be below response_timeout ({:?}): a grant's reply waits for the replicas",
+                self.replicas_timeout, self.response_timeout
+            )));
+        }
         Ok(())
     }
 }
 
-/// A parsed connection URL: what to hand the redis client (our own query
-/// options removed, RESP3 requested) and our settings. Not `Debug`: the
-/// client URL carries the password.
+/// What a URL connects to. Not `Debug`: it carries credentials.
+pub(crate) enum Target {
+    /// One node: the URL for `redis::Client::open`, credentials included.
+    Node(String),
+    /// The master of a Sentinel group, looked up through `sentinels`.
+    Sentinel {
+        /// The Sentinels' addresses, in the URL's order.
+        sentinels: Vec<redis::ConnectionAddr>,
+        /// The group's name (`SENTINEL MONITOR`'s master name).
+        group: String,
+        /// The data nodes' database, user and password.
+        db: u16,
+        user: Option<String>,
+        password: Option<String>,
+        /// TLS to the Sentinels and to the nodes (`rediss+sentinel://`).
+        tls: bool,
+    },
+}
+
+/// A parsed connection URL: what to connect to (our own query options
+/// removed, RESP3 requested) and our settings. Not `Debug`: the target
+/// carries the password.
 pub(crate) struct ParsedUrl {
-    /// The URL for `redis::Client::open`, credentials included.
-    pub(crate) client_url: String,
+    /// What to connect to, credentials included.
+    pub(crate) target: Target,
     /// Our settings, from the query options.
     pub(crate) config: RedisConfig,
     /// `scheme://host:port/db`, safe to show.
     pub(crate) display: String,
 }
 
-/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&handoff_window=…]`
-/// (or `rediss://` for TLS). Durations carry their unit (`250ms`, `2s`);
-/// the older `*_ms` names (whole milliseconds) are accepted too.
+/// Parse `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&handoff_window=…&replicas=…&replicas_timeout=…]`
+/// (or `rediss://` for TLS), or a Sentinel group's
+/// `redis+sentinel://[user:pass@]s1[:26379],s2[:26379],…/GROUP[/db][?…]`
+/// (`rediss+sentinel://` for TLS to the Sentinels and the nodes; the
+/// credentials are the data nodes'). Durations carry their unit (`250ms`,
+/// `2s`); the older `*_ms` names (whole milliseconds) are accepted too.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let url = LockUrl::parse(raw)?;
-    url.expect_scheme(&["redis", "rediss"])?;
-    let host = url.single_host()?;
-    let db = database(&url)?;
+    url.expect_scheme(&["redis", "rediss", "redis+sentinel", "rediss+sentinel"])?;
+    let sentinel = url.scheme().ends_with("+sentinel");
+    let tls = url.scheme().starts_with("rediss");
     let mut config = RedisConfig::default();
     let mut options = url.options()?;
     if let Some(prefix) = options.text("prefix")? {
@@ -145,21 +212,78 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
         ("connect_timeout", &mut config.connect_timeout),
         ("response_timeout", &mut config.response_timeout),
         ("handoff_window", &mut config.handoff_window),
+        ("replicas_timeout", &mut config.replicas_timeout),
     ] {
         if let Some(d) = options.duration(key)? {
             *setting = d;
         }
+    }
+    if let Some(n) = options.number("replicas")? {
+        config.replicas = n;
     }
     // Always RESP3 (waiters are woken by push messages): `protocol` is
     // accepted and replaced.
     options.text("protocol")?;
     options.finish()?;
     config.validate()?;
-    let tls = url.scheme() == "rediss";
+    if !sentinel {
+        let host = url.single_host()?;
+        let db = database(&url)?;
+        return Ok(ParsedUrl {
+            target: Target::Node(client_url(&url, tls, host, db)),
+            config,
+            display: format!("{}://{}/{db}", url.scheme(), host.with_default_port(6379)),
+        });
+    }
+    if url.hosts().is_empty() {
+        return Err(url.invalid("a Sentinel URL names at least one Sentinel"));
+    }
+    let path = url.path().trim_start_matches('/');
+    let (group, db) = path.split_once('/').unwrap_or((path, ""));
+    if group.is_empty() {
+        return Err(url.invalid("the path must name the Sentinel group: /GROUP[/db]"));
+    }
+    let db = if db.is_empty() {
+        0
+    } else {
+        db.parse()
+            .map_err(|_| url.invalid(format!("the database must be a number, got {db:?}")))?
+    };
+    let mut sentinels = Vec::with_capacity(url.hosts().len());
+    for host in url.hosts() {
+        let port = host.port.unwrap_or(26379);
+        let name = host
+            .host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .to_string();
+        sentinels.push(if tls {
+            redis::ConnectionAddr::TcpTls {
+                host: name,
+                port,
+                insecure: false,
+                tls_params: None,
+            }
+        } else {
+            redis::ConnectionAddr::Tcp(name, port)
+        });
+    }
+    let shown: Vec<String> = url
+        .hosts()
+        .iter()
+        .map(|h| h.with_default_port(26379))
+        .collect();
     Ok(ParsedUrl {
-        client_url: client_url(&url, tls, host, db),
+        display: format!("{}://{}/{group}/{db}", url.scheme(), shown.join(",")),
+        target: Target::Sentinel {
+            sentinels,
+            group: group.to_string(),
+            db,
+            user: url.user().filter(|u| !u.is_empty()).map(str::to_string),
+            password: url.password().map(str::to_string),
+            tls,
+        },
         config,
-        display: format!("{}://{}/{db}", url.scheme(), host.with_default_port(6379)),
     })
 }
 
@@ -198,7 +322,15 @@ pub fn ensure_tls_provider(client: &redis::Client) {
         client.get_connection_info().addr(),
         redis::ConnectionAddr::TcpTls { .. }
     );
-    if tls && rustls::crypto::CryptoProvider::get_default().is_none() {
+    if tls {
+        install_tls_provider();
+    }
+}
+
+/// Install rustls's ring provider as the process default unless one is
+/// installed already (see [`ensure_tls_provider`]).
+pub(crate) fn install_tls_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
         let _ = rustls::crypto::ring::default_provider().install_default();
     }
 }
@@ -245,18 +377,58 @@ mod tests {
         assert_eq!(p.config.prefix, "app:");
         assert_eq!(p.config.response_timeout, Duration::from_millis(150));
         assert_eq!(p.display, "redis://127.0.0.1:7000/3");
-        assert!(
-            p.client_url.ends_with("/3?protocol=resp3"),
-            "{}",
-            p.client_url
-        );
-        assert!(
-            p.client_url.contains(":pw@"),
-            "credentials go to the client"
-        );
+        let Target::Node(client_url) = &p.target else {
+            panic!("one node");
+        };
+        assert!(client_url.ends_with("/3?protocol=resp3"), "{client_url}");
+        assert!(client_url.contains(":pw@"), "credentials go to the client");
         let p = parse_url("redis://h?response_timeout=2s&handoff_window=150ms").expect("valid");
         assert_eq!(p.config.response_timeout, Duration::from_secs(2));
         assert_eq!(p.config.handoff_window, Duration::from_millis(150));
+    }
+
+    #[test]
+    fn a_sentinel_url_names_its_sentinels_group_and_database() {
+        let p = parse_url(
+            "redis+sentinel://app:pw@s1,s2:26380,[::1]/main/2?replicas=1&replicas_timeout=250ms",
+        )
+        .expect("valid");
+        assert_eq!(
+            p.display,
+            "redis+sentinel://s1:26379,s2:26380,[::1]:26379/main/2"
+        );
+        assert_eq!(p.config.replicas, 1);
+        assert_eq!(p.config.replicas_timeout, Duration::from_millis(250));
+        let Target::Sentinel {
+            sentinels,
+            group,
+            db,
+            user,
+            password,
+            tls,
+        } = p.target
+        else {
+            panic!("a sentinel group");
+        };
+        assert_eq!(group, "main");
+        assert_eq!(db, 2);
+        assert_eq!(user.as_deref(), Some("app"));
+        assert_eq!(password.as_deref(), Some("pw"));
+        assert!(!tls);
+        assert_eq!(sentinels[1], redis::ConnectionAddr::Tcp("s2".into(), 26380));
+        assert_eq!(
+            sentinels[2],
+            redis::ConnectionAddr::Tcp("::1".into(), 26379)
+        );
+        let p = parse_url("rediss+sentinel://s1/main").expect("valid");
+        assert!(matches!(
+            p.target,
+            Target::Sentinel {
+                tls: true,
+                db: 0,
+                ..
+            }
+        ));
     }
 
     #[test]
@@ -269,6 +441,11 @@ mod tests {
             "redis://:secretpw@h?prefix=a{b}",
             "redis://:secretpw@h?connect_timeout_ms=0",
             "redis://:secretpw@h?response_timeout_ms=soon",
+            "redis://:secretpw@h?replicas=17",
+            "redis://:secretpw@h?replicas=1&replicas_timeout=3s",
+            "redis+sentinel://:secretpw@s1,s2",
+            "redis+sentinel://:secretpw@s1/group/notadb",
+            "redis+sentinel://:secretpw@/group",
         ] {
             match parse_url(bad) {
                 Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {

@@ -34,14 +34,15 @@ pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> Lo
 
 /// A server that answers but cannot serve yet: loading its data after a
 /// restart (`LOADING`), a failover in progress (`TRYAGAIN`, `CLUSTERDOWN`,
-/// `MASTERDOWN`), a replica that was a master (`READONLY`). All transient.
+/// `MASTERDOWN`, Sentinels that name no master that answers as one), a
+/// replica that was a master (`READONLY`). All transient.
 fn server_not_ready(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
     matches!(
         e.kind(),
         ErrorKind::Server(
             S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
-        )
+        ) | ErrorKind::MasterNameNotFoundBySentinel
     )
 }
 
@@ -81,5 +82,10 @@ mod tests {
             "ERR bad script",
         ));
         assert!(!map_redis("acquiring a lock", script).is_transient());
+        let failing_over = RedisError::from((
+            ErrorKind::MasterNameNotFoundBySentinel,
+            "Master with given name not found in sentinel",
+        ));
+        assert!(map_redis("finding the master", failing_over).is_transient());
     }
 }

@@ -8,10 +8,10 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use lock_core::raw::{BatchFn, Batcher};
-use redis::aio::ConnectionManager;
+use redis::aio::ConnectionLike;
 
 use crate::error::map_error;
-use crate::script_call::ScriptCall;
+use crate::script_call::{Acknowledge, ScriptCall};
 use crate::scripts::EXTEND;
 
 /// The most leases one script run touches: a few hundred microseconds of
@@ -28,15 +28,19 @@ pub struct Extension {
     pub ttl: Duration,
 }
 
-/// A batcher of extends on `conn`, each batch bounded by `limit` (then
-/// `Unavailable`); errors name `backend` and `server` (shown, so without
-/// credentials).
-pub fn extend_batcher(
+/// A batcher of extends on `conn`, each batch acknowledged by `ack`'s
+/// replicas (if any) and bounded by `limit` (then `Unavailable`); errors
+/// name `backend` and `server` (shown, so without credentials).
+pub fn extend_batcher<C>(
     backend: &'static str,
     server: &str,
-    conn: ConnectionManager,
+    conn: C,
+    ack: Option<Acknowledge>,
     limit: Duration,
-) -> Batcher<Extension, bool> {
+) -> Batcher<Extension, bool>
+where
+    C: ConnectionLike + Clone + Send + Sync + 'static,
+{
     let doing: Arc<str> = format!("extending locks on {server}").into();
     let run: BatchFn<Extension, bool> = Arc::new(move |items: Vec<Extension>| {
         let mut conn = conn.clone();
@@ -47,6 +51,7 @@ pub fn extend_batcher(
             for x in &items {
                 call.arg(&x.owner).arg(lock_core::raw::lease_millis(x.ttl));
             }
+            call.acknowledged(ack);
             let replies: Vec<i64> = match tokio::time::timeout(limit, call.invoke(&mut conn)).await
             {
                 Ok(reply) => reply.map_err(|e| map_error(backend, &doing, e))?,

@@ -74,7 +74,7 @@ impl GuardHandle for RedisHandle {
     /// The same script, on a connection of its own made from the client
     /// (its address, credentials and TLS set-up).
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client.clone();
+        let client = self.inner.client();
         let config = self.inner.config.clone();
         let (keys, owner) = (self.keys.clone(), self.owner.clone());
         Some(Box::pin(async move {

@@ -24,6 +24,7 @@ mod queue_wait;
 mod rw;
 mod script_call;
 mod scripts;
+mod server;
 mod sets;
 mod state;
 mod subscriber;
@@ -41,7 +42,7 @@ pub mod raw {
     pub use crate::keys::{Keys, LockKeys, PermitKeys, RwKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
     pub use crate::rw::{RwState, arrival_now};
-    pub use crate::script_call::ScriptCall;
+    pub use crate::script_call::{Acknowledge, ScriptCall};
     pub use crate::scripts::{
         ACQUIRE, EXTEND, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE, SET_HOLDER,
         WITHDRAW,

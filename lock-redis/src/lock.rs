@@ -14,11 +14,11 @@ use lock_core::{
     Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
     RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::{SentinelClientBuilder, SentinelServerType};
 use tokio::sync::OnceCell;
 use tokio::time::Instant;
 
-use crate::config::{RedisConfig, parse_url};
+use crate::config::{RedisConfig, Target, parse_url};
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::{Extension, extend_batcher};
 use crate::handle::RedisHandle;
@@ -27,6 +27,7 @@ use crate::permits::MAX_LIMIT;
 use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
 use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, WITHDRAW};
+use crate::server::{Follower, Server, manager_config};
 use crate::sets::MAX_ATOMIC_SET;
 use crate::state::read_state;
 use crate::subscriber::{Subscriber, Subscription};
@@ -96,8 +97,11 @@ pub struct RedisLock {
 }
 
 pub(crate) struct Inner {
-    pub(crate) client: redis::Client,
-    pub(crate) conn: ConnectionManager,
+    /// One node's client (for a Sentinel group, its first master's: see
+    /// [`Inner::client`]).
+    client: redis::Client,
+    /// Where commands go: the node, or the group's current master.
+    pub(crate) conn: Server,
     pub(crate) keys: Keys,
     pub(crate) config: RedisConfig,
     display: String,
@@ -107,21 +111,100 @@ pub(crate) struct Inner {
     pub(crate) extends: Batcher<Extension, bool>,
 }
 
+impl Inner {
+    /// The client of the server commands go to now (its address,
+    /// credentials and TLS set-up), for connections of their own.
+    pub(crate) fn client(&self) -> redis::Client {
+        self.conn.client(&self.client)
+    }
+
+    /// One node's capabilities; through Sentinel the service also survives
+    /// the master's failure (the client follows the promoted replica), and
+    /// is still efficiency-grade: the failover can lose a lock.
+    pub(crate) fn capabilities(&self) -> Capabilities {
+        CAPABILITIES.with_survives_server_failure(self.conn.follows_failovers())
+    }
+
+    /// What a guard that is not auto-renewed gets: left to its TTL on one
+    /// node; checked about every third of its TTL where a failover can take
+    /// its key away, so that `lost()` fires then, not at its deadline.
+    pub(crate) fn unrenewed(&self) -> Unrenewed {
+        if self.conn.follows_failovers() {
+            Unrenewed::Watched
+        } else {
+            Unrenewed::Left
+        }
+    }
+}
+
 impl RedisLock {
     /// Connect to `redis://[user:pass@]host[:port][/db]` (or `rediss://` for
-    /// TLS) with options `prefix`, `connect_timeout`, `response_timeout` and
-    /// `handoff_window` (durations with their unit: `250ms`, `2s`).
+    /// TLS), or to the master of a Sentinel group,
+    /// `redis+sentinel://[user:pass@]s1[:26379],s2,…/GROUP[/db]` (or
+    /// `rediss+sentinel://`; the credentials are the data nodes'), with
+    /// options `prefix`, `connect_timeout`, `response_timeout`,
+    /// `handoff_window`, `replicas` and `replicas_timeout` (durations with
+    /// their unit: `250ms`, `2s`).
+    ///
+    /// Through Sentinel, the client follows the group's master across
+    /// failovers without a restart; a lock whose key did not reach the new
+    /// master fires `lost()` when the client finds the new master.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
-        let client =
-            redis::Client::open(parsed.client_url.as_str()).map_err(|e| LockError::InvalidUrl {
-                url: parsed.display.clone(),
-                reason: format!(
-                    "rejected by the redis client: {}",
-                    e.detail().unwrap_or("invalid")
-                ),
-            })?;
-        Self::from_parts(client, parsed.config, parsed.display).await
+        let invalid = |e: redis::RedisError| LockError::InvalidUrl {
+            url: parsed.display.clone(),
+            reason: format!(
+                "rejected by the redis client: {}",
+                e.detail().unwrap_or("invalid")
+            ),
+        };
+        match parsed.target {
+            Target::Node(ref client_url) => {
+                let client = redis::Client::open(client_url.as_str()).map_err(invalid)?;
+                Self::from_parts(client, parsed.config, parsed.display).await
+            }
+            Target::Sentinel {
+                ref sentinels,
+                ref group,
+                db,
+                ref user,
+                ref password,
+                tls,
+            } => {
+                if tls {
+                    crate::config::install_tls_provider();
+                }
+                let mut builder = SentinelClientBuilder::new(
+                    sentinels.iter().cloned(),
+                    group,
+                    SentinelServerType::Master,
+                )
+                .map_err(invalid)?
+                .set_client_to_redis_db(i64::from(db))
+                .set_client_to_redis_protocol(redis::ProtocolVersion::RESP3);
+                if let Some(user) = user {
+                    builder = builder.set_client_to_redis_username(user);
+                }
+                if let Some(password) = password {
+                    builder = builder.set_client_to_redis_password(password);
+                }
+                if tls {
+                    builder = builder
+                        .set_client_to_redis_tls_mode(redis::TlsMode::Secure)
+                        .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
+                }
+                let sentinel = builder.build().map_err(invalid)?;
+                let follower =
+                    Follower::connect(sentinel, group.clone(), parsed.config.clone()).await?;
+                let client = follower.master().client.clone();
+                Self::on_server(
+                    client,
+                    Server::Sentinel(follower),
+                    parsed.config,
+                    parsed.display,
+                )
+            }
+        }
     }
 
     /// A lock on a Redis client the application already has (its own
@@ -152,28 +235,34 @@ impl RedisLock {
         // Commands on the hot path rely on these bounds alone (no timer of
         // our own per call): the reply within `response_timeout`, and one
         // reconnect attempt within `connect_timeout`, so an outage fails fast.
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(config.connect_timeout);
         let conn = within(
             &config,
             "connecting",
-            client.get_connection_manager_with_config(manager),
+            client.get_connection_manager_with_config(manager_config(&config)),
         )
         .await?
         .map_err(|e| map_redis(&format!("connecting to {server}"), e))?;
         tracing::debug!(target: "distlock", server = %server, "redis lock client connected");
+        Self::on_server(client, Server::Node(conn), config, server)
+    }
+
+    fn on_server(
+        client: redis::Client,
+        conn: Server,
+        config: RedisConfig,
+        server: String,
+    ) -> Result<Self, LockError> {
         // The connection's own response timeout bounds each batch too, with
         // a connect attempt's time on top for a reconnect.
         let extends = extend_batcher(
             BACKEND,
             &server,
             conn.clone(),
+            config.acknowledgement(),
             config.response_timeout + config.connect_timeout,
         );
-        Ok(RedisLock {
+        let switches = conn.switches();
+        let lock = RedisLock {
             inner: Arc::new(Inner {
                 extends,
                 client,
@@ -185,7 +274,15 @@ impl RedisLock {
                 wakeups: Wakeups::new(),
             }),
             watchdog: Watchdog::new(),
-        })
+        };
+        if let Some(switches) = switches {
+            tokio::spawn(follow_switches(
+                Arc::downgrade(&lock.inner),
+                lock.watchdog.clone(),
+                switches,
+            ));
+        }
+        Ok(lock)
     }
 
     /// How many acquisitions of `name` wait in its server-side queue.
@@ -231,7 +328,8 @@ impl RedisLock {
             .arg(waiter.unwrap_or_default())
             .arg(QUEUE_TTL.as_millis() as u64)
             .arg("")
-            .arg(handle.record.as_bytes());
+            .arg(handle.record.as_bytes())
+            .acknowledged(inner.config.acknowledgement());
         let pending = PendingGrant::new(handle);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
@@ -258,11 +356,11 @@ impl RedisLock {
             reason: format!("fencing counter of {name:?} is not positive ({value})"),
             source: None,
         })?;
-        let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle);
+        let guard = LockGuard::new(name, Some(token), inner.capabilities(), lease, handle);
         Ok(Attempt::Acquired(guard.kept_by(
             &self.watchdog,
             opts,
-            Unrenewed::Left,
+            inner.unrenewed(),
         )))
     }
 
@@ -279,8 +377,8 @@ impl RedisLock {
         let inner = &self.inner;
         inner
             .subscriber
-            .get_or_try_init(|| {
-                Subscriber::connect(&inner.client, &inner.config, inner.wakeups.clone())
+            .get_or_try_init(|| async {
+                Subscriber::connect(&inner.client(), &inner.config, inner.wakeups.clone()).await
             })
             .await
     }
@@ -322,7 +420,7 @@ impl RawLock for RedisLock {
     }
 
     fn raw_capabilities(&self) -> Capabilities {
-        CAPABILITIES
+        self.inner.capabilities()
     }
 
     /// One atomic read of the lock key, its remaining TTL, the name's
@@ -422,6 +520,30 @@ impl fmt::Debug for RedisLock {
             .field("server", &self.inner.display)
             .field("config", &self.inner.config)
             .finish_non_exhaustive()
+    }
+}
+
+/// After each change of a Sentinel group's master: every lock the client
+/// holds is renewed or checked at once (those whose keys the new master
+/// lacks fire `lost()`), the subscriber moves to the new master, and every
+/// waiter looks again. Ends with the client.
+async fn follow_switches(
+    inner: std::sync::Weak<Inner>,
+    watchdog: Watchdog,
+    mut switches: tokio::sync::watch::Receiver<u64>,
+) {
+    while switches.changed().await.is_ok() {
+        let Some(inner) = inner.upgrade() else {
+            return;
+        };
+        watchdog.check_now();
+        if let Some(subscriber) = inner.subscriber.get()
+            && let Err(e) = subscriber.repoint(&inner.client()).await
+        {
+            tracing::warn!(target: "distlock", error = %e,
+                "moving the subscriber to the new master failed; waiters fall back to their backstop");
+        }
+        inner.wakeups.wake_all();
     }
 }
 

@@ -20,7 +20,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard,
-    RawLock, Request, Unrenewed, WaitLoop, limit_mismatch,
+    RawLock, Request, WaitLoop, limit_mismatch,
 };
 use lock_core::{LockError, LockGuard, LockOptions, PermitInfo, SemaphoreInfo};
 use redis::aio::ConnectionLike;
@@ -67,7 +67,8 @@ impl RedisLock {
             .arg(&handle.owner)
             .arg(lock_core::raw::lease_millis(opts.ttl))
             .arg(limit)
-            .arg(handle.record.as_bytes());
+            .arg(handle.record.as_bytes())
+            .acknowledged(inner.config.acknowledgement());
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
@@ -107,7 +108,7 @@ impl RedisLock {
                 Ok(Attempt::Acquired(guard.kept_by(
                     &self.watchdog,
                     opts,
-                    Unrenewed::Left,
+                    inner.unrenewed(),
                 )))
             }
             [0, earliest] => {
@@ -278,7 +279,7 @@ impl GuardHandle for PermitHandle {
 
     /// The same script, on a connection of its own made from the client.
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client.clone();
+        let client = self.inner.client();
         let config = self.inner.config.clone();
         let (keys, owner) = (self.keys.clone(), self.owner.clone());
         let (slot, limit) = (self.slot.get().copied(), self.limit);

@@ -23,7 +23,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use async_trait::async_trait;
 use lock_core::raw::{
     Attempt, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard,
-    Request, Unrenewed, WaitLoop,
+    Request, WaitLoop,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use redis::aio::ConnectionLike;
@@ -33,7 +33,7 @@ use crate::error::{BACKEND, map_redis, within};
 use crate::extends::Extension;
 use crate::handle::connection_of_its_own;
 use crate::keys::RwKeys;
-use crate::lock::{CAPABILITIES, Inner, RedisLock};
+use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
 use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE};
 
@@ -212,7 +212,8 @@ impl RedisLock {
             .arg(handle.record.as_bytes())
             .arg(mark.map_or(arrival, |m| m.arrival.as_str()))
             .arg(mark.map_or("", |m| m.id.as_str()))
-            .arg(MARK.as_millis() as u64);
+            .arg(MARK.as_millis() as u64)
+            .acknowledged(inner.config.acknowledgement());
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
@@ -232,12 +233,13 @@ impl RedisLock {
                     reason: format!("a negative token for {access} lock {name:?}: {token}"),
                     source: None,
                 })?;
-                let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, guard_handle)
-                    .with_access(Some(access));
+                let guard =
+                    LockGuard::new(name, Some(token), inner.capabilities(), lease, guard_handle)
+                        .with_access(Some(access));
                 Ok(Attempt::Acquired(guard.kept_by(
                     &self.watchdog,
                     opts,
-                    Unrenewed::Left,
+                    inner.unrenewed(),
                 )))
             }
             [0, left] => {
@@ -416,7 +418,7 @@ impl GuardHandle for RwHandle {
 
     /// The same script, on a connection of its own made from the client.
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client.clone();
+        let client = self.inner.client();
         let config = self.inner.config.clone();
         let (keys, key, field, owner) = (
             self.keys.clone(),

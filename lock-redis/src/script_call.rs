@@ -7,7 +7,9 @@
 //! arguments straight into the command, sized up front.
 
 use redis::aio::ConnectionLike;
-use redis::{Cmd, ErrorKind, FromRedisValue, RedisResult, Script, ServerErrorKind, ToRedisArgs};
+use redis::{
+    Cmd, ErrorKind, FromRedisValue, RedisError, RedisResult, Script, ServerErrorKind, ToRedisArgs,
+};
 
 /// Room made per argument still to come: an owner token (32 hex digits) or
 /// a number fits.
@@ -29,6 +31,17 @@ const HEAD_ROOM: usize = 64;
 pub struct ScriptCall<'s> {
     script: &'s Script,
     cmd: Cmd,
+    ack: Option<Acknowledge>,
+}
+
+/// Replicas that must acknowledge a script's writes (`WAIT`) before its
+/// reply counts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acknowledge {
+    /// How many replicas.
+    pub replicas: u8,
+    /// How long to wait for them.
+    pub timeout: std::time::Duration,
 }
 
 impl<'s> ScriptCall<'s> {
@@ -44,7 +57,20 @@ impl<'s> ScriptCall<'s> {
         for key in keys {
             cmd.arg(*key);
         }
-        ScriptCall { script, cmd }
+        ScriptCall {
+            script,
+            cmd,
+            ack: None,
+        }
+    }
+
+    /// Have `ack`'s replicas acknowledge the run's writes: the script and
+    /// a `WAIT` go out together, and a run that fewer replicas acknowledge
+    /// in time fails as transient (`TRYAGAIN`), its writes left on the
+    /// master for the caller to give back. `None` asks nobody.
+    pub fn acknowledged(&mut self, ack: Option<Acknowledge>) -> &mut Self {
+        self.ack = ack;
+        self
     }
 
     /// The next argument (`ARGV[i]`, in the order added).
@@ -58,13 +84,38 @@ impl<'s> ScriptCall<'s> {
         &self,
         conn: &mut impl ConnectionLike,
     ) -> RedisResult<T> {
-        match self.cmd.query_async(conn).await {
+        let Some(ack) = self.ack else {
+            return match self.cmd.query_async(conn).await {
+                Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
+                    self.script.load_async(conn).await?;
+                    self.cmd.query_async(conn).await
+                }
+                reply => reply,
+            };
+        };
+        let mut pipe = redis::pipe();
+        pipe.add_command(self.cmd.clone())
+            .cmd("WAIT")
+            .arg(ack.replicas)
+            .arg(ack.timeout.as_millis() as u64);
+        let (reply, acknowledged): (T, i64) = match pipe.query_async(conn).await {
             Err(e) if e.kind() == ErrorKind::Server(ServerErrorKind::NoScript) => {
                 self.script.load_async(conn).await?;
-                self.cmd.query_async(conn).await
+                pipe.query_async(conn).await?
             }
-            reply => reply,
+            reply => reply?,
+        };
+        if acknowledged < i64::from(ack.replicas) {
+            return Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::TryAgain),
+                "too few replicas acknowledged the write",
+                format!(
+                    "{acknowledged} of {} within {:?}",
+                    ack.replicas, ack.timeout
+                ),
+            )));
         }
+        Ok(reply)
     }
 }
 

@@ -3,13 +3,13 @@
 
 use std::sync::Arc;
 
-use lock_core::raw::{OwnerToken, PendingGrant, RawGuard, Request, Unrenewed};
+use lock_core::raw::{OwnerToken, PendingGrant, RawGuard, Request};
 use lock_core::{LockError, LockGuard};
 use tokio::time::Instant;
 
 use crate::error::{BACKEND, map_redis};
 use crate::handle::RedisHandle;
-use crate::lock::{CAPABILITIES, RedisLock};
+use crate::lock::RedisLock;
 use crate::script_call::ScriptCall;
 use crate::scripts::SET_ACQUIRE;
 
@@ -57,7 +57,8 @@ impl RedisLock {
         let mut call = ScriptCall::new(&SET_ACQUIRE, &keys, 3);
         call.arg(&handles[0].owner)
             .arg(lock_core::raw::lease_millis(opts.ttl))
-            .arg(handles[0].record.as_bytes());
+            .arg(handles[0].record.as_bytes())
+            .acknowledged(self.inner.config.acknowledgement());
         let pending: Vec<PendingGrant> = handles
             .iter()
             .map(|h| PendingGrant::new(Arc::clone(h) as _))
@@ -87,8 +88,14 @@ impl RedisLock {
                 .await
             {
                 Ok((handle, lease)) => {
-                    let guard = LockGuard::new(req.name, Some(token), CAPABILITIES, lease, handle);
-                    guards.push(guard.kept_by(&self.watchdog, req.opts, Unrenewed::Left));
+                    let guard = LockGuard::new(
+                        req.name,
+                        Some(token),
+                        self.inner.capabilities(),
+                        lease,
+                        handle,
+                    );
+                    guards.push(guard.kept_by(&self.watchdog, req.opts, self.inner.unrenewed()));
                 }
                 // The whole set was answered at once: every member is as
                 // late, and each was given back.

@@ -49,7 +49,9 @@ fn push_channel(info: &PushInfo) -> Option<&str> {
 
 /// The shared subscriber connection of one client to one Redis server.
 pub struct Subscriber {
-    conn: ConnectionManager,
+    /// Replaced when a Sentinel group's master changes ([`Subscriber::repoint`]).
+    conn: std::sync::RwLock<ConnectionManager>,
+    wakeups: Wakeups,
     /// Observed channels: a signal each, shared by their observers.
     observed: Observed,
     /// Waiters per channel, and whether the SUBSCRIBE has been answered.
@@ -86,56 +88,46 @@ impl Subscriber {
         wakeups: Wakeups,
     ) -> Result<Arc<Self>, LockError> {
         let observed = Observed::default();
-        let signals = Arc::clone(&observed);
-        let on_push = move |info: PushInfo| {
-            let signal = |channel: Option<&str>| match channel {
-                Some(c) => lock_observed(&signals)
-                    .get(c)
-                    .map(|tx| tx.send_replace(()))
-                    .is_some(),
-                None => false,
-            };
-            match info.kind {
-                PushKind::Message => {
-                    if !signal(push_channel(&info))
-                        && let Some(Value::BulkString(waiter)) = info.data.get(1)
-                        && let Ok(waiter) = std::str::from_utf8(waiter)
-                    {
-                        wakeups.wake_one(waiter);
-                    }
-                }
-                PushKind::Subscribe => {
-                    signal(push_channel(&info));
-                }
-                PushKind::Disconnection => {
-                    wakeups.wake_all();
-                    for tx in lock_observed(&signals).values() {
-                        tx.send_replace(());
-                    }
-                }
-                _ => {}
-            }
-            Ok::<(), std::convert::Infallible>(())
-        };
-        let manager = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(config.connect_timeout))
-            .set_response_timeout(Some(config.response_timeout))
-            .set_automatic_resubscription()
-            .set_push_sender(on_push);
-        let conn = within(
-            config,
-            "connecting the subscriber",
-            client.get_connection_manager_with_config(manager),
-        )
-        .await?
-        .map_err(|e| map_redis("connecting the subscriber", e))?;
+        let conn = connect_manager(client, config, &observed, &wakeups).await?;
         Ok(Arc::new(Subscriber {
-            conn,
+            conn: std::sync::RwLock::new(conn),
+            wakeups,
             observed,
             channels: Mutex::new(HashMap::new()),
             io: tokio::sync::Mutex::new(()),
             config: config.clone(),
         }))
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// Move to the server `client` names (a Sentinel group's new master):
+    /// a new connection, subscribed to every channel the old one was, then
+    /// every waiter woken and every observer signalled, since messages on
+    /// the new server may have been missed meanwhile.
+    pub async fn repoint(&self, client: &redis::Client) -> Result<(), LockError> {
+        let conn = connect_manager(client, &self.config, &self.observed, &self.wakeups).await?;
+        let _io = self.io.lock().await;
+        let channels: Vec<String> = self
+            .channels()
+            .iter()
+            .filter(|(_, c)| c.subscribed)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut subscribing = conn.clone();
+        for channel in &channels {
+            within(&self.config, "subscribing", subscribing.subscribe(channel))
+                .await?
+                .map_err(|e| map_redis("subscribing on the new master", e))?;
+        }
+        *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
+        self.wakeups.wake_all();
+        for tx in lock_observed(&self.observed).values() {
+            tx.send_replace(());
+        }
+        Ok(())
     }
 
     fn channels(&self) -> MutexGuard<'_, HashMap<String, Channel>> {
@@ -177,7 +169,7 @@ impl Subscriber {
         if self.channels().get(channel).is_some_and(|c| c.subscribed) {
             return Ok(claim);
         }
-        let mut conn = self.conn.clone();
+        let mut conn = self.conn();
         within(&self.config, "subscribing", conn.subscribe(channel))
             .await?
             .map_err(|e| map_redis("subscribing", e))?;
@@ -249,7 +241,7 @@ impl Subscriber {
                     _ => return,
                 }
             }
-            let mut conn = this.conn.clone();
+            let mut conn = this.conn();
             if !matches!(
                 within(&this.config, "unsubscribing", conn.unsubscribe(&channel)).await,
                 Ok(Ok(()))
@@ -258,6 +250,62 @@ impl Subscriber {
             }
         });
     }
+}
+
+/// A subscriber connection manager on `client`'s server. A message (a
+/// waiter id) wakes that waiter ([`Wakeups::wake_one`]); a reconnect wakes
+/// everyone. A message on an observed channel, and a subscription to one
+/// being confirmed, signal its observers; a disconnection signals every
+/// observer.
+async fn connect_manager(
+    client: &redis::Client,
+    config: &RedisConfig,
+    observed: &Observed,
+    wakeups: &Wakeups,
+) -> Result<ConnectionManager, LockError> {
+    let (signals, wakeups) = (Arc::clone(observed), wakeups.clone());
+    let on_push = move |info: PushInfo| {
+        let signal = |channel: Option<&str>| match channel {
+            Some(c) => lock_observed(&signals)
+                .get(c)
+                .map(|tx| tx.send_replace(()))
+                .is_some(),
+            None => false,
+        };
+        match info.kind {
+            PushKind::Message => {
+                if !signal(push_channel(&info))
+                    && let Some(Value::BulkString(waiter)) = info.data.get(1)
+                    && let Ok(waiter) = std::str::from_utf8(waiter)
+                {
+                    wakeups.wake_one(waiter);
+                }
+            }
+            PushKind::Subscribe => {
+                signal(push_channel(&info));
+            }
+            PushKind::Disconnection => {
+                wakeups.wake_all();
+                for tx in lock_observed(&signals).values() {
+                    tx.send_replace(());
+                }
+            }
+            _ => {}
+        }
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let manager = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_automatic_resubscription()
+        .set_push_sender(on_push);
+    within(
+        config,
+        "connecting the subscriber",
+        client.get_connection_manager_with_config(manager),
+    )
+    .await?
+    .map_err(|e| map_redis("connecting the subscriber", e))
 }
 
 /// One observer of a channel: its signal's receiver.

@@ -47,3 +47,36 @@ async fn docs_open_with_the_capability_checklist() {
     let h = harness().await;
     lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
 }
+
+/// The suite again, through the project's Sentinel group
+/// (`DISTLOCK_TEST_REDIS_SENTINEL_URL`): every client follows the group's
+/// master.
+mod sentinel {
+    use lock_redis::RedisLock;
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::env;
+
+    async fn harness() -> Harness {
+        let url = env("DISTLOCK_TEST_REDIS_SENTINEL_URL");
+        Harness::of(async || {
+            RedisLock::connect(&url)
+                .await
+                .expect("connect through sentinel")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+
+    /// The checklist's `redis+sentinel` column is what a client through
+    /// Sentinel reports.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn docs_state_the_sentinel_capabilities() {
+        let h = harness().await;
+        lock_testkit::docs::assert_checklist_column(
+            include_str!("../docs.md"),
+            "redis+sentinel",
+            &h.lock.capabilities(),
+        );
+    }
+}

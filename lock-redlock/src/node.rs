@@ -122,7 +122,7 @@ impl Node {
             .get_connection_manager_lazy(manager)
             .map_err(|e| map_error(BACKEND, &format!("setting up {display}"), e))?;
         Ok(Node {
-            extends: extend_batcher(BACKEND, &display, conn.clone(), config.node_timeout),
+            extends: extend_batcher(BACKEND, &display, conn.clone(), None, config.node_timeout),
             display,
             client,
             conn,

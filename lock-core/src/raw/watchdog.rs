@@ -156,6 +156,31 @@ impl Watchdog {
         self.insert(handle, lease, deadline + grace, Kind::Expire { grace })
     }
 
+    /// Renew every auto-renewed lock and check every watched one now,
+    /// instead of at its next due time: for a backend that learns its
+    /// server changed under the locks (a failover to a replica), so that
+    /// those the new server lacks fire `lost()` at once. Expiries keep
+    /// their time.
+    pub fn check_now(&self) {
+        let mut s = self.shared.schedule();
+        let now = Instant::now();
+        let due: Vec<u64> = s
+            .entries
+            .iter_mut()
+            .filter(|(_, e)| matches!(e.kind, Kind::Renew | Kind::Watch))
+            .map(|(&id, e)| {
+                e.due = now;
+                id
+            })
+            .collect();
+        if due.is_empty() {
+            return;
+        }
+        s.heap.extend(due.into_iter().map(|id| Reverse((now, id))));
+        s.compact();
+        self.shared.wake.notify_one();
+    }
+
     fn insert(
         &self,
         handle: &Arc<dyn GuardHandle>,

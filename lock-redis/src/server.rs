@@ -1,0 +1,374 @@
+//! The server a Redis lock client talks to: one fixed node, or the master
+//! a Sentinel group currently names, followed across failovers.
+//!
+//! A [`Server`] is what every command of the client goes through (it is a
+//! [`ConnectionLike`]). For one node it is that node's connection manager.
+//! For a Sentinel group it is the current master's connection manager,
+//! replaced when the master changes: after the master's connection drops
+//! (the manager reports a disconnection), or a command fails in a way a
+//! demoted or dead master fails (`READONLY`, an I/O error, a refused
+//! connection), the next command first asks the Sentinels for the master
+//! (checking that it answers `ROLE` as one). A new master means a new
+//! connection manager and a [`Server::switches`] signal. A disconnection
+//! also starts a background lookup, repeated every [`LOOKUP_RETRY`] until a
+//! master answers, so that an idle client (one that only holds locks)
+//! finds the new master as soon as the Sentinels name it. The client then
+//! re-checks every lock it holds there (those whose keys did not reach the
+//! new master fire `lost()`) and moves its subscriber.
+//!
+//! The command that met the failure is not sent again: it fails with
+//! `Unavailable`, and the caller's retry finds the new master.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
+use std::time::Duration;
+
+use lock_core::LockError;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::sentinel::SentinelClient;
+use redis::{Cmd, ErrorKind, Pipeline, PushKind, RedisError, RedisFuture, RedisResult, Value};
+use tokio::sync::{Notify, watch};
+
+use crate::config::RedisConfig;
+use crate::error::{map_redis, within};
+
+/// How often a master in doubt is looked up again while no Sentinel names
+/// one that answers.
+pub(crate) const LOOKUP_RETRY: Duration = Duration::from_millis(200);
+
+/// Where a client's commands go.
+#[derive(Clone)]
+pub(crate) enum Server {
+    /// One node, for the client's lifetime.
+    Node(ConnectionManager),
+    /// The current master of a Sentinel group.
+    Sentinel(Arc<Follower>),
+}
+
+impl Server {
+    /// The client of the server commands go to now (its address,
+    /// credentials, database and TLS set-up), for connections of their own.
+    pub(crate) fn client(&self, fixed: &redis::Client) -> redis::Client {
+        match self {
+            Server::Node(_) => fixed.clone(),
+            Server::Sentinel(f) => f.master().client.clone(),
+        }
+    }
+
+    /// Signals each change of master (`None` for one node).
+    pub(crate) fn switches(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            Server::Node(_) => None,
+            Server::Sentinel(f) => Some(f.switches.subscribe()),
+        }
+    }
+
+    /// Whether the master may change under the client's locks.
+    pub(crate) fn follows_failovers(&self) -> bool {
+        matches!(self, Server::Sentinel(_))
+    }
+}
+
+impl ConnectionLike for Server {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Server::Node(conn) => conn.req_packed_command(cmd),
+            Server::Sentinel(f) => Box::pin(async move {
+                let (mut conn, generation) = f.connection().await?;
+                let reply = conn.req_packed_command(cmd).await;
+                f.after(generation, reply)
+            }),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Server::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Server::Sentinel(f) => Box::pin(async move {
+                let (mut conn, generation) = f.connection().await?;
+                let reply = conn.req_packed_commands(pipeline, offset, count).await;
+                f.after(generation, reply)
+            }),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Server::Node(conn) => conn.get_db(),
+            Server::Sentinel(f) => f.master().conn.get_db(),
+        }
+    }
+}
+
+/// The connection-manager settings of a client's command connection:
+/// every reply within `response_timeout`, one reconnect attempt within
+/// `connect_timeout`, so an outage fails fast.
+pub(crate) fn manager_config(config: &RedisConfig) -> ConnectionManagerConfig {
+    ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_number_of_retries(1)
+        .set_max_delay(config.connect_timeout)
+}
+
+/// One master of the group, as found.
+pub(crate) struct Master {
+    pub(crate) client: redis::Client,
+    pub(crate) conn: ConnectionManager,
+    /// `host:port`, for logs and equality.
+    address: String,
+    /// Counts the masters this client has followed.
+    generation: u64,
+}
+
+/// Follows a Sentinel group's master.
+pub(crate) struct Follower {
+    /// Asks the Sentinels; held while a master is looked up, so that one
+    /// lookup runs at a time.
+    sentinel: tokio::sync::Mutex<SentinelClient>,
+    current: RwLock<Arc<Master>>,
+    /// Set when the current master may no longer be the master.
+    doubt: Arc<AtomicBool>,
+    /// Starts the background lookup (see [`Follower::doubted`]).
+    wake: Arc<Notify>,
+    switches: watch::Sender<u64>,
+    config: RedisConfig,
+    /// The group's name, for logs and errors.
+    group: String,
+}
+
+impl Follower {
+    /// Find the group's master through `sentinel` and connect to it.
+    pub(crate) async fn connect(
+        sentinel: SentinelClient,
+        group: String,
+        config: RedisConfig,
+    ) -> Result<Arc<Self>, LockError> {
+        let sentinel = tokio::sync::Mutex::new(sentinel);
+        let doubt = Arc::new(AtomicBool::new(false));
+        let wake = Arc::new(Notify::new());
+        let first = {
+            let mut asking = sentinel.lock().await;
+            find_master(&mut asking, &group, &config, &doubt, &wake, 0).await?
+        };
+        tracing::debug!(target: "distlock", group = %group, master = %first.address,
+            "redis lock client follows the sentinel group's master");
+        let follower = Arc::new(Follower {
+            sentinel,
+            current: RwLock::new(Arc::new(first)),
+            doubt,
+            wake,
+            switches: watch::channel(0).0,
+            config,
+            group,
+        });
+        tokio::spawn(look_up_when_doubted(
+            Arc::downgrade(&follower),
+            Arc::clone(&follower.wake),
+        ));
+        Ok(follower)
+    }
+
+    /// Doubt the current master: the next command, and a background
+    /// lookup now, ask the Sentinels first.
+    fn doubted(&self) {
+        doubt(&self.doubt, &self.wake);
+    }
+
+    pub(crate) fn master(&self) -> Arc<Master> {
+        Arc::clone(&self.current.read().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// The connection to send on, and its master's generation: the current
+    /// master's, after asking the Sentinels if it is in doubt.
+    async fn connection(&self) -> RedisResult<(ConnectionManager, u64)> {
+        if self.doubt.load(Ordering::Acquire) {
+            self.follow().await?;
+        }
+        let master = self.master();
+        Ok((master.conn.clone(), master.generation))
+    }
+
+    /// Doubt the master if `reply` is how a demoted or unreachable master
+    /// answers.
+    fn after<T>(&self, generation: u64, reply: RedisResult<T>) -> RedisResult<T> {
+        if let Err(e) = &reply
+            && (e.kind() == ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
+                || e.is_io_error()
+                || e.is_connection_dropped()
+                || e.is_connection_refusal()
+                || e.is_timeout())
+            && self.master().generation == generation
+        {
+            tracing::debug!(target: "distlock", group = %self.group, error = %e,
+                "the master failed a command; asking the sentinels before the next one");
+            self.doubted();
+        }
+        reply
+    }
+
+    /// Ask the Sentinels for the master; switch to it if it is another.
+    async fn follow(&self) -> RedisResult<()> {
+        let mut asking = self.sentinel.lock().await;
+        if !self.doubt.load(Ordering::Acquire) {
+            // Another command asked meanwhile.
+            return Ok(());
+        }
+        let current = self.master();
+        // Cleared first: a disconnection from here on doubts again.
+        self.doubt.store(false, Ordering::Release);
+        let found = lookup(&mut asking, &self.group, &self.config).await;
+        let client = match found {
+            Ok(client) => client,
+            Err(e) => {
+                self.doubted();
+                return Err(e);
+            }
+        };
+        let address = client.get_connection_info().addr().to_string();
+        if address == current.address {
+            return Ok(());
+        }
+        let generation = current.generation + 1;
+        let opened = open(
+            client,
+            address,
+            &self.config,
+            (&self.doubt, &self.wake),
+            generation,
+        );
+        let master = match opened.await {
+            Ok(master) => master,
+            Err(e) => {
+                self.doubted();
+                return Err(e);
+            }
+        };
+        tracing::info!(target: "distlock", group = %self.group, from = %current.address,
+            to = %master.address, "the sentinel group's master changed; following it");
+        *self.current.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(master);
+        self.switches.send_replace(generation);
+        Ok(())
+    }
+}
+
+impl Drop for Follower {
+    /// Ends the background lookup task.
+    fn drop(&mut self) {
+        self.wake.notify_one();
+    }
+}
+
+/// Set `doubt` and start the background lookup.
+fn doubt(doubt: &AtomicBool, wake: &Notify) {
+    doubt.store(true, Ordering::Release);
+    wake.notify_one();
+}
+
+/// The background lookup: each time the master is doubted, look it up
+/// every [`LOOKUP_RETRY`] until the doubt is settled. Ends with the
+/// follower.
+async fn look_up_when_doubted(follower: std::sync::Weak<Follower>, wake: Arc<Notify>) {
+    loop {
+        wake.notified().await;
+        loop {
+            let Some(f) = follower.upgrade() else {
+                return;
+            };
+            if !f.doubt.load(Ordering::Acquire) {
+                break;
+            }
+            if let Err(e) = f.follow().await {
+                tracing::debug!(target: "distlock", group = %f.group, error = %e,
+                    "no master found yet; asking the sentinels again");
+            }
+            let settled = !f.doubt.load(Ordering::Acquire);
+            drop(f);
+            if settled {
+                break;
+            }
+            tokio::time::sleep(LOOKUP_RETRY).await;
+        }
+    }
+}
+
+/// Ask the Sentinels which node is the master (the node checked to answer
+/// `ROLE` as one), within the connect and response timeouts.
+async fn lookup(
+    sentinel: &mut SentinelClient,
+    group: &str,
+    config: &RedisConfig,
+) -> RedisResult<redis::Client> {
+    let limit = config.connect_timeout + config.response_timeout;
+    match tokio::time::timeout(limit, sentinel.async_get_client()).await {
+        Ok(found) => found,
+        Err(_) => Err(RedisError::from((
+            ErrorKind::Io,
+            "no sentinel named a master in time",
+            format!("group {group:?}, {limit:?}"),
+        ))),
+    }
+}
+
+/// A connection manager on the master `client` names, whose disconnection
+/// doubts the master (`doubting`: the flag and the lookup's wake-up).
+async fn open(
+    client: redis::Client,
+    address: String,
+    config: &RedisConfig,
+    doubting: (&Arc<AtomicBool>, &Arc<Notify>),
+    generation: u64,
+) -> RedisResult<Master> {
+    crate::config::ensure_tls_provider(&client);
+    let (flag, wake) = (Arc::clone(doubting.0), Arc::clone(doubting.1));
+    let on_push = move |info: redis::PushInfo| {
+        if info.kind == PushKind::Disconnection {
+            doubt(&flag, &wake);
+        }
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let manager = manager_config(config).set_push_sender(on_push);
+    let limit = config.connect_timeout + config.response_timeout;
+    let conn = match tokio::time::timeout(limit, client.get_connection_manager_with_config(manager))
+        .await
+    {
+        Ok(conn) => conn?,
+        Err(_) => {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "the master did not answer in time",
+                address,
+            )));
+        }
+    };
+    Ok(Master {
+        client,
+        conn,
+        address,
+        generation,
+    })
+}
+
+/// The first master: looked up and connected, failures as `LockError`.
+async fn find_master(
+    sentinel: &mut SentinelClient,
+    group: &str,
+    config: &RedisConfig,
+    doubt: &Arc<AtomicBool>,
+    wake: &Arc<Notify>,
+    generation: u64,
+) -> Result<Master, LockError> {
+    let doing = format!("finding the master of sentinel group {group:?}");
+    let client = within(config, &doing, lookup(sentinel, group, config))
+        .await?
+        .map_err(|e| map_redis(&doing, e))?;
+    let address = client.get_connection_info().addr().to_string();
+    open(client, address, config, (doubt, wake), generation)
+        .await
+        .map_err(|e| map_redis(&doing, e))
+}
