@@ -341,31 +341,33 @@ impl LockGuard {
     /// had already expired or been taken over (nothing is removed then).
     ///
     /// Returns within [`RELEASE_PATIENCE`]: a server that does not answer
-    /// by then (crashed, frozen, a client still reconnecting) makes it
-    /// [`LockError::Unavailable`], and the release goes on in the
-    /// background, retried while the server stays unreachable, until it
-    /// lands or the lock's lease or session ends it.
+    /// by then (frozen, a client still reconnecting), or that fails the
+    /// release with a transient error first (crashed, refusing connections,
+    /// a failover under way), makes it [`LockError::Unavailable`], and the
+    /// release goes on in the background, retried while the server stays
+    /// unreachable, until it lands or the lock's lease or session ends it.
     pub async fn release(mut self) -> Result<bool, LockError> {
         self.renewal.take();
         let Some(handle) = self.handle.take() else {
             return Ok(false);
         };
-        match tokio::time::timeout(RELEASE_PATIENCE, handle.release()).await {
-            Ok(outcome) => outcome,
+        let failure = match tokio::time::timeout(RELEASE_PATIENCE, handle.release()).await {
+            Ok(Err(e)) if e.is_transient() => {
+                tracing::warn!(target: "distlock",
+                    lock = %self.name,
+                    error = %e,
+                    "release failed; going on in the background"
+                );
+                e
+            }
+            Ok(outcome) => return outcome,
             Err(_) => {
                 tracing::warn!(target: "distlock",
                     lock = %self.name,
                     patience = ?RELEASE_PATIENCE,
                     "release unanswered; going on in the background"
                 );
-                let name = self.name.clone();
-                spawn_release(
-                    &tokio::runtime::Handle::current(),
-                    Arc::clone(&handle),
-                    name,
-                    clean_up(handle),
-                );
-                Err(LockError::Unavailable {
+                LockError::Unavailable {
                     backend: self.caps.backend,
                     reason: format!(
                         "releasing lock {:?}: no answer within {RELEASE_PATIENCE:?}; the release \
@@ -373,9 +375,17 @@ impl LockGuard {
                         self.name
                     ),
                     source: None,
-                })
+                }
             }
-        }
+        };
+        let name = self.name.clone();
+        spawn_release(
+            &tokio::runtime::Handle::current(),
+            Arc::clone(&handle),
+            name,
+            clean_up(handle),
+        );
+        Err(failure)
     }
 }
 

@@ -348,3 +348,41 @@ async fn replicas_that_do_not_acknowledge_refuse_the_grant() {
     let g = granted.expect("both replicas acknowledge again after the resume");
     assert!(g.release().await.expect("release"));
 }
+
+/// A release while the group has no master (the master just killed) fails
+/// as transient and goes on in the background: once the Sentinels promote a
+/// replica the lock is released there, long before its 30 s lease ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_during_the_failover_lands_on_the_new_master() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    let (holder, other) = (client("").await, client("").await);
+    let name = unique("sentinel-release");
+    let held = holder
+        .acquire(&name, &opts(Duration::from_secs(30)))
+        .await
+        .expect("acquire");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let old = services_output(&["master"]);
+    services(&["kill", &old]);
+    let _rejoin = Rejoin(old);
+    let killed = Instant::now();
+    let released = held.release().await;
+    assert!(
+        matches!(released, Err(LockError::Unavailable { .. })),
+        "no master to release on: {released:?}"
+    );
+    let mut free_at = None;
+    while killed.elapsed() < Duration::from_secs(20) {
+        if let Ok(Some(g)) = other
+            .try_acquire(&name, &opts(Duration::from_secs(3)))
+            .await
+        {
+            free_at = Some(killed.elapsed());
+            assert!(g.release().await.expect("release"));
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let free_at = free_at.expect("the lock is free within 20 s of the kill (its lease: 30 s)");
+    eprintln!("sentinel: the released lock was free {free_at:?} after the kill");
+}
