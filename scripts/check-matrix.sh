@@ -34,6 +34,8 @@ REDLOCK_SERVERS="redlock1 redlock2 redlock3 redlock4 redlock5"
 # label | URL | nemeses | servers
 CASES=(
     "redis|$DISTLOCK_TEST_REDIS_URL|$SINGLE|redis"
+    "redis-sentinel|$DISTLOCK_TEST_REDIS_SENTINEL_URL|$HOLDER failover|"
+    "redis-sentinel-replicas1|$DISTLOCK_TEST_REDIS_SENTINEL_URL?replicas=1|failover|"
     "redlock|$DISTLOCK_TEST_REDLOCK_URL|$CLUSTER|$REDLOCK_SERVERS"
     "postgres-row|$DISTLOCK_TEST_POSTGRES_URL?mode=row|$SINGLE|postgres"
     "postgres-advisory|$DISTLOCK_TEST_POSTGRES_URL?mode=advisory|$SINGLE|postgres"
@@ -47,11 +49,11 @@ CASES=(
 )
 
 # The cases whose backend offers leader election (a holder record).
-ELECTIONS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+ELECTIONS="redis redis-sentinel redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
 # The backends that offer reader-writer locks.
-RW_LOCKS="redis redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
-SEMAPHORES="redis postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+RW_LOCKS="redis redis-sentinel redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+SEMAPHORES="redis redis-sentinel postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
 dirs=()

@@ -1,6 +1,6 @@
 //! `distlock compare`, the real binary against real servers: the table, the
-//! JSON and CSV numbers and the three SVG charts, for Redis, etcd, Postgres (one
-//! of them labelled) and SQLite side by side; bad arguments are errors that say so, never a panic.
+//! JSON and CSV numbers and the three SVG charts, for Redis (alone and
+//! through Sentinel), etcd, Postgres (two of them labelled) and SQLite side by side; bad arguments are errors that say so, never a panic.
 
 use std::process::Stdio;
 
@@ -14,6 +14,7 @@ async fn compares_redis_etcd_postgres_and_sqlite() {
     let report = out_dir.path().join("report");
     let urls = [
         env("DISTLOCK_TEST_REDIS_URL"),
+        format!("sentinel={}", env("DISTLOCK_TEST_REDIS_SENTINEL_URL")),
         env("DISTLOCK_TEST_ETCD_URL"),
         env("DISTLOCK_TEST_POSTGRES_URL"),
         format!(
@@ -36,7 +37,14 @@ async fn compares_redis_etcd_postgres_and_sqlite() {
         .expect("start distlock");
     let table = text(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{}\n{table}", text(&out.stderr));
-    for label in ["redis", "etcd", "postgres", "pg-advisory", "sqlite"] {
+    for label in [
+        "redis",
+        "sentinel",
+        "etcd",
+        "postgres",
+        "pg-advisory",
+        "sqlite",
+    ] {
         assert!(
             table.lines().any(|l| l.trim_start().starts_with(label)),
             "{label} missing:\n{table}"

@@ -64,6 +64,7 @@ async fn the_command_sees_its_lock_name_backend_and_a_rising_token() {
     let urls = [
         format!("sqlite://{}/locks.db", dir.path().display()),
         env("DISTLOCK_TEST_REDIS_URL"),
+        env("DISTLOCK_TEST_REDIS_SENTINEL_URL"),
         format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL")),
         env("DISTLOCK_TEST_ETCD_URL"),
         env("DISTLOCK_TEST_ZK_URL"),

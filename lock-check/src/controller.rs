@@ -410,6 +410,22 @@ async fn act(
             };
             kill_and_restart(members, down, log, services, broken).await?;
         }
+        Nemesis::Failover => {
+            let old = services.output(&["master"]).await?;
+            broken.killed_servers.push(old.clone());
+            let new = services.output(&["failover", "kill"]).await?;
+            log.log(&Action::ServersKilled {
+                servers: vec![old.clone()],
+            })?;
+            log.log(&Action::FailedOver {
+                from: old.clone(),
+                to: new,
+            })?;
+            tokio::time::sleep(rest()).await;
+            services.each("rejoin", std::slice::from_ref(&old)).await?;
+            broken.killed_servers.clear();
+            log.log(&Action::ServersStarted { servers: vec![old] })?;
+        }
     }
     Ok(())
 }

@@ -271,6 +271,13 @@ pub enum Action {
         /// Their names in `scripts/services.sh`.
         servers: Vec<String>,
     },
+    /// The Sentinels promoted a replica after the master was killed.
+    FailedOver {
+        /// The killed master's name in `scripts/services.sh`.
+        from: String,
+        /// The promoted replica's.
+        to: String,
+    },
     /// Servers were started again.
     ServersStarted {
         /// Their names.

@@ -22,6 +22,10 @@ pub enum Nemesis {
     /// Kill a minority of a cluster's members and restart them; once per run
     /// (halfway) a majority, for a moment.
     KillMinority,
+    /// Kill the Sentinel group's current master (`services.sh failover
+    /// kill`: the Sentinels promote a replica), and after 1–3 s bring the
+    /// old master back as a replica (`services.sh rejoin`).
+    Failover,
 }
 
 impl Nemesis {
@@ -34,6 +38,7 @@ impl Nemesis {
             Nemesis::KillServer => "kill-server",
             Nemesis::PauseServer => "pause-server",
             Nemesis::KillMinority => "kill-minority",
+            Nemesis::Failover => "failover",
         }
     }
 
@@ -82,6 +87,29 @@ impl Services {
         Services {
             script: script.to_path_buf(),
         }
+    }
+
+    /// `services.sh ARGS`' first line of output (a server's name).
+    pub async fn output(&self, args: &[&str]) -> std::io::Result<String> {
+        let out = tokio::process::Command::new("bash")
+            .arg(&self.script)
+            .args(args)
+            .stderr(std::process::Stdio::null())
+            .output()
+            .await?;
+        if !out.status.success() {
+            return Err(std::io::Error::other(format!(
+                "`services.sh {}` failed: {}",
+                args.join(" "),
+                out.status
+            )));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .trim()
+            .to_string())
     }
 
     /// Run `services.sh VERB NAME` for each name, in turn.

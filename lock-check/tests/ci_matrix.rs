@@ -1,6 +1,7 @@
 //! The short history-check matrix CI runs: every backend with a server ×
 //! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
-//! kill/restart for the correctness-grade backends. Two runs go on at once,
+//! kill/restart for the correctness-grade backends, and a failover of the
+//! Sentinel group for Redis through Sentinel. Two runs go on at once,
 //! never two on the same servers (a server nemesis would strike the other
 //! run), whether the cases run as threads of one process (`cargo test`) or
 //! as processes of their own (`cargo nextest`): the turns are file locks.
@@ -135,6 +136,21 @@ fn redis() {
         "redis",
         &env("DISTLOCK_TEST_REDIS_URL"),
         &HOLDER_FAULTS,
+    );
+}
+
+/// Redis through Sentinel, under the holder faults and a failover of the
+/// group's master: efficiency-grade, so the run passes whatever a failover
+/// loses; the figures are in the report.
+#[test]
+fn redis_sentinel() {
+    let mut nemeses = HOLDER_FAULTS.to_vec();
+    nemeses.push(("failover", &[]));
+    check(
+        "redis-sentinel",
+        "sentinel",
+        &env("DISTLOCK_TEST_REDIS_SENTINEL_URL"),
+        &nemeses,
     );
 }
 

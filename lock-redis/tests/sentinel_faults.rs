@@ -77,10 +77,23 @@ impl Drop for Rejoin {
     }
 }
 
-/// Kill the group's master and wait until the Sentinels promote a replica:
-/// the old master's name, the new one's and a guard that brings the old
-/// one back as a replica.
-fn kill_master() -> (String, String, Rejoin) {
+/// Wait until both replicas have every write the master has taken.
+async fn replicated() {
+    let mut master = node(&services_output(&["master"])).await;
+    let acked: i64 = redis::cmd("WAIT")
+        .arg(2)
+        .arg(2000)
+        .query_async(&mut master)
+        .await
+        .expect("WAIT");
+    assert_eq!(acked, 2, "both replicas have the master's writes");
+}
+
+/// Kill the group's master once both replicas have its writes, and wait
+/// until the Sentinels promote a replica: the old master's name, the new
+/// one's and a guard that brings the old one back as a replica.
+async fn kill_master() -> (String, String, Rejoin) {
+    replicated().await;
     let old = services_output(&["master"]);
     let new = services_output(&["failover", "kill"]);
     assert_ne!(old, new);
@@ -125,18 +138,7 @@ async fn a_failover_moves_the_client_to_the_new_master() {
         .await
         .expect("acquire");
     let token = held.fencing_token();
-    // The key reaches the replicas before the master dies.
-    let (_, _, _rejoin) = {
-        let mut master = node(&services_output(&["master"])).await;
-        let acked: i64 = redis::cmd("WAIT")
-            .arg(2)
-            .arg(1000)
-            .query_async(&mut master)
-            .await
-            .expect("WAIT");
-        assert_eq!(acked, 2, "both replicas have the lock's key");
-        kill_master()
-    };
+    let (_, _, _rejoin) = kill_master().await;
     let moved = Instant::now();
     takes_new_locks(&locks).await;
     eprintln!(
@@ -187,6 +189,7 @@ async fn a_lock_the_new_master_lacks_fires_lost_at_the_switch() {
         )
         .await
         .expect("acquire");
+    replicated().await;
     let old = services_output(&["master"]);
     services(&["kill", &old]);
     let _rejoin = Rejoin(old.clone());
@@ -254,11 +257,11 @@ async fn a_waiter_is_woken_through_the_new_master() {
         )
         .await;
     assert!(matches!(early, Err(LockError::Timeout { .. })), "{early:?}");
-    let (_, _, _rejoin) = kill_master();
+    let (_, _, _rejoin) = kill_master().await;
     takes_new_locks(&holder).await;
     takes_new_locks(&waiter).await;
     // The move runs beside the client's commands.
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    tokio::time::sleep(Duration::from_secs(1)).await;
     let waiting = {
         let name = name.clone();
         tokio::spawn(async move {
@@ -361,7 +364,7 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
         .acquire(&name, &opts(Duration::from_secs(30)))
         .await
         .expect("acquire");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    replicated().await;
     let old = services_output(&["master"]);
     services(&["kill", &old]);
     let _rejoin = Rejoin(old);
