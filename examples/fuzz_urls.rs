@@ -26,6 +26,8 @@ const SCHEMES: &[&str] = &[
     "rediss",
     "redis+sentinel",
     "rediss+sentinel",
+    "redis+cluster",
+    "rediss+cluster",
     "redlock",
     "postgres",
     "postgresql",

@@ -19,10 +19,17 @@
 #                                      Sentinels name a new master: SENTINEL FAILOVER (the old master
 #                                      is demoted to a replica), or with `kill` SIGKILL of the current
 #                                      master (start it again with `rejoin NAME`)
-#   scripts/services.sh rejoin NAME    start a node of the Sentinel group and wait until it follows the master
+#   scripts/services.sh rejoin NAME    start a node of the Sentinel group or the cluster and wait until it
+#                                      follows its master
+#   scripts/services.sh cluster-failover [KEY] [graceful]
+#                                      fail over the cluster master that serves KEY's hash slot (any
+#                                      master without KEY): SIGKILL it, print its name and wait until a
+#                                      replica serves the slot (start it again with `rejoin NAME`); with
+#                                      `graceful`, CLUSTER FAILOVER on its replica instead (prints nothing)
 #
 # Server names: redis, redlock1..redlock5, sredis1..sredis3 (a master, sredis1 at first, and two
-# replicas, watched by sentinel1..sentinel3 as group `distlock`), postgres, mysql, etcd, etcd1..etcd3,
+# replicas, watched by sentinel1..sentinel3 as group `distlock`), cluster1..cluster6 (a Redis
+# Cluster: three masters, cluster1..3 at first, each with a replica), postgres, mysql, etcd, etcd1..etcd3,
 # etcdauth (authentication on: user root, password distlock), zk, zk1..zk3. Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
@@ -38,6 +45,7 @@ REDLOCK_PORTS=(16380 16381 16382 16383 16384)
 SREDIS_PORTS=(16390 16391 16392)
 SENTINEL_PORTS=(16395 16396 16397)
 SENTINEL_GROUP=distlock
+CLUSTER_PORTS=(16400 16401 16402 16403 16404 16405)
 PG_PORT=15432
 MYSQL_PORT=13306
 ETCD_PORT=12379
@@ -61,7 +69,7 @@ PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd
     protobuf-compiler libprotobuf-dev curl openssl)
 
 ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 sredis1 sredis2 sredis3
-    sentinel1 sentinel2 sentinel3 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
+    sentinel1 sentinel2 sentinel3 cluster1 cluster2 cluster3 cluster4 cluster5 cluster6 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -100,7 +108,7 @@ pid_of() {
     cmdline=$(tr '\0' ' ' <"/proc/$pid/cmdline" 2>/dev/null) || return 1
     case $1 in
         # redis-server rewrites its process title to "redis-server HOST:PORT".
-        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3]) [[ $cmdline == *":$(redis_port "$1")"* ]] || return 1 ;;
+        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3] | cluster[1-6]) [[ $cmdline == *":$(redis_port "$1")"* ]] || return 1 ;;
         *) [[ $cmdline == *"$STATE/$1"* ]] || return 1 ;;
     esac
     echo "$pid"
@@ -142,6 +150,7 @@ redis_port() {
         redlock[1-5]) echo "${REDLOCK_PORTS[$(( ${1#redlock} - 1 ))]}" ;;
         sredis[1-3]) echo "${SREDIS_PORTS[$(( ${1#sredis} - 1 ))]}" ;;
         sentinel[1-3]) echo "${SENTINEL_PORTS[$(( ${1#sentinel} - 1 ))]}" ;;
+        cluster[1-6]) echo "${CLUSTER_PORTS[$(( ${1#cluster} - 1 ))]}" ;;
     esac
 }
 
@@ -152,6 +161,7 @@ start_redis() {
     case $name in
         sredis[1-3]) start_sentinel_node "$name" "$port" "$d"; return ;;
         sentinel[1-3]) start_sentinel "$name" "$port" "$d"; return ;;
+        cluster[1-6]) start_cluster_node "$name" "$port" "$d"; return ;;
     esac
     # Append-only persistence so a restarted node keeps its keys and fencing
     # counters. The Redlock masters fsync every write: a node killed with
@@ -225,6 +235,125 @@ start_sentinel() {
         } >"$conf"
     fi
     spawn "$name" redis-server "$conf" --sentinel --daemonize no --logfile ""
+}
+
+# A node of the Redis Cluster. Its node table (nodes.conf) is the
+# cluster's: a restarted node keeps its identity and rejoins as what the
+# cluster made it. A replica may take over whatever its link's age
+# (validity factor 0), so a killed master is always replaced.
+start_cluster_node() {
+    local name=$1 port=$2 d=$3
+    spawn "$name" redis-server --port "$port" --bind $HOST --dir "$d" \
+        --cluster-enabled yes --cluster-config-file "$d/nodes.conf" --cluster-node-timeout 1000 \
+        --cluster-replica-validity-factor 0 --cluster-allow-replica-migration no \
+        --appendonly yes --appendfsync everysec --save "" --protected-mode yes \
+        --repl-diskless-sync-delay 0 --daemonize no --logfile ""
+}
+
+cluster_cli() { redis-cli -h $HOST -p "$1" "${@:2}" 2>/dev/null; }
+
+# Whether the node on port $1 sees the whole cluster serving every slot.
+cluster_ok() {
+    cluster_cli "$1" cluster info | grep -q '^cluster_state:ok' \
+        && [ "$(cluster_cli "$1" cluster info | sed -n 's/^cluster_known_nodes:\([0-9]*\).*/\1/p')" = 6 ]
+}
+
+# Join the six nodes into one cluster (once: their node tables keep it),
+# then wait until every node sees it whole and every replica has synced.
+cluster_up() {
+    local p
+    if ! cluster_ok "${CLUSTER_PORTS[0]}"; then
+        local nodes=()
+        for p in "${CLUSTER_PORTS[@]}"; do nodes+=("$HOST:$p"); done
+        if [ "$(cluster_cli "${CLUSTER_PORTS[0]}" cluster info | sed -n 's/^cluster_slots_assigned:\([0-9]*\).*/\1/p')" = 0 ]; then
+            redis-cli --cluster create "${nodes[@]}" --cluster-replicas 1 --cluster-yes >"$STATE/cluster-create.log" 2>&1 \
+                || { cat "$STATE/cluster-create.log" >&2; return 1; }
+        fi
+    fi
+    for p in "${CLUSTER_PORTS[@]}"; do
+        wait_until cluster1 60 cluster_ok "$p" || return 1
+    done
+    for i in 1 2 3 4 5 6; do
+        if cluster_cli "${CLUSTER_PORTS[$((i - 1))]}" role | head -n 1 | grep -qx slave; then
+            wait_until "cluster$i" 60 replica_synced "cluster$i" || return 1
+        fi
+    done
+}
+
+# The name of the cluster node on port $1.
+cluster_name() {
+    local i
+    for i in 1 2 3 4 5 6; do
+        [ "${CLUSTER_PORTS[$((i - 1))]}" = "$1" ] && { echo "cluster$i"; return 0; }
+    done
+    return 1
+}
+
+# The port of the master serving slot $1, as the first live node sees it.
+cluster_slot_master() {
+    local slot=$1 p
+    for p in "${CLUSTER_PORTS[@]}"; do
+        cluster_cli "$p" ping | grep -q PONG || continue
+        cluster_cli "$p" cluster nodes | awk -v slot="$slot" '
+            $3 ~ /master/ && $3 !~ /fail/ {
+                for (i = 9; i <= NF; i++) {
+                    n = split($i, r, "-"); lo = r[1]; hi = (n > 1 ? r[2] : r[1])
+                    if (lo ~ /^[0-9]+$/ && slot >= lo + 0 && slot <= hi + 0) {
+                        split($2, a, "@"); sub(/.*:/, "", a[1]); print a[1]; exit
+                    }
+                }
+            }'
+        return 0
+    done
+    return 1
+}
+
+# Fail over the master of KEY's slot (slot 0 without a KEY) and wait (up to
+# 60 s) until another node serves the slot and the cluster is whole again.
+cluster_failover() {
+    local key=${1:-} how=${2:-kill} slot old_port old new_port end live p
+    if [ -n "$key" ]; then
+        slot=$(cluster_cli "${CLUSTER_PORTS[0]}" cluster keyslot "$key") \
+            || slot=$(cluster_cli "${CLUSTER_PORTS[1]}" cluster keyslot "$key") || die "no cluster node answers"
+    else
+        slot=0
+    fi
+    old_port=$(cluster_slot_master "$slot") || die "no cluster node answers"
+    [ -n "$old_port" ] || die "no master serves slot $slot"
+    old=$(cluster_name "$old_port") || die "unknown cluster port $old_port"
+    case $how in
+        kill) signal_one KILL "$old" ;;
+        graceful)
+            local id replica
+            id=$(cluster_cli "$old_port" cluster myid)
+            replica=$(cluster_cli "$old_port" cluster replicas "$id" | awk '$3 !~ /fail/ { split($2, a, "@"); sub(/.*:/, "", a[1]); print a[1]; exit }')
+            [ -n "$replica" ] || die "$old has no live replica"
+            cluster_cli "$replica" cluster failover | grep -q OK || die "CLUSTER FAILOVER refused on port $replica"
+            ;;
+        *) die "cluster-failover takes KEY and \`graceful', not $how" ;;
+    esac
+    end=$((SECONDS + 60))
+    while :; do
+        live=""
+        for p in "${CLUSTER_PORTS[@]}"; do
+            [ "$p" = "$old_port" ] && [ "$how" = kill ] && continue
+            cluster_cli "$p" ping | grep -q PONG && { live=$p; break; }
+        done
+        new_port=$(cluster_slot_master "$slot" 2>/dev/null || true)
+        if [ -n "$live" ] && [ -n "$new_port" ] && [ "$new_port" != "$old_port" ] \
+            && cluster_cli "$live" cluster info | grep -q '^cluster_state:ok' \
+            && cluster_cli "$new_port" role | head -n 1 | grep -qx master; then
+            break
+        fi
+        [ $SECONDS -lt $end ] || die "no new master for slot $slot within 60 s (was $old)"
+        sleep 0.1
+    done
+    if [ "$how" = graceful ]; then
+        wait_until "$old" 30 replica_synced "$old" || die "$old did not follow the new master"
+    fi
+    log "cluster failover of slot $slot: $old -> $(cluster_name "$new_port")"
+    [ "$how" = kill ] && echo "$old"
+    return 0
 }
 
 # The port of the master the Sentinels name (empty if none answers).
@@ -468,7 +597,7 @@ ready_zk() {
 
 kind_of() {
     case $1 in
-        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3]) echo redis ;;
+        redis | redlock[1-5] | sredis[1-3] | sentinel[1-3] | cluster[1-6]) echo redis ;;
         postgres) echo postgres ;;
         mysql) echo mysql ;;
         etcd | etcd[1-3] | etcdauth) echo etcd ;;
@@ -536,7 +665,8 @@ signal_one() {
 }
 
 print_env() {
-    local redlock="" sentinels="" etcd_cluster="" zk_ensemble=""
+    local redlock="" sentinels="" redis_cluster="" etcd_cluster="" zk_ensemble=""
+    for p in "${CLUSTER_PORTS[@]}"; do redis_cluster+="${redis_cluster:+,}$HOST:$p"; done
     for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
     for p in "${SENTINEL_PORTS[@]}"; do sentinels+="${sentinels:+,}$HOST:$p"; done
     for p in "${ETCD_CLUSTER_PORTS[@]}"; do etcd_cluster+="${etcd_cluster:+,}$HOST:$p"; done
@@ -544,6 +674,7 @@ print_env() {
     echo "DISTLOCK_TEST_REDIS_URL=redis://$HOST:$REDIS_PORT"
     echo "DISTLOCK_TEST_REDLOCK_URL=redlock://$redlock"
     echo "DISTLOCK_TEST_REDIS_SENTINEL_URL=redis+sentinel://$sentinels/$SENTINEL_GROUP"
+    echo "DISTLOCK_TEST_REDIS_CLUSTER_URL=redis+cluster://$redis_cluster"
     echo "DISTLOCK_TEST_POSTGRES_URL=postgres://$DB_USER:$DB_PASSWORD@$HOST:$PG_PORT/$DB_NAME"
     echo "DISTLOCK_TEST_MYSQL_URL=mysql://$DB_USER:$DB_PASSWORD@$HOST:$MYSQL_PORT/$DB_NAME"
     echo "DISTLOCK_TEST_ETCD_URL=etcd://$HOST:$ETCD_PORT"
@@ -571,6 +702,7 @@ up() {
     done
     [ ${#failed[@]} -eq 0 ] || die "not answering: ${failed[*]}"
     etcd_auth_on || die "could not turn authentication on in etcdauth"
+    cluster_up || die "the Redis Cluster did not form"
     log "all ${#ALL[@]} servers up in $((SECONDS - started))s (state in $STATE)"
 }
 
@@ -602,6 +734,7 @@ case $cmd in
     pid) pid_of "${2:?server name}" ;;
     master) sentinel_master ;;
     failover) failover "${2:-sentinel}" ;;
+    cluster-failover) cluster_failover "${2:-}" "${3:-kill}" ;;
     rejoin) start_one "${2:?server name}"; wait_until "$2" 60 replica_synced "$2" || die "$2 did not follow the master" ;;
-    *) sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

@@ -18,6 +18,7 @@ use crate::registry;
 /// | `sqlite://PATH[?table=…&busy_timeout=…&fencing=false]` | SQLite lease table | `sqlite` (default) |
 /// | `redis://[user:pass@]host[:port][/db][?prefix=…&connect_timeout=…&response_timeout=…&replicas=…]`, `rediss://…` (TLS) | one Redis node | `redis` |
 /// | `redis+sentinel://[user:pass@]s1[:26379],s2,…/GROUP[/db][?…]`, `rediss+sentinel://…` (TLS) | a Sentinel group's master | `redis` |
+/// | `redis+cluster://[user:pass@]h1[:6379],h2,…[?…]`, `rediss+cluster://…` (TLS) | a Redis Cluster | `redis` |
 /// | `redlock://[user:pass@]h1:p1,h2:p2,h3:p3[/db][?node_timeout=…&drift_factor=…&tls=true…]` | Redlock over N independent masters | `redlock` |
 /// | `etcd://[user:pass@]host:port[,host:port…][/prefix][?session_ttl=…&connect_timeout=…&request_timeout=…]`, `etcd+https://…` (TLS) | etcd leases | `etcd` |
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false&sslmode=…]` | Postgres row or advisory locks | `postgres` |

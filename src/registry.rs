@@ -64,7 +64,14 @@ const BACKENDS: &[Backend] = &[
     backend!("sqlite", ["sqlite"], lock_sql::SqliteLock),
     backend!(
         "redis",
-        ["redis", "rediss", "redis+sentinel", "rediss+sentinel"],
+        [
+            "redis",
+            "rediss",
+            "redis+sentinel",
+            "rediss+sentinel",
+            "redis+cluster",
+            "rediss+cluster",
+        ],
         lock_redis::RedisLock
     ),
     backend!("redlock", ["redlock"], lock_redlock::Redlock),

@@ -44,6 +44,7 @@ fn templates() -> Vec<&'static str> {
         "redis://u:{pw}@127.0.0.1:1/0?connect_timeout_ms=200",
         "rediss://:{pw}@127.0.0.1:1?connect_timeout_ms=200",
         "redis+sentinel://u:{pw}@127.0.0.1:1,127.0.0.1:1/group?connect_timeout_ms=200",
+        "redis+cluster://u:{pw}@127.0.0.1:1,127.0.0.1:1?connect_timeout_ms=200",
         "redlock://u:{pw}@127.0.0.1:1,127.0.0.1:1,127.0.0.1:1?connect_timeout_ms=200",
         "postgres://u:{pw}@127.0.0.1:1/db?connect_timeout_ms=200",
         "mysql://u:{pw}@127.0.0.1:1/db?connect_timeout_ms=200",

@@ -178,6 +178,8 @@ pub(crate) enum Target {
         /// TLS to the Sentinels and to the nodes (`rediss+sentinel://`).
         tls: bool,
     },
+    /// A Redis Cluster, found through `seeds`.
+    Cluster(crate::server::ClusterSeeds),
 }
 
 /// A parsed connection URL: what to connect to (our own query options
@@ -196,12 +198,23 @@ pub(crate) struct ParsedUrl {
 /// (or `rediss://` for TLS), or a Sentinel group's
 /// `redis+sentinel://[user:pass@]s1[:26379],s2[:26379],…/GROUP[/db][?…]`
 /// (`rediss+sentinel://` for TLS to the Sentinels and the nodes; the
-/// credentials are the data nodes'). Durations carry their unit (`250ms`,
+/// credentials are the data nodes'), or a Redis Cluster's
+/// `redis+cluster://[user:pass@]h1[:6379],h2[:6379],…[?…]` (`rediss+cluster://`
+/// for TLS; any reachable nodes of the cluster, which has one database).
+/// Durations carry their unit (`250ms`,
 /// `2s`); the older `*_ms` names (whole milliseconds) are accepted too.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let url = LockUrl::parse(raw)?;
-    url.expect_scheme(&["redis", "rediss", "redis+sentinel", "rediss+sentinel"])?;
+    url.expect_scheme(&[
+        "redis",
+        "rediss",
+        "redis+sentinel",
+        "rediss+sentinel",
+        "redis+cluster",
+        "rediss+cluster",
+    ])?;
     let sentinel = url.scheme().ends_with("+sentinel");
+    let cluster = url.scheme().ends_with("+cluster");
     let tls = url.scheme().starts_with("rediss");
     let mut config = RedisConfig::default();
     let mut options = url.options()?;
@@ -226,6 +239,9 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     options.text("protocol")?;
     options.finish()?;
     config.validate()?;
+    if cluster {
+        return cluster_target(&url, tls, config);
+    }
     if !sentinel {
         let host = url.single_host()?;
         let db = database(&url)?;
@@ -283,6 +299,40 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
             password: url.password().map(str::to_string),
             tls,
         },
+        config,
+    })
+}
+
+/// A Redis Cluster's URL: its seed nodes (port 6379 where none is written),
+/// no database (a cluster has only database 0).
+fn cluster_target(url: &LockUrl, tls: bool, config: RedisConfig) -> Result<ParsedUrl, LockError> {
+    if url.hosts().is_empty() {
+        return Err(url.invalid("a Cluster URL names at least one node"));
+    }
+    if !url.path().trim_start_matches('/').is_empty() {
+        return Err(url.invalid("a Redis Cluster has one database: the URL takes no path"));
+    }
+    let nodes: Vec<String> = url
+        .hosts()
+        .iter()
+        .map(|h| h.with_default_port(6379))
+        .collect();
+    Ok(ParsedUrl {
+        display: format!("{}://{}", url.scheme(), nodes.join(",")),
+        target: Target::Cluster(crate::server::ClusterSeeds {
+            nodes: nodes
+                .iter()
+                .map(|node| {
+                    format!(
+                        "{}://{node}/0?protocol=resp3",
+                        if tls { "rediss" } else { "redis" }
+                    )
+                })
+                .collect(),
+            user: url.user().filter(|u| !u.is_empty()).map(str::to_string),
+            password: url.password().map(str::to_string),
+            tls,
+        }),
         config,
     })
 }
@@ -432,6 +482,33 @@ mod tests {
     }
 
     #[test]
+    fn a_cluster_url_names_its_seed_nodes() {
+        let p = parse_url("redis+cluster://app:pw@c1,c2:7001,[::1]?prefix=x:&replicas=1")
+            .expect("valid");
+        assert_eq!(p.display, "redis+cluster://c1:6379,c2:7001,[::1]:6379");
+        assert_eq!((p.config.prefix.as_str(), p.config.replicas), ("x:", 1));
+        let Target::Cluster(seeds) = p.target else {
+            panic!("a cluster");
+        };
+        assert_eq!(
+            seeds.nodes,
+            [
+                "redis://c1:6379/0?protocol=resp3",
+                "redis://c2:7001/0?protocol=resp3",
+                "redis://[::1]:6379/0?protocol=resp3"
+            ]
+        );
+        assert_eq!(seeds.user.as_deref(), Some("app"));
+        assert_eq!(seeds.password.as_deref(), Some("pw"));
+        assert!(!seeds.tls);
+        let Target::Cluster(seeds) = parse_url("rediss+cluster://c1/").expect("valid").target
+        else {
+            panic!("a cluster");
+        };
+        assert!(seeds.tls && seeds.nodes[0].starts_with("rediss://c1:6379/"));
+    }
+
+    #[test]
     fn bad_urls_are_typed_and_redacted() {
         for bad in [
             "redis://:secretpw@",
@@ -446,6 +523,8 @@ mod tests {
             "redis+sentinel://:secretpw@s1,s2",
             "redis+sentinel://:secretpw@s1/group/notadb",
             "redis+sentinel://:secretpw@/group",
+            "redis+cluster://:secretpw@/",
+            "redis+cluster://:secretpw@h1,h2/1",
         ] {
             match parse_url(bad) {
                 Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {

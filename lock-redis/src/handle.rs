@@ -7,7 +7,6 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::LockError;
 use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
-use redis::AsyncConnectionConfig;
 use redis::aio::ConnectionLike;
 
 use crate::error::map_redis;
@@ -47,22 +46,6 @@ async fn release_on(
     Ok(released == 1)
 }
 
-/// A connection of its own made from `client` (its address, credentials
-/// and TLS set-up), bounded by `config`'s timeouts: for a release at
-/// shutdown, when the client's shared connection goes with its runtime.
-pub(crate) async fn connection_of_its_own(
-    client: &redis::Client,
-    config: &crate::config::RedisConfig,
-) -> Result<redis::aio::MultiplexedConnection, LockError> {
-    let connection = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.response_timeout));
-    client
-        .get_multiplexed_async_connection_with_config(&connection)
-        .await
-        .map_err(|e| map_redis("connecting to release at shutdown", e))
-}
-
 #[async_trait]
 impl GuardHandle for RedisHandle {
     async fn release(&self) -> Result<bool, LockError> {
@@ -74,11 +57,11 @@ impl GuardHandle for RedisHandle {
     /// The same script, on a connection of its own made from the client
     /// (its address, credentials and TLS set-up).
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client();
+        let connector = self.inner.connector();
         let config = self.inner.config.clone();
         let (keys, owner) = (self.keys.clone(), self.owner.clone());
         Some(Box::pin(async move {
-            let mut conn = connection_of_its_own(&client, &config).await?;
+            let mut conn = connector.connect(&config).await?;
             release_on(&mut conn, &keys, &owner, config.handoff_window).await
         }))
     }

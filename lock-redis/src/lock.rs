@@ -97,9 +97,6 @@ pub struct RedisLock {
 }
 
 pub(crate) struct Inner {
-    /// One node's client (for a Sentinel group, its first master's: see
-    /// [`Inner::client`]).
-    client: redis::Client,
     /// Where commands go: the node, or the group's current master.
     pub(crate) conn: Server,
     pub(crate) keys: Keys,
@@ -114,15 +111,24 @@ pub(crate) struct Inner {
 impl Inner {
     /// The client of the server commands go to now (its address,
     /// credentials and TLS set-up), for connections of their own.
-    pub(crate) fn client(&self) -> redis::Client {
-        self.conn.client(&self.client)
+    pub(crate) fn connector(&self) -> crate::server::Connector {
+        self.conn.connector()
     }
 
     /// One node's capabilities; through Sentinel the service also survives
     /// the master's failure (the client follows the promoted replica), and
     /// is still efficiency-grade: the failover can lose a lock.
+    ///
+    /// On a Redis Cluster a script run only touches one hash slot's keys,
+    /// and the names of a set hash to different slots: sets are taken name
+    /// by name (`atomic_sets` 0).
     pub(crate) fn capabilities(&self) -> Capabilities {
-        CAPABILITIES.with_survives_server_failure(self.conn.follows_failovers())
+        let caps = CAPABILITIES.with_survives_server_failure(self.conn.follows_failovers());
+        if self.conn.is_cluster() {
+            caps.with_atomic_sets(0)
+        } else {
+            caps
+        }
     }
 
     /// What a guard that is not auto-renewed gets: left to its TTL on one
@@ -149,6 +155,14 @@ impl RedisLock {
     /// Through Sentinel, the client follows the group's master across
     /// failovers without a restart; a lock whose key did not reach the new
     /// master fires `lost()` when the client finds the new master.
+    ///
+    /// A Redis Cluster is
+    /// `redis+cluster://[user:pass@]h1[:6379],h2[:6379],…[?…]` (or
+    /// `rediss+cluster://`): any of its nodes, from which the client learns
+    /// the rest. Every key of one lock shares one hash slot; each command
+    /// goes to that slot's master, and the client follows `MOVED`, `ASK`
+    /// and failovers by itself. A lock whose key did not reach the promoted
+    /// replica fires `lost()` at its next renewal or check.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
         let invalid = |e: redis::RedisError| LockError::InvalidUrl {
@@ -162,6 +176,16 @@ impl RedisLock {
             Target::Node(ref client_url) => {
                 let client = redis::Client::open(client_url.as_str()).map_err(invalid)?;
                 Self::from_parts(client, parsed.config, parsed.display).await
+            }
+            Target::Cluster(seeds) => {
+                parsed.config.validate()?;
+                let seeds = Arc::new(seeds);
+                let conn = seeds
+                    .connect(&parsed.config, None, "connecting to the cluster")
+                    .await?;
+                tracing::debug!(target: "distlock", server = %parsed.display,
+                    "redis lock client connected to the cluster");
+                Self::on_server(Server::Cluster(conn, seeds), parsed.config, parsed.display)
             }
             Target::Sentinel {
                 ref sentinels,
@@ -196,13 +220,7 @@ impl RedisLock {
                 let sentinel = builder.build().map_err(invalid)?;
                 let follower =
                     Follower::connect(sentinel, group.clone(), parsed.config.clone()).await?;
-                let client = follower.master().client.clone();
-                Self::on_server(
-                    client,
-                    Server::Sentinel(follower),
-                    parsed.config,
-                    parsed.display,
-                )
+                Self::on_server(Server::Sentinel(follower), parsed.config, parsed.display)
             }
         }
     }
@@ -243,15 +261,10 @@ impl RedisLock {
         .await?
         .map_err(|e| map_redis(&format!("connecting to {server}"), e))?;
         tracing::debug!(target: "distlock", server = %server, "redis lock client connected");
-        Self::on_server(client, Server::Node(conn), config, server)
+        Self::on_server(Server::Node(conn, Box::new(client)), config, server)
     }
 
-    fn on_server(
-        client: redis::Client,
-        conn: Server,
-        config: RedisConfig,
-        server: String,
-    ) -> Result<Self, LockError> {
+    fn on_server(conn: Server, config: RedisConfig, server: String) -> Result<Self, LockError> {
         // The connection's own response timeout bounds each batch too, with
         // a connect attempt's time on top for a reconnect.
         let extends = extend_batcher(
@@ -260,12 +273,12 @@ impl RedisLock {
             conn.clone(),
             config.acknowledgement(),
             config.response_timeout + config.connect_timeout,
+            conn.is_cluster(),
         );
         let switches = conn.switches();
         let lock = RedisLock {
             inner: Arc::new(Inner {
                 extends,
-                client,
                 conn,
                 keys: Keys::new(&config.prefix),
                 config,
@@ -378,7 +391,8 @@ impl RedisLock {
         inner
             .subscriber
             .get_or_try_init(|| async {
-                Subscriber::connect(&inner.client(), &inner.config, inner.wakeups.clone()).await
+                Subscriber::connect_with(&inner.connector(), &inner.config, inner.wakeups.clone())
+                    .await
             })
             .await
     }
@@ -538,7 +552,8 @@ async fn follow_switches(
         };
         watchdog.check_now();
         if let Some(subscriber) = inner.subscriber.get()
-            && let Err(e) = subscriber.repoint(&inner.client()).await
+            && let crate::server::Connector::Node(client) = inner.connector()
+            && let Err(e) = subscriber.repoint(&client).await
         {
             tracing::warn!(target: "distlock", error = %e,
                 "moving the subscriber to the new master failed; waiters fall back to their backstop");

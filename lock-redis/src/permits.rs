@@ -28,7 +28,6 @@ use tokio::time::Instant;
 
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::Extension;
-use crate::handle::connection_of_its_own;
 use crate::keys::PermitKeys;
 use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
@@ -279,12 +278,12 @@ impl GuardHandle for PermitHandle {
 
     /// The same script, on a connection of its own made from the client.
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client();
+        let connector = self.inner.connector();
         let config = self.inner.config.clone();
         let (keys, owner) = (self.keys.clone(), self.owner.clone());
         let (slot, limit) = (self.slot.get().copied(), self.limit);
         Some(Box::pin(async move {
-            let mut conn = connection_of_its_own(&client, &config).await?;
+            let mut conn = connector.connect(&config).await?;
             release_on(&mut conn, &keys, &owner, slot, limit).await
         }))
     }

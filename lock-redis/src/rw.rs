@@ -31,7 +31,6 @@ use tokio::time::Instant;
 
 use crate::error::{BACKEND, map_redis, within};
 use crate::extends::Extension;
-use crate::handle::connection_of_its_own;
 use crate::keys::RwKeys;
 use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
@@ -418,7 +417,7 @@ impl GuardHandle for RwHandle {
 
     /// The same script, on a connection of its own made from the client.
     fn detached_release(&self) -> Option<DetachedRelease> {
-        let client = self.inner.client();
+        let connector = self.inner.connector();
         let config = self.inner.config.clone();
         let (keys, key, field, owner) = (
             self.keys.clone(),
@@ -427,7 +426,7 @@ impl GuardHandle for RwHandle {
             self.owner.clone(),
         );
         Some(Box::pin(async move {
-            let mut conn = connection_of_its_own(&client, &config).await?;
+            let mut conn = connector.connect(&config).await?;
             release_on(&mut conn, &keys, &key, &field, &owner).await
         }))
     }

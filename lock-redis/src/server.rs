@@ -1,5 +1,7 @@
-//! The server a Redis lock client talks to: one fixed node, or the master
-//! a Sentinel group currently names, followed across failovers.
+//! The server a Redis lock client talks to: one fixed node, the master a
+//! Sentinel group currently names, followed across failovers, or a Redis
+//! Cluster (the cluster client routes each command to the master of its
+//! keys' slot and follows `MOVED`, `ASK` and failovers by itself).
 //!
 //! A [`Server`] is what every command of the client goes through (it is a
 //! [`ConnectionLike`]). For one node it is that node's connection manager.
@@ -25,6 +27,8 @@ use std::time::Duration;
 
 use lock_core::LockError;
 use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClientBuilder;
+use redis::cluster_async::ClusterConnection;
 use redis::sentinel::SentinelClient;
 use redis::{Cmd, ErrorKind, Pipeline, PushKind, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{Notify, watch};
@@ -39,40 +43,197 @@ pub(crate) const LOOKUP_RETRY: Duration = Duration::from_millis(200);
 /// Where a client's commands go.
 #[derive(Clone)]
 pub(crate) enum Server {
-    /// One node, for the client's lifetime.
-    Node(ConnectionManager),
+    /// One node, for the client's lifetime: its connection and its client
+    /// (address, credentials, database and TLS set-up).
+    Node(ConnectionManager, Box<redis::Client>),
     /// The current master of a Sentinel group.
     Sentinel(Arc<Follower>),
+    /// A Redis Cluster: each command goes to the master of its keys' slot.
+    Cluster(ClusterConnection, Arc<ClusterSeeds>),
+}
+
+/// A Redis Cluster's seed nodes and credentials, from which the client's
+/// cluster connections are made. Not `Debug`: it carries the password.
+pub(crate) struct ClusterSeeds {
+    /// Each seed node's client URL (`redis://host:port/0?protocol=resp3`,
+    /// `rediss://` for TLS), without credentials.
+    pub(crate) nodes: Vec<String>,
+    /// The nodes' user and password.
+    pub(crate) user: Option<String>,
+    pub(crate) password: Option<String>,
+    /// TLS to every node (`rediss+cluster://`).
+    pub(crate) tls: bool,
+}
+
+/// How many times the cluster client sends a command again after a
+/// redirection or a failed node, within the overall response bound.
+const CLUSTER_RETRIES: u32 = 4;
+
+impl ClusterSeeds {
+    /// A cluster client builder on these seeds with `config`'s bounds:
+    /// each reply within `response_timeout`, a whole request (its retries
+    /// after `MOVED`, `ASK` or a failed node included) within a connect and
+    /// a response timeout, RESP3.
+    pub(crate) fn builder(&self, config: &RedisConfig) -> ClusterClientBuilder {
+        let mut builder = ClusterClientBuilder::new(self.nodes.iter().map(String::as_str))
+            .use_protocol(redis::ProtocolVersion::RESP3)
+            .connection_timeout(config.connect_timeout)
+            .response_timeout(config.response_timeout)
+            .overall_response_timeout(Some(config.connect_timeout + config.response_timeout))
+            .retries(CLUSTER_RETRIES)
+            .min_retry_wait(50)
+            .max_retry_wait(500);
+        if let Some(user) = &self.user {
+            builder = builder.username(user);
+        }
+        if let Some(password) = &self.password {
+            builder = builder.password(password);
+        }
+        if self.tls {
+            builder = builder.tls(redis::TlsMode::Secure);
+        }
+        builder
+    }
+
+    /// A cluster connection on these seeds, within the connect and
+    /// response bounds, with `push` receiving its push messages if given.
+    pub(crate) async fn connect(
+        &self,
+        config: &RedisConfig,
+        push: Option<Arc<dyn Fn(redis::PushInfo) + Send + Sync>>,
+        doing: &str,
+    ) -> Result<ClusterConnection, LockError> {
+        if self.tls {
+            crate::config::install_tls_provider();
+        }
+        let mut builder = self.builder(config);
+        if let Some(push) = push {
+            builder = builder.push_sender(move |info: redis::PushInfo| {
+                push(info);
+                Ok::<(), std::convert::Infallible>(())
+            });
+        }
+        let client = builder.build().map_err(|e| LockError::InvalidUrl {
+            url: "redis+cluster://…".to_string(),
+            reason: format!(
+                "rejected by the redis cluster client: {}",
+                e.detail().unwrap_or("invalid")
+            ),
+        })?;
+        within(config, doing, client.get_async_connection())
+            .await?
+            .map_err(|e| map_redis(doing, e))
+    }
 }
 
 impl Server {
     /// The client of the server commands go to now (its address,
     /// credentials, database and TLS set-up), for connections of their own.
-    pub(crate) fn client(&self, fixed: &redis::Client) -> redis::Client {
+    pub(crate) fn connector(&self) -> Connector {
         match self {
-            Server::Node(_) => fixed.clone(),
-            Server::Sentinel(f) => f.master().client.clone(),
+            Server::Node(_, client) => Connector::Node(client.clone()),
+            Server::Sentinel(f) => Connector::Node(Box::new(f.master().client.clone())),
+            Server::Cluster(_, seeds) => Connector::Cluster(Arc::clone(seeds)),
         }
     }
 
-    /// Signals each change of master (`None` for one node).
+    /// Signals each change of master (`None` for one node and for a
+    /// cluster, whose client follows its masters by itself).
     pub(crate) fn switches(&self) -> Option<watch::Receiver<u64>> {
         match self {
-            Server::Node(_) => None,
+            Server::Node(..) | Server::Cluster(..) => None,
             Server::Sentinel(f) => Some(f.switches.subscribe()),
         }
     }
 
-    /// Whether the master may change under the client's locks.
+    /// Whether a master may change under the client's locks.
     pub(crate) fn follows_failovers(&self) -> bool {
-        matches!(self, Server::Sentinel(_))
+        !matches!(self, Server::Node(..))
+    }
+
+    /// Whether commands go to a Redis Cluster, where one script run only
+    /// touches the keys of one slot.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Server::Cluster(..))
+    }
+}
+
+/// How to open connections of their own to the server commands go to now
+/// (a release at shutdown, the subscriber). Not `Debug`: it carries
+/// credentials.
+#[derive(Clone)]
+pub(crate) enum Connector {
+    /// One node's client (for a Sentinel group, its current master's).
+    Node(Box<redis::Client>),
+    /// A cluster's seeds.
+    Cluster(Arc<ClusterSeeds>),
+}
+
+impl Connector {
+    /// A connection of its own, bounded by `config`'s timeouts.
+    pub(crate) async fn connect(&self, config: &RedisConfig) -> Result<OwnConnection, LockError> {
+        let doing = "connecting to release at shutdown";
+        match self {
+            Connector::Node(client) => {
+                let connection = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(config.connect_timeout))
+                    .set_response_timeout(Some(config.response_timeout));
+                client
+                    .get_multiplexed_async_connection_with_config(&connection)
+                    .await
+                    .map(OwnConnection::Node)
+                    .map_err(|e| map_redis(doing, e))
+            }
+            Connector::Cluster(seeds) => seeds
+                .connect(config, None, doing)
+                .await
+                .map(OwnConnection::Cluster),
+        }
+    }
+}
+
+/// A connection of its own (see [`Connector::connect`]).
+#[derive(Clone)]
+pub(crate) enum OwnConnection {
+    /// To one node.
+    Node(redis::aio::MultiplexedConnection),
+    /// To a cluster.
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for OwnConnection {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            OwnConnection::Node(conn) => conn.req_packed_command(cmd),
+            OwnConnection::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            OwnConnection::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            OwnConnection::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            OwnConnection::Node(conn) => conn.get_db(),
+            OwnConnection::Cluster(conn) => conn.get_db(),
+        }
     }
 }
 
 impl ConnectionLike for Server {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
         match self {
-            Server::Node(conn) => conn.req_packed_command(cmd),
+            Server::Node(conn, _) => conn.req_packed_command(cmd),
+            Server::Cluster(conn, _) => conn.req_packed_command(cmd),
             Server::Sentinel(f) => Box::pin(async move {
                 let (mut conn, generation) = f.connection().await?;
                 let reply = conn.req_packed_command(cmd).await;
@@ -88,7 +249,8 @@ impl ConnectionLike for Server {
         count: usize,
     ) -> RedisFuture<'a, Vec<Value>> {
         match self {
-            Server::Node(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Server::Node(conn, _) => conn.req_packed_commands(pipeline, offset, count),
+            Server::Cluster(conn, _) => conn.req_packed_commands(pipeline, offset, count),
             Server::Sentinel(f) => Box::pin(async move {
                 let (mut conn, generation) = f.connection().await?;
                 let reply = conn.req_packed_commands(pipeline, offset, count).await;
@@ -99,7 +261,8 @@ impl ConnectionLike for Server {
 
     fn get_db(&self) -> i64 {
         match self {
-            Server::Node(conn) => conn.get_db(),
+            Server::Node(conn, _) => conn.get_db(),
+            Server::Cluster(conn, _) => conn.get_db(),
             Server::Sentinel(f) => f.master().conn.get_db(),
         }
     }

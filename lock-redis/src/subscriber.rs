@@ -23,11 +23,13 @@ use futures_util::StreamExt;
 use lock_core::raw::Wakeups;
 use lock_core::{Changes, LockError};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
 use redis::{PushInfo, PushKind, Value};
 use tokio::sync::watch;
 
 use crate::config::RedisConfig;
 use crate::error::{map_redis, within};
+use crate::server::Connector;
 
 /// How long a channel stays subscribed after its last waiter left.
 const LINGER: Duration = Duration::from_secs(5);
@@ -47,10 +49,38 @@ fn push_channel(info: &PushInfo) -> Option<&str> {
     }
 }
 
-/// The shared subscriber connection of one client to one Redis server.
+/// The connection a subscriber subscribes on.
+#[derive(Clone)]
+enum SubscriberConnection {
+    /// To one node (for a Sentinel group, the current master).
+    Node(ConnectionManager),
+    /// To a Redis Cluster: each channel is subscribed on the master of its
+    /// slot, and subscribed again where the slot moves after a failover.
+    /// A script's `PUBLISH` reaches every node of the cluster.
+    Cluster(ClusterConnection),
+}
+
+impl SubscriberConnection {
+    async fn subscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubscriberConnection::Node(conn) => conn.subscribe(channel).await,
+            SubscriberConnection::Cluster(conn) => conn.subscribe(channel).await,
+        }
+    }
+
+    async fn unsubscribe(&mut self, channel: &str) -> redis::RedisResult<()> {
+        match self {
+            SubscriberConnection::Node(conn) => conn.unsubscribe(channel).await,
+            SubscriberConnection::Cluster(conn) => conn.unsubscribe(channel).await,
+        }
+    }
+}
+
+/// The shared subscriber connection of one client to one Redis server (or
+/// one cluster).
 pub struct Subscriber {
     /// Replaced when a Sentinel group's master changes ([`Subscriber::repoint`]).
-    conn: std::sync::RwLock<ConnectionManager>,
+    conn: std::sync::RwLock<SubscriberConnection>,
     wakeups: Wakeups,
     /// Observed channels: a signal each, shared by their observers.
     observed: Observed,
@@ -87,8 +117,30 @@ impl Subscriber {
         config: &RedisConfig,
         wakeups: Wakeups,
     ) -> Result<Arc<Self>, LockError> {
+        Self::connect_with(&Connector::Node(Box::new(client.clone())), config, wakeups).await
+    }
+
+    /// [`Subscriber::connect`] on the server, or the cluster, `connector`
+    /// names.
+    pub(crate) async fn connect_with(
+        connector: &Connector,
+        config: &RedisConfig,
+        wakeups: Wakeups,
+    ) -> Result<Arc<Self>, LockError> {
         let observed = Observed::default();
-        let conn = connect_manager(client, config, &observed, &wakeups).await?;
+        let conn = match connector {
+            Connector::Node(client) => SubscriberConnection::Node(
+                connect_manager(client, config, &observed, &wakeups).await?,
+            ),
+            Connector::Cluster(seeds) => {
+                let on_push = push_handler(&observed, &wakeups);
+                SubscriberConnection::Cluster(
+                    seeds
+                        .connect(config, Some(Arc::new(on_push)), "connecting the subscriber")
+                        .await?,
+                )
+            }
+        };
         Ok(Arc::new(Subscriber {
             conn: std::sync::RwLock::new(conn),
             wakeups,
@@ -99,7 +151,7 @@ impl Subscriber {
         }))
     }
 
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> SubscriberConnection {
         self.conn.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
@@ -108,7 +160,9 @@ impl Subscriber {
     /// every waiter woken and every observer signalled, since messages on
     /// the new server may have been missed meanwhile.
     pub async fn repoint(&self, client: &redis::Client) -> Result<(), LockError> {
-        let conn = connect_manager(client, &self.config, &self.observed, &self.wakeups).await?;
+        let conn = SubscriberConnection::Node(
+            connect_manager(client, &self.config, &self.observed, &self.wakeups).await?,
+        );
         let _io = self.io.lock().await;
         let channels: Vec<String> = self
             .channels()
@@ -263,8 +317,36 @@ async fn connect_manager(
     observed: &Observed,
     wakeups: &Wakeups,
 ) -> Result<ConnectionManager, LockError> {
-    let (signals, wakeups) = (Arc::clone(observed), wakeups.clone());
+    let on_push = push_handler(observed, wakeups);
     let on_push = move |info: PushInfo| {
+        on_push(info);
+        Ok::<(), std::convert::Infallible>(())
+    };
+    let manager = ConnectionManagerConfig::new()
+        .set_connection_timeout(Some(config.connect_timeout))
+        .set_response_timeout(Some(config.response_timeout))
+        .set_automatic_resubscription()
+        .set_push_sender(on_push);
+    within(
+        config,
+        "connecting the subscriber",
+        client.get_connection_manager_with_config(manager),
+    )
+    .await?
+    .map_err(|e| map_redis("connecting the subscriber", e))
+}
+
+/// What a subscriber does with a push message: a message (a waiter id)
+/// wakes that waiter ([`Wakeups::wake_one`]); a message on an observed
+/// channel, and a subscription to one being confirmed, signal its
+/// observers; a disconnection wakes every waiter and signals every
+/// observer.
+fn push_handler(
+    observed: &Observed,
+    wakeups: &Wakeups,
+) -> impl Fn(PushInfo) + Send + Sync + 'static {
+    let (signals, wakeups) = (Arc::clone(observed), wakeups.clone());
+    move |info: PushInfo| {
         let signal = |channel: Option<&str>| match channel {
             Some(c) => lock_observed(&signals)
                 .get(c)
@@ -292,20 +374,7 @@ async fn connect_manager(
             }
             _ => {}
         }
-        Ok::<(), std::convert::Infallible>(())
-    };
-    let manager = ConnectionManagerConfig::new()
-        .set_connection_timeout(Some(config.connect_timeout))
-        .set_response_timeout(Some(config.response_timeout))
-        .set_automatic_resubscription()
-        .set_push_sender(on_push);
-    within(
-        config,
-        "connecting the subscriber",
-        client.get_connection_manager_with_config(manager),
-    )
-    .await?
-    .map_err(|e| map_redis("connecting the subscriber", e))
+    }
 }
 
 /// One observer of a channel: its signal's receiver.

@@ -80,3 +80,35 @@ mod sentinel {
         );
     }
 }
+
+/// The suite again, on the project's Redis Cluster
+/// (`DISTLOCK_TEST_REDIS_CLUSTER_URL`): three masters, each with a replica.
+mod cluster {
+    use lock_redis::RedisLock;
+    use lock_testkit::conformance::Harness;
+    use lock_testkit::faults::env;
+
+    async fn harness() -> Harness {
+        let url = env("DISTLOCK_TEST_REDIS_CLUSTER_URL");
+        Harness::of(async || {
+            RedisLock::connect(&url)
+                .await
+                .expect("connect to the cluster")
+        })
+        .await
+    }
+
+    lock_testkit::conformance_suite!(harness());
+
+    /// The checklist's `redis+cluster` column is what a client on a
+    /// cluster reports.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn docs_state_the_cluster_capabilities() {
+        let h = harness().await;
+        lock_testkit::docs::assert_checklist_column(
+            include_str!("../docs.md"),
+            "redis+cluster",
+            &h.lock.capabilities(),
+        );
+    }
+}

@@ -122,7 +122,14 @@ impl Node {
             .get_connection_manager_lazy(manager)
             .map_err(|e| map_error(BACKEND, &format!("setting up {display}"), e))?;
         Ok(Node {
-            extends: extend_batcher(BACKEND, &display, conn.clone(), None, config.node_timeout),
+            extends: extend_batcher(
+                BACKEND,
+                &display,
+                conn.clone(),
+                None,
+                config.node_timeout,
+                false,
+            ),
             display,
             client,
             conn,
