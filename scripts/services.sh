@@ -403,6 +403,16 @@ failover() {
     log "failover: $old -> $new"
     echo "$new"
 }
+# A node back in its group: a synced replica; in the cluster also a master
+# still serving its slots (back before the cluster failed it over).
+rejoined() {
+    case $1 in
+        cluster[1-6])
+            cluster_ok "$(redis_port "$1")" || return 1
+            cluster_cli "$(redis_port "$1")" role | head -n 1 | grep -qx master || replica_synced "$1" ;;
+        *) replica_synced "$1" ;;
+    esac
+}
 replica_synced() {
     redis-cli -h $HOST -p "$(redis_port "$1")" info replication 2>/dev/null | grep -q 'master_link_status:up'
 }
@@ -735,6 +745,6 @@ case $cmd in
     master) sentinel_master ;;
     failover) failover "${2:-sentinel}" ;;
     cluster-failover) cluster_failover "${2:-}" "${3:-kill}" ;;
-    rejoin) start_one "${2:?server name}"; wait_until "$2" 60 replica_synced "$2" || die "$2 did not follow the master" ;;
+    rejoin) start_one "${2:?server name}"; wait_until "$2" 60 rejoined "$2" || die "$2 did not follow the master" ;;
     *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

@@ -35,13 +35,21 @@ pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> Lo
 /// A server that answers but cannot serve yet: loading its data after a
 /// restart (`LOADING`), a failover in progress (`TRYAGAIN`, `CLUSTERDOWN`,
 /// `MASTERDOWN`, Sentinels that name no master that answers as one), a
-/// replica that was a master (`READONLY`). All transient.
+/// replica that was a master (`READONLY`), a cluster slot still moving
+/// when the cluster client's redirections ran out (`MOVED`, `ASK`). All
+/// transient.
 fn server_not_ready(e: &redis::RedisError) -> bool {
     use redis::{ErrorKind, ServerErrorKind as S};
     matches!(
         e.kind(),
         ErrorKind::Server(
-            S::BusyLoading | S::TryAgain | S::ClusterDown | S::MasterDown | S::ReadOnly
+            S::BusyLoading
+                | S::TryAgain
+                | S::ClusterDown
+                | S::MasterDown
+                | S::ReadOnly
+                | S::Moved
+                | S::Ask
         ) | ErrorKind::MasterNameNotFoundBySentinel
     )
 }
@@ -87,5 +95,10 @@ mod tests {
             "Master with given name not found in sentinel",
         ));
         assert!(map_redis("finding the master", failing_over).is_transient());
+        for redirect in [ServerErrorKind::Moved, ServerErrorKind::Ask] {
+            let moving =
+                RedisError::from((ErrorKind::Server(redirect), "MOVED 8318 127.0.0.1:16403"));
+            assert!(map_redis("releasing a lock", moving).is_transient());
+        }
     }
 }

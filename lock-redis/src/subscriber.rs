@@ -90,6 +90,17 @@ pub struct Subscriber {
     /// the order the channel table decided them.
     io: tokio::sync::Mutex<()>,
     config: RedisConfig,
+    /// On a cluster: signalled when a node's connection drops (and when the
+    /// subscriber goes, which ends the task that subscribes again).
+    node_dropped: Option<Arc<tokio::sync::Notify>>,
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        if let Some(dropped) = &self.node_dropped {
+            dropped.notify_one();
+        }
+    }
 }
 
 #[derive(Default)]
@@ -128,12 +139,20 @@ impl Subscriber {
         wakeups: Wakeups,
     ) -> Result<Arc<Self>, LockError> {
         let observed = Observed::default();
+        let node_dropped = Arc::new(tokio::sync::Notify::new());
         let conn = match connector {
             Connector::Node(client) => SubscriberConnection::Node(
                 connect_manager(client, config, &observed, &wakeups).await?,
             ),
             Connector::Cluster(seeds) => {
                 let on_push = push_handler(&observed, &wakeups);
+                let dropped = Arc::clone(&node_dropped);
+                let on_push = move |info: PushInfo| {
+                    if info.kind == PushKind::Disconnection {
+                        dropped.notify_one();
+                    }
+                    on_push(info);
+                };
                 SubscriberConnection::Cluster(
                     seeds
                         .connect(config, Some(Arc::new(on_push)), "connecting the subscriber")
@@ -141,14 +160,47 @@ impl Subscriber {
                 )
             }
         };
-        Ok(Arc::new(Subscriber {
+        let cluster = matches!(conn, SubscriberConnection::Cluster(_));
+        let subscriber = Arc::new(Subscriber {
             conn: std::sync::RwLock::new(conn),
             wakeups,
             observed,
             channels: Mutex::new(HashMap::new()),
             io: tokio::sync::Mutex::new(()),
             config: config.clone(),
-        }))
+            node_dropped: cluster.then(|| Arc::clone(&node_dropped)),
+        });
+        if cluster {
+            tokio::spawn(resubscribe_after_node_drops(
+                Arc::downgrade(&subscriber),
+                node_dropped,
+            ));
+        }
+        Ok(subscriber)
+    }
+
+    /// Subscribe every subscribed channel again, then wake every waiter and
+    /// signal every observer (messages may have been missed meanwhile).
+    async fn subscribe_again(&self) -> Result<(), LockError> {
+        let _io = self.io.lock().await;
+        let channels: Vec<String> = self
+            .channels()
+            .iter()
+            .filter(|(_, c)| c.subscribed)
+            .map(|(name, _)| name.clone())
+            .collect();
+        let mut conn = self.conn();
+        for channel in &channels {
+            within(&self.config, "subscribing again", conn.subscribe(channel))
+                .await?
+                .map_err(|e| map_redis("subscribing again after a node dropped", e))?;
+        }
+        drop(_io);
+        self.wakeups.wake_all();
+        for tx in lock_observed(&self.observed).values() {
+            tx.send_replace(());
+        }
+        Ok(())
     }
 
     fn conn(&self) -> SubscriberConnection {
@@ -373,6 +425,50 @@ fn push_handler(
                 }
             }
             _ => {}
+        }
+    }
+}
+
+/// How often a cluster subscriber tries to subscribe its channels again
+/// after a node's connection dropped, and for how long.
+const RESUBSCRIBE_RETRY: Duration = Duration::from_millis(250);
+const RESUBSCRIBE_FOR: Duration = Duration::from_secs(30);
+
+/// A cluster subscriber's channels after a node's connection dropped: the
+/// node may have failed, and the cluster client moves a subscription to
+/// the slot's new master only once a command tells it the slot map
+/// changed. So each channel is subscribed again (the command that fails on
+/// the dead node makes the client reload the slot map and send it to the
+/// promoted replica), every [`RESUBSCRIBE_RETRY`] until all are confirmed
+/// or [`RESUBSCRIBE_FOR`] has passed; then every waiter looks again. Ends
+/// with the subscriber.
+async fn resubscribe_after_node_drops(
+    subscriber: std::sync::Weak<Subscriber>,
+    dropped: Arc<tokio::sync::Notify>,
+) {
+    loop {
+        dropped.notified().await;
+        if subscriber.strong_count() == 0 {
+            return;
+        }
+        let started = tokio::time::Instant::now();
+        loop {
+            tokio::time::sleep(RESUBSCRIBE_RETRY).await;
+            let Some(s) = subscriber.upgrade() else {
+                return;
+            };
+            match s.subscribe_again().await {
+                Ok(()) => break,
+                Err(e) if started.elapsed() < RESUBSCRIBE_FOR => {
+                    tracing::debug!(target: "distlock", error = %e,
+                        "a cluster node dropped; subscribing the channels again");
+                }
+                Err(e) => {
+                    tracing::warn!(target: "distlock", error = %e,
+                        "the channels could not be subscribed again; waiters fall back to their backstop");
+                    break;
+                }
+            }
         }
     }
 }
