@@ -36,6 +36,8 @@ CASES=(
     "redis|$DISTLOCK_TEST_REDIS_URL|$SINGLE|redis"
     "redis-sentinel|$DISTLOCK_TEST_REDIS_SENTINEL_URL|$HOLDER failover|"
     "redis-sentinel-replicas1|$DISTLOCK_TEST_REDIS_SENTINEL_URL?replicas=1|failover|"
+    "redis-cluster|$DISTLOCK_TEST_REDIS_CLUSTER_URL|$HOLDER cluster-failover|"
+    "redis-cluster-replicas1|$DISTLOCK_TEST_REDIS_CLUSTER_URL?replicas=1|cluster-failover|"
     "redlock|$DISTLOCK_TEST_REDLOCK_URL|$CLUSTER|$REDLOCK_SERVERS"
     "postgres-row|$DISTLOCK_TEST_POSTGRES_URL?mode=row|$SINGLE|postgres"
     "postgres-advisory|$DISTLOCK_TEST_POSTGRES_URL?mode=advisory|$SINGLE|postgres"
@@ -49,11 +51,11 @@ CASES=(
 )
 
 # The cases whose backend offers leader election (a holder record).
-ELECTIONS="redis redis-sentinel redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+ELECTIONS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
 # The backends that offer reader-writer locks.
-RW_LOCKS="redis redis-sentinel redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
-SEMAPHORES="redis redis-sentinel postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+RW_LOCKS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+SEMAPHORES="redis redis-sentinel redis-cluster postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
 
 status=0
 dirs=()

@@ -2,8 +2,10 @@
 # What a failover costs a Redis lock, measured: lock-check runs under the
 # `failover` nemesis (kill the Sentinel group's master, the Sentinels
 # promote a replica, the old master rejoins as a replica) through Sentinel,
-# without and with `replicas=1`, and Redlock under `kill-minority` for
-# comparison, then one Markdown table of the runs (lock-check's `table`).
+# and under `cluster-failover` (kill the master of the lock's slot, the
+# cluster promotes its replica, the old master rejoins as a replica) on the
+# Redis Cluster, each without and with `replicas=1`, and Redlock under
+# `kill-minority` for comparison, then one Markdown table of the runs (lock-check's `table`).
 #
 #   scripts/failover-matrix.sh [DURATION] [OUT_DIR]
 #
@@ -29,6 +31,8 @@ mkdir -p "$OUT"
 CASES=(
     "sentinel|$DISTLOCK_TEST_REDIS_SENTINEL_URL|failover|"
     "sentinel-replicas1|$DISTLOCK_TEST_REDIS_SENTINEL_URL?replicas=1|failover|"
+    "cluster|$DISTLOCK_TEST_REDIS_CLUSTER_URL|cluster-failover|"
+    "cluster-replicas1|$DISTLOCK_TEST_REDIS_CLUSTER_URL?replicas=1|cluster-failover|"
     "redlock|$DISTLOCK_TEST_REDLOCK_URL|kill-minority|redlock1 redlock2 redlock3 redlock4 redlock5"
 )
 status=0

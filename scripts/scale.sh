@@ -28,6 +28,7 @@ URLS=(
     "sqlite://$DB/scale.db"
     "$DISTLOCK_TEST_REDIS_URL"
     "$DISTLOCK_TEST_REDIS_SENTINEL_URL"
+    "$DISTLOCK_TEST_REDIS_CLUSTER_URL"
     "$DISTLOCK_TEST_REDLOCK_URL"
     "$(with "$DISTLOCK_TEST_POSTGRES_URL" "mode=advisory")"
     "$(with "$DISTLOCK_TEST_MYSQL_URL" "mode=advisory")"

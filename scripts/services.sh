@@ -23,8 +23,8 @@
 #                                      follows its master
 #   scripts/services.sh cluster-failover [KEY] [graceful]
 #                                      fail over the cluster master that serves KEY's hash slot (any
-#                                      master without KEY): SIGKILL it, print its name and wait until a
-#                                      replica serves the slot (start it again with `rejoin NAME`); with
+#                                      master without KEY): SIGKILL it, wait until a replica serves the
+#                                      slot, print both names (start the old one with `rejoin NAME`); with
 #                                      `graceful`, CLUSTER FAILOVER on its replica instead (prints nothing)
 #
 # Server names: redis, redlock1..redlock5, sredis1..sredis3 (a master, sredis1 at first, and two
@@ -352,7 +352,7 @@ cluster_failover() {
         wait_until "$old" 30 replica_synced "$old" || die "$old did not follow the new master"
     fi
     log "cluster failover of slot $slot: $old -> $(cluster_name "$new_port")"
-    [ "$how" = kill ] && echo "$old"
+    [ "$how" = kill ] && printf '%s\n%s\n' "$old" "$(cluster_name "$new_port")"
     return 0
 }
 

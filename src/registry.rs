@@ -33,7 +33,7 @@ struct Backend {
 /// `async fn connect(&str) -> Result<Self, LockError>`, compiled in with
 /// cargo feature `$feature`.
 macro_rules! backend {
-    ($feature:literal, [$($scheme:literal),+], $lock:path) => {{
+    ($feature:literal, [$($scheme:literal),+ $(,)?], $lock:path) => {{
         #[cfg(feature = $feature)]
         fn build(url: &str) -> Connecting<'_> {
             Box::pin(async move {

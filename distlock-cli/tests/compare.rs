@@ -1,6 +1,6 @@
 //! `distlock compare`, the real binary against real servers: the table, the
-//! JSON and CSV numbers and the three SVG charts, for Redis (alone and
-//! through Sentinel), etcd, Postgres (two of them labelled) and SQLite side by side; bad arguments are errors that say so, never a panic.
+//! JSON and CSV numbers and the three SVG charts, for Redis (alone, through
+//! Sentinel and on a Cluster), etcd, Postgres (two of them labelled) and SQLite side by side; bad arguments are errors that say so, never a panic.
 
 use std::process::Stdio;
 
@@ -15,6 +15,7 @@ async fn compares_redis_etcd_postgres_and_sqlite() {
     let urls = [
         env("DISTLOCK_TEST_REDIS_URL"),
         format!("sentinel={}", env("DISTLOCK_TEST_REDIS_SENTINEL_URL")),
+        format!("cluster={}", env("DISTLOCK_TEST_REDIS_CLUSTER_URL")),
         env("DISTLOCK_TEST_ETCD_URL"),
         env("DISTLOCK_TEST_POSTGRES_URL"),
         format!(
@@ -40,6 +41,7 @@ async fn compares_redis_etcd_postgres_and_sqlite() {
     for label in [
         "redis",
         "sentinel",
+        "cluster",
         "etcd",
         "postgres",
         "pg-advisory",

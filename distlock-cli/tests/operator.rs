@@ -21,6 +21,7 @@ fn urls() -> Vec<String> {
         format!("sqlite://{}", dir.join("locks.db").display()),
         env("DISTLOCK_TEST_REDIS_URL"),
         env("DISTLOCK_TEST_REDIS_SENTINEL_URL"),
+        env("DISTLOCK_TEST_REDIS_CLUSTER_URL"),
         env("DISTLOCK_TEST_REDLOCK_URL"),
         env("DISTLOCK_TEST_POSTGRES_URL"),
         format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL")),

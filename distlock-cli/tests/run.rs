@@ -65,6 +65,7 @@ async fn the_command_sees_its_lock_name_backend_and_a_rising_token() {
         format!("sqlite://{}/locks.db", dir.path().display()),
         env("DISTLOCK_TEST_REDIS_URL"),
         env("DISTLOCK_TEST_REDIS_SENTINEL_URL"),
+        env("DISTLOCK_TEST_REDIS_CLUSTER_URL"),
         format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL")),
         env("DISTLOCK_TEST_ETCD_URL"),
         env("DISTLOCK_TEST_ZK_URL"),

@@ -426,6 +426,30 @@ async fn act(
             broken.killed_servers.clear();
             log.log(&Action::ServersStarted { servers: vec![old] })?;
         }
+        Nemesis::ClusterFailover => {
+            // The slot of every key of the lock: its hash tag, the name.
+            let key = lock_redis::raw::Keys::new("").lock(&cfg.name);
+            let named = services.lines(&["cluster-failover", &key]).await?;
+            let [old, new] = named.as_slice() else {
+                return Err(std::io::Error::other(format!(
+                    "`services.sh cluster-failover` named {named:?}, not the killed master and its successor"
+                )));
+            };
+            broken.killed_servers.push(old.clone());
+            log.log(&Action::ServersKilled {
+                servers: vec![old.clone()],
+            })?;
+            log.log(&Action::FailedOver {
+                from: old.clone(),
+                to: new.clone(),
+            })?;
+            tokio::time::sleep(rest()).await;
+            services.each("rejoin", std::slice::from_ref(old)).await?;
+            broken.killed_servers.clear();
+            log.log(&Action::ServersStarted {
+                servers: vec![old.clone()],
+            })?;
+        }
     }
     Ok(())
 }

@@ -271,7 +271,8 @@ pub enum Action {
         /// Their names in `scripts/services.sh`.
         servers: Vec<String>,
     },
-    /// The Sentinels promoted a replica after the master was killed.
+    /// The Sentinels (or the cluster) promoted a replica after the master
+    /// was killed.
     FailedOver {
         /// The killed master's name in `scripts/services.sh`.
         from: String,

@@ -26,6 +26,11 @@ pub enum Nemesis {
     /// kill`: the Sentinels promote a replica), and after 1–3 s bring the
     /// old master back as a replica (`services.sh rejoin`).
     Failover,
+    /// Kill the Redis Cluster master serving the run's lock name's hash
+    /// slot (`services.sh cluster-failover KEY`: the cluster promotes its
+    /// replica), and after 1–3 s bring it back as a replica (`services.sh
+    /// rejoin`).
+    ClusterFailover,
 }
 
 impl Nemesis {
@@ -39,6 +44,7 @@ impl Nemesis {
             Nemesis::PauseServer => "pause-server",
             Nemesis::KillMinority => "kill-minority",
             Nemesis::Failover => "failover",
+            Nemesis::ClusterFailover => "cluster-failover",
         }
     }
 
@@ -91,6 +97,16 @@ impl Services {
 
     /// `services.sh ARGS`' first line of output (a server's name).
     pub async fn output(&self, args: &[&str]) -> std::io::Result<String> {
+        Ok(self
+            .lines(args)
+            .await?
+            .into_iter()
+            .next()
+            .unwrap_or_default())
+    }
+
+    /// `services.sh ARGS`' lines of output, trimmed.
+    pub async fn lines(&self, args: &[&str]) -> std::io::Result<Vec<String>> {
         let out = tokio::process::Command::new("bash")
             .arg(&self.script)
             .args(args)
@@ -106,10 +122,8 @@ impl Services {
         }
         Ok(String::from_utf8_lossy(&out.stdout)
             .lines()
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_string())
+            .map(|l| l.trim().to_string())
+            .collect())
     }
 
     /// Run `services.sh VERB NAME` for each name, in turn.

@@ -1,7 +1,8 @@
 //! The short history-check matrix CI runs: every backend with a server ×
 //! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
-//! kill/restart for the correctness-grade backends, and a failover of the
-//! Sentinel group for Redis through Sentinel. Two runs go on at once,
+//! kill/restart for the correctness-grade backends; Redis through Sentinel
+//! and on a Redis Cluster in one mixed run each (below) with failovers of
+//! the master among its faults. Two runs go on at once,
 //! never two on the same servers (a server nemesis would strike the other
 //! run), whether the cases run as threads of one process (`cargo test`) or
 //! as processes of their own (`cargo nextest`): the turns are file locks.
@@ -139,18 +140,31 @@ fn redis() {
     );
 }
 
-/// Redis through Sentinel, under the holder faults and a failover of the
-/// group's master: efficiency-grade, so the run passes whatever a failover
-/// loses; the figures are in the report.
+/// Redis through Sentinel, in one mixed run: the holder faults and
+/// failovers of the group's master taking turns. Efficiency-grade, so the
+/// run passes whatever a failover loses; the figures are in the report.
 #[test]
 fn redis_sentinel() {
-    let mut nemeses = HOLDER_FAULTS.to_vec();
-    nemeses.push(("failover", &[]));
-    check(
+    check_runs(
         "redis-sentinel",
         "sentinel",
         &env("DISTLOCK_TEST_REDIS_SENTINEL_URL"),
-        &nemeses,
+        &[("kill-holder,pause-holder,failover", &[])],
+        &MIXED_RUN,
+    );
+}
+
+/// Redis Cluster, in one mixed run: the holder faults and failovers of
+/// the master serving the lock's slot taking turns (efficiency-grade, as
+/// through Sentinel).
+#[test]
+fn redis_cluster() {
+    check_runs(
+        "redis-cluster",
+        "cluster",
+        &env("DISTLOCK_TEST_REDIS_CLUSTER_URL"),
+        &[("kill-holder,pause-holder,cluster-failover", &[])],
+        &MIXED_RUN,
     );
 }
 

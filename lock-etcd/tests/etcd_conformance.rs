@@ -31,7 +31,7 @@ mod three_members {
     lock_testkit::conformance_suite!(harness());
 }
 
-/// The suite again, on locks built from an `etcd_client::Client` the
+/// The suite's lock cases again, on locks built from an `etcd_client::Client` the
 /// application made itself (`EtcdLock::with_client`).
 mod own_client {
     use std::time::Duration;
@@ -57,7 +57,9 @@ mod own_client {
         .await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: the other primitives run the same code on the
+    // lock's own connections, whichever client they were made from.
+    lock_testkit::lock_conformance_suite!(harness());
 }
 
 /// The crate's `docs.md` opens with the capability checklist this backend

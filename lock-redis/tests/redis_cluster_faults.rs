@@ -114,8 +114,9 @@ fn key(name: &str) -> String {
 /// brings the old master back as a replica.
 async fn fail_over(name: &str) -> Rejoin {
     replicated().await;
-    let killed = services_output(&["cluster-failover", &key(name)]);
-    assert!(killed.starts_with("cluster"), "{killed}");
+    let named = services_output(&["cluster-failover", &key(name)]);
+    let killed = named.lines().next().unwrap_or_default().to_string();
+    assert!(killed.starts_with("cluster"), "{named}");
     Rejoin(killed)
 }
 

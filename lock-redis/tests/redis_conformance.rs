@@ -12,7 +12,7 @@ async fn harness() -> Harness {
 
 lock_testkit::conformance_suite!(harness());
 
-/// The suite again, on locks built from a `redis::Client` the application
+/// The suite's lock cases again, on locks built from a `redis::Client` the application
 /// made itself (`RedisLock::with_client`), as most applications make it:
 /// speaking RESP2, redis-rs's default. The lock's own connections speak
 /// RESP3, so waiters are still woken by push messages
@@ -37,7 +37,9 @@ mod own_client {
         .await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: the other primitives run the same code on the
+    // lock's own connections, whichever client they were made from.
+    lock_testkit::lock_conformance_suite!(harness());
 }
 
 /// The crate's `docs.md` opens with the capability checklist this backend

@@ -81,7 +81,7 @@ mod three_nodes_one_down {
     lock_testkit::conformance_suite!(harness());
 }
 
-/// The suite again, on a Redlock built from five `redis::Client`s the
+/// The suite's lock cases again, on a Redlock built from five `redis::Client`s the
 /// application made itself (`Redlock::with_clients`).
 mod own_clients {
     use lock_redlock::{Redlock, RedlockConfig, redis};
@@ -111,7 +111,9 @@ mod own_clients {
         .await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: the other primitives run the same code on the
+    // lock's own connections, whichever client they were made from.
+    lock_testkit::lock_conformance_suite!(harness());
 
     /// No client: refused, typed.
     #[tokio::test]
