@@ -177,6 +177,8 @@ pub(crate) enum Target {
         password: Option<String>,
         /// TLS to the Sentinels and to the nodes (`rediss+sentinel://`).
         tls: bool,
+        /// Where the client reaches the nodes the Sentinels name.
+        node_map: NodeMap,
     },
     /// A Redis Cluster, found through `seeds`.
     Cluster(crate::server::ClusterSeeds),
@@ -201,6 +203,9 @@ pub(crate) struct ParsedUrl {
 /// credentials are the data nodes'), or a Redis Cluster's
 /// `redis+cluster://[user:pass@]h1[:6379],h2[:6379],…[?…]` (`rediss+cluster://`
 /// for TLS; any reachable nodes of the cluster, which has one database).
+/// On both, `node_map=ANNOUNCED>VIA,…` makes the client reach a node that
+/// announces (or is named by) `ANNOUNCED` through `VIA`, for servers
+/// behind port forwarding.
 /// Durations carry their unit (`250ms`,
 /// `2s`); the older `*_ms` names (whole milliseconds) are accepted too.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
@@ -237,10 +242,19 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     // Always RESP3 (waiters are woken by push messages): `protocol` is
     // accepted and replaced.
     options.text("protocol")?;
+    let node_map = match options.text("node_map")? {
+        Some(map) if cluster || sentinel => node_map(&url, &map)?,
+        Some(_) => {
+            return Err(url.invalid(
+                "`node_map` is an option of redis+cluster:// and redis+sentinel:// URLs",
+            ));
+        }
+        None => NodeMap::default(),
+    };
     options.finish()?;
     config.validate()?;
     if cluster {
-        return cluster_target(&url, tls, config);
+        return cluster_target(&url, tls, config, node_map);
     }
     if !sentinel {
         let host = url.single_host()?;
@@ -298,14 +312,41 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
             user: url.user().filter(|u| !u.is_empty()).map(str::to_string),
             password: url.password().map(str::to_string),
             tls,
+            node_map,
         },
         config,
     })
 }
 
+/// Addresses nodes announce (in `CLUSTER SLOTS`, or as the Sentinels name
+/// them), each with the address the client reaches that node through.
+pub(crate) type NodeMap = Vec<(redis::cluster::NodeAddress, redis::cluster::NodeAddress)>;
+
+/// The URL's `node_map=ANNOUNCED>VIA[,ANNOUNCED>VIA…]`, each side
+/// `HOST:PORT`.
+fn node_map(url: &LockUrl, map: &str) -> Result<NodeMap, LockError> {
+    let address = |a: &str| {
+        a.parse::<redis::cluster::NodeAddress>()
+            .map_err(|_| url.invalid(format!("`node_map`: {a:?} is not HOST:PORT")))
+    };
+    map.split(',')
+        .map(|pair| {
+            let (announced, via) = pair
+                .split_once('>')
+                .ok_or_else(|| url.invalid(format!("`node_map`: {pair:?} is not ANNOUNCED>VIA")))?;
+            Ok((address(announced)?, address(via)?))
+        })
+        .collect()
+}
+
 /// A Redis Cluster's URL: its seed nodes (port 6379 where none is written),
-/// no database (a cluster has only database 0).
-fn cluster_target(url: &LockUrl, tls: bool, config: RedisConfig) -> Result<ParsedUrl, LockError> {
+/// no database (a cluster has only database 0), and the node map.
+fn cluster_target(
+    url: &LockUrl,
+    tls: bool,
+    config: RedisConfig,
+    reached_through: NodeMap,
+) -> Result<ParsedUrl, LockError> {
     if url.hosts().is_empty() {
         return Err(url.invalid("a Cluster URL names at least one node"));
     }
@@ -332,6 +373,7 @@ fn cluster_target(url: &LockUrl, tls: bool, config: RedisConfig) -> Result<Parse
             user: url.user().filter(|u| !u.is_empty()).map(str::to_string),
             password: url.password().map(str::to_string),
             tls,
+            reached_through,
         }),
         config,
     })
@@ -456,6 +498,7 @@ mod tests {
             user,
             password,
             tls,
+            ..
         } = p.target
         else {
             panic!("a sentinel group");
@@ -506,6 +549,20 @@ mod tests {
             panic!("a cluster");
         };
         assert!(seeds.tls && seeds.nodes[0].starts_with("rediss://c1:6379/"));
+        let Target::Cluster(seeds) = parse_url(
+            "redis+cluster://p1:7000?node_map=10.0.0.1:6379>p1:7000,10.0.0.2:6379>p2:7001",
+        )
+        .expect("valid")
+        .target
+        else {
+            panic!("a cluster");
+        };
+        let pairs: Vec<String> = seeds
+            .reached_through
+            .iter()
+            .map(|(a, n)| format!("{a}>{n}"))
+            .collect();
+        assert_eq!(pairs, ["10.0.0.1:6379>p1:7000", "10.0.0.2:6379>p2:7001"]);
     }
 
     #[test]
@@ -525,6 +582,9 @@ mod tests {
             "redis+sentinel://:secretpw@/group",
             "redis+cluster://:secretpw@/",
             "redis+cluster://:secretpw@h1,h2/1",
+            "redis+cluster://:secretpw@h1,h2?node_map=a:1",
+            "redis+cluster://:secretpw@h1?node_map=nohostport>h:1",
+            "redis://:secretpw@h1?node_map=a:1>b:2",
         ] {
             match parse_url(bad) {
                 Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {

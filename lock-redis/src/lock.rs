@@ -163,6 +163,10 @@ impl RedisLock {
     /// goes to that slot's master, and the client follows `MOVED`, `ASK`
     /// and failovers by itself. A lock whose key did not reach the promoted
     /// replica fires `lost()` at its next renewal or check.
+    ///
+    /// For servers reached through port forwarding, both forms take
+    /// `node_map=ANNOUNCED>VIA,…`: a node the cluster announces (or the
+    /// Sentinels name) as `ANNOUNCED` (`host:port`) is reached at `VIA`.
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
         let invalid = |e: redis::RedisError| LockError::InvalidUrl {
@@ -194,6 +198,7 @@ impl RedisLock {
                 ref user,
                 ref password,
                 tls,
+                ref node_map,
             } => {
                 if tls {
                     crate::config::install_tls_provider();
@@ -218,8 +223,13 @@ impl RedisLock {
                         .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
                 }
                 let sentinel = builder.build().map_err(invalid)?;
-                let follower =
-                    Follower::connect(sentinel, group.clone(), parsed.config.clone()).await?;
+                let follower = Follower::connect(
+                    sentinel,
+                    group.clone(),
+                    parsed.config.clone(),
+                    node_map.clone(),
+                )
+                .await?;
                 Self::on_server(Server::Sentinel(follower), parsed.config, parsed.display)
             }
         }

@@ -33,7 +33,7 @@ use redis::sentinel::SentinelClient;
 use redis::{Cmd, ErrorKind, Pipeline, PushKind, RedisError, RedisFuture, RedisResult, Value};
 use tokio::sync::{Notify, watch};
 
-use crate::config::RedisConfig;
+use crate::config::{NodeMap, RedisConfig};
 use crate::error::{map_redis, within};
 
 /// How often a master in doubt is looked up again while no Sentinel names
@@ -63,6 +63,9 @@ pub(crate) struct ClusterSeeds {
     pub(crate) password: Option<String>,
     /// TLS to every node (`rediss+cluster://`).
     pub(crate) tls: bool,
+    /// Addresses the nodes announce, each with the address the client
+    /// reaches that node through (the URL's `node_map`).
+    pub(crate) reached_through: crate::config::NodeMap,
 }
 
 /// How many times the cluster client sends a command again after a
@@ -91,6 +94,9 @@ impl ClusterSeeds {
         }
         if self.tls {
             builder = builder.tls(redis::TlsMode::Secure);
+        }
+        if !self.reached_through.is_empty() {
+            builder = builder.node_address_map(self.reached_through.iter().cloned().collect());
         }
         builder
     }
@@ -303,21 +309,25 @@ pub(crate) struct Follower {
     config: RedisConfig,
     /// The group's name, for logs and errors.
     group: String,
+    /// Where the nodes the Sentinels name are reached.
+    node_map: NodeMap,
 }
 
 impl Follower {
-    /// Find the group's master through `sentinel` and connect to it.
+    /// Find the group's master through `sentinel` and connect to it,
+    /// reaching the nodes the Sentinels name through `node_map`.
     pub(crate) async fn connect(
         sentinel: SentinelClient,
         group: String,
         config: RedisConfig,
+        node_map: NodeMap,
     ) -> Result<Arc<Self>, LockError> {
         let sentinel = tokio::sync::Mutex::new(sentinel);
         let doubt = Arc::new(AtomicBool::new(false));
         let wake = Arc::new(Notify::new());
         let first = {
             let mut asking = sentinel.lock().await;
-            find_master(&mut asking, &group, &config, &doubt, &wake, 0).await?
+            find_master(&mut asking, &group, &config, &node_map, (&doubt, &wake)).await?
         };
         tracing::debug!(target: "distlock", group = %group, master = %first.address,
             "redis lock client follows the sentinel group's master");
@@ -329,6 +339,7 @@ impl Follower {
             switches: watch::channel(0).0,
             config,
             group,
+            node_map,
         });
         tokio::spawn(look_up_when_doubted(
             Arc::downgrade(&follower),
@@ -385,7 +396,7 @@ impl Follower {
         let current = self.master();
         // Cleared first: a disconnection from here on doubts again.
         self.doubt.store(false, Ordering::Release);
-        let found = lookup(&mut asking, &self.group, &self.config).await;
+        let found = lookup(&mut asking, &self.group, &self.config, &self.node_map).await;
         let client = match found {
             Ok(client) => client,
             Err(e) => {
@@ -466,16 +477,48 @@ async fn lookup(
     sentinel: &mut SentinelClient,
     group: &str,
     config: &RedisConfig,
+    node_map: &NodeMap,
 ) -> RedisResult<redis::Client> {
     let limit = config.connect_timeout + config.response_timeout;
     match tokio::time::timeout(limit, sentinel.async_get_client()).await {
-        Ok(found) => found,
+        Ok(found) => reached(found?, node_map),
         Err(_) => Err(RedisError::from((
             ErrorKind::Io,
             "no sentinel named a master in time",
             format!("group {group:?}, {limit:?}"),
         ))),
     }
+}
+
+/// `client`, or, if `node_map` names its address, the same client on the
+/// address it maps it to.
+fn reached(client: redis::Client, node_map: &NodeMap) -> RedisResult<redis::Client> {
+    let info = client.get_connection_info();
+    let (host, port) = match info.addr() {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
+        _ => return Ok(client),
+    };
+    let Some((_, via)) = node_map
+        .iter()
+        .find(|(named, _)| named.host() == host && named.port() == port)
+    else {
+        return Ok(client);
+    };
+    let addr = match info.addr().clone() {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host: via.host().to_string(),
+            port: via.port(),
+            insecure,
+            tls_params,
+        },
+        _ => redis::ConnectionAddr::Tcp(via.host().to_string(), via.port()),
+    };
+    redis::Client::open(info.clone().set_addr(addr))
 }
 
 /// A connection manager on the master `client` names, whose disconnection
@@ -522,16 +565,15 @@ async fn find_master(
     sentinel: &mut SentinelClient,
     group: &str,
     config: &RedisConfig,
-    doubt: &Arc<AtomicBool>,
-    wake: &Arc<Notify>,
-    generation: u64,
+    node_map: &NodeMap,
+    doubting: (&Arc<AtomicBool>, &Arc<Notify>),
 ) -> Result<Master, LockError> {
     let doing = format!("finding the master of sentinel group {group:?}");
-    let client = within(config, &doing, lookup(sentinel, group, config))
+    let client = within(config, &doing, lookup(sentinel, group, config, node_map))
         .await?
         .map_err(|e| map_redis(&doing, e))?;
     let address = client.get_connection_info().addr().to_string();
-    open(client, address, config, (doubt, wake), generation)
+    open(client, address, config, doubting, 0)
         .await
         .map_err(|e| map_redis(&doing, e))
 }
