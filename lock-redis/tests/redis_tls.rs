@@ -42,3 +42,39 @@ async fn a_plain_connection_leaves_the_crypto_provider_to_the_application() {
         .install_default()
         .expect("the application installs its own provider");
 }
+
+/// `rediss+cluster://` and `rediss+sentinel://` to servers that do not
+/// speak TLS are typed errors too, never a panic (rustls set up as for
+/// `rediss://`).
+#[tokio::test]
+async fn tls_to_a_plain_cluster_or_sentinel_group_is_a_typed_error() {
+    for (var, from, to) in [
+        (
+            "DISTLOCK_TEST_REDIS_CLUSTER_URL",
+            "redis+cluster://",
+            "rediss+cluster://",
+        ),
+        (
+            "DISTLOCK_TEST_REDIS_SENTINEL_URL",
+            "redis+sentinel://",
+            "rediss+sentinel://",
+        ),
+    ] {
+        let tls = lock_testkit::faults::env(var).replacen(from, to, 1);
+        let outcome = match RedisLock::connect(&format!(
+            "{tls}?connect_timeout=500ms&response_timeout=500ms"
+        ))
+        .await
+        {
+            Err(e) => Err(e),
+            Ok(locks) => locks
+                .try_acquire("tls-check", &LockOptions::new().wait(Wait::No))
+                .await
+                .map(|_| ()),
+        };
+        assert!(
+            matches!(outcome, Err(LockError::Unavailable { .. })),
+            "{to}: {outcome:?}"
+        );
+    }
+}

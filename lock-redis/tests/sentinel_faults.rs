@@ -167,10 +167,10 @@ async fn a_failover_moves_the_client_to_the_new_master() {
 }
 
 /// A lock whose key the new master lacks (it was not replicated: here it
-/// is removed from the promoted replica before the client sends anything)
-/// fires `lost()` as soon as the client finds the new master, long before
-/// its next renewal would have been due; so does one that is not
-/// auto-renewed, whose lease would have run for 30 s.
+/// is removed from both replicas before the master is killed, so whichever
+/// is promoted lacks it) fires `lost()` as soon as the client finds the new
+/// master, long before its next renewal would have been due; so does one
+/// that is not auto-renewed, whose lease would have run for 30 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lock_the_new_master_lacks_fires_lost_at_the_switch() {
     let _serial = one_at_a_time(&SERIAL).await;
@@ -191,28 +191,47 @@ async fn a_lock_the_new_master_lacks_fires_lost_at_the_switch() {
         .expect("acquire");
     replicated().await;
     let old = services_output(&["master"]);
-    services(&["kill", &old]);
-    let _rejoin = Rejoin(old.clone());
-    let killed = Instant::now();
-    // Promote a replica and take the key from it while the Sentinels are
-    // still deciding: once promoted, its writes are the master's.
-    let new = loop {
-        let named = services_output(&["master"]);
-        if named != old {
-            break named;
-        }
-        assert!(killed.elapsed() < Duration::from_secs(30), "no failover");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let mut promoted = node(&new).await;
     let keys = [
         format!("distlock:{{{name}}}"),
         format!("distlock:{{{unrenewed_name}}}"),
     ];
-    let removed: i64 = promoted.del(&keys).await.expect("DEL on the new master");
-    assert_eq!(removed, 2, "the keys were replicated before the kill");
-    // The renewal and the check are due 10 s after the grants, about 7 s
-    // from now.
+    // The replicas lose the keys (a replica takes a write of its own only
+    // while it is not read-only), as if they had never reached them.
+    for replica in ["sredis1", "sredis2", "sredis3"]
+        .into_iter()
+        .filter(|n| *n != old)
+    {
+        let mut conn = node(replica).await;
+        let writable = |yes: &str| {
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("replica-read-only")
+                .arg(yes)
+                .clone()
+        };
+        let () = writable("no")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG SET");
+        let removed: i64 = conn.del(&keys).await.expect("DEL on a replica");
+        let () = writable("yes")
+            .query_async(&mut conn)
+            .await
+            .expect("CONFIG SET");
+        assert_eq!(removed, 2, "{replica} had both keys");
+    }
+    services(&["kill", &old]);
+    let _rejoin = Rejoin(old.clone());
+    let killed = Instant::now();
+    loop {
+        if services_output(&["master"]) != old {
+            break;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let promoted = Instant::now();
+    // The renewal and the check are due 10 s after the grants.
     let lost = tokio::time::timeout(Duration::from_secs(4), async {
         held.lost().await;
         unrenewed.lost().await;
@@ -220,11 +239,12 @@ async fn a_lock_the_new_master_lacks_fires_lost_at_the_switch() {
     .await;
     assert!(
         lost.is_ok(),
-        "lost() fired within 4 s of the failover, {:?} after the kill",
+        "lost() fired within 4 s of the promotion, {:?} after the kill",
         killed.elapsed()
     );
     eprintln!(
-        "sentinel: lost() fired {:?} after the kill",
+        "sentinel: lost() fired {:?} after the promotion, {:?} after the kill",
+        promoted.elapsed(),
         killed.elapsed()
     );
     let again = locks
@@ -388,4 +408,94 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
     }
     let free_at = free_at.expect("the lock is free within 20 s of the kill (its lease: 30 s)");
     eprintln!("sentinel: the released lock was free {free_at:?} after the kill");
+}
+
+/// A Sentinel paused through a failover, and the old master restarted:
+/// the old master answers as a master, with its old data, until the
+/// Sentinels make it a replica. A client that starts then, with the paused
+/// Sentinel first in its URL, must still take its locks on the promoted
+/// replica, not on the old master beside it. (The paused Sentinel, back,
+/// holds the old master down until it hears from it again, so the client
+/// asks the next one.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sentinel_that_missed_the_failover_does_not_send_a_client_to_the_old_master() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    replicated().await;
+    let old = services_output(&["master"]);
+    let _resume = Restore::servers(["sentinel1"]);
+    services(&["pause", "sentinel1"]);
+    services(&["kill", &old]);
+    let _rejoin = Rejoin(old.clone());
+    // Sentinels 2 and 3 (a quorum of two) promote a replica.
+    let mut second = redis::Client::open("redis://127.0.0.1:16396/")
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to sentinel2");
+    let killed = Instant::now();
+    let new_port = loop {
+        let named: Vec<String> = redis::cmd("SENTINEL")
+            .arg("GET-MASTER-ADDR-BY-NAME")
+            .arg("distlock")
+            .query_async(&mut second)
+            .await
+            .expect("sentinel2 answers");
+        let port: u16 = named[1].parse().expect("a port");
+        if port != port_of(&old) {
+            break port;
+        }
+        assert!(killed.elapsed() < Duration::from_secs(30), "no failover");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    // The old master back with its data, as a master, before the
+    // Sentinels reconfigure it; then the lagging Sentinel back.
+    services(&["start", &old]);
+    services(&["resume", "sentinel1"]);
+    let stale_first = format!(
+        "redis+sentinel://127.0.0.1:16395,127.0.0.1:16396,127.0.0.1:16397/distlock?connect_timeout=300ms&response_timeout=500ms"
+    );
+    let name = unique("sentinel-stale");
+    let mut old_node = node(&old).await;
+    let role: Vec<redis::Value> = redis::cmd("ROLE")
+        .query_async(&mut old_node)
+        .await
+        .expect("ROLE");
+    let stale_window = matches!(role.first(), Some(redis::Value::BulkString(r)) if r == b"master");
+    // Connected and granted within a few seconds (errors meanwhile must be
+    // transient): then the key must be on the promoted replica.
+    let started = Instant::now();
+    let granted = loop {
+        let attempt = match RedisLock::connect(&stale_first).await {
+            Ok(locks) => locks
+                .try_acquire(&name, &opts(Duration::from_secs(5)))
+                .await
+                .map(|g| g.map(|g| (g, locks))),
+            Err(e) => Err(e),
+        };
+        match attempt {
+            Ok(Some(granted)) => break granted,
+            Ok(None) => panic!("a fresh name is free"),
+            Err(e) => assert!(e.is_transient(), "{e:?}"),
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "no grant within 10 s"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let key = format!("distlock:{{{name}}}");
+    let on_old: Option<String> = old_node.get(&key).await.unwrap_or(None);
+    let mut new_node = redis::Client::open(format!("redis://127.0.0.1:{new_port}/0"))
+        .expect("client")
+        .get_multiplexed_async_connection()
+        .await
+        .expect("connect to the new master");
+    let on_new: Option<String> = new_node.get(&key).await.expect("GET");
+    assert!(
+        on_old.is_none(),
+        "the lock was granted on the old master (it answered as a master at the start: {stale_window})"
+    );
+    assert!(on_new.is_some(), "the lock is on the promoted replica");
+    drop(granted);
+    eprintln!("sentinel: stale window at the client's start: {stale_window}");
 }
