@@ -451,9 +451,7 @@ async fn a_sentinel_that_missed_the_failover_does_not_send_a_client_to_the_old_m
     // Sentinels reconfigure it; then the lagging Sentinel back.
     services(&["start", &old]);
     services(&["resume", "sentinel1"]);
-    let stale_first = format!(
-        "redis+sentinel://127.0.0.1:16395,127.0.0.1:16396,127.0.0.1:16397/distlock?connect_timeout=300ms&response_timeout=500ms"
-    );
+    let stale_first = "redis+sentinel://127.0.0.1:16395,127.0.0.1:16396,127.0.0.1:16397/distlock?connect_timeout=300ms&response_timeout=500ms";
     let name = unique("sentinel-stale");
     let mut old_node = node(&old).await;
     let role: Vec<redis::Value> = redis::cmd("ROLE")
@@ -465,7 +463,7 @@ async fn a_sentinel_that_missed_the_failover_does_not_send_a_client_to_the_old_m
     // transient): then the key must be on the promoted replica.
     let started = Instant::now();
     let granted = loop {
-        let attempt = match RedisLock::connect(&stale_first).await {
+        let attempt = match RedisLock::connect(stale_first).await {
             Ok(locks) => locks
                 .try_acquire(&name, &opts(Duration::from_secs(5)))
                 .await
