@@ -358,7 +358,7 @@ impl LockGuard {
                     error = %e,
                     "release failed; going on in the background"
                 );
-                e
+                going_on(e, &self.name)
             }
             Ok(outcome) => return outcome,
             Err(_) => {
@@ -408,6 +408,24 @@ impl Drop for LockGuard {
             }
             Err(_) => release_detached(handle.as_ref(), &name),
         }
+    }
+}
+
+/// A transient release failure as the caller sees it: an `Unavailable`
+/// says the release goes on in the background (other kinds are left as
+/// they are).
+fn going_on(e: LockError, name: &str) -> LockError {
+    match e {
+        LockError::Unavailable {
+            backend,
+            reason,
+            source,
+        } => LockError::Unavailable {
+            backend,
+            reason: format!("{reason}; the release of lock {name:?} goes on in the background"),
+            source,
+        },
+        other => other,
     }
 }
 

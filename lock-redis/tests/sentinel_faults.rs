@@ -394,6 +394,11 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
         matches!(released, Err(LockError::Unavailable { .. })),
         "no master to release on: {released:?}"
     );
+    let said = released.expect_err("unavailable").to_string();
+    assert!(
+        said.contains("goes on in the background"),
+        "the error says the release goes on: {said}"
+    );
     let mut free_at = None;
     while killed.elapsed() < Duration::from_secs(20) {
         if let Ok(Some(g)) = other
