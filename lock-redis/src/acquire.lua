@@ -7,6 +7,11 @@ if (not reserved or reserved == ARGV[3])
   redis.call('PUBLISH', KEYS[1] .. ':changed', 'granted')
   return {1, redis.call('INCR', KEYS[2])}
 end
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  -- This very attempt was granted already: the request was sent again (a
+  -- cluster client resends one whose connection dropped before its reply).
+  return {1, tonumber(redis.call('GET', KEYS[2]))}
+end
 if ARGV[3] ~= '' then
   local ticket = ARGV[5]
   if not ticket or ticket == '' then

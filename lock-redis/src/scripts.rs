@@ -28,7 +28,9 @@ use redis::Script;
 /// or absent: the server's clock) and the holder record, written to the
 /// holder key with the grant. A waiter keeps the ticket it first queued with.
 /// Returns `{1, token}` when granted (publishing `granted` on the
-/// changes channel), `{0, ms to wait}` otherwise.
+/// changes channel), `{0, ms to wait}` otherwise. A run whose owner already
+/// holds the key (the same attempt's request sent again) answers `{1,
+/// token}` with the token of that grant, changing nothing.
 pub static ACQUIRE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("acquire.lua")));
 
 /// KEYS: lock, fence, handoff and holder key of each name of a set, in
