@@ -182,23 +182,32 @@ impl Subscriber {
     /// Subscribe every subscribed channel again, then wake every waiter and
     /// signal every observer (messages may have been missed meanwhile).
     async fn subscribe_again(&self) -> Result<(), LockError> {
-        let _io = self.io.lock().await;
+        let io = self.io.lock().await;
+        let mut conn = self.conn();
+        self.subscribe_all_on(&mut conn, "subscribing again after a node dropped")
+            .await?;
+        drop(io);
+        wake_everyone(&self.wakeups, &self.observed);
+        Ok(())
+    }
+
+    /// Subscribe `conn` to every channel subscribed now; the caller holds
+    /// `io`.
+    async fn subscribe_all_on(
+        &self,
+        conn: &mut SubscriberConnection,
+        doing: &str,
+    ) -> Result<(), LockError> {
         let channels: Vec<String> = self
             .channels()
             .iter()
             .filter(|(_, c)| c.subscribed)
             .map(|(name, _)| name.clone())
             .collect();
-        let mut conn = self.conn();
         for channel in &channels {
-            within(&self.config, "subscribing again", conn.subscribe(channel))
+            within(&self.config, doing, conn.subscribe(channel))
                 .await?
-                .map_err(|e| map_redis("subscribing again after a node dropped", e))?;
-        }
-        drop(_io);
-        self.wakeups.wake_all();
-        for tx in lock_observed(&self.observed).values() {
-            tx.send_replace(());
+                .map_err(|e| map_redis(doing, e))?;
         }
         Ok(())
     }
@@ -216,23 +225,11 @@ impl Subscriber {
             connect_manager(client, &self.config, &self.observed, &self.wakeups).await?,
         );
         let _io = self.io.lock().await;
-        let channels: Vec<String> = self
-            .channels()
-            .iter()
-            .filter(|(_, c)| c.subscribed)
-            .map(|(name, _)| name.clone())
-            .collect();
         let mut subscribing = conn.clone();
-        for channel in &channels {
-            within(&self.config, "subscribing", subscribing.subscribe(channel))
-                .await?
-                .map_err(|e| map_redis("subscribing on the new master", e))?;
-        }
+        self.subscribe_all_on(&mut subscribing, "subscribing on the new master")
+            .await?;
         *self.conn.write().unwrap_or_else(|e| e.into_inner()) = conn;
-        self.wakeups.wake_all();
-        for tx in lock_observed(&self.observed).values() {
-            tx.send_replace(());
-        }
+        wake_everyone(&self.wakeups, &self.observed);
         Ok(())
     }
 
@@ -388,6 +385,15 @@ async fn connect_manager(
     .map_err(|e| map_redis("connecting the subscriber", e))
 }
 
+/// Wake every waiter and signal every observer: messages may have been
+/// missed.
+fn wake_everyone(wakeups: &Wakeups, observed: &Observed) {
+    wakeups.wake_all();
+    for tx in lock_observed(observed).values() {
+        tx.send_replace(());
+    }
+}
+
 /// What a subscriber does with a push message: a message (a waiter id)
 /// wakes that waiter ([`Wakeups::wake_one`]); a message on an observed
 /// channel, and a subscription to one being confirmed, signal its
@@ -418,12 +424,7 @@ fn push_handler(
             PushKind::Subscribe => {
                 signal(push_channel(&info));
             }
-            PushKind::Disconnection => {
-                wakeups.wake_all();
-                for tx in lock_observed(&signals).values() {
-                    tx.send_replace(());
-                }
-            }
+            PushKind::Disconnection => wake_everyone(&wakeups, &signals),
             _ => {}
         }
     }

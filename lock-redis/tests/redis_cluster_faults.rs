@@ -306,14 +306,7 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
         .await
         .expect("acquire");
     replicated().await;
-    let mut conn = cluster().await;
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key(&name))
-        .query_async(&mut conn)
-        .await
-        .expect("CLUSTER KEYSLOT");
-    let old = master_of(&mut conn, slot).await;
+    let old = master_of(&name).await;
     services(&["kill", &old]);
     let _rejoin = Rejoin(old);
     let killed = Instant::now();
@@ -338,11 +331,19 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
     eprintln!("cluster: the released lock was free {free_at:?} after the kill");
 }
 
-/// The server name (`clusterN`) of the master serving `slot`.
-async fn master_of(conn: &mut redis::cluster_async::ClusterConnection, slot: u16) -> String {
+/// The server name (`clusterN`) of the master serving the slot of lock
+/// `name`'s keys.
+async fn master_of(name: &str) -> String {
+    let mut conn = cluster().await;
+    let slot: u16 = redis::cmd("CLUSTER")
+        .arg("KEYSLOT")
+        .arg(key(name))
+        .query_async(&mut conn)
+        .await
+        .expect("CLUSTER KEYSLOT");
     let shards: redis::Value = redis::cmd("CLUSTER")
         .arg("SLOTS")
-        .query_async(conn)
+        .query_async(&mut conn)
         .await
         .expect("CLUSTER SLOTS");
     let redis::Value::Array(ranges) = shards else {
@@ -382,14 +383,7 @@ async fn a_replica_that_does_not_acknowledge_refuses_the_grant() {
         .expect("the replica acknowledges")
         .expect("free");
     assert!(g.release().await.expect("release"));
-    let mut conn = cluster().await;
-    let slot: u16 = redis::cmd("CLUSTER")
-        .arg("KEYSLOT")
-        .arg(key(&name))
-        .query_async(&mut conn)
-        .await
-        .expect("CLUSTER KEYSLOT");
-    let master = master_of(&mut conn, slot).await;
+    let master = master_of(&name).await;
     let replica = replica_of(&master);
     // Paused for less than the cluster's node timeout would matter: the
     // master stays master, only the acknowledgement is missing.
