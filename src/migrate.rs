@@ -11,8 +11,8 @@ use lock_core::raw::{
     granted_too_late,
 };
 use lock_core::{
-    Capabilities, Changes, CrashRelease, DistributedLock, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, Wait, Waiting, redact_url,
+    Access, Capabilities, Changes, CrashRelease, DistributedLock, Grade, LockError, LockGuard,
+    LockInfo, LockOptions, RwLockCapabilities, RwLockInfo, Wait, Waiting, redact_url,
 };
 use tokio::sync::{Mutex, Notify};
 use tokio::time::Instant;
@@ -40,6 +40,13 @@ pub(crate) const BACKEND: &str = "migrate";
 ///   tokens sees the same sequence as before the migration. The new URL of
 ///   the last step carries a higher `fencing_epoch`, so its tokens are
 ///   larger than every token of the old backend.
+/// - **Reader-writer locks** (where both backends offer them): a read
+///   grant reads on both, a write grant writes on both, `from` first, by
+///   the same rules; a reader's token is `from`'s (the latest write's
+///   there). Writer preference is not promised: a writer waits on `from`,
+///   where later readers of `from` queue behind it (where that backend
+///   gives writer preference), but a reader of `to` alone (a process on
+///   the new URL) does not see it.
 /// - **Holder record**: `from`'s carries the holder's identity; `to`'s
 ///   carries it followed by ` (migrating)`, so a view of `to` alone (a
 ///   process on the new URL, `inspect` when `from` has ended first) tells
@@ -261,7 +268,7 @@ async fn release_quietly(guard: LockGuard, name: &str) {
 
 /// The guard over both parts.
 fn compose(name: &str, from: LockGuard, to: LockGuard, caps: Capabilities) -> LockGuard {
-    let token = from.fencing_token();
+    let (token, access) = (from.fencing_token(), from.access());
     let lease = LeaseState::following(vec![Arc::clone(from.lease()), Arc::clone(to.lease())]);
     let released = Arc::new(Notify::new());
     let parts = Arc::new(Parts {
@@ -287,7 +294,7 @@ fn compose(name: &str, from: LockGuard, to: LockGuard, caps: Capabilities) -> Lo
             () = released.notified() => {}
         }
     });
-    LockGuard::new(name, token, caps, lease, parts)
+    LockGuard::new(name, token, caps, lease, parts).with_access(access)
 }
 
 /// Both parts' guards, taken out when released.
@@ -427,6 +434,18 @@ impl RawLock for MigratingLock {
         Ok(Some(Box::pin(merged)))
     }
 
+    /// The reader-writer lock as both parts show it: the mode the stronger
+    /// of the two (a writer on either is a writer), `from`'s token (the
+    /// one a migrating reader carries), `from`'s holders and those of
+    /// `to` that are not the `to` parts of migrating holders (a holder of
+    /// `to` alone, a process on the new URL), and the waiters of both.
+    /// `to` is read first, as in [`raw_inspect`](Self::raw_inspect).
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        let to = self.to.inspect_rw(name).await?;
+        let from = self.from.inspect_rw(name).await?;
+        Ok(merge_rw(from, to))
+    }
+
     /// Force-release on both backends, `to` first (as a release does);
     /// `true` if either part was held.
     async fn raw_force_release(&self, name: &str) -> Result<bool, LockError> {
@@ -434,6 +453,36 @@ impl RawLock for MigratingLock {
         let from = self.from.force_release(name).await?;
         Ok(from || to)
     }
+}
+
+/// One view of a reader-writer lock from its two parts (see
+/// `MigratingLock::raw_inspect_rw`). A `to` holder without a holder
+/// record cannot be told from a migrating holder's part: it is shown only
+/// where `from` is free.
+fn merge_rw(from: RwLockInfo, to: RwLockInfo) -> RwLockInfo {
+    let from_held = from.mode.is_some();
+    let mode = match (from.mode, to.mode) {
+        (Some(Access::Write), _) | (_, Some(Access::Write)) => Some(Access::Write),
+        (None, None) => None,
+        _ => Some(Access::Read),
+    };
+    let alone = to.holders.into_iter().filter(|h| match &h.holder {
+        Some(record) => !record.identity.ends_with(MIGRATING_MARK),
+        None => !from_held,
+    });
+    let holders = from.holders.into_iter().chain(alone).collect();
+    let sum = |a: Option<usize>, b: Option<usize>| match (a, b) {
+        (Some(a), Some(b)) => Some(a + b),
+        (a, b) => a.or(b),
+    };
+    let mut info = RwLockInfo::held(holders)
+        .with_fencing_token(from.fencing_token)
+        .with_waiting(
+            sum(from.waiting_writers, to.waiting_writers),
+            sum(from.waiting_readers, to.waiting_readers),
+        );
+    info.mode = mode;
+    info
 }
 
 /// The weaker of the two for each property; fencing is `from`'s (its tokens
@@ -501,9 +550,26 @@ pub(crate) fn combined(from: Capabilities, to: Capabilities) -> Capabilities {
     // backend picks its own, so a permit would share a slot with a process
     // on either neighbouring URL (see the guide's migration section).
     .with_semaphore(None)
-    // Not migrated yet: a reader-writer grant would have to be taken on
-    // both backends with the migration's token rules for reads.
-    .with_rw_lock(None)
+    // A reader-writer grant is taken on both, as a lock is.
+    .with_rw_lock(match (from.rw_lock, to.rw_lock) {
+        // No writer preference across the whole rollout: a step-2 writer
+        // waits on `from`, so a step-3 reader, on `to` alone, can pass it
+        // (between steps 1 and 2 it holds where both backends give it, as
+        // the guide says). Waiting on both at once would deadlock with a
+        // step-2 reader holding `from` and queued on `to` behind it.
+        (Some(a), Some(b)) => Some(
+            RwLockCapabilities::new()
+                .with_writer_preference(false)
+                .with_waiting(
+                    if a.waiting == Waiting::Notified && b.waiting == Waiting::Notified {
+                        Waiting::Notified
+                    } else {
+                        Waiting::Polling
+                    },
+                ),
+        ),
+        _ => None,
+    })
 }
 
 impl fmt::Debug for MigratingLock {

@@ -30,7 +30,7 @@ fn with_option(url: &str, option: &str) -> String {
     format!("{url}{separator}{option}")
 }
 
-fn phase(dir: &Path, register: &Path, name: &str, urls: &[&str]) -> Value {
+fn phase(dir: &Path, register: &Path, name: &str, urls: &[&str], rw: Option<&str>) -> Value {
     let mut cmd = Command::new(BIN);
     cmd.args([
         "run",
@@ -48,6 +48,9 @@ fn phase(dir: &Path, register: &Path, name: &str, urls: &[&str]) -> Value {
     .arg(register);
     for url in urls {
         cmd.args(["--url", url]);
+    }
+    if let Some(share) = rw {
+        cmd.args(["--rw", share]);
     }
     let out = cmd.output().expect("lock-check runs");
     println!("{}", String::from_utf8_lossy(&out.stdout));
@@ -94,7 +97,9 @@ fn assert_exclusive(phase: &str, report: &Value) {
     }
 }
 
-fn rollout(case: &str, old: &str, new: &str) {
+/// The rollout from `old` to `new`; with `rw`, of a reader-writer lock
+/// with that share of readers.
+fn rollout(case: &str, old: &str, new: &str, rw: Option<&str>) {
     let _serial = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     let root = tempfile::tempdir().expect("tempdir");
     let register = root.path().join("register");
@@ -102,16 +107,29 @@ fn rollout(case: &str, old: &str, new: &str) {
     let migrate = format!("migrate://?from={}&to={}", encode(old), encode(new));
     let new_epoch = with_option(new, "fencing_epoch=1");
 
-    let a = phase(&root.path().join("a"), &register, &name, &[old, &migrate]);
+    let a = phase(
+        &root.path().join("a"),
+        &register,
+        &name,
+        &[old, &migrate],
+        rw,
+    );
     assert_exclusive("phase A (steps 1 + 2)", &a);
     assert_eq!(count(&a, "/token_order/count"), 0, "{a:#}");
     assert_eq!(count(&a, "/newest_holder_rejected/count"), 0, "{a:#}");
+    if rw.is_some() {
+        // Steps 1 and 2 wait for a write on the same (old) backend, so a
+        // writer of either is served before the later readers of both.
+        assert_eq!(count(&a, "/writer_starvation/count"), 0, "{a:#}");
+        assert_eq!(count(&a, "/read_tokens/count"), 0, "{a:#}");
+    }
 
     let b = phase(
         &root.path().join("b"),
         &register,
         &name,
         &[&migrate, &new_epoch],
+        rw,
     );
     assert_exclusive("phase B (steps 2 + 3)", &b);
     // Afterwards the register holds a step-3 token: above every old one.
@@ -133,6 +151,19 @@ fn redis_to_etcd() {
         "redis-etcd",
         &env("DISTLOCK_TEST_REDIS_URL"),
         &env("DISTLOCK_TEST_ETCD_URL"),
+        None,
+    );
+}
+
+/// A reader-writer lock through the same rollout: writers exclude
+/// everyone across neighbouring steps, 70 % of the workers read.
+#[test]
+fn redis_to_etcd_reader_writer() {
+    rollout(
+        "redis-etcd-rw",
+        &env("DISTLOCK_TEST_REDIS_URL"),
+        &env("DISTLOCK_TEST_ETCD_URL"),
+        Some("0.7"),
     );
 }
 
@@ -144,5 +175,6 @@ fn sqlite_to_postgres() {
         "sqlite-postgres",
         &sqlite,
         &env("DISTLOCK_TEST_POSTGRES_URL"),
+        None,
     );
 }
