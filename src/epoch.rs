@@ -3,10 +3,14 @@
 
 use std::sync::Arc;
 
-use lock_core::raw::{Layered, LayeredLock, RawGuard, async_trait};
+use std::time::Duration;
+
+use lock_core::raw::{GuardHandle, Layered, LayeredLock, RawGuard, async_trait};
 use lock_core::{
-    DistributedLock, LockError, LockGuard, LockInfo, LockOptions, RwLockInfo, SemaphoreInfo,
+    Access, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, RwLockInfo,
+    SemaphoreInfo,
 };
+use tokio::time::Instant;
 
 /// The URL option that sets the epoch.
 pub const EPOCH_OPTION: &str = "fencing_epoch";
@@ -56,6 +60,13 @@ impl EpochLock {
     }
 
     fn retoken(&self, guard: LockGuard) -> Result<LockGuard, LockError> {
+        // An upgrade answers the backend's new token: lifted the same way.
+        let guard = if guard.access() == Some(Access::Upgradeable) {
+            let lift = self.lifter(guard.name());
+            guard.map_handle(|inner| Arc::new(LiftedUpgrade { inner, lift }))
+        } else {
+            guard
+        };
         let Some(token) = guard.fencing_token() else {
             return Ok(guard);
         };
@@ -65,16 +76,72 @@ impl EpochLock {
 
     /// The backend's `token` of lock `name` with the epoch above it.
     fn lift(&self, name: &str, token: u64) -> Result<u64, LockError> {
+        self.lifter(name).lift(token)
+    }
+
+    fn lifter(&self, name: &str) -> Lifter {
+        Lifter {
+            epoch: self.epoch,
+            backend: self.inner.capabilities().backend,
+            name: name.to_string(),
+        }
+    }
+}
+
+/// What lifts the tokens of one lock into an epoch.
+struct Lifter {
+    epoch: u16,
+    backend: &'static str,
+    name: String,
+}
+
+impl Lifter {
+    fn lift(&self, token: u64) -> Result<u64, LockError> {
         if token >> EPOCH_SHIFT != 0 {
             return Err(LockError::Backend {
-                backend: self.inner.capabilities().backend,
+                backend: self.backend,
                 reason: format!(
-                    "fencing token {token} of lock `{name}` does not fit below the epoch bits (2^{EPOCH_SHIFT}); drop `{EPOCH_OPTION}` from the URL"
+                    "fencing token {token} of lock `{}` does not fit below the epoch bits (2^{EPOCH_SHIFT}); drop `{EPOCH_OPTION}` from the URL",
+                    self.name
                 ),
                 source: None,
             });
         }
         Ok(u64::from(self.epoch) << EPOCH_SHIFT | token)
+    }
+}
+
+/// An upgradeable read's handle whose upgrade answers the new write token
+/// in the epoch; the rest forwarded.
+struct LiftedUpgrade {
+    inner: Arc<dyn GuardHandle>,
+    lift: Lifter,
+}
+
+#[async_trait]
+impl GuardHandle for LiftedUpgrade {
+    async fn release(&self) -> Result<bool, LockError> {
+        self.inner.release().await
+    }
+
+    async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {
+        self.inner.extend(ttl).await
+    }
+
+    async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {
+        self.inner.set_value(value).await
+    }
+
+    async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
+        self.inner
+            .upgrade(deadline)
+            .await?
+            .map(|token| self.lift.lift(token))
+            .transpose()
+    }
+
+    fn detached_release(&self) -> Option<lock_core::raw::DetachedRelease> {
+        self.inner.detached_release()
     }
 }
 

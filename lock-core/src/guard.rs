@@ -332,6 +332,69 @@ impl LockGuard {
         }
     }
 
+    /// Make this upgradeable read ([`Access::Upgradeable`], from
+    /// [`RwLockExt::acquire_upgradeable`](crate::RwLockExt::acquire_upgradeable))
+    /// the writer, without another writer in between: wait, as `wait` says,
+    /// until the other readers have left (readers that come meanwhile wait
+    /// behind it), then hold alone. The guard is then a write grant
+    /// ([`access`](Self::access) is [`Access::Write`]) with a new fencing
+    /// token; its lease, renewal and `lost()` go on as they were.
+    ///
+    /// Fails with [`LockError::Timeout`] when the wait ends first (the
+    /// guard is still an upgradeable read, and the readers are let in
+    /// again), [`LockError::NotHeld`] (and fires [`lost`](Self::lost)) if
+    /// the grant is no longer ours, [`LockError::Lost`] if it was already
+    /// lost, and [`LockError::InvalidOptions`] for a guard that is not an
+    /// upgradeable read. Cancel-safe: a cancelled upgrade leaves the guard
+    /// an upgradeable read (an upgrade the server completed just before
+    /// the cancellation leaves it the writer on the server, which its
+    /// release gives back as well).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_core::LockError> {
+    /// use lock_core::{Access, LockOptions, MemoryLock, RwLockExt, Wait};
+    /// let locks = MemoryLock::new();
+    /// let opts = LockOptions::new();
+    /// let mut guard = locks.acquire_upgradeable("dataset", &opts).await?;
+    /// // Readers still read beside it; writers wait.
+    /// let reader = locks.acquire_read("dataset", &opts).await?;
+    /// assert!(locks.try_acquire_write("dataset", &opts).await?.is_none());
+    /// reader.release().await?;
+    /// // The data needs rewriting: become the writer.
+    /// guard.upgrade(Wait::Forever).await?;
+    /// assert_eq!(guard.access(), Some(Access::Write));
+    /// assert!(locks.try_acquire_read("dataset", &opts).await?.is_none());
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn upgrade(&mut self, wait: crate::options::Wait) -> Result<(), LockError> {
+        if self.access != Some(Access::Upgradeable) {
+            return Err(LockError::invalid_options(format!(
+                "only an upgradeable read can be upgraded; lock {:?} is held as {}",
+                self.name,
+                self.access.map_or("a lock or a permit", Access::as_str)
+            )));
+        }
+        self.ensure_held()?;
+        let handle = self.handle.as_ref().ok_or_else(|| LockError::NotHeld {
+            name: self.name.clone(),
+        })?;
+        let deadline = crate::raw::wait_deadline(Instant::now(), wait);
+        match handle.upgrade(deadline).await {
+            Ok(token) => {
+                self.access = Some(Access::Write);
+                self.fencing_token = token;
+                self.ensure_held()
+            }
+            Err(e @ LockError::NotHeld { .. }) => {
+                self.lease.mark_lost(LossReason::TakenOver);
+                Err(e)
+            }
+            Err(e) => Err(e),
+        }
+    }
+
     /// What this lock's backend guarantees.
     pub fn capabilities(&self) -> &Capabilities {
         &self.caps

@@ -61,7 +61,8 @@ const CAPABILITIES: Capabilities = Capabilities::new("memory", Grade::ProcessLoc
         RwLockCapabilities::new()
             .with_writer_preference(true)
             .with_fair_queue(true)
-            .with_waiting(Waiting::Notified),
+            .with_waiting(Waiting::Notified)
+            .with_upgradeable(true),
     ));
 
 /// The largest semaphore limit: each slot costs a few bytes per name.
@@ -698,5 +699,69 @@ impl GuardHandle for MemoryHandle {
                 ((), Done::Changed)
             })
             .is_some())
+    }
+
+    /// Look, and wait for a reader's end (or the earliest lease's, or the
+    /// deadline) between looks; leaving in any way (the deadline, a
+    /// cancellation) lets the readers in again.
+    async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
+        if !matches!(self.kind, Kind::Rw) {
+            return Err(LockError::invalid_options(
+                "only an upgradeable read can be upgraded",
+            ));
+        }
+        let started = Instant::now();
+        let _leaving = LeftUpgrade(self);
+        loop {
+            let mut wait = None;
+            let look = {
+                let mut rw = self.shared.rw();
+                match rw.get_mut(&self.name) {
+                    Some(entry) => entry.try_upgrade(self.owner, Instant::now(), &mut wait),
+                    None => Err(()),
+                }
+            };
+            match look {
+                Ok(Some(token)) => return Ok(Some(token)),
+                Err(()) => {
+                    return Err(LockError::NotHeld {
+                        name: self.name.clone(),
+                    });
+                }
+                Ok(None) => {}
+            }
+            let Some((notify, expiry)) = wait else {
+                continue;
+            };
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Err(LockError::Timeout {
+                    name: self.name.clone(),
+                    waited: started.elapsed(),
+                });
+            }
+            let until = match (expiry, deadline) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            match until {
+                Some(at) => {
+                    let _ = tokio::time::timeout_at(at, notify.notified()).await;
+                }
+                None => notify.notified().await,
+            }
+        }
+    }
+}
+
+/// Lets the readers in again when an upgrade leaves without upgrading (a
+/// no-op once it upgraded).
+struct LeftUpgrade<'a>(&'a MemoryHandle);
+
+impl Drop for LeftUpgrade<'_> {
+    fn drop(&mut self) {
+        let h = self.0;
+        if let Some(entry) = h.shared.rw().get_mut(&h.name) {
+            entry.abandon_upgrade(h.owner);
+        }
     }
 }

@@ -20,6 +20,13 @@
 //!   past its lease, cut off); a reader can check that the data it read was
 //!   written under the token it carries.
 //!
+//! - **Upgradeable reads** (where [`RwLockCapabilities::upgradeable`]): an
+//!   upgradeable reader reads beside the readers but excludes writers and
+//!   other upgradeable readers, and [`LockGuard::upgrade`] makes it the
+//!   writer without letting another writer in between: the upgrade waits
+//!   for the other readers to leave, and readers that come after it wait
+//!   behind it. The upgraded grant takes a new write token.
+//!
 //! Reader-writer locks, plain locks and semaphores of one name are apart.
 
 use std::time::Duration;
@@ -42,15 +49,26 @@ pub enum Access {
     Read,
     /// Exclusive: held alone.
     Write,
+    /// Shared with readers, exclusive of writers and of other upgradeable
+    /// readers, and able to become the writer ([`LockGuard::upgrade`])
+    /// without another writer in between.
+    Upgradeable,
 }
 
 impl Access {
-    /// `"read"` or `"write"`.
+    /// `"read"`, `"write"` or `"upgradeable"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Access::Read => "read",
             Access::Write => "write",
+            Access::Upgradeable => "upgradeable",
         }
+    }
+
+    /// Whether this access shares the lock with readers (a read, an
+    /// upgradeable read).
+    pub fn is_shared(self) -> bool {
+        self != Access::Write
     }
 }
 
@@ -73,6 +91,8 @@ pub struct RwLockCapabilities {
     pub fair_queue: bool,
     /// How a waiter learns that the lock may be free.
     pub waiting: Waiting,
+    /// Upgradeable reads ([`Access::Upgradeable`], [`LockGuard::upgrade`]).
+    pub upgradeable: bool,
 }
 
 impl RwLockCapabilities {
@@ -82,6 +102,7 @@ impl RwLockCapabilities {
             writer_preference: false,
             fair_queue: false,
             waiting: Waiting::Polling,
+            upgradeable: false,
         }
     }
 
@@ -100,6 +121,12 @@ impl RwLockCapabilities {
     /// With [`waiting`](Self::waiting).
     pub const fn with_waiting(mut self, waiting: Waiting) -> Self {
         self.waiting = waiting;
+        self
+    }
+
+    /// With [`upgradeable`](Self::upgradeable).
+    pub const fn with_upgradeable(mut self, on: bool) -> Self {
+        self.upgradeable = on;
         self
     }
 }
@@ -167,6 +194,32 @@ pub trait RwLockExt: DistributedLock {
         self.try_acquire(name, &opts.clone().access(Access::Write))
             .await
     }
+
+    /// Take `name` for an upgradeable read, waiting as `opts.wait` says
+    /// (then [`LockError::Timeout`]): beside the readers, alone among
+    /// writers and upgradeable readers; [`LockGuard::upgrade`] makes it
+    /// the writer. [`LockError::Unsupported`] where the backend offers no
+    /// upgradeable reads ([`RwLockCapabilities::upgradeable`]). Cancel-safe.
+    async fn acquire_upgradeable(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<LockGuard, LockError> {
+        self.acquire(name, &opts.clone().access(Access::Upgradeable))
+            .await
+    }
+
+    /// Take `name` for an upgradeable read if that can be done now (no
+    /// writer or upgradeable reader holds, no writer waits); `None`
+    /// otherwise.
+    async fn try_acquire_upgradeable(
+        &self,
+        name: &str,
+        opts: &LockOptions,
+    ) -> Result<Option<LockGuard>, LockError> {
+        self.try_acquire(name, &opts.clone().access(Access::Upgradeable))
+            .await
+    }
 }
 
 impl<L: DistributedLock + ?Sized> RwLockExt for L {}
@@ -179,9 +232,9 @@ impl<L: DistributedLock + ?Sized> RwLockExt for L {}
 pub struct RwLockInfo {
     /// How it is held now: by a writer, by readers, or (`None`) not at all.
     pub mode: Option<Access>,
-    /// The holders: one writer, or the readers, where the backend can list
-    /// them (Postgres and MySQL list a writer, not the readers sharing a
-    /// row).
+    /// The holders: one writer, or the readers (an upgradeable reader
+    /// among them), where the backend can list them (Postgres and MySQL
+    /// list a writer, not the readers sharing a row).
     pub holders: Vec<RwHolderInfo>,
     /// The token of the latest write grant, where the backend keeps it
     /// readable (the token a new reader would carry).
@@ -198,7 +251,8 @@ impl RwLockInfo {
         RwLockInfo::default()
     }
 
-    /// Held by `holders` (all readers, or one writer); free if empty.
+    /// Held by `holders` (readers, an upgradeable reader among them, or
+    /// one writer); free if empty.
     pub fn held(holders: Vec<RwHolderInfo>) -> Self {
         let mode = if holders.iter().any(|h| h.access == Access::Write) {
             Some(Access::Write)
@@ -282,10 +336,16 @@ pub(crate) fn validate_access(
     let Some(access) = opts.access else {
         return Ok(());
     };
-    if offered.is_none() {
+    let Some(offered) = offered else {
         return Err(LockError::Unsupported {
             backend,
             operation: "reader-writer locks",
+        });
+    };
+    if access == Access::Upgradeable && !offered.upgradeable {
+        return Err(LockError::Unsupported {
+            backend,
+            operation: "upgradeable reads",
         });
     }
     if let Some(limit) = opts.permits {

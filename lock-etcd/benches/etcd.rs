@@ -20,7 +20,9 @@
 //! permit with the same guarantees (a queue key read back with the queue
 //! and the slots in one transaction, so that waiters are served in order
 //! and another limit is seen; a slot key claimed by a transaction that
-//! checks the queue key; both deleted in one transaction). Then 8 tasks with a client each and 1 ms of work inside
+//! checks the queue key; both deleted in one transaction); read and write
+//! grants of a reader-writer lock against the hand-written one with the
+//! same guarantees (`rw_floor`: one transaction and a delete). Then 8 tasks with a client each and 1 ms of work inside
 //! the lock: acquisitions and hand-offs per second, hand-off latency (also
 //! in round trips), per-task min/max, distlock against the Lock RPC.
 
@@ -30,7 +32,7 @@ use std::time::{Duration, Instant};
 use etcd_client::{Client, Compare, CompareOp, GetOptions, PutOptions, Txn, TxnOp};
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_etcd::EtcdLock;
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
 use lock_testkit::bench::{
     contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
 };
@@ -47,6 +49,8 @@ const PERMIT_FLOOR: &str =
     "permit floor: queue key + queue and slots read, slot claim, delete both (3 txns)";
 const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
 const OURS: &str = "distlock acquire + release";
+const RW_READ_FLOOR: &str = "read floor: txn (no writer key: put + read the fence) + delete";
+const RW_WRITE_FLOOR: &str = "write floor: txn (no key: put + put the fence) + delete";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
@@ -121,6 +125,49 @@ async fn permit_floor(raw: &mut Client, i: usize, lease: i64) {
     raw.txn(release).await.expect("release");
 }
 
+/// The hand-written reader-writer lock with distlock's guarantees, on the
+/// uncontended path: one transaction, then a delete. Keys under the name's
+/// directory are ordered by create revision (the recipe of
+/// `rwmutex.go`); a writer's key starts with `w`, a reader's with `r`.
+/// A writer is granted when no key is there at all and puts the fence in
+/// the same transaction: its token is the transaction's revision. A reader
+/// is granted when no writer's key is there (held or waiting: writer
+/// preference) and reads the fence in the same transaction: its token is
+/// the fence's revision, the latest write's. A waiter would list the
+/// directory instead, as distlock does; the benchmark never waits.
+async fn rw_floor(raw: &mut Client, i: usize, lease: i64, write: bool) -> i64 {
+    let (dir, writers, fence) = (
+        "/bench/rw-floor/q/",
+        "/bench/rw-floor/q/w",
+        "/bench/rw-floor/fence",
+    );
+    let key = format!("{dir}{}{i:016x}", if write { 'w' } else { 'r' });
+    let put = TxnOp::put(key.as_str(), "x", Some(PutOptions::new().with_lease(lease)));
+    let txn = if write {
+        Txn::new()
+            .when([Compare::create_revision(dir, CompareOp::Equal, 0).with_prefix()])
+            .and_then([put, TxnOp::put(fence, "", None)])
+    } else {
+        Txn::new()
+            .when([Compare::create_revision(writers, CompareOp::Equal, 0).with_prefix()])
+            .and_then([put, TxnOp::get(fence, None)])
+    };
+    let resp = raw.txn(txn).await.expect("txn");
+    assert!(resp.succeeded(), "the floor's lock is free");
+    let token = if write {
+        resp.header().expect("header").revision()
+    } else {
+        match resp.op_responses().get(1) {
+            Some(etcd_client::TxnOpResponse::Get(got)) => {
+                got.kvs().first().map_or(0, |kv| kv.mod_revision())
+            }
+            _ => panic!("the fence's get answers second"),
+        }
+    };
+    raw.delete(key.as_str(), None).await.expect("delete");
+    token
+}
+
 #[tokio::main]
 async fn main() {
     let locks = EtcdLock::connect(&url()).await.expect("distlock");
@@ -188,6 +235,14 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
+        m.measure(RW_READ_FLOOR, async |i| {
+            rw_floor(&mut raw, i, lease, false).await;
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |i| {
+            assert!(rw_floor(&mut raw, i, lease, true).await > 0);
+        })
+        .await;
         m.measure_rw(&locks, "bench/rw", &renewed).await;
     }
     m.print();
@@ -201,6 +256,8 @@ async fn main() {
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
     m.compare_rw(OURS);
+    m.compare(RW_READ, RW_READ_FLOOR);
+    m.compare(RW_WRITE, RW_WRITE_FLOOR);
 
     let mut clients = Vec::new();
     let mut raws = Vec::new();

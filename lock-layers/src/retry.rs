@@ -260,4 +260,14 @@ impl GuardHandle for RetryingHandle {
             )
             .await
     }
+
+    /// Sent once: a transient failure is the caller's to retry (the guard
+    /// is still an upgradeable read then, or the writer where the server
+    /// completed the upgrade; its release gives either back).
+    async fn upgrade(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<u64>, LockError> {
+        self.inner.upgrade(deadline).await
+    }
 }

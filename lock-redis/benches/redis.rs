@@ -13,7 +13,9 @@
 //! distlock's guarantees); distlock's two scripts sent with plain redis-rs; distlock
 //! acquire+release with and without the guard's renewal; a permit of a
 //! semaphore of 4 against the hand-written permit (the first free slot key
-//! by `SET NX PX` and `INCR` in one script, compare-and-delete); rslock
+//! by `SET NX PX` and `INCR` in one script, compare-and-delete); read and
+//! write grants of a reader-writer lock against the hand-written one with
+//! the same guarantees (`lock_testkit::bench::redis_rw_floor`); rslock
 //! lock+unlock. Then, for 8 tasks with a client each and 1 ms of work
 //! inside the lock, once with a 1 ms pause after each release (contention)
 //! and once re-acquiring at once (barging): acquisitions per second,
@@ -33,7 +35,8 @@ use futures_util::StreamExt;
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
+use lock_testkit::bench::redis_rw_floor;
 use lock_testkit::bench::{
     contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
 };
@@ -66,6 +69,8 @@ const PERMIT_RELEASE_LUA: &str = include_str!("../src/permit_release.lua");
 /// The benchmark semaphore's limit.
 const PERMITS: u32 = 4;
 const OURS: &str = "distlock acquire + release";
+const RW_READ_FLOOR: &str = "read floor: hand-written reader-writer scripts, plain redis-rs";
+const RW_WRITE_FLOOR: &str = "write floor: hand-written reader-writer scripts, plain redis-rs";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const PEER: &str = "rslock lock + unlock";
 
@@ -284,6 +289,47 @@ async fn queued_task(
     }
 }
 
+/// One cycle of the hand-written reader-writer lock
+/// ([`redis_rw_floor`]): acquire for reading or writing, release.
+async fn rw_floor_cycle(
+    scripts: &(redis::Script, redis::Script),
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &redis_rw_floor::Keys,
+    i: usize,
+    write: bool,
+) {
+    let owner = format!("{i:032x}");
+    let arrival = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let granted: Vec<i64> = scripts
+        .0
+        .key(&keys.writer)
+        .key(&keys.readers)
+        .key(&keys.counter)
+        .key(&keys.marks)
+        .arg(&owner)
+        .arg(30_000)
+        .arg(if write { "w" } else { "r" })
+        .arg(&keys.reader_prefix)
+        .arg(arrival)
+        .invoke_async(conn)
+        .await
+        .expect("floor acquire");
+    assert_eq!(granted.first(), Some(&1), "{granted:?}");
+    let released: i64 = scripts
+        .1
+        .key(keys.grant(&owner, write))
+        .key(&keys.readers)
+        .arg(&owner)
+        .arg(&keys.channel)
+        .invoke_async(conn)
+        .await
+        .expect("floor release");
+    assert_eq!(released, 1);
+}
+
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_REDIS_URL")
         .expect("DISTLOCK_TEST_REDIS_URL (see scripts/services.sh env)")
@@ -315,6 +361,11 @@ async fn main() {
     let our_permit_release = redis::Script::new(PERMIT_RELEASE_LUA);
     let record = LockOptions::new().holder_record().as_bytes().to_vec();
     let permit = renewed.clone().permits(PERMITS);
+    let rw_floor = (
+        redis::Script::new(redis_rw_floor::ACQUIRE),
+        redis::Script::new(redis_rw_floor::RELEASE),
+    );
+    let rw_keys = redis_rw_floor::Keys::of("bench:rw-floor");
 
     let mut m = Cycles::new("redis", BLOCK);
     for round in 0..=ROUNDS {
@@ -405,6 +456,14 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench:permit", &permit)
             .await;
         m.measure_sets(&locks, "bench:set:", &unrenewed).await;
+        m.measure(RW_READ_FLOOR, async |i| {
+            rw_floor_cycle(&rw_floor, &mut conn, &rw_keys, i, false).await;
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |i| {
+            rw_floor_cycle(&rw_floor, &mut conn, &rw_keys, i, true).await;
+        })
+        .await;
         m.measure_rw(&locks, "bench:rw", &renewed).await;
         m.measure(PEER, async |_| {
             let l = rs
@@ -436,6 +495,8 @@ async fn main() {
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
     m.compare_rw(OURS);
+    m.compare(RW_READ, RW_READ_FLOOR);
+    m.compare(RW_WRITE, RW_WRITE_FLOOR);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();

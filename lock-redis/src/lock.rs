@@ -61,7 +61,8 @@ pub(crate) const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::
     .with_rw_lock(Some(
         RwLockCapabilities::new()
             .with_writer_preference(true)
-            .with_waiting(Waiting::Notified),
+            .with_waiting(Waiting::Notified)
+            .with_upgradeable(true),
     ));
 
 /// Backstop wait when the holder's key has no TTL (set by someone else).
@@ -397,11 +398,16 @@ impl RedisLock {
     }
 
     pub(crate) async fn subscriber(&self) -> Result<&Arc<Subscriber>, LockError> {
-        let inner = &self.inner;
-        inner
-            .subscriber
+        self.inner.connected_subscriber().await
+    }
+}
+
+impl Inner {
+    /// The client's subscriber, connected on first use.
+    pub(crate) async fn connected_subscriber(&self) -> Result<&Arc<Subscriber>, LockError> {
+        self.subscriber
             .get_or_try_init(|| async {
-                Subscriber::connect_with(&inner.connector(), &inner.config, inner.wakeups.clone())
+                Subscriber::connect_with(&self.connector(), &self.config, self.wakeups.clone())
                     .await
             })
             .await

@@ -16,6 +16,14 @@
 //! which wakes one waiter of each listening process; waiters also look
 //! again when the blocking lease ends. No queue: writers among themselves,
 //! and readers behind the same writer, are served in no promised order.
+//!
+//! An upgradeable reader is a reader the holder records name as the
+//! `upgrader` (one at a time). Its upgrade is a script run that names it
+//! `upgrading` while other readers' keys are live (new readers then wait,
+//! as behind a writer; no writer can come in, as a reader still holds),
+//! and `upgraded` once none is, with the counter raised: its reader key
+//! stays its lease, now a writer's, so renewals and the release go on as
+//! before.
 
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -34,7 +42,7 @@ use crate::extends::Extension;
 use crate::keys::RwKeys;
 use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
-use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE};
+use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE, RW_UPGRADE};
 
 /// How often a waiting writer's attempt renews its mark.
 const MARK_RENEWAL: Duration = Duration::from_millis(500);
@@ -141,6 +149,7 @@ impl RwState {
             let access = match &access[..] {
                 b"w" => Access::Write,
                 b"r" => Access::Read,
+                b"u" => Access::Upgradeable,
                 _ => return Err(bad("access")),
             };
             let left = u64::try_from(number(left, "lease")?)
@@ -191,6 +200,8 @@ impl RedisLock {
             keys,
             owner,
             record: opts.holder_record(),
+            access,
+            name: name.to_string(),
         });
         let keys = &handle.keys;
         let mut call = ScriptCall::new(
@@ -207,7 +218,11 @@ impl RedisLock {
         call.arg(&keys.reader_base)
             .arg(&handle.owner)
             .arg(lock_core::raw::lease_millis(opts.ttl))
-            .arg(if access == Access::Write { "w" } else { "r" })
+            .arg(match access {
+                Access::Write => "w",
+                Access::Upgradeable => "u",
+                _ => "r",
+            })
             .arg(handle.record.as_bytes())
             .arg(mark.map_or(arrival, |m| m.arrival.as_str()))
             .arg(mark.map_or("", |m| m.id.as_str()))
@@ -386,6 +401,65 @@ struct RwHandle {
     field: String,
     owner: String,
     record: HolderRecord,
+    access: Access,
+    /// The lock's name, for errors.
+    name: String,
+}
+
+impl RwHandle {
+    /// One run of [`RW_UPGRADE`] in `mode`.
+    async fn upgrade_once(&self, mode: &str) -> Result<Vec<i64>, LockError> {
+        let keys = &self.keys;
+        let mut call = ScriptCall::new(
+            &RW_UPGRADE,
+            &[&keys.writer, &keys.readers, &keys.fence, &keys.held],
+            5,
+        );
+        call.arg(&keys.reader_base)
+            .arg(&self.owner)
+            .arg(mode)
+            .arg(&keys.channel)
+            .arg(&keys.wake)
+            .acknowledged(self.inner.config.acknowledgement());
+        let mut conn = self.inner.conn.clone();
+        call.invoke(&mut conn)
+            .await
+            .map_err(|e| map_redis("upgrading a reader-writer lock", e))
+    }
+}
+
+/// Lets readers in again when an upgrade leaves without upgrading (the
+/// deadline, a cancellation, an error): a `give up` run, in the background
+/// once the upgrade's future is gone. A no-op on the server once upgraded.
+struct GiveUp<'a> {
+    handle: &'a RwHandle,
+    armed: bool,
+}
+
+impl Drop for GiveUp<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let handle = RwHandle {
+            inner: Arc::clone(&self.handle.inner),
+            keys: self.handle.keys.clone(),
+            key: self.handle.key.clone(),
+            field: self.handle.field.clone(),
+            owner: self.handle.owner.clone(),
+            record: self.handle.record.clone(),
+            access: self.handle.access,
+            name: self.handle.name.clone(),
+        };
+        rt.spawn(async move {
+            if let Err(e) = handle.upgrade_once("give up").await {
+                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+            }
+        });
+    }
 }
 
 /// Free the grant `owner` holds at `key`, on `conn`: `true` if it was ours.
@@ -438,6 +512,77 @@ impl GuardHandle for RwHandle {
             ttl,
         };
         self.inner.extends.call(extension).await
+    }
+
+    /// Runs of [`RW_UPGRADE`], listening on the name's channel between
+    /// them (a reader's release wakes it), else until the first other
+    /// reader's lease ends.
+    async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
+        if self.access != Access::Upgradeable {
+            return Err(LockError::invalid_options(
+                "only an upgradeable read can be upgraded",
+            ));
+        }
+        let name = self.name.clone();
+        let wake = self.inner.wakeups.subscribe(&self.keys.wake);
+        let mut listening = self
+            .inner
+            .subscriber
+            .get()
+            .and_then(|s| s.join_subscribed(&self.keys.channel));
+        let opts = LockOptions::new();
+        let start = Instant::now();
+        let req = Request {
+            name: &name,
+            opts: &opts,
+            start,
+            deadline,
+        };
+        let mut wait = WaitLoop::new(req, Some(wake));
+        let mut give_up = GiveUp {
+            handle: self,
+            armed: true,
+        };
+        loop {
+            let reply = self.upgrade_once("up").await?;
+            let pause = match reply[..] {
+                [1, token] => {
+                    give_up.armed = false;
+                    return u64::try_from(token).map(Some).map_err(|_| LockError::Backend {
+                        backend: BACKEND,
+                        reason: format!("a negative token for upgraded lock {name:?}: {token}"),
+                        source: None,
+                    });
+                }
+                [-1] => {
+                    give_up.armed = false;
+                    return Err(LockError::NotHeld { name });
+                }
+                [0, left] => u64::try_from(left)
+                    .map_or(BACKSTOP, |l| Duration::from_millis(l + 1))
+                    .min(BACKSTOP),
+                _ => {
+                    return Err(LockError::Backend {
+                        backend: BACKEND,
+                        reason: format!("unexpected reply to the upgrade of {name:?}: {reply:?}"),
+                        source: None,
+                    });
+                }
+            };
+            if wait.expired() {
+                return Err(wait.request().timeout());
+            }
+            if listening.is_none() {
+                // Listen, then look again at once: a release published
+                // before we listened is not missed.
+                let subscriber = self.inner.connected_subscriber().await?;
+                listening = Some(subscriber.subscribe(&self.keys.channel).await?);
+                continue;
+            }
+            if !wait.pause(Pace::For(pause)).await {
+                return Err(wait.request().timeout());
+            }
+        }
     }
 
     async fn set_value(&self, value: &[u8]) -> Result<bool, LockError> {

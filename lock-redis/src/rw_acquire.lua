@@ -1,13 +1,17 @@
 -- KEYS: the writer's key, the readers' set, the write counter, the holder
 -- records' hash, the waiting writers' sorted set. ARGV: the readers' key
--- prefix, owner, ttl ms, access ('r' or 'w'), holder record, arrival
+-- prefix, owner, ttl ms, access ('r', 'w' or 'u'), holder record, arrival
 -- (zero-padded ms, by the client's clock), waiter id ('' for an attempt
 -- that does not wait), a waiting writer's mark in ms.
 -- Readers' keys share the name's hash tag, so they live in KEYS' slot.
 -- A writer is granted when nobody holds; a waiting writer that is not
 -- marks itself (until now + mark) so that readers who arrive after it
 -- queue behind it. A reader is granted when no writer holds and no writer
--- that arrived before it waits. Returns {1, token} when granted (a
+-- that arrived before it waits, and no upgradeable reader upgrades or has
+-- upgraded (the hash's fields 'upgrading' and 'upgraded' name it; its
+-- reader key is then the writer's lease). An upgradeable reader ('u') is a
+-- reader granted only when no other is (field 'upgrader'), which it
+-- becomes. Returns {1, token} when granted (a
 -- writer's: the counter, raised; a reader's: the counter as it is), else
 -- {0, ms until the blocking holder's lease ends, -1 if unknown}.
 local t = redis.call('TIME')
@@ -44,6 +48,15 @@ end
 if writer_left ~= -2 then
   return {0, writer_left}
 end
+local up = redis.call('HMGET', KEYS[4], 'upgrader', 'upgrading', 'upgraded')
+if up[1] then
+  local left = redis.call('PTTL', ARGV[1] .. up[1])
+  if left == -2 then
+    redis.call('HDEL', KEYS[4], 'upgrader', 'upgrading', 'upgraded')
+  elseif up[2] or up[3] or ARGV[4] == 'u' then
+    return {0, left}
+  end
+end
 local arrival = tonumber(ARGV[6])
 for _, mark in ipairs(redis.call('ZRANGE', KEYS[5], 0, -1)) do
   local since = tonumber(string.match(mark, '^(%d+):'))
@@ -54,4 +67,7 @@ end
 redis.call('SET', ARGV[1] .. ARGV[2], ARGV[2], 'PX', ARGV[3])
 redis.call('SADD', KEYS[2], ARGV[2])
 redis.call('HSET', KEYS[4], ARGV[2], ARGV[5])
+if ARGV[4] == 'u' then
+  redis.call('HSET', KEYS[4], 'upgrader', ARGV[2])
+end
 return {1, tonumber(redis.call('GET', KEYS[3]) or '0')}

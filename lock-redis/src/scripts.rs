@@ -95,7 +95,8 @@ pub(crate) static PERMIT_STATE: LazyLock<Script> =
 
 /// KEYS: a reader-writer lock's writer key, readers' set, write counter,
 /// holder records and waiting writers. ARGV: the readers' key prefix,
-/// owner, ttl ms, 'r' or 'w', holder record, arrival, waiter id, mark ms.
+/// owner, ttl ms, 'r', 'w' or 'u' (upgradeable), holder record, arrival,
+/// waiter id, mark ms.
 /// `{1, token}` when granted, else `{0, ms until the blocking lease ends,
 /// or -1}`; a waiting writer refused marks itself.
 pub static RW_ACQUIRE: LazyLock<Script> =
@@ -111,3 +112,13 @@ pub static RW_RELEASE: LazyLock<Script> =
 /// write counter, the waiting writers, and each live holder's access, ms
 /// left and record, as strings.
 pub static RW_STATE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("rw_state.lua")));
+
+/// KEYS: a reader-writer lock's writer key, readers' set, write counter,
+/// holder records. ARGV: the readers' key prefix, owner, `up` or `give
+/// up`, channel, wake-up message. `up`: `{1, token}` once the upgradeable
+/// reader `owner` is the writer, `{0, ms until the first other reader's
+/// lease ends}` while others read (new readers kept out meanwhile), `{-1}`
+/// if it is not the live upgradeable reader. `give up` lets readers in
+/// again.
+pub(crate) static RW_UPGRADE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("rw_upgrade.lua")));

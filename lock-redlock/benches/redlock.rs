@@ -17,7 +17,10 @@
 //! request under the node timeout (so that a slow node never delays the
 //! outcome), which parts those two needs from the rest; lock-redis
 //! acquire+release on the first node; Redlock acquire+release with N = 1,
-//! 3, 5, and N = 5 with the guard's renewal; rslock lock+unlock with N = 5.
+//! 3, 5, and N = 5 with the guard's renewal; read and write grants of a
+//! reader-writer lock against the hand-written one with the same
+//! guarantees (`lock_testkit::bench::redis_rw_floor`, on every node, at a
+//! majority); rslock lock+unlock with N = 5.
 //! Then 8 tasks with a client each, 1 ms of work inside the lock and a 1 ms
 //! pause outside: acquisitions per second, hand-offs (also in round trips)
 //! and per-task min/max, distlock's Redlock (N = 5) against rslock (N = 5).
@@ -31,7 +34,8 @@ use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_redis::RedisLock;
 use lock_redis::raw::{ACQUIRE, RELEASE};
 use lock_redlock::{Redlock, RedlockConfig};
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
+use lock_testkit::bench::redis_rw_floor;
 use lock_testkit::bench::{
     contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
 };
@@ -53,6 +57,10 @@ const SETS: [&str; 3] = [
     "Redlock N=5, auto-renew off",
 ];
 const OURS: &str = "Redlock N=5 acquire + release";
+const RW_READ_FLOOR: &str =
+    "read floor N=5: hand-written reader-writer scripts, plain redis-rs, at a majority";
+const RW_WRITE_FLOOR: &str =
+    "write floor N=5: hand-written reader-writer scripts, plain redis-rs, at a majority";
 const PEER: &str = "rslock N=5 lock + unlock";
 const NAMES: [&str; 3] = ["bench:redlock-1", "bench:redlock-3", "bench:redlock-5"];
 const TASKS: usize = 8;
@@ -123,6 +131,18 @@ async fn main() {
     );
     let renewed = LockOptions::new().wait(Wait::No);
     let unrenewed = LockOptions::new().auto_renew(false).wait(Wait::No);
+    let rw_scripts = (
+        redis::Script::new(redis_rw_floor::ACQUIRE),
+        redis::Script::new(redis_rw_floor::RELEASE),
+    );
+    // Loaded on every node first: a request dropped once a majority
+    // answered would otherwise be dropped between its NOSCRIPT and the
+    // load, leaving its grant or key behind on that node.
+    for conn in &mut conns {
+        for script in [&rw_scripts.0, &rw_scripts.1] {
+            script.load_async(conn).await.expect("load a floor script");
+        }
+    }
 
     let mut m = Cycles::new("redlock", BLOCK);
     for round in 0..=ROUNDS {
@@ -177,6 +197,14 @@ async fn main() {
         m.measure_lock(OURS, &sets[2], "bench:redlock-renewed", &renewed)
             .await;
         m.measure_sets(&sets[2], "bench:set:", &unrenewed).await;
+        m.measure(RW_READ_FLOOR, async |i| {
+            rw_floor(&rw_scripts, &mut conns, i, false).await;
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |i| {
+            rw_floor(&rw_scripts, &mut conns, i, true).await;
+        })
+        .await;
         m.measure_rw(&sets[2], "bench:rw", &renewed).await;
         m.measure(PEER, async |_| {
             let l = peer
@@ -202,6 +230,8 @@ async fn main() {
     m.compare(SETS[2], SETS[0]);
     m.compare_sets();
     m.compare_rw(OURS);
+    m.compare(RW_READ, RW_READ_FLOOR);
+    m.compare(RW_WRITE, RW_WRITE_FLOOR);
 
     let mut clients = Vec::new();
     let mut managers = Vec::new();
@@ -273,6 +303,47 @@ async fn scripts<C: ConnectionLike + Send>(conns: &mut [C], i: usize, bound: Opt
             .arg("bench:{s}:released")
             .arg(1_000);
         bounded(bound, call.invoke_async::<i64>(c)).await
+    });
+    majority(releases).await;
+}
+
+/// One cycle of the hand-written reader-writer lock
+/// ([`redis_rw_floor`]) on every node, done at a majority: acquire for
+/// reading or writing, release.
+async fn rw_floor<C: ConnectionLike + Send>(
+    scripts: &(redis::Script, redis::Script),
+    conns: &mut [C],
+    i: usize,
+    write: bool,
+) {
+    let keys = &redis_rw_floor::Keys::of("bench:rw-floor");
+    let owner = &format!("{i:032x}");
+    let arrival = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+    let access = if write { "w" } else { "r" };
+    let acquires = conns.iter_mut().map(|c| async move {
+        let mut call = scripts.0.prepare_invoke();
+        call.key(&keys.writer)
+            .key(&keys.readers)
+            .key(&keys.counter)
+            .key(&keys.marks)
+            .arg(owner)
+            .arg(30_000)
+            .arg(access)
+            .arg(&keys.reader_prefix)
+            .arg(arrival);
+        call.invoke_async::<Vec<i64>>(c).await
+    });
+    majority(acquires).await;
+    let releases = conns.iter_mut().map(|c| async move {
+        let mut call = scripts.1.prepare_invoke();
+        call.key(keys.grant(owner, write))
+            .key(&keys.readers)
+            .arg(owner)
+            .arg(&keys.channel);
+        call.invoke_async::<i64>(c).await
     });
     majority(releases).await;
 }

@@ -4,7 +4,9 @@
 //! grant (`synchronous = FULL`, what fencing tokens needed before the
 //! epoch) and without (`NORMAL`, distlock's default where the kernel tells
 //! the boot id); and a permit of a semaphore of 4 against the permit table
-//! a user writes by hand with the same guarantees.
+//! a user writes by hand with the same guarantees; read and write grants
+//! of a reader-writer lock against the reader-writer lease table a user
+//! writes by hand with the same guarantees.
 //!
 //! ```sh
 //! cargo bench -p lock-sql --features sqlite --bench sqlite
@@ -17,7 +19,7 @@ use std::sync::Arc;
 
 use lock_core::{DistributedLock, LockOptions, Wait};
 use lock_sql::{Identifier, SqliteConfig, SqliteLock};
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
 use lock_testkit::bench::print_rw_mix;
 use sqlx::sqlite::{
     SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
@@ -38,6 +40,27 @@ const PERMIT_FLOOR: &str =
 const OURS_PERMIT: &str = "distlock permit of 4, auto-renew off (NORMAL)";
 /// The benchmark semaphore's limit.
 const PERMITS: i64 = 4;
+const RW_READ_FLOOR: &str =
+    "read floor, NORMAL: BEGIN IMMEDIATE; guarded insert; counter read; COMMIT; release";
+const RW_WRITE_FLOOR: &str =
+    "write floor, NORMAL: BEGIN IMMEDIATE; guarded insert; counter upsert; COMMIT; release";
+
+/// The hand-written reader-writer lock with distlock's guarantees: in one
+/// `BEGIN IMMEDIATE` transaction, a lease row per holder inserted only if
+/// no live lease conflicts (for a reader, also no live mark of a writer
+/// that arrived before it: writer preference), then the write counter
+/// raised (a writer, counted from the epoch) or read (a reader).
+const RW_READ_GRANT: &str = "INSERT INTO bench_rw (name, owner, access, expires_at_ms, \
+     arrival_ms, holder) SELECT ?1, ?2, 0, ?3, ?4, ?6 WHERE NOT EXISTS (SELECT 1 FROM bench_rw \
+     WHERE name = ?1 AND expires_at_ms > ?5 AND (access = 1 OR (access = 2 AND arrival_ms <= ?4)))";
+const RW_WRITE_GRANT: &str = "INSERT INTO bench_rw (name, owner, access, expires_at_ms, \
+     arrival_ms, holder) SELECT ?1, ?2, 1, ?3, ?4, ?6 WHERE NOT EXISTS (SELECT 1 FROM bench_rw \
+     WHERE name = ?1 AND expires_at_ms > ?5 AND access IN (0, 1))";
+const RW_RAISE: &str = "INSERT INTO bench_rw_fence (name, fence) VALUES (?1, (?2 << 32) + 1) \
+     ON CONFLICT(name) DO UPDATE SET fence = MAX(fence, ?2 << 32) + 1 RETURNING fence";
+const RW_COUNTER: &str = "SELECT fence FROM bench_rw_fence WHERE name = ?1";
+const RW_RELEASE: &str = "DELETE FROM bench_rw WHERE name = ?1 AND owner = ?2 \
+     AND access IN (0, 1) AND expires_at_ms > ?3";
 
 /// The hand-written permit with distlock's guarantees: in one `BEGIN
 /// IMMEDIATE` transaction, refuse another limit than the live permits',
@@ -161,6 +184,49 @@ async fn permit_floor(pool: &SqlitePool, name: &str, record: &[u8]) {
     assert_eq!(released.rows_affected(), 1);
 }
 
+/// One hand-written reader-writer grant of `name` (see [`RW_READ_GRANT`]),
+/// taken and given back.
+async fn rw_floor(pool: &SqlitePool, name: &str, record: &[u8], write: bool) {
+    let owner = format!("{:032x}", rand::random::<u128>());
+    let now = now_ms();
+    let mut tx = pool.begin_with("BEGIN IMMEDIATE").await.expect("begin");
+    let granted = sqlx::query(if write { RW_WRITE_GRANT } else { RW_READ_GRANT })
+        .bind(name)
+        .bind(&owner)
+        .bind(now + 30_000)
+        .bind(now)
+        .bind(now)
+        .bind(record)
+        .execute(&mut *tx)
+        .await
+        .expect("grant");
+    assert_eq!(granted.rows_affected(), 1, "the floor's lock was free");
+    let fence: Option<i64> = if write {
+        sqlx::query_scalar(RW_RAISE)
+            .bind(name)
+            .bind(1_i64)
+            .fetch_optional(&mut *tx)
+            .await
+            .expect("raise")
+    } else {
+        sqlx::query_scalar(RW_COUNTER)
+            .bind(name)
+            .fetch_optional(&mut *tx)
+            .await
+            .expect("counter")
+    };
+    assert!(!write || fence.is_some());
+    tx.commit().await.expect("commit");
+    let released = sqlx::query(RW_RELEASE)
+        .bind(name)
+        .bind(&owner)
+        .bind(now_ms())
+        .execute(pool)
+        .await
+        .expect("release");
+    assert_eq!(released.rows_affected(), 1);
+}
+
 #[tokio::main(flavor = "multi_thread", worker_threads = 2)]
 async fn main() {
     let dir = tempfile::tempdir_in(std::env::current_dir().expect("cwd")).expect("temp dir");
@@ -185,6 +251,18 @@ async fn main() {
     .execute(&normal)
     .await
     .expect("permit floor table");
+    for table in [
+        "CREATE TABLE IF NOT EXISTS bench_rw (name TEXT NOT NULL, owner TEXT NOT NULL, \
+         access INTEGER NOT NULL, expires_at_ms INTEGER NOT NULL, arrival_ms INTEGER NOT NULL, \
+         holder BLOB, PRIMARY KEY (name, owner)) WITHOUT ROWID",
+        "CREATE TABLE IF NOT EXISTS bench_rw_fence (name TEXT PRIMARY KEY, \
+         fence INTEGER NOT NULL) WITHOUT ROWID",
+    ] {
+        sqlx::query(table)
+            .execute(&normal)
+            .await
+            .expect("reader-writer floor table");
+    }
     let ours = SqliteLock::open(&path, SqliteConfig::default())
         .await
         .expect("open");
@@ -222,6 +300,14 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &ours, "bench/permit", &permit)
             .await;
         m.measure_sets(&ours, "bench/set/", &opts).await;
+        m.measure(RW_READ_FLOOR, async |_| {
+            rw_floor(&normal, "bench/rw-floor", &record, false).await
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |_| {
+            rw_floor(&normal, "bench/rw-floor", &record, true).await
+        })
+        .await;
         m.measure_rw(&ours, "bench/rw", &opts).await;
     }
     m.print();
@@ -236,6 +322,8 @@ async fn main() {
         (FLOOR_NORMAL, FLOOR_FULL),
         (OURS_PERMIT, PERMIT_FLOOR),
         (OURS_PERMIT, OURS),
+        (RW_READ, RW_READ_FLOOR),
+        (RW_WRITE, RW_WRITE_FLOOR),
     ] {
         m.compare(a, b);
     }

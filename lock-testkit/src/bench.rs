@@ -4,6 +4,7 @@
 //! [`cycles`] measures uncontended cycles of a lock's variants side by side.
 
 pub mod cycles;
+pub mod redis_rw_floor;
 
 use std::future::Future;
 use std::sync::{Arc, Mutex};

@@ -688,6 +688,327 @@ pub async fn invalid_requests_are_typed(h: Harness) {
     ));
 }
 
+/// A name for an upgradeable-read `case`, or `None` where the backend
+/// offers no upgradeable reads; then they are refused, typed, and a read
+/// guard's upgrade is refused as invalid.
+async fn upgradeable_case(h: &Harness, case: &str) -> Option<String> {
+    let (name, caps) = rw_case(h, case).await?;
+    let o = held(h);
+    let mut reader = h
+        .lock
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("free");
+    let refused = reader.upgrade(Wait::No).await;
+    assert!(
+        matches!(refused, Err(LockError::InvalidOptions { .. })),
+        "a plain read's upgrade must be refused as invalid: {refused:?}"
+    );
+    assert_eq!(reader.access(), Some(Access::Read));
+    assert!(reader.release().await.expect("release"));
+    if caps.upgradeable {
+        return Some(name);
+    }
+    let e = h.lock.try_acquire_upgradeable(&name, &o).await.err();
+    assert!(
+        matches!(e, Some(LockError::Unsupported { .. })),
+        "a backend without upgradeable reads must refuse them: {e:?}"
+    );
+    let e = h.lock.acquire_upgradeable(&name, &o).await.err();
+    assert!(
+        matches!(e, Some(LockError::Unsupported { .. })),
+        "a backend without upgradeable reads must refuse them: {e:?}"
+    );
+    None
+}
+
+/// An upgradeable reader reads beside readers, on either client, and
+/// excludes writers and other upgradeable readers until it leaves;
+/// `inspect_rw` shows it as one.
+pub async fn an_upgradeable_read_shares_with_readers_only(h: Harness) {
+    let Some(name) = upgradeable_case(&h, "upgradeable").await else {
+        return;
+    };
+    let o = held(&h);
+    let u = h
+        .lock
+        .try_acquire_upgradeable(&name, &o)
+        .await
+        .expect("upgradeable")
+        .expect("free");
+    assert_eq!(u.access(), Some(Access::Upgradeable));
+    let reader = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("a reader shares with an upgradeable reader");
+    for (what, lock) in [("this client", &h.lock), ("the other client", &h.other)] {
+        assert!(
+            lock.try_acquire_write(&name, &o)
+                .await
+                .expect("write")
+                .is_none(),
+            "a writer on {what} got in beside an upgradeable reader"
+        );
+        assert!(
+            lock.try_acquire_upgradeable(&name, &o)
+                .await
+                .expect("upgradeable")
+                .is_none(),
+            "a second upgradeable reader on {what} got in"
+        );
+    }
+    let info = h.other.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(info.mode, Some(Access::Read), "{info:?}");
+    if !info.holders.is_empty() {
+        let upgradeable = info
+            .holders
+            .iter()
+            .filter(|x| x.access == Access::Upgradeable)
+            .count();
+        assert_eq!(upgradeable, 1, "{info:?}");
+    }
+    assert!(u.release().await.expect("release"));
+    let again = h
+        .other
+        .try_acquire_upgradeable(&name, &o)
+        .await
+        .expect("upgradeable")
+        .expect("free for an upgradeable reader once the first left");
+    assert!(reader.release().await.expect("release"));
+    assert!(again.release().await.expect("release"));
+    let w = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free for a writer once everyone left");
+    assert!(w.release().await.expect("release"));
+}
+
+/// An upgrade waits for the other readers to leave, keeps readers that
+/// come later out, and lets no waiting writer in before it; the upgraded
+/// guard writes alone with a new, larger token, and the waiting writer is
+/// served after it with a larger one still.
+pub async fn an_upgrade_waits_for_readers_and_no_writer_gets_in_between(h: Harness) {
+    let Some(name) = upgradeable_case(&h, "upgrade").await else {
+        return;
+    };
+    let fenced = h.lock.capabilities().fencing != Fencing::None;
+    let o = held(&h);
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(20)),
+        true,
+        &h,
+    );
+    let first = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let first_token = first.fencing_token();
+    assert!(first.release().await.expect("release"));
+    let mut u = h
+        .lock
+        .try_acquire_upgradeable(&name, &o)
+        .await
+        .expect("upgradeable")
+        .expect("free");
+    if fenced {
+        assert_eq!(u.fencing_token(), first_token, "an upgradeable reader carries the latest write's token");
+    }
+    let reader = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("a reader shares");
+    let writer = tokio::spawn({
+        let (other, name, long) = (h.other.clone(), name.clone(), long.clone());
+        async move { other.acquire_write(&name, &long).await }
+    });
+    await_waiting_writers(&h, &name, 1).await;
+    let upgrade = tokio::spawn(async move {
+        let outcome = u.upgrade(Wait::UpTo(Duration::from_secs(20))).await;
+        (outcome, u, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!upgrade.is_finished(), "the upgrade went through beside a reader");
+    assert!(
+        h.lock
+            .try_acquire_read(&name, &o)
+            .await
+            .expect("read")
+            .is_none(),
+        "a reader got in while an upgrade waited"
+    );
+    let released = Instant::now();
+    assert!(reader.release().await.expect("release"));
+    let (outcome, u, upgraded) = tokio::time::timeout(Duration::from_secs(10), upgrade)
+        .await
+        .expect("the upgrade went through once the reader left")
+        .expect("upgrade task");
+    outcome.expect("upgrade");
+    assert!(
+        upgraded.duration_since(released) < SLACK,
+        "the upgrade waited {:?} after the reader left",
+        upgraded.duration_since(released)
+    );
+    assert_eq!(u.access(), Some(Access::Write));
+    if fenced {
+        assert!(
+            u.fencing_token() > first_token,
+            "the upgrade's token {:?} is not above the last write's {first_token:?}",
+            u.fencing_token()
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "a writer got in beside the upgraded writer");
+    for lock in [&h.lock, &h.other] {
+        assert!(
+            lock.try_acquire_read(&name, &o)
+                .await
+                .expect("read")
+                .is_none(),
+            "a reader got in beside the upgraded writer"
+        );
+    }
+    u.ensure_held().expect("the upgraded grant is held");
+    u.extend(o.ttl).await.expect("the upgraded grant extends");
+    let upgraded_token = u.fencing_token();
+    assert!(u.release().await.expect("release the upgraded grant"));
+    let w = tokio::time::timeout(Duration::from_secs(10), writer)
+        .await
+        .expect("the waiting writer was served after the upgraded one")
+        .expect("writer task")
+        .expect("write");
+    if fenced {
+        assert!(
+            w.fencing_token() > upgraded_token,
+            "the next writer's token {:?} is not above the upgrade's {upgraded_token:?}",
+            w.fencing_token()
+        );
+    }
+    assert!(w.release().await.expect("release"));
+}
+
+/// An upgrade whose wait runs out (or is cancelled) leaves an upgradeable
+/// read, still held, and lets readers in again; the upgrade can be asked
+/// again and goes through once the readers are gone.
+pub async fn an_upgrade_that_gives_up_leaves_an_upgradeable_read(h: Harness) {
+    let Some(name) = upgradeable_case(&h, "upgrade-timeout").await else {
+        return;
+    };
+    let o = held(&h);
+    let mut u = h
+        .lock
+        .try_acquire_upgradeable(&name, &o)
+        .await
+        .expect("upgradeable")
+        .expect("free");
+    let reader = h
+        .other
+        .try_acquire_read(&name, &o)
+        .await
+        .expect("read")
+        .expect("a reader shares");
+    let at_once = u.upgrade(Wait::No).await;
+    assert!(
+        matches!(at_once, Err(LockError::Timeout { .. })),
+        "an upgrade beside a reader without waiting: {at_once:?}"
+    );
+    let started = Instant::now();
+    let timed = u.upgrade(Wait::UpTo(Duration::from_millis(400))).await;
+    assert!(
+        matches!(timed, Err(LockError::Timeout { .. })),
+        "an upgrade beside a reader: {timed:?}"
+    );
+    assert!(
+        started.elapsed() < Duration::from_millis(400) + SLACK,
+        "the upgrade waited {:?} for a 400 ms bound",
+        started.elapsed()
+    );
+    assert_eq!(u.access(), Some(Access::Upgradeable));
+    u.ensure_held().expect("still held after the upgrade gave up");
+    let cancelled =
+        tokio::time::timeout(Duration::from_millis(300), u.upgrade(Wait::Forever)).await;
+    assert!(cancelled.is_err(), "the upgrade went through beside a reader");
+    assert_eq!(u.access(), Some(Access::Upgradeable));
+    // Readers are let in again, writers still kept out.
+    let second = tokio::time::timeout(
+        SLACK,
+        h.other.acquire_read(&name, &opts(
+            Duration::from_secs(20),
+            Wait::UpTo(SLACK),
+            true,
+            &h,
+        )),
+    )
+    .await
+    .expect("a reader got in after the upgrade gave up")
+    .expect("read");
+    assert!(
+        h.other
+            .try_acquire_write(&name, &o)
+            .await
+            .expect("write")
+            .is_none(),
+        "a writer got in beside an upgradeable reader"
+    );
+    assert!(reader.release().await.expect("release"));
+    assert!(second.release().await.expect("release"));
+    u.upgrade(Wait::UpTo(Duration::from_secs(10)))
+        .await
+        .expect("the upgrade goes through once the readers left");
+    assert_eq!(u.access(), Some(Access::Write));
+    assert!(u.release().await.expect("release"));
+    let free = h
+        .other
+        .try_acquire_upgradeable(&name, &o)
+        .await
+        .expect("upgradeable")
+        .expect("free once the upgraded writer left");
+    assert!(free.release().await.expect("release"));
+}
+
+/// An upgradeable reader that stops renewing loses its grant at the end of
+/// its lease, as any grant does: another upgradeable reader, and a writer,
+/// are let in, and the lost guard's upgrade is refused.
+pub async fn an_abandoned_upgradeable_read_expires(h: Harness) {
+    let Some(name) = upgradeable_case(&h, "upgradeable-expiry").await else {
+        return;
+    };
+    let ttl = Duration::from_millis(1500).max(h.lock.capabilities().min_lease);
+    let mut u = h
+        .lock
+        .try_acquire_upgradeable(&name, &opts(ttl, Wait::No, false, &h))
+        .await
+        .expect("upgradeable")
+        .expect("free");
+    let wait = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(ttl * 2 + SLACK * 2),
+        true,
+        &h,
+    );
+    let next = h
+        .other
+        .acquire_upgradeable(&name, &wait)
+        .await
+        .expect("another upgradeable reader once the lease ended");
+    let lost = tokio::time::timeout(SLACK, u.lost()).await;
+    assert!(lost.is_ok(), "the abandoned grant's lost() fired");
+    assert!(
+        u.upgrade(Wait::No).await.is_err(),
+        "an expired upgradeable read upgraded"
+    );
+    assert!(next.release().await.expect("release"));
+}
+
 #[doc(hidden)]
 #[macro_export]
 macro_rules! __rw_lock_cases {
@@ -704,6 +1025,10 @@ macro_rules! __rw_lock_cases {
             rw_locks_locks_and_permits_are_apart,
             inspect_shows_the_mode_holders_and_waiting_writers,
             invalid_requests_are_typed,
+            an_upgradeable_read_shares_with_readers_only,
+            an_upgrade_waits_for_readers_and_no_writer_gets_in_between,
+            an_upgrade_that_gives_up_leaves_an_upgradeable_read,
+            an_abandoned_upgradeable_read_expires,
         );
     };
 }

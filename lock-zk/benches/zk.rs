@@ -10,7 +10,9 @@
 //! round trip (`exists`); the raw floor (create an ephemeral-sequential
 //! node, list the children, delete the node, plain zookeeper-client); the
 //! crate's recipe (`Client::lock`, then deleting its node); distlock
-//! acquire + release, with and without the guard's renewal. Then 8 tasks,
+//! acquire + release, with and without the guard's renewal; read and write
+//! grants of a reader-writer lock against the hand-written one with the
+//! same guarantees (`rw_floor`). Then 8 tasks,
 //! and 2, with a client each and 1 ms of work inside the lock, distlock
 //! against the recipe, hand-offs also in round trips.
 
@@ -18,7 +20,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use lock_core::{DistributedLock, LockOptions, Wait};
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
 use lock_testkit::bench::{
     contend, contend_on, print_handoff_round_trips, print_runs, print_rw_mix, ratios,
 };
@@ -35,6 +37,9 @@ const PERMIT_FLOOR: &str =
     "permit floor: queue node + children, slot node, delete both (5 round trips)";
 const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
 const OURS: &str = "distlock acquire + release";
+const RW_READ_FLOOR: &str = "read floor: create + children + counter read + delete";
+const RW_WRITE_FLOOR: &str =
+    "write floor: create + children + counter read + version-checked write + delete";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const TASKS: usize = 8;
 const RUN: Duration = Duration::from_secs(4);
@@ -77,6 +82,41 @@ async fn recipe(client: &Client, dir: &str) {
     recipe_unlock(client, held).await;
 }
 
+/// The hand-written reader-writer lock with distlock's guarantees (the
+/// recipe of Curator's `InterProcessReadWriteLock`, with a token), on the
+/// uncontended path: join the queue with an ephemeral-sequential node
+/// (`w-` or `r-`), list it (a writer holds at its head, a reader when no
+/// writer's node is before it), take the token from the name's counter
+/// node (a writer raises it to its node's creation zxid by a
+/// version-checked write; a reader reads it), then delete the node.
+async fn rw_floor(raw: &Client, acls: &Acls, write: bool) -> u64 {
+    let (dir, counter) = ("/bench/rw-floor/q", "/bench/rw-floor/fence");
+    let prefix = format!("{dir}/{}-", if write { 'w' } else { 'r' });
+    let (stat, seq) = raw
+        .create(&prefix, b"", &CreateMode::EphemeralSequential.with_acls(acls))
+        .await
+        .expect("create");
+    let queue = raw.list_children(dir).await.expect("children");
+    assert_eq!(queue.len(), 1, "the floor's lock is free: {queue:?}");
+    let (data, counter_stat) = raw.get_data(counter).await.expect("counter");
+    let token = if write {
+        let token = u64::try_from(stat.czxid).expect("a zxid");
+        raw.set_data(counter, token.to_string().as_bytes(), Some(counter_stat.version))
+            .await
+            .expect("raise the counter");
+        token
+    } else {
+        std::str::from_utf8(&data)
+            .ok()
+            .and_then(|t| t.parse().ok())
+            .unwrap_or(0)
+    };
+    raw.delete(&format!("{prefix}{seq}"), None)
+        .await
+        .expect("delete");
+    token
+}
+
 #[tokio::main]
 async fn main() {
     // Each contender has a client (a connection and a session) of its own.
@@ -91,6 +131,9 @@ async fn main() {
         "/bench/permit-floor",
         "/bench/permit-floor/q",
         "/bench/permit-floor/slots",
+        "/bench/rw-floor",
+        "/bench/rw-floor/q",
+        "/bench/rw-floor/fence",
     ] {
         match raw
             .mkdir(dir, &CreateMode::Persistent.with_acls(acls))
@@ -169,6 +212,14 @@ async fn main() {
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
             .await;
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
+        m.measure(RW_READ_FLOOR, async |_| {
+            rw_floor(&raw, &acls, false).await;
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |_| {
+            assert!(rw_floor(&raw, &acls, true).await > 0);
+        })
+        .await;
         m.measure_rw(&locks, "bench/rw", &renewed).await;
     }
     m.print();
@@ -180,6 +231,8 @@ async fn main() {
     m.compare(OURS_PERMIT, OURS);
     m.compare_sets();
     m.compare_rw(OURS);
+    m.compare(RW_READ, RW_READ_FLOOR);
+    m.compare(RW_WRITE, RW_WRITE_FLOOR);
     let rtt = m.figures(RTT).map_or(Duration::ZERO, |f| f.wall.0);
 
     // 8 contenders: waiters queue and each hand-off lists the queue; 2

@@ -6,6 +6,13 @@
 //! holding keep their grants. A queued waiter is granted at the head of the
 //! queue; a reader granted there wakes the next waiter if it reads too, so
 //! a run of queued readers is let in together.
+//!
+//! An upgradeable reader is a reader marked as the name's one upgrader: a
+//! writer waits for it as for any reader, another upgradeable reader waits
+//! for the mark to go. Its upgrade raises a flag that keeps new readers
+//! out (queued waiters stay queued), waits on a notification of its own
+//! until it is the only reader, then moves it to the writer's place with a
+//! new token.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -32,15 +39,35 @@ pub(super) struct RwEntry {
     /// repeat).
     fence: u64,
     queue: VecDeque<(u64, Access, Arc<Notify>)>,
+    /// The upgradeable reader among `readers`, if any.
+    upgrader: Option<OwnerToken>,
+    /// Told of each reader's end while the upgrader waits to upgrade
+    /// (which keeps new readers out).
+    upgrading: Option<Arc<Notify>>,
 }
 
 impl RwEntry {
-    /// Drop the holders whose lease ran out.
+    /// Drop the holders whose lease ran out (an upgrader's mark with it).
     fn prune(&mut self, now: Instant) {
         if self.writer.as_ref().is_some_and(|w| w.expires <= now) {
             self.writer = None;
         }
         self.readers.retain(|r| r.expires > now);
+        self.forget_gone_upgrader();
+    }
+
+    /// Drop the upgrader's mark (and its upgrade's flag) once it no longer
+    /// reads, telling a waiting upgrade.
+    fn forget_gone_upgrader(&mut self) {
+        let gone = self
+            .upgrader
+            .is_some_and(|u| !self.readers.iter().any(|r| r.owner == u));
+        if gone {
+            self.upgrader = None;
+            if let Some(n) = self.upgrading.take() {
+                n.notify_one();
+            }
+        }
     }
 
     /// Whether `access` may be granted to `waiter` now: free for it, and
@@ -49,8 +76,9 @@ impl RwEntry {
     fn may_grant(&mut self, access: Access, waiter: Option<u64>, now: Instant) -> bool {
         self.prune(now);
         let free = match access {
-            Access::Read => self.writer.is_none(),
             Access::Write => self.writer.is_none() && self.readers.is_empty(),
+            Access::Upgradeable => self.writer.is_none() && self.upgrader.is_none(),
+            _ => self.writer.is_none() && self.upgrading.is_none(),
         };
         free && match (waiter, self.queue.front()) {
             (None, None) => true,
@@ -102,9 +130,51 @@ impl RwEntry {
                 self.writer = None;
             }
             self.readers.retain(|r| r.owner != owner);
+            self.forget_gone_upgrader();
+            // A waiting upgrade looks again whether it reads alone.
+            if let Some(n) = &self.upgrading {
+                n.notify_one();
+            }
             self.wake_head();
         }
         Some(out)
+    }
+
+    /// One look of `owner`'s upgrade: `Ok(Some(token))` once it has moved
+    /// to the writer's place (it read alone), `Ok(None)` while other
+    /// readers hold (the flag that keeps new readers out raised, its
+    /// notification and the earliest lease's end to wait on answered in
+    /// `wait`), `Err(())` if `owner` is not the upgrader any more.
+    pub(super) fn try_upgrade(
+        &mut self,
+        owner: OwnerToken,
+        now: Instant,
+        wait: &mut Option<(Arc<Notify>, Option<Instant>)>,
+    ) -> Result<Option<u64>, ()> {
+        self.prune(now);
+        if self.upgrader != Some(owner) {
+            return Err(());
+        }
+        if self.readers.len() == 1 {
+            let Some(at) = self.readers.iter().position(|r| r.owner == owner) else {
+                return Err(());
+            };
+            self.writer = Some(self.readers.remove(at));
+            self.upgrader = None;
+            self.upgrading = None;
+            self.fence += 1;
+            return Ok(Some(self.fence));
+        }
+        let notify = Arc::clone(self.upgrading.get_or_insert_with(|| Arc::new(Notify::new())));
+        *wait = Some((notify, self.next_expiry(now)));
+        Ok(None)
+    }
+
+    /// `owner`'s upgrade gave up: let the readers in again.
+    pub(super) fn abandon_upgrade(&mut self, owner: OwnerToken) {
+        if self.upgrader == Some(owner) && self.upgrading.take().is_some() {
+            self.wake_head();
+        }
     }
 
     /// The snapshot `inspect_rw` reports.
@@ -112,11 +182,19 @@ impl RwEntry {
         self.prune(now);
         let fence = self.fence;
         let mut holders = Vec::new();
+        let upgrader = self.upgrader;
         let held = self
             .writer
             .iter()
             .map(|w| (Access::Write, w))
-            .chain(self.readers.iter().map(|r| (Access::Read, r)));
+            .chain(self.readers.iter().map(|r| {
+                let access = if Some(r.owner) == upgrader {
+                    Access::Upgradeable
+                } else {
+                    Access::Read
+                };
+                (access, r)
+            }));
         for (access, h) in held {
             let record = HolderRecord::decode_for("memory", name, h.record.as_bytes())?;
             holders.push(
@@ -126,14 +204,16 @@ impl RwEntry {
                     .with_holder(Some(record)),
             );
         }
-        let writers = self
+        let queued_writers = self
             .queue
             .iter()
             .filter(|(_, a, _)| *a == Access::Write)
             .count();
+        // An upgrade under way waits to write.
+        let writers = queued_writers + usize::from(self.upgrading.is_some());
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(Some(fence))
-            .with_waiting(Some(writers), Some(self.queue.len() - writers)))
+            .with_waiting(Some(writers), Some(self.queue.len() - queued_writers)))
     }
 }
 
@@ -154,12 +234,13 @@ impl MemoryLock {
         }
         if waiter.is_some() {
             entry.queue.pop_front();
-            // A run of queued readers goes in together.
-            if access == Access::Read
+            // A run of queued readers goes in together (an upgradeable
+            // reader among them, where no other holds).
+            if access.is_shared()
                 && entry
                     .queue
                     .front()
-                    .is_some_and(|(_, next, _)| *next == Access::Read)
+                    .is_some_and(|(_, next, _)| next.is_shared())
             {
                 entry.wake_head();
             }
@@ -177,7 +258,12 @@ impl MemoryLock {
         };
         match access {
             Access::Write => entry.writer = Some(current),
-            Access::Read => entry.readers.push(current),
+            _ => {
+                if access == Access::Upgradeable {
+                    entry.upgrader = Some(owner);
+                }
+                entry.readers.push(current);
+            }
         }
         let handle: Arc<dyn GuardHandle> = Arc::new(MemoryHandle {
             shared: Arc::clone(&self.shared),

@@ -44,6 +44,25 @@ pub trait GuardHandle: Send + Sync + 'static {
         })
     }
 
+    /// Make this upgradeable read ([`Access::Upgradeable`](crate::Access::Upgradeable))
+    /// the writer: wait until no other reader holds (readers that come
+    /// meanwhile wait behind it; no writer can come in between, as the
+    /// upgradeable read excludes them), then hold alone, with a new write
+    /// token, which it answers (`None` where the backend has no tokens).
+    /// Waits until `deadline` at most (`None`: for ever), then fails with
+    /// [`LockError::Timeout`], still an upgradeable read, and lets the
+    /// readers in again. [`LockError::NotHeld`] if the grant is no longer
+    /// ours. A backend whose [`RwLockCapabilities::upgradeable`](crate::RwLockCapabilities::upgradeable)
+    /// is `true` implements it; the default answers
+    /// [`LockError::Unsupported`]. A layer that wraps handles forwards it.
+    async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
+        let _ = deadline;
+        Err(LockError::Unsupported {
+            backend: "this backend",
+            operation: "upgradeable reads",
+        })
+    }
+
     /// A release of this lock that needs nothing from the runtime it was
     /// taken on: the returned future makes a connection of its own (from the
     /// client's configuration, never from its live connections, which die

@@ -106,6 +106,10 @@ impl GuardHandle for HeldAtLeast {
         self.inner.set_value(value).await
     }
 
+    async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
+        self.inner.upgrade(deadline).await
+    }
+
     /// After the hold, the backend's; within it, none: the lock then ends
     /// with its lease (the hold's end, or the lease's if that comes first).
     fn detached_release(&self) -> Option<DetachedRelease> {

@@ -29,6 +29,8 @@ pub(crate) struct SqliteHandle {
     pub(crate) slot: Option<u32>,
     /// A reader-writer lock's lease (a row of the `_rw` table).
     pub(crate) rw: bool,
+    /// An upgradeable read's lease (of the `_rw` table).
+    pub(crate) upgradeable: bool,
 }
 
 #[async_trait]
@@ -140,6 +142,18 @@ impl GuardHandle for SqliteHandle {
         }
         let held = self.held();
         self.inner.extends.call(Extension { held, ttl }).await
+    }
+
+    async fn upgrade(
+        &self,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<u64>, LockError> {
+        if !self.upgradeable {
+            return Err(LockError::invalid_options(
+                "only an upgradeable read can be upgraded",
+            ));
+        }
+        super::rw::upgrade(&self.inner, &self.name, &self.owner_hex, deadline).await
     }
 
     /// Rewrite the row's holder record while the lease is ours and live

@@ -53,7 +53,11 @@ const CAPABILITIES: Capabilities = Capabilities::new(BACKEND, Grade::Correctness
     .with_semaphore(Some(SemaphoreCapabilities::new(MAX_LIMIT)))
     // Rows of `TABLE_rw`; a waiting writer's mark holds later readers
     // back; waiters poll, unordered.
-    .with_rw_lock(Some(RwLockCapabilities::new().with_writer_preference(true)));
+    .with_rw_lock(Some(
+        RwLockCapabilities::new()
+            .with_writer_preference(true)
+            .with_upgradeable(true),
+    ));
 
 /// The most names one transaction takes: it holds SQLite's write lock
 /// (every other writer of the file waits) for a statement per name; a
@@ -666,6 +670,7 @@ impl SqliteLock {
             record,
             slot: None,
             rw: false,
+            upgradeable: false,
         }
     }
 }

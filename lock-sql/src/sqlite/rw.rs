@@ -11,6 +11,13 @@
 //! token). Release, extend and the value's rewrite compare the owner
 //! token, as for a lock. Waiters poll (a release in this process wakes
 //! them at once); a waiter that gives up removes its mark.
+//!
+//! An upgradeable reader's row has access 3: it is granted as a reader is,
+//! and only when no other such row (3, 5 or 4) is live. Its upgrade turns
+//! the row to 5 (upgrading: new readers wait, as behind a writer) while
+//! other readers' rows are live, and to 4 (upgraded: a writer, the counter
+//! raised) once none is, in one transaction each time; the row stays its
+//! lease, so renewals and the release go on as before.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -39,6 +46,11 @@ const MARK_RENEWAL: Duration = Duration::from_millis(400);
 /// writer's mark is 2).
 const READ: i64 = 0;
 const WRITE: i64 = 1;
+/// An upgradeable reader's lease, its upgrade under way, and the lease of
+/// an upgraded one (a writer's).
+const UPGRADEABLE: i64 = 3;
+const UPGRADED: i64 = 4;
+const UPGRADING: i64 = 5;
 
 /// The reader-writer locks' statements, with the validated table name
 /// filled in once.
@@ -47,8 +59,9 @@ pub(crate) struct RwStatements {
     pub(crate) create: [String; 2],
     /// Drop `?1`'s rows whose expiry passed (`?2`: now).
     expired: String,
-    /// The earliest expiry of a live lease of `?1` (`?2`: now), and whether
-    /// a writer holds one.
+    /// The earliest expiry of a live lease of `?1` (`?2`: now), whether a
+    /// writer (or an upgrade under way or done) holds one, and whether an
+    /// upgradeable reader does.
     held: String,
     /// A live mark of `?1` of a writer that arrived at or before `?3`
     /// (`?2`: now), other than `?4`.
@@ -73,12 +86,22 @@ pub(crate) struct RwStatements {
     pub(crate) set_holder: String,
     /// The live leases of `?1` (`?2`: now) and its live marks.
     state: String,
+    /// The access of owner `?2`'s live lease of `?1` (`?3`: now).
+    own_access: String,
+    /// The earliest expiry of a live reader's lease of `?1` other than
+    /// owner `?2`'s (`?3`: now).
+    other_readers: String,
+    /// Set owner `?2`'s lease of `?1` to access `?3`.
+    set_access: String,
+    /// Owner `?2`'s upgrade of `?1` under way gives up: back to an
+    /// upgradeable read.
+    give_up: String,
 }
 
 impl RwStatements {
     pub(crate) fn new(table: &Identifier) -> Self {
         let t = format!("{}_rw", table.as_str());
-        let live = "owner = ?2 AND access IN (0, 1) AND expires_at_ms > ?3";
+        let live = "owner = ?2 AND access IN (0, 1, 3, 4, 5) AND expires_at_ms > ?3";
         RwStatements {
             create: [
                 format!(
@@ -94,8 +117,8 @@ impl RwStatements {
             ],
             expired: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND expires_at_ms <= ?2"),
             held: format!(
-                "SELECT MIN(expires_at_ms), MAX(access) FROM \"{t}\" \
-                 WHERE name = ?1 AND access IN (0, 1) AND expires_at_ms > ?2"
+                "SELECT MIN(expires_at_ms), MAX(access IN (1, 4, 5)), MAX(access IN (3, 4, 5)) \
+                 FROM \"{t}\" WHERE name = ?1 AND access <> 2 AND expires_at_ms > ?2"
             ),
             marked_before: format!(
                 "SELECT 1 FROM \"{t}\" WHERE name = ?1 AND access = 2 AND expires_at_ms > ?2 \
@@ -125,6 +148,18 @@ impl RwStatements {
             state: format!(
                 "SELECT access, expires_at_ms, holder FROM \"{t}\" \
                  WHERE name = ?1 AND expires_at_ms > ?2 ORDER BY access DESC, arrival_ms"
+            ),
+            own_access: format!(
+                "SELECT access FROM \"{t}\" WHERE name = ?1 AND owner = ?2 \
+                 AND access <> 2 AND expires_at_ms > ?3"
+            ),
+            other_readers: format!(
+                "SELECT MIN(expires_at_ms) FROM \"{t}\" WHERE name = ?1 AND owner <> ?2 \
+                 AND access = 0 AND expires_at_ms > ?3"
+            ),
+            set_access: format!("UPDATE \"{t}\" SET access = ?3 WHERE name = ?1 AND owner = ?2"),
+            give_up: format!(
+                "UPDATE \"{t}\" SET access = 3 WHERE name = ?1 AND owner = ?2 AND access = 5"
             ),
         }
     }
@@ -205,6 +240,7 @@ impl SqliteLock {
         let bytes = record.as_bytes().to_vec();
         let mut handle = self.handle(name, owner, record);
         handle.rw = true;
+        handle.upgradeable = access == Access::Upgradeable;
         let owner_hex = handle.owner_hex.clone();
         let arrival = mark.map_or(arrival, |m| m.arrival);
         let sent_at = Instant::now();
@@ -222,7 +258,7 @@ impl SqliteLock {
             .execute(&mut *tx)
             .await
             .map_err(failed)?;
-        let (earliest, most): (Option<i64>, Option<i64>) =
+        let (earliest, writing, upgrader): (Option<i64>, Option<i64>, Option<i64>) =
             sqlx::query_as(AssertSqlSafe(sql.held.as_str()))
                 .bind(name)
                 .bind(now)
@@ -231,7 +267,8 @@ impl SqliteLock {
                 .map_err(failed)?;
         let blocked = match access {
             Access::Write => earliest.map(|e| Some(time_left(e, now))),
-            _ if most == Some(WRITE) => Some(earliest.map(|e| time_left(e, now))),
+            _ if writing == Some(1) => Some(earliest.map(|e| time_left(e, now))),
+            Access::Upgradeable if upgrader == Some(1) => Some(None),
             _ => {
                 let ahead: Option<i64> =
                     sqlx::query_scalar(AssertSqlSafe(sql.marked_before.as_str()))
@@ -280,7 +317,11 @@ impl SqliteLock {
         sqlx::query(AssertSqlSafe(sql.grant.as_str()))
             .bind(name)
             .bind(&owner_hex)
-            .bind(if access == Access::Write { WRITE } else { READ })
+            .bind(match access {
+                Access::Write => WRITE,
+                Access::Upgradeable => UPGRADEABLE,
+                _ => READ,
+            })
             .bind(now.saturating_add(ms(opts.ttl)))
             .bind(arrival)
             .bind(bytes)
@@ -386,8 +427,14 @@ impl SqliteLock {
         let mut marks = 0;
         for (access, expires_at, record) in rows {
             let access = match access {
-                WRITE => Access::Write,
+                WRITE | UPGRADED => Access::Write,
                 READ => Access::Read,
+                UPGRADEABLE => Access::Upgradeable,
+                UPGRADING => {
+                    // Waits to write.
+                    marks += 1;
+                    Access::Upgradeable
+                }
                 _ => {
                     marks += 1;
                     continue;
@@ -407,5 +454,180 @@ impl SqliteLock {
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(token)
             .with_waiting(Some(marks), None))
+    }
+}
+
+/// Why one look of an upgrade did not upgrade.
+enum Look {
+    /// Upgraded: the new write token.
+    Upgraded(i64),
+    /// Other readers hold; the earliest of their leases ends in this long.
+    Readers(Duration),
+}
+
+impl Inner {
+    /// One look of owner `owner_hex`'s upgrade of `name`, in one `BEGIN
+    /// IMMEDIATE` transaction: upgraded (again, for a lease already
+    /// upgraded), or marked as upgrading while other readers hold.
+    /// [`LockError::NotHeld`] if the lease is not a live upgradeable read.
+    async fn upgrade_look(&self, name: &str, owner_hex: &str) -> Result<Look, LockError> {
+        let sql = &self.rw;
+        let failed = |e| map_sqlx(BACKEND, "upgrading a reader-writer lock", e);
+        let now = now_ms();
+        let turn = self.gate.acquisition().await;
+        let mut tx = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(failed)?;
+        let own: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.own_access.as_str()))
+            .bind(name)
+            .bind(owner_hex)
+            .bind(now)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(failed)?;
+        match own {
+            Some(UPGRADEABLE | UPGRADING) => {}
+            Some(UPGRADED) => {
+                let fence: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.counter.as_str()))
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                return Ok(Look::Upgraded(fence.unwrap_or(0)));
+            }
+            _ => {
+                return Err(LockError::NotHeld {
+                    name: name.to_string(),
+                });
+            }
+        }
+        let readers: Option<i64> = sqlx::query_scalar(AssertSqlSafe(sql.other_readers.as_str()))
+            .bind(name)
+            .bind(owner_hex)
+            .bind(now)
+            .fetch_one(&mut *tx)
+            .await
+            .map_err(failed)?;
+        let (access, fence) = match readers {
+            Some(_) => (UPGRADING, None),
+            None => {
+                let fence: i64 = sqlx::query_scalar(AssertSqlSafe(sql.raise.as_str()))
+                    .bind(name)
+                    .bind(self.epoch.current())
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+                (UPGRADED, Some(fence))
+            }
+        };
+        sqlx::query(AssertSqlSafe(sql.set_access.as_str()))
+            .bind(name)
+            .bind(owner_hex)
+            .bind(access)
+            .execute(&mut *tx)
+            .await
+            .map_err(failed)?;
+        tx.commit().await.map_err(failed)?;
+        drop(turn);
+        match (fence, readers) {
+            (Some(fence), _) => {
+                self.epoch.cover(&self.pool, fence).await?;
+                Ok(Look::Upgraded(fence))
+            }
+            (None, earliest) => Ok(Look::Readers(time_left(earliest.unwrap_or(now), now))),
+        }
+    }
+
+    /// Owner `owner_hex`'s upgrade of `name` gives up: readers come in
+    /// again (woken in this process).
+    async fn give_up_upgrade(&self, name: &str, owner_hex: &str) -> Result<(), LockError> {
+        let _turn = self.gate.urgent().await;
+        sqlx::query(AssertSqlSafe(self.rw.give_up.as_str()))
+            .bind(name)
+            .bind(owner_hex)
+            .execute(&self.pool)
+            .await
+            .map_err(|e| map_sqlx(BACKEND, "giving up an upgrade", e))?;
+        self.wakeups.wake(&wake_key(name));
+        Ok(())
+    }
+}
+
+/// Gives an upgrade up, in the background, when it leaves without
+/// upgrading (the deadline, a cancellation, an error).
+struct GiveUp<'a> {
+    inner: &'a Arc<Inner>,
+    name: &'a str,
+    owner_hex: &'a str,
+    armed: bool,
+}
+
+impl Drop for GiveUp<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let (inner, name, owner) = (
+            Arc::clone(self.inner),
+            self.name.to_string(),
+            self.owner_hex.to_string(),
+        );
+        rt.spawn(async move {
+            if let Err(e) = inner.give_up_upgrade(&name, &owner).await {
+                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+            }
+        });
+    }
+}
+
+/// The upgrade of owner `owner_hex`'s upgradeable read of `name`: looks
+/// until no other reader holds, polling (a release in this process wakes
+/// it at once, as a waiter), until `deadline`.
+pub(crate) async fn upgrade(
+    inner: &Arc<Inner>,
+    name: &str,
+    owner_hex: &str,
+    deadline: Option<Instant>,
+) -> Result<Option<u64>, LockError> {
+    let started = Instant::now();
+    let wake = inner.wakeups.subscribe(&wake_key(name));
+    let mut give_up = GiveUp {
+        inner,
+        name,
+        owner_hex,
+        armed: true,
+    };
+    let mut pause = Duration::from_millis(2);
+    loop {
+        let left = match inner.upgrade_look(name, owner_hex).await {
+            Ok(Look::Upgraded(fence)) => {
+                give_up.armed = false;
+                return Ok(u64::try_from(fence).ok().filter(|_| inner.fencing));
+            }
+            Ok(Look::Readers(left)) => left,
+            Err(e @ LockError::NotHeld { .. }) => {
+                give_up.armed = false;
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
+        let now = Instant::now();
+        if deadline.is_some_and(|d| now >= d) {
+            return Err(LockError::Timeout {
+                name: name.to_string(),
+                waited: started.elapsed(),
+            });
+        }
+        let mut until = now + pause.min(left + Duration::from_millis(1));
+        if let Some(d) = deadline {
+            until = until.min(d);
+        }
+        let _ = tokio::time::timeout_at(until, wake.notified()).await;
+        pause = (pause * 2).min(Duration::from_millis(25));
     }
 }
