@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use lock_core::raw::{GuardHandle, Layered, LayeredLock, RawGuard, async_trait};
 use lock_core::{
-    Access, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, RwLockInfo,
-    SemaphoreInfo,
+    Access, DistributedLock, LockError, LockGuard, LockInfo, LockOptions, RwLockInfo, SemaphoreInfo,
 };
 use tokio::time::Instant;
 

@@ -31,6 +31,10 @@ struct Hold {
     /// A reader's grant of a reader-writer lock (`--rw`): readers do not
     /// contend with each other.
     read: bool,
+    /// An upgradeable reader's grant (a read, until its upgrade ends it
+    /// and a write's hold begins): upgradeable readers contend with each
+    /// other.
+    upgradeable: bool,
     lost_on_arrival: bool,
     /// (time, validity deadline as of then).
     deadlines: Vec<(u64, Option<u64>)>,
@@ -57,7 +61,8 @@ impl Hold {
     /// Whether `other` holds what this hold holds (the lock, or the same
     /// permit slot).
     fn contends(&self, other: &Hold) -> bool {
-        self.slot == other.slot && !(self.read && other.read)
+        self.slot == other.slot
+            && (!(self.read && other.read) || (self.upgradeable && other.upgradeable))
     }
 }
 
@@ -216,6 +221,14 @@ pub struct Report {
     /// Whether the backend promises writer preference (`--rw` runs).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub writers_first: Option<bool>,
+    /// Whether the backend offers upgradeable reads (`--rw` runs: half the
+    /// writers then upgrade an upgradeable read instead).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgradeable: Option<bool>,
+    /// The upgrades that went through (`--rw` runs): each ends a read's
+    /// hold and begins a write's, checked as a write grant.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub upgrades: Option<u64>,
     /// Read grants to readers that started after a writer that was already
     /// waiting (by more than 100 ms) and that were made while it still
     /// waited; the writer not paused meanwhile, and no server fault
@@ -436,7 +449,8 @@ impl Analysis {
                         granted: e.t,
                         token,
                         slot,
-                        read: access == Some("read"),
+                        read: matches!(access, Some("read" | "upgradeable")),
+                        upgradeable: access == Some("upgradeable"),
                         lost_on_arrival: lost_on_arrival.is_some(),
                         deadlines: vec![(e.t, *deadline)],
                         end: died,
@@ -455,6 +469,28 @@ impl Analysis {
                     for &h in &current {
                         self.holds[h].deadlines.push((e.t, *deadline));
                     }
+                }
+                Event::Upgraded { token } => {
+                    // The read ends; the write begins, on the same lease.
+                    let Some(&read) = current.first() else {
+                        continue;
+                    };
+                    let mut write = self.holds[read].clone();
+                    let hold = &mut self.holds[read];
+                    hold.end = Some(hold.end.map_or(e.t, |end| end.min(e.t)));
+                    write.started = e.t;
+                    write.granted = e.t;
+                    write.token = *token;
+                    write.read = false;
+                    write.upgradeable = false;
+                    write.lost_on_arrival = false;
+                    write.deadlines = write
+                        .deadlines
+                        .last()
+                        .map(|&(_, d)| vec![(e.t, d)])
+                        .unwrap_or_default();
+                    self.holds.push(write);
+                    current = vec![self.holds.len() - 1];
                 }
                 Event::Wrote {
                     seq,
@@ -572,6 +608,7 @@ impl Analysis {
             fencing,
             sabotage,
             writers_first,
+            upgradeable,
             ..
         }) = workers
             .iter()
@@ -584,6 +621,15 @@ impl Analysis {
             r.fencing.clone_from(fencing);
             r.sabotage.clone_from(sabotage);
             r.writers_first = *writers_first;
+            r.upgradeable = *upgradeable;
+        }
+        if r.rw.is_some() {
+            let upgrades = workers
+                .iter()
+                .flat_map(|w| &w.events)
+                .filter(|e| matches!(e.event, Event::Upgraded { .. }))
+                .count();
+            r.upgrades = Some(upgrades as u64);
         }
     }
 
@@ -1174,6 +1220,13 @@ impl fmt::Display for Report {
                 &self.writer_starvation,
             )?;
             finding(f, "reads below an earlier write's token", &self.read_tokens)?;
+            if self.upgradeable == Some(true) {
+                writeln!(
+                    f,
+                    "  upgrades of an upgradeable read {}",
+                    self.upgrades.unwrap_or(0)
+                )?;
+            }
             writeln!(
                 f,
                 "  longest writer wait {:.0} ms; longest hold {:.0} ms",
@@ -1291,6 +1344,7 @@ mod tests {
             fair_queue: false,
             sabotage: None,
             writers_first: Some(true),
+            upgradeable: None,
         }
     }
 
@@ -1633,6 +1687,115 @@ mod tests {
         }
         c.log_at(20 * S, &Action::Stopping)?;
         analyse(dir)
+    }
+
+    /// A reader-writer run with an upgrade: worker 0 takes an upgradeable
+    /// read at 1 s (token 1), upgrades at 3 s (token 2) and releases at
+    /// 4 s; worker 1 reads from 1.5 s to 2.5 s; worker 2 reads from
+    /// `read_at` for half a second. With `second`, worker 3 takes another
+    /// upgradeable read from 2 s to 2.2 s.
+    fn upgrade_history(dir: &Path, read_at: u64, second: bool) -> std::io::Result<Report> {
+        let c = EventLog::create(&dir.join(files::CONTROLLER_LOG))?;
+        c.log_at(
+            0,
+            &Action::RunStarted {
+                url: "test://".into(),
+                nemesis: "none".into(),
+                workers: 4,
+                ttl_ms: 10_000,
+                wait_ms: 10_000,
+                duration_ms: 20_000,
+                election: false,
+                observers: 0,
+                permits: None,
+                set: None,
+                rw: Some(0.5),
+            },
+        )?;
+        // (access, granted, token, upgraded, released)
+        let mut holds = vec![
+            ("upgradeable", S, 1, Some((3 * S, 2)), 4 * S),
+            ("read", 3 * S / 2, 1, None, 5 * S / 2),
+            ("read", read_at, 2, None, read_at + S / 2),
+        ];
+        if second {
+            holds.push(("upgradeable", 2 * S, 1, None, 22 * S / 10));
+        }
+        for (worker, &(access, granted, token, upgraded, released)) in holds.iter().enumerate() {
+            let (worker, pid) = (worker as u32, 100 + worker as u32);
+            c.log_at(
+                1 + u64::from(worker),
+                &Action::Spawned {
+                    worker,
+                    pid,
+                    observer: false,
+                },
+            )?;
+            let w = EventLog::create(&dir.join(files::worker_log(worker)))?;
+            w.log_at(10, &started(worker, pid))?;
+            w.log_at(
+                granted - 1,
+                &Event::Acquiring {
+                    wait_ms: 10_000,
+                    end: HoldEnd::Release,
+                    value: None,
+                    access: Some(access.into()),
+                },
+            )?;
+            w.log_at(
+                granted,
+                &Event::Granted {
+                    started: granted - 1,
+                    token: Some(token),
+                    deadline: Some(released + 5 * S),
+                    lost_on_arrival: None,
+                    slot: None,
+                    members: Vec::new(),
+                },
+            )?;
+            if let Some((at, token)) = upgraded {
+                w.log_at(at, &Event::Upgraded { token: Some(token) })?;
+            }
+            w.log_at(
+                released,
+                &Event::Releasing {
+                    how: HoldEnd::Release,
+                },
+            )?;
+        }
+        c.log_at(20 * S, &Action::Stopping)?;
+        analyse(dir)
+    }
+
+    /// An upgradeable read shares with readers until its upgrade; from the
+    /// upgrade on it is a write with its new token, and a reader beside it
+    /// is an overlap; two upgradeable readers at once are one too.
+    #[test]
+    fn an_upgrade_ends_a_read_and_begins_a_write() -> std::io::Result<()> {
+        let dir = tempfile::tempdir()?;
+        let r = upgrade_history(dir.path(), 9 * S / 2, false)?;
+        assert_eq!(r.grants, 4, "the upgrade is a hold of its own: {r}");
+        assert_eq!(r.in_time.running.count, 0, "{r}");
+        assert_eq!(r.token_order.count, 0, "{r}");
+        assert_eq!(r.read_tokens.count, 0, "{r}");
+        assert!(r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = upgrade_history(dir.path(), 7 * S / 2, false)?;
+        assert!(
+            r.in_time.running.count >= 1,
+            "a reader beside the upgraded writer: {r}"
+        );
+        assert!(!r.passed(), "{r}");
+
+        let dir = tempfile::tempdir()?;
+        let r = upgrade_history(dir.path(), 9 * S / 2, true)?;
+        assert!(
+            r.in_time.running.count >= 1,
+            "two upgradeable readers at once: {r}"
+        );
+        assert!(!r.passed(), "{r}");
+        Ok(())
     }
 
     /// Readers together are no overlap; a reader let in ahead of a writer

@@ -65,6 +65,10 @@ pub enum Event {
         /// offers reader-writer locks.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         writers_first: Option<bool>,
+        /// `Capabilities::rw_lock`'s upgradeable reads, where the backend
+        /// offers reader-writer locks.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        upgradeable: Option<bool>,
     },
     /// `acquire` called.
     Acquiring {
@@ -106,6 +110,13 @@ pub enum Event {
         kind: String,
         /// Its message.
         error: String,
+    },
+    /// An upgradeable read became the writer (`--rw` runs, where the
+    /// backend offers upgradeable reads): the read's hold ends here, a
+    /// write's begins with the new token.
+    Upgraded {
+        /// The write's fencing token.
+        token: Option<u64>,
     },
     /// A write to the fenced register, and its answer.
     Wrote {

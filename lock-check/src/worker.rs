@@ -113,6 +113,7 @@ pub async fn run(cfg: WorkerConfig) -> std::io::Result<()> {
         fair_queue: caps.fair_queue,
         sabotage: cfg.sabotage.map(|s| s.name().to_string()),
         writers_first: caps.rw_lock.map(|rw| rw.writer_preference),
+        upgradeable: caps.rw_lock.map(|rw| rw.upgradeable),
     })?;
     if cfg.role == Role::Observer {
         observe(locks, &cfg, &log, &stop).await?;
@@ -255,9 +256,17 @@ async fn hold_once(
     if let Some(limit) = cfg.permits {
         opts = opts.permits(limit);
     }
+    // Where the backend offers upgradeable reads, half the writers take an
+    // upgradeable read first and upgrade it.
+    let upgrades = locks
+        .capabilities()
+        .rw_lock
+        .is_some_and(|rw| rw.upgradeable);
     let access = cfg.rw.map(|share| {
         if rand::random_bool(share) {
             Access::Read
+        } else if upgrades && rand::random_bool(0.5) {
+            Access::Upgradeable
         } else {
             Access::Write
         }
@@ -280,7 +289,7 @@ async fn hold_once(
             .map(distlock::Leadership::into_guard),
         None => locks.acquire(&cfg.name, &opts).await,
     };
-    let guard = match acquired {
+    let mut guard = match acquired {
         Ok(guard) => guard,
         Err(e) => {
             log.log(&failed(started, &e))?;
@@ -312,11 +321,28 @@ async fn hold_once(
         (rand::random_range(0..10) == 0).then(|| cfg.ttl.mul_f64(rand::random_range(1.2..2.0)));
     // A reader holds without writing: what it reads was written under the
     // token it carries.
-    let result = if access == Some(Access::Read) {
-        read_hold(&guard, length).await;
-        Ok(())
-    } else {
-        hold(&guard, length, log, register, value.as_deref()).await
+    let result = match access {
+        Some(Access::Read) => {
+            read_hold(&guard, length).await;
+            Ok(())
+        }
+        Some(Access::Upgradeable) => {
+            // Read a little, then become the writer and write as one.
+            read_hold(&guard, None).await;
+            match guard.upgrade(Wait::UpTo(cfg.wait)).await {
+                Ok(()) => {
+                    log.log(&Event::Upgraded {
+                        token: guard.fencing_token(),
+                    })?;
+                    hold(&guard, length, log, register, None).await
+                }
+                Err(e) => {
+                    tracing::debug!(target: "distlock", error = %e, "upgrade failed");
+                    Ok(())
+                }
+            }
+        }
+        _ => hold(&guard, length, log, register, value.as_deref()).await,
     };
     let ended = end_hold(guard, end, cfg.ttl, log).await;
     watcher.abort();

@@ -108,6 +108,11 @@ fn check_runs(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])],
             if report["rw"].as_f64().is_none() || report["writer_wait_longest_ms"].is_null() {
                 failed.push(format!("{nemesis}: no reader-writer part in report.json"));
             }
+            // Where the backend offers upgradeable reads, half the writers
+            // upgrade one: some must have.
+            if report["upgradeable"] == true && report["upgrades"].as_u64().unwrap_or(0) == 0 {
+                failed.push(format!("{nemesis}: no upgrade went through"));
+            }
         }
         if extra.contains(&"--election") {
             let json = std::fs::read_to_string(dir.join("report.json")).unwrap_or_default();
@@ -439,7 +444,9 @@ fn set_zookeeper() {
 /// servers killed, if any), on every backend that offers reader-writer
 /// locks: no writer beside anyone, write tokens in order, readers with the
 /// latest write's token, and no reader let in ahead of a waiting writer
-/// where the backend promises writer preference.
+/// where the backend promises writer preference. Where the backend offers
+/// upgradeable reads, half the writers upgrade one instead, and some
+/// upgrades must go through.
 fn check_rw(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
     check_runs(
         &format!("rw-{case}"),

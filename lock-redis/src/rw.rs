@@ -548,11 +548,13 @@ impl GuardHandle for RwHandle {
             let pause = match reply[..] {
                 [1, token] => {
                     give_up.armed = false;
-                    return u64::try_from(token).map(Some).map_err(|_| LockError::Backend {
-                        backend: BACKEND,
-                        reason: format!("a negative token for upgraded lock {name:?}: {token}"),
-                        source: None,
-                    });
+                    return u64::try_from(token)
+                        .map(Some)
+                        .map_err(|_| LockError::Backend {
+                            backend: BACKEND,
+                            reason: format!("a negative token for upgraded lock {name:?}: {token}"),
+                            source: None,
+                        });
                 }
                 [-1] => {
                     give_up.armed = false;

@@ -819,7 +819,11 @@ pub async fn an_upgrade_waits_for_readers_and_no_writer_gets_in_between(h: Harne
         .expect("upgradeable")
         .expect("free");
     if fenced {
-        assert_eq!(u.fencing_token(), first_token, "an upgradeable reader carries the latest write's token");
+        assert_eq!(
+            u.fencing_token(),
+            first_token,
+            "an upgradeable reader carries the latest write's token"
+        );
     }
     let reader = h
         .other
@@ -837,7 +841,10 @@ pub async fn an_upgrade_waits_for_readers_and_no_writer_gets_in_between(h: Harne
         (outcome, u, Instant::now())
     });
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!upgrade.is_finished(), "the upgrade went through beside a reader");
+    assert!(
+        !upgrade.is_finished(),
+        "the upgrade went through beside a reader"
+    );
     assert!(
         h.lock
             .try_acquire_read(&name, &o)
@@ -867,7 +874,10 @@ pub async fn an_upgrade_waits_for_readers_and_no_writer_gets_in_between(h: Harne
         );
     }
     tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(!writer.is_finished(), "a writer got in beside the upgraded writer");
+    assert!(
+        !writer.is_finished(),
+        "a writer got in beside the upgraded writer"
+    );
     for lock in [&h.lock, &h.other] {
         assert!(
             lock.try_acquire_read(&name, &o)
@@ -933,20 +943,22 @@ pub async fn an_upgrade_that_gives_up_leaves_an_upgradeable_read(h: Harness) {
         started.elapsed()
     );
     assert_eq!(u.access(), Some(Access::Upgradeable));
-    u.ensure_held().expect("still held after the upgrade gave up");
+    u.ensure_held()
+        .expect("still held after the upgrade gave up");
     let cancelled =
         tokio::time::timeout(Duration::from_millis(300), u.upgrade(Wait::Forever)).await;
-    assert!(cancelled.is_err(), "the upgrade went through beside a reader");
+    assert!(
+        cancelled.is_err(),
+        "the upgrade went through beside a reader"
+    );
     assert_eq!(u.access(), Some(Access::Upgradeable));
     // Readers are let in again, writers still kept out.
     let second = tokio::time::timeout(
         SLACK,
-        h.other.acquire_read(&name, &opts(
-            Duration::from_secs(20),
-            Wait::UpTo(SLACK),
-            true,
-            &h,
-        )),
+        h.other.acquire_read(
+            &name,
+            &opts(Duration::from_secs(20), Wait::UpTo(SLACK), true, &h),
+        ),
     )
     .await
     .expect("a reader got in after the upgrade gave up")

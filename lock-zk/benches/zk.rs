@@ -93,7 +93,11 @@ async fn rw_floor(raw: &Client, acls: &Acls, write: bool) -> u64 {
     let (dir, counter) = ("/bench/rw-floor/q", "/bench/rw-floor/fence");
     let prefix = format!("{dir}/{}-", if write { 'w' } else { 'r' });
     let (stat, seq) = raw
-        .create(&prefix, b"", &CreateMode::EphemeralSequential.with_acls(acls))
+        .create(
+            &prefix,
+            b"",
+            &CreateMode::EphemeralSequential.with_acls(acls),
+        )
         .await
         .expect("create");
     let queue = raw.list_children(dir).await.expect("children");
@@ -101,9 +105,13 @@ async fn rw_floor(raw: &Client, acls: &Acls, write: bool) -> u64 {
     let (data, counter_stat) = raw.get_data(counter).await.expect("counter");
     let token = if write {
         let token = u64::try_from(stat.czxid).expect("a zxid");
-        raw.set_data(counter, token.to_string().as_bytes(), Some(counter_stat.version))
-            .await
-            .expect("raise the counter");
+        raw.set_data(
+            counter,
+            token.to_string().as_bytes(),
+            Some(counter_stat.version),
+        )
+        .await
+        .expect("raise the counter");
         token
     } else {
         std::str::from_utf8(&data)

@@ -165,7 +165,10 @@ impl RwEntry {
             self.fence += 1;
             return Ok(Some(self.fence));
         }
-        let notify = Arc::clone(self.upgrading.get_or_insert_with(|| Arc::new(Notify::new())));
+        let notify = Arc::clone(
+            self.upgrading
+                .get_or_insert_with(|| Arc::new(Notify::new())),
+        );
         *wait = Some((notify, self.next_expiry(now)));
         Ok(None)
     }
