@@ -23,7 +23,8 @@ use lock_core::Capabilities;
 /// served in arrival order, and how they learn of a release); `rw_lock` as
 /// `None`, or as `writers-first|unordered-writers, fair|unordered,
 /// WAITING` (whether a waiting writer blocks later readers, whether
-/// waiters are served in arrival order, how they learn of a release).
+/// waiters are served in arrival order, how they learn of a release),
+/// followed by `, upgradeable` where upgradeable reads are offered.
 pub const CHECKLIST: [&str; 14] = [
     "grade",
     "fencing",
@@ -72,7 +73,8 @@ pub fn checklist_of(caps: &Capabilities) -> BTreeMap<&'static str, String> {
                     "unordered-writers"
                 };
                 let order = if rw.fair_queue { "fair" } else { "unordered" };
-                format!("{writers}, {order}, {:?}", rw.waiting)
+                let upgradeable = if rw.upgradeable { ", upgradeable" } else { "" };
+                format!("{writers}, {order}, {:?}{upgradeable}", rw.waiting)
             },
         ),
     ];

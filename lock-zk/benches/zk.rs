@@ -89,7 +89,7 @@ async fn recipe(client: &Client, dir: &str) {
 /// writer's node is before it), take the token from the name's counter
 /// node (a writer raises it to its node's creation zxid by a
 /// version-checked write; a reader reads it), then delete the node.
-async fn rw_floor(raw: &Client, acls: &Acls, write: bool) -> u64 {
+async fn rw_floor(raw: &Client, acls: Acls<'_>, write: bool) -> u64 {
     let (dir, counter) = ("/bench/rw-floor/q", "/bench/rw-floor/fence");
     let prefix = format!("{dir}/{}-", if write { 'w' } else { 'r' });
     let (stat, seq) = raw
@@ -221,11 +221,11 @@ async fn main() {
             .await;
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
         m.measure(RW_READ_FLOOR, async |_| {
-            rw_floor(&raw, &acls, false).await;
+            rw_floor(&raw, acls, false).await;
         })
         .await;
         m.measure(RW_WRITE_FLOOR, async |_| {
-            assert!(rw_floor(&raw, &acls, true).await > 0);
+            assert!(rw_floor(&raw, acls, true).await > 0);
         })
         .await;
         m.measure_rw(&locks, "bench/rw", &renewed).await;
