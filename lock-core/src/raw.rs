@@ -61,7 +61,7 @@ pub use async_trait::async_trait;
 pub use backend::RawLock;
 pub use batch::{BatchFn, Batcher};
 pub use detached::{DETACHED_PATIENCE, DetachedRelease};
-pub use handle::{GuardHandle, PendingGrant, confirmed_lease_start};
+pub use handle::{CleanUpOnDrop, GuardHandle, PendingGrant, confirmed_lease_start};
 pub use layered::{Layered, LayeredLock};
 pub use lease::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,

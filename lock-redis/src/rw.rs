@@ -30,8 +30,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard,
-    Request, WaitLoop,
+    Attempt, CleanUpOnDrop, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace,
+    PendingGrant, RawGuard, Request, WaitLoop,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use redis::aio::ConnectionLike;
@@ -407,6 +407,20 @@ struct RwHandle {
 }
 
 impl RwHandle {
+    /// The same grant's handle, for a clean-up that outlives this one.
+    fn clone_for_background(&self) -> RwHandle {
+        RwHandle {
+            inner: Arc::clone(&self.inner),
+            keys: self.keys.clone(),
+            key: self.key.clone(),
+            field: self.field.clone(),
+            owner: self.owner.clone(),
+            record: self.record.clone(),
+            access: self.access,
+            name: self.name.clone(),
+        }
+    }
+
     /// One run of [`RW_UPGRADE`] in `mode`.
     async fn upgrade_once(&self, mode: &str) -> Result<Vec<i64>, LockError> {
         let keys = &self.keys;
@@ -425,40 +439,6 @@ impl RwHandle {
         call.invoke(&mut conn)
             .await
             .map_err(|e| map_redis("upgrading a reader-writer lock", e))
-    }
-}
-
-/// Lets readers in again when an upgrade leaves without upgrading (the
-/// deadline, a cancellation, an error): a `give up` run, in the background
-/// once the upgrade's future is gone. A no-op on the server once upgraded.
-struct GiveUp<'a> {
-    handle: &'a RwHandle,
-    armed: bool,
-}
-
-impl Drop for GiveUp<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let handle = RwHandle {
-            inner: Arc::clone(&self.handle.inner),
-            keys: self.handle.keys.clone(),
-            key: self.handle.key.clone(),
-            field: self.handle.field.clone(),
-            owner: self.handle.owner.clone(),
-            record: self.handle.record.clone(),
-            access: self.handle.access,
-            name: self.handle.name.clone(),
-        };
-        rt.spawn(async move {
-            if let Err(e) = handle.upgrade_once("give up").await {
-                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
-            }
-        });
     }
 }
 
@@ -539,15 +519,22 @@ impl GuardHandle for RwHandle {
             deadline,
         };
         let mut wait = WaitLoop::new(req, Some(wake));
-        let mut give_up = GiveUp {
-            handle: self,
-            armed: true,
-        };
+        // Leaving without upgrading (the deadline, a cancellation, an
+        // error) lets readers in again: a `give up` run, a no-op on the
+        // server once upgraded.
+        let mut give_up = CleanUpOnDrop::new({
+            let handle = self.clone_for_background();
+            async move {
+                if let Err(e) = handle.upgrade_once("give up").await {
+                    tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+                }
+            }
+        });
         loop {
             let reply = self.upgrade_once("up").await?;
             let pause = match reply[..] {
                 [1, token] => {
-                    give_up.armed = false;
+                    give_up.disarm();
                     return u64::try_from(token)
                         .map(Some)
                         .map_err(|_| LockError::Backend {
@@ -557,7 +544,7 @@ impl GuardHandle for RwHandle {
                         });
                 }
                 [-1] => {
-                    give_up.armed = false;
+                    give_up.disarm();
                     return Err(LockError::NotHeld { name });
                 }
                 [0, left] => u64::try_from(left)

@@ -82,6 +82,38 @@ pub trait GuardHandle: Send + Sync + 'static {
     }
 }
 
+/// A clean-up that runs in the background, on the current runtime, when
+/// this is dropped armed: for a step whose future may be dropped in the
+/// middle (an upgrade that gives up or is cancelled lets the readers in
+/// again). [`disarm`](Self::disarm) it once the step completed. Dropped
+/// outside a runtime, the clean-up is dropped unrun: the server's lease
+/// ends what it would have cleaned up.
+pub struct CleanUpOnDrop {
+    work: Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>,
+}
+
+impl CleanUpOnDrop {
+    /// Armed with `work`.
+    pub fn new(work: impl Future<Output = ()> + Send + 'static) -> Self {
+        CleanUpOnDrop {
+            work: Some(Box::pin(work)),
+        }
+    }
+
+    /// The step completed: nothing to clean up.
+    pub fn disarm(&mut self) {
+        self.work = None;
+    }
+}
+
+impl Drop for CleanUpOnDrop {
+    fn drop(&mut self) {
+        if let (Some(work), Ok(rt)) = (self.work.take(), tokio::runtime::Handle::try_current()) {
+            rt.spawn(work);
+        }
+    }
+}
+
 /// Cancel-safety for one acquisition attempt without a spawned task.
 ///
 /// Create it with the handle (owner token fixed) *before* sending the

@@ -24,8 +24,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_core::raw::{
-    Attempt, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Unrenewed,
-    acquire_by_polling,
+    Attempt, CleanUpOnDrop, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Unrenewed, acquire_by_polling,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use sqlx::AssertSqlSafe;
@@ -59,20 +59,20 @@ pub(crate) struct RwStatements {
     pub(crate) create: [String; 2],
     /// Drop `?1`'s rows whose expiry passed (`?2`: now).
     expired: String,
-    /// The earliest expiry of a live lease of `?1` (`?2`: now), whether a
-    /// writer (or an upgrade under way or done) holds one, and whether an
-    /// upgradeable reader does.
+    /// The earliest expiry of a live lease of `?1` (`?2`: now), and
+    /// whether a writer (or an upgrade under way or done) holds one.
     held: String,
-    /// A live mark of `?1` of a writer that arrived at or before `?3`
-    /// (`?2`: now), other than `?4`.
-    marked_before: String,
     /// Put or renew mark `?2` of `?1`: arrival `?3`, expiry `?4`.
     mark: String,
     /// Remove mark `?2` of `?1`.
     unmark: String,
-    /// Grant `?1` to owner `?2` for access `?3`: expiry `?4`, arrival
-    /// `?5`, holder record `?6`.
-    grant: String,
+    /// Grant `?1` to owner `?2` for writing, reading, or an upgradeable
+    /// read (expiry `?3`, arrival `?4`, holder record `?5`) if no live
+    /// row conflicts (`?6`: now): for a writer, any holder; for a reader,
+    /// a writer (an upgrade under way or done) or the mark of a writer
+    /// that arrived at or before it; for an upgradeable reader, those or
+    /// another upgradeable reader.
+    grant: [String; 3],
     /// Raise `?1`'s write counter in epoch `?2`; answers it.
     raise: String,
     /// `?1`'s write counter.
@@ -99,6 +99,15 @@ pub(crate) struct RwStatements {
 }
 
 impl RwStatements {
+    /// The grant statement for `access`.
+    fn grant_for(&self, access: Access) -> &str {
+        match access {
+            Access::Write => &self.grant[0],
+            Access::Upgradeable => &self.grant[2],
+            _ => &self.grant[1],
+        }
+    }
+
     pub(crate) fn new(table: &Identifier) -> Self {
         let t = format!("{}_rw", table.as_str());
         let live = "owner = ?2 AND access IN (0, 1, 3, 4, 5) AND expires_at_ms > ?3";
@@ -117,12 +126,8 @@ impl RwStatements {
             ],
             expired: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND expires_at_ms <= ?2"),
             held: format!(
-                "SELECT MIN(expires_at_ms), MAX(access IN (1, 4, 5)), MAX(access IN (3, 4, 5)) \
+                "SELECT MIN(expires_at_ms), MAX(access IN (1, 4, 5)) \
                  FROM \"{t}\" WHERE name = ?1 AND access <> 2 AND expires_at_ms > ?2"
-            ),
-            marked_before: format!(
-                "SELECT 1 FROM \"{t}\" WHERE name = ?1 AND access = 2 AND expires_at_ms > ?2 \
-                 AND arrival_ms <= ?3 AND owner <> ?4 LIMIT 1"
             ),
             mark: format!(
                 "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms) \
@@ -130,10 +135,24 @@ impl RwStatements {
                  ON CONFLICT(name, owner) DO UPDATE SET expires_at_ms = excluded.expires_at_ms"
             ),
             unmark: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND access = 2"),
-            grant: format!(
-                "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms, holder) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6)"
-            ),
+            grant: [
+                (WRITE, "access <> 2"),
+                (
+                    READ,
+                    "(access IN (1, 4, 5) OR (access = 2 AND arrival_ms <= ?4))",
+                ),
+                (
+                    UPGRADEABLE,
+                    "(access IN (1, 3, 4, 5) OR (access = 2 AND arrival_ms <= ?4))",
+                ),
+            ]
+            .map(|(access, conflict)| {
+                format!(
+                    "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms, holder) \
+                     SELECT ?1, ?2, {access}, ?3, ?4, ?5 WHERE NOT EXISTS (SELECT 1 FROM \"{t}\" \
+                     WHERE name = ?1 AND expires_at_ms > ?6 AND {conflict})"
+                )
+            }),
             raise: format!(
                 "INSERT INTO \"{t}_fence\" (name, fence) VALUES (?1, (?2 << 32) + 1) \
                  ON CONFLICT(name) DO UPDATE SET fence = MAX(fence, ?2 << 32) + 1 \
@@ -252,37 +271,42 @@ impl SqliteLock {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(failed)?;
-        sqlx::query(AssertSqlSafe(sql.expired.as_str()))
+        // The grant, if nothing conflicts: one statement on the way in.
+        let granted = sqlx::query(AssertSqlSafe(sql.grant_for(access)))
             .bind(name)
+            .bind(&owner_hex)
+            .bind(now.saturating_add(ms(opts.ttl)))
+            .bind(arrival)
+            .bind(bytes)
             .bind(now)
             .execute(&mut *tx)
             .await
-            .map_err(failed)?;
-        let (earliest, writing, upgrader): (Option<i64>, Option<i64>, Option<i64>) =
-            sqlx::query_as(AssertSqlSafe(sql.held.as_str()))
+            .map_err(failed)?
+            .rows_affected()
+            == 1;
+        if !granted {
+            // Refused: clear the rows whose lease ran out, and learn how
+            // long the blocking lease lasts.
+            sqlx::query(AssertSqlSafe(sql.expired.as_str()))
                 .bind(name)
                 .bind(now)
-                .fetch_one(&mut *tx)
+                .execute(&mut *tx)
                 .await
                 .map_err(failed)?;
-        let blocked = match access {
-            Access::Write => earliest.map(|e| Some(time_left(e, now))),
-            _ if writing == Some(1) => Some(earliest.map(|e| time_left(e, now))),
-            Access::Upgradeable if upgrader == Some(1) => Some(None),
-            _ => {
-                let ahead: Option<i64> =
-                    sqlx::query_scalar(AssertSqlSafe(sql.marked_before.as_str()))
-                        .bind(name)
-                        .bind(now)
-                        .bind(arrival)
-                        .bind(&owner_hex)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(failed)?;
-                ahead.map(|_| None)
-            }
-        };
-        if let Some(left) = blocked {
+            let (earliest, writing): (Option<i64>, Option<i64>) =
+                sqlx::query_as(AssertSqlSafe(sql.held.as_str()))
+                    .bind(name)
+                    .bind(now)
+                    .fetch_one(&mut *tx)
+                    .await
+                    .map_err(failed)?;
+            // Held by a writer (a writer waits for every holder): until its
+            // lease ends; else behind a mark or an upgradeable reader.
+            let left = match access {
+                Access::Write => earliest.map(|e| time_left(e, now)),
+                _ if writing == Some(1) => earliest.map(|e| time_left(e, now)),
+                _ => None,
+            };
             if let Some(m) = mark {
                 sqlx::query(AssertSqlSafe(sql.mark.as_str()))
                     .bind(name)
@@ -314,20 +338,6 @@ impl SqliteLock {
                 .await
                 .map_err(failed)?;
         }
-        sqlx::query(AssertSqlSafe(sql.grant.as_str()))
-            .bind(name)
-            .bind(&owner_hex)
-            .bind(match access {
-                Access::Write => WRITE,
-                Access::Upgradeable => UPGRADEABLE,
-                _ => READ,
-            })
-            .bind(now.saturating_add(ms(opts.ttl)))
-            .bind(arrival)
-            .bind(bytes)
-            .execute(&mut *tx)
-            .await
-            .map_err(failed)?;
         let fence: i64 = match access {
             Access::Write => sqlx::query_scalar(AssertSqlSafe(sql.raise.as_str()))
                 .bind(name)
@@ -555,36 +565,6 @@ impl Inner {
     }
 }
 
-/// Gives an upgrade up, in the background, when it leaves without
-/// upgrading (the deadline, a cancellation, an error).
-struct GiveUp<'a> {
-    inner: &'a Arc<Inner>,
-    name: &'a str,
-    owner_hex: &'a str,
-    armed: bool,
-}
-
-impl Drop for GiveUp<'_> {
-    fn drop(&mut self) {
-        if !self.armed {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, name, owner) = (
-            Arc::clone(self.inner),
-            self.name.to_string(),
-            self.owner_hex.to_string(),
-        );
-        rt.spawn(async move {
-            if let Err(e) = inner.give_up_upgrade(&name, &owner).await {
-                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
-            }
-        });
-    }
-}
-
 /// The upgrade of owner `owner_hex`'s upgradeable read of `name`: looks
 /// until no other reader holds, polling (a release in this process wakes
 /// it at once, as a waiter), until `deadline`.
@@ -596,22 +576,26 @@ pub(crate) async fn upgrade(
 ) -> Result<Option<u64>, LockError> {
     let started = Instant::now();
     let wake = inner.wakeups.subscribe(&wake_key(name));
-    let mut give_up = GiveUp {
-        inner,
-        name,
-        owner_hex,
-        armed: true,
-    };
+    // Leaving without upgrading (the deadline, a cancellation, an error)
+    // lets readers in again.
+    let mut give_up = CleanUpOnDrop::new({
+        let (inner, name, owner) = (Arc::clone(inner), name.to_string(), owner_hex.to_string());
+        async move {
+            if let Err(e) = inner.give_up_upgrade(&name, &owner).await {
+                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+            }
+        }
+    });
     let mut pause = Duration::from_millis(2);
     loop {
         let left = match inner.upgrade_look(name, owner_hex).await {
             Ok(Look::Upgraded(fence)) => {
-                give_up.armed = false;
+                give_up.disarm();
                 return Ok(u64::try_from(fence).ok().filter(|_| inner.fencing));
             }
             Ok(Look::Readers(left)) => left,
             Err(e @ LockError::NotHeld { .. }) => {
-                give_up.armed = false;
+                give_up.disarm();
                 return Err(e);
             }
             Err(e) => return Err(e),
