@@ -253,4 +253,25 @@ mod tests {
         assert!(i64::try_from(largest).is_ok(), "{largest}");
         assert!(EpochLock::new(Arc::new(lock_core::MemoryLock::new()), MAX_EPOCH + 1).is_err());
     }
+
+    /// An upgrade's new write token is lifted into the epoch as a grant's
+    /// is, and stays above the upgradeable read's.
+    #[tokio::test]
+    async fn an_upgrade_takes_a_token_in_the_epoch() {
+        use lock_core::{RwLockExt, Wait};
+        let locks = EpochLock::new(Arc::new(lock_core::MemoryLock::new()), 3).expect("epoch 3");
+        let opts = LockOptions::new();
+        let mut guard = locks
+            .acquire_upgradeable("epoch", &opts)
+            .await
+            .expect("upgradeable");
+        let read = guard.fencing_token().expect("a token");
+        assert_eq!(read >> EPOCH_SHIFT, 3);
+        guard.upgrade(Wait::No).await.expect("upgrade");
+        let write = guard.fencing_token().expect("a token");
+        assert_eq!(write >> EPOCH_SHIFT, 3, "{write}");
+        assert!(write > read, "{write} after {read}");
+        assert_eq!(guard.access(), Some(Access::Write));
+        assert!(guard.release().await.expect("release"));
+    }
 }
