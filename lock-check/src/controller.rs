@@ -76,8 +76,8 @@ struct Fleet {
     children: BTreeMap<u32, (u32, usize, Role, Child)>,
     killed: HashSet<u32>,
     next_id: u32,
-    /// Holder kills so far (they go round the URL groups).
-    kills: usize,
+    /// Holder kills so far, per URL group.
+    kills: Vec<usize>,
 }
 
 impl Fleet {
@@ -176,17 +176,20 @@ impl Fleet {
         }
     }
 
-    /// The holder to kill next: with several URL groups, one of the next
-    /// group in turn, waiting for one to hold the lock until `until` (the
-    /// run's end: a group whose grants are rare is still killed in turn).
+    /// The holder to kill next: with several URL groups, one of a group
+    /// killed the fewest times so far, waiting for one to hold the lock
+    /// until `until` (the run's end: a group whose grants are rare is still
+    /// killed, and the groups that hold often are killed meanwhile, not
+    /// kept waiting for its turn).
     async fn next_victim(&mut self, until: Instant) -> Option<u32> {
-        let groups = self.cfg.urls.len();
-        let wanted = self.kills % groups;
         loop {
-            if let Some(pid) = self.holder()
-                && (groups == 1 || self.children.get(&pid).is_some_and(|c| c.1 == wanted))
-            {
-                self.kills += 1;
+            let fewest = self.kills.iter().copied().min().unwrap_or(0);
+            let group = self
+                .holder()
+                .and_then(|pid| Some((pid, self.children.get(&pid)?.1)))
+                .filter(|&(_, group)| self.kills.get(group) == Some(&fewest));
+            if let Some((pid, group)) = group {
+                self.kills[group] += 1;
                 return Some(pid);
             }
             if Instant::now() >= until {
@@ -257,7 +260,7 @@ pub async fn run(cfg: RunConfig) -> std::io::Result<Report> {
         children: BTreeMap::new(),
         killed: HashSet::new(),
         next_id: 0,
-        kills: 0,
+        kills: vec![0; cfg.urls.len()],
     };
     let outcome = drive(&cfg, &log, &services, &mut broken, &mut fleet).await;
     // Whatever happened: put faults back, let workers finish, kill the rest.

@@ -176,7 +176,7 @@ mod tests {
         | `lock_delay` | `true` | `false` | |\n\
         | `hold_at_least` | `true` | `false` | |\n\
         | `atomic_sets` | `1024` | `0` | |\n\
-        | `rw_lock` | `writers-first, fair, Notified` | `None` | |\n\nMore.\n";
+        | `rw_lock` | `writers-first, fair, Notified, upgradeable` | `None` | |\n\nMore.\n";
 
     #[test]
     fn a_true_checklist_passes_and_its_columns_are_read_by_backend() {
