@@ -78,17 +78,44 @@ impl Drop for Rejoin {
     }
 }
 
-/// Wait until every master's replica has its writes (`WAIT` goes to every
-/// master; the answer is the least acknowledged).
-async fn replicated() {
+/// How many replicas (of 1) of the master serving `name`'s slot
+/// acknowledge, within about 2 s, every write it has taken. `WAIT` counts the
+/// replicas that reached the offset of the last write on its own
+/// connection (on a fresh one: none, so it would answer at once): a write
+/// of ours in the slot first, behind every earlier write there, makes it
+/// wait for them all. (The cluster client sends `WAIT` to every master
+/// and keeps the least answer; the others have no write of ours to wait
+/// for and answer at once.)
+async fn acked_replicas(name: &str) -> i64 {
     let mut conn = cluster().await;
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(2000)
-        .query_async(&mut conn)
+    let () = conn
+        .set(format!("distlock-test:{{{name}}}"), unique("mark"))
         .await
-        .expect("WAIT");
-    assert_eq!(acked, 1, "every replica has its master's writes");
+        .expect("SET in the slot");
+    // Up to 2 s in steps the client's 500 ms response timeout allows.
+    let mut acked = 0;
+    for _ in 0..5 {
+        acked = redis::cmd("WAIT")
+            .arg(1)
+            .arg(400)
+            .query_async(&mut conn)
+            .await
+            .expect("WAIT");
+        if acked == 1 {
+            break;
+        }
+    }
+    acked
+}
+
+/// Wait until the replica of the master serving `name`'s slot has every
+/// write that master has taken.
+async fn replicated(name: &str) {
+    assert_eq!(
+        acked_replicas(name).await,
+        1,
+        "the slot's replica has its master's writes"
+    );
 }
 
 /// Another fresh name whose keys share `name`'s hash slot.
@@ -113,7 +140,7 @@ fn key(name: &str) -> String {
 /// writes, and wait until the cluster promotes its replica: a guard that
 /// brings the old master back as a replica.
 async fn fail_over(name: &str) -> Rejoin {
-    replicated().await;
+    replicated(name).await;
     let named = services_output(&["cluster-failover", &key(name)]);
     let killed = named.lines().next().unwrap_or_default().to_string();
     assert!(killed.starts_with("cluster"), "{named}");
@@ -305,7 +332,7 @@ async fn a_release_during_the_failover_lands_on_the_new_master() {
         .acquire(&name, &opts(Duration::from_secs(30)))
         .await
         .expect("acquire");
-    replicated().await;
+    replicated(&name).await;
     let old = master_of(&name).await;
     services(&["kill", &old]);
     let _rejoin = Rejoin(old);
@@ -390,7 +417,13 @@ async fn a_replica_that_does_not_acknowledge_refuses_the_grant() {
     let _resume = Restore::servers([replica.as_str()]);
     services(&["pause", &replica]);
     let refused = one.try_acquire(&name, &opts(Duration::from_secs(5))).await;
+    // The tests' own replication check waits for the paused replica too.
+    let acked = acked_replicas(&name).await;
     services(&["resume", &replica]);
+    assert_eq!(
+        acked, 0,
+        "a write the paused replica has not taken is not acknowledged"
+    );
     assert!(
         matches!(refused, Err(LockError::Unavailable { .. })),
         "a grant the replica did not acknowledge is refused as transient: {refused:?}"

@@ -77,16 +77,40 @@ impl Drop for Rejoin {
     }
 }
 
+/// How many replicas (of 2) acknowledge, within about 2 s, every write the
+/// master has taken. `WAIT` counts the replicas that reached the offset of
+/// the last write *on its own connection* (on a fresh connection: none, so
+/// it would answer at once): a write of ours first, behind every earlier
+/// write in the replication stream, makes it wait for them all.
+async fn acked_replicas() -> i64 {
+    let mut master = node(&services_output(&["master"])).await;
+    let () = master
+        .set("distlock-test:replicated", unique("mark"))
+        .await
+        .expect("SET on the master");
+    // Up to 2 s in steps the client's 500 ms response timeout allows.
+    let mut acked = 0;
+    for _ in 0..5 {
+        acked = redis::cmd("WAIT")
+            .arg(2)
+            .arg(400)
+            .query_async(&mut master)
+            .await
+            .expect("WAIT");
+        if acked == 2 {
+            break;
+        }
+    }
+    acked
+}
+
 /// Wait until both replicas have every write the master has taken.
 async fn replicated() {
-    let mut master = node(&services_output(&["master"])).await;
-    let acked: i64 = redis::cmd("WAIT")
-        .arg(2)
-        .arg(2000)
-        .query_async(&mut master)
-        .await
-        .expect("WAIT");
-    assert_eq!(acked, 2, "both replicas have the master's writes");
+    assert_eq!(
+        acked_replicas().await,
+        2,
+        "both replicas have the master's writes"
+    );
 }
 
 /// Kill the group's master once both replicas have its writes, and wait
@@ -342,6 +366,12 @@ async fn replicas_that_do_not_acknowledge_refuse_the_grant() {
     assert!(
         matches!(refused, Err(LockError::Unavailable { .. })),
         "a grant one replica did not acknowledge is refused as transient: {refused:?}"
+    );
+    // The tests' own replication check waits for the paused replica too.
+    assert_eq!(
+        acked_replicas().await,
+        1,
+        "a write the paused replica has not taken is acknowledged by one"
     );
     // Given back: another client finds the lock free.
     let mut free = false;
