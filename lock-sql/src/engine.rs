@@ -621,13 +621,19 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// One attempt, without waiting: on a shared session when sessions are
     /// shared, else on a connection of its own.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        // The reader-writer and permit attempts are boxed: their futures
+        // are several times a lock's, and this future (boxed by the trait,
+        // so copied whole into its box on every call) is as large as its
+        // largest branch.
         if let Some(access) = req.opts.access {
-            return rw::attempt(self, req, access, rw::now_ms(), None)
+            return Box::pin(rw::attempt(self, req, access, rw::now_ms(), None))
                 .await?
                 .into_guard();
         }
         if let Some(limit) = req.opts.permits {
-            return permits::attempt(self, req, limit).await?.into_guard();
+            return Box::pin(permits::attempt(self, req, limit))
+                .await?
+                .into_guard();
         }
         let opts = req.opts.clone().wait(Wait::No);
         let once = Request {
@@ -660,11 +666,12 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// Free now: taken on a shared session. Held: waited for on a
     /// connection of its own.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        // Boxed, as in `attempt_once`.
         if let Some(access) = req.opts.access {
-            return rw::wait(self, req, access).await;
+            return Box::pin(rw::wait(self, req, access)).await;
         }
         if let Some(limit) = req.opts.permits {
-            return permits::wait(self, req, limit).await;
+            return Box::pin(permits::wait(self, req, limit)).await;
         }
         if self.dialect.core().shared.enabled()
             && let Some(guard) = on_shared(self, req).await?
