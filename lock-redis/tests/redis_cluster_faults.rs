@@ -20,6 +20,9 @@ use redis::AsyncCommands;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+#[path = "support/acked.rs"]
+mod support;
+
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// A client on the cluster with short timeouts, and `extra` options.
@@ -92,20 +95,7 @@ async fn acked_replicas(name: &str) -> i64 {
         .set(format!("distlock-test:{{{name}}}"), unique("mark"))
         .await
         .expect("SET in the slot");
-    // Up to 2 s in steps the client's 500 ms response timeout allows.
-    let mut acked = 0;
-    for _ in 0..5 {
-        acked = redis::cmd("WAIT")
-            .arg(1)
-            .arg(400)
-            .query_async(&mut conn)
-            .await
-            .expect("WAIT");
-        if acked == 1 {
-            break;
-        }
-    }
-    acked
+    support::acked(&mut conn, 1).await
 }
 
 /// Wait until the replica of the master serving `name`'s slot has every

@@ -18,6 +18,9 @@ use redis::AsyncCommands;
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
+#[path = "support/acked.rs"]
+mod support;
+
 static SERIAL: Mutex<()> = Mutex::const_new(());
 
 /// A client on the group with short timeouts, and `extra` options.
@@ -88,20 +91,7 @@ async fn acked_replicas() -> i64 {
         .set("distlock-test:replicated", unique("mark"))
         .await
         .expect("SET on the master");
-    // Up to 2 s in steps the client's 500 ms response timeout allows.
-    let mut acked = 0;
-    for _ in 0..5 {
-        acked = redis::cmd("WAIT")
-            .arg(2)
-            .arg(400)
-            .query_async(&mut master)
-            .await
-            .expect("WAIT");
-        if acked == 2 {
-            break;
-        }
-    }
-    acked
+    support::acked(&mut master, 2).await
 }
 
 /// Wait until both replicas have every write the master has taken.
