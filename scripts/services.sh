@@ -409,9 +409,19 @@ rejoined() {
     case $1 in
         cluster[1-6])
             cluster_ok "$(redis_port "$1")" || return 1
-            cluster_cli "$(redis_port "$1")" role | head -n 1 | grep -qx master || replica_synced "$1" ;;
+            # A restarted master may still say "master" before it learns
+            # of its failover and turns replica: as a master it has
+            # rejoined only once its replica is synced to it.
+            if cluster_cli "$(redis_port "$1")" role | head -n 1 | grep -qx master; then
+                master_has_synced_replica "$1"
+            else
+                replica_synced "$1"
+            fi ;;
         *) replica_synced "$1" ;;
     esac
+}
+master_has_synced_replica() {
+    cluster_cli "$(redis_port "$1")" info replication | grep -q '^slave0:.*state=online'
 }
 replica_synced() {
     redis-cli -h $HOST -p "$(redis_port "$1")" info replication 2>/dev/null | grep -q 'master_link_status:up'

@@ -81,28 +81,32 @@ impl Drop for Rejoin {
     }
 }
 
+/// How long a replica back from a previous test's failover may take to
+/// catch up with its master.
+const SETTLE: Duration = Duration::from_secs(10);
+
 /// How many replicas (of 1) of the master serving `name`'s slot
-/// acknowledge, within about 2 s, every write it has taken. `WAIT` counts the
+/// acknowledge, within about `within`, every write it has taken. `WAIT` counts the
 /// replicas that reached the offset of the last write on its own
 /// connection (on a fresh one: none, so it would answer at once): a write
 /// of ours in the slot first, behind every earlier write there, makes it
 /// wait for them all. (The cluster client sends `WAIT` to every master
 /// and keeps the least answer; the others have no write of ours to wait
 /// for and answer at once.)
-async fn acked_replicas(name: &str) -> i64 {
+async fn acked_replicas(name: &str, within: Duration) -> i64 {
     let mut conn = cluster().await;
     let () = conn
         .set(format!("distlock-test:{{{name}}}"), unique("mark"))
         .await
         .expect("SET in the slot");
-    support::acked(&mut conn, 1).await
+    support::acked(&mut conn, 1, within).await
 }
 
 /// Wait until the replica of the master serving `name`'s slot has every
 /// write that master has taken.
 async fn replicated(name: &str) {
     assert_eq!(
-        acked_replicas(name).await,
+        acked_replicas(name, SETTLE).await,
         1,
         "the slot's replica has its master's writes"
     );
@@ -408,7 +412,7 @@ async fn a_replica_that_does_not_acknowledge_refuses_the_grant() {
     services(&["pause", &replica]);
     let refused = one.try_acquire(&name, &opts(Duration::from_secs(5))).await;
     // The tests' own replication check waits for the paused replica too.
-    let acked = acked_replicas(&name).await;
+    let acked = acked_replicas(&name, Duration::from_secs(2)).await;
     services(&["resume", &replica]);
     assert_eq!(
         acked, 0,

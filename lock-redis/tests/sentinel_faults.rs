@@ -80,24 +80,29 @@ impl Drop for Rejoin {
     }
 }
 
-/// How many replicas (of 2) acknowledge, within about 2 s, every write the
+/// How long a replica back from a previous test's failover may take to
+/// catch up with its master.
+const SETTLE: Duration = Duration::from_secs(10);
+
+/// How many replicas (of 2) acknowledge, within about `within`, every write the
 /// master has taken. `WAIT` counts the replicas that reached the offset of
 /// the last write *on its own connection* (on a fresh connection: none, so
 /// it would answer at once): a write of ours first, behind every earlier
 /// write in the replication stream, makes it wait for them all.
-async fn acked_replicas() -> i64 {
+async fn acked_replicas(within: Duration) -> i64 {
     let mut master = node(&services_output(&["master"])).await;
     let () = master
         .set("distlock-test:replicated", unique("mark"))
         .await
         .expect("SET on the master");
-    support::acked(&mut master, 2).await
+    support::acked(&mut master, 2, within).await
 }
 
-/// Wait until both replicas have every write the master has taken.
+/// Wait (up to [`SETTLE`]) until both replicas have every write the
+/// master has taken.
 async fn replicated() {
     assert_eq!(
-        acked_replicas().await,
+        acked_replicas(SETTLE).await,
         2,
         "both replicas have the master's writes"
     );
@@ -359,7 +364,7 @@ async fn replicas_that_do_not_acknowledge_refuse_the_grant() {
     );
     // The tests' own replication check waits for the paused replica too.
     assert_eq!(
-        acked_replicas().await,
+        acked_replicas(Duration::from_secs(2)).await,
         1,
         "a write the paused replica has not taken is acknowledged by one"
     );
