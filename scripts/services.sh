@@ -404,7 +404,8 @@ failover() {
     echo "$new"
 }
 # A node back in its group: a synced replica; in the cluster also a master
-# still serving its slots (back before the cluster failed it over).
+# still serving its slots (back before the cluster failed it over) whose
+# replica is synced to it.
 rejoined() {
     case $1 in
         cluster[1-6])
@@ -420,6 +421,7 @@ rejoined() {
         *) replica_synced "$1" ;;
     esac
 }
+# Whether the cluster master $1 has a replica in sync with it.
 master_has_synced_replica() {
     cluster_cli "$(redis_port "$1")" info replication | grep -q '^slave0:.*state=online'
 }

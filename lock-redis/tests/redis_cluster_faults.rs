@@ -81,10 +81,6 @@ impl Drop for Rejoin {
     }
 }
 
-/// How long a replica back from a previous test's failover may take to
-/// catch up with its master.
-const SETTLE: Duration = Duration::from_secs(10);
-
 /// How many replicas (of 1) of the master serving `name`'s slot
 /// acknowledge, within about `within`, every write it has taken. `WAIT` counts the
 /// replicas that reached the offset of the last write on its own
@@ -106,7 +102,7 @@ async fn acked_replicas(name: &str, within: Duration) -> i64 {
 /// write that master has taken.
 async fn replicated(name: &str) {
     assert_eq!(
-        acked_replicas(name, SETTLE).await,
+        acked_replicas(name, support::SETTLE).await,
         1,
         "the slot's replica has its master's writes"
     );

@@ -80,10 +80,6 @@ impl Drop for Rejoin {
     }
 }
 
-/// How long a replica back from a previous test's failover may take to
-/// catch up with its master.
-const SETTLE: Duration = Duration::from_secs(10);
-
 /// How many replicas (of 2) acknowledge, within about `within`, every write the
 /// master has taken. `WAIT` counts the replicas that reached the offset of
 /// the last write *on its own connection* (on a fresh connection: none, so
@@ -98,11 +94,11 @@ async fn acked_replicas(within: Duration) -> i64 {
     support::acked(&mut master, 2, within).await
 }
 
-/// Wait (up to [`SETTLE`]) until both replicas have every write the
+/// Wait (up to [`support::SETTLE`]) until both replicas have every write the
 /// master has taken.
 async fn replicated() {
     assert_eq!(
-        acked_replicas(SETTLE).await,
+        acked_replicas(support::SETTLE).await,
         2,
         "both replicas have the master's writes"
     );

@@ -5,6 +5,10 @@ use std::time::{Duration, Instant};
 
 use redis::aio::ConnectionLike;
 
+/// How long a replica back from a previous test's failover may take to
+/// catch up with its master.
+pub(crate) const SETTLE: Duration = Duration::from_secs(10);
+
 /// `WAIT want` on `conn` for up to about `within`, in steps the client's
 /// 500 ms response timeout allows: how many replicas acknowledged every
 /// write made on `conn` so far (the caller writes first: on a connection
