@@ -1,22 +1,21 @@
-//! The short history-check matrix CI runs: every backend with a server ×
-//! {none, holder SIGKILL, holder SIGSTOP} for 15 s each, plus server
-//! kill/restart for the correctness-grade backends; Redis through Sentinel
-//! and on a Redis Cluster in one mixed run each (below) with failovers of
-//! the master among its faults. Two runs go on at once,
+//! The short history-check matrix CI runs: every backend with a server,
+//! each primitive in one mixed run of 24 s whose nemeses take turns every
+//! 2 s (holder SIGKILL, holder SIGSTOP, and server kill/restart for the
+//! correctness-grade backends), so that every fault meets every
+//! primitive; Redis through Sentinel and on a Redis Cluster with
+//! failovers of the master among the faults. Two runs go on at once,
 //! never two on the same servers (a server nemesis would strike the other
 //! run), whether the cases run as threads of one process (`cargo test`) or
 //! as processes of their own (`cargo nextest`): the turns are file locks.
-//! The full 60 s matrix is `scripts/check-matrix.sh`.
+//! The full 60 s matrix, a run per nemesis, is `scripts/check-matrix.sh`.
 //!
-//! The `election_*` cases run with `--election` (candidates and observers)
-//! on every backend that offers elections, the `permits_*` cases with
-//! `--permits 2` on every backend that offers semaphores, and the `set_*`
-//! cases with `--set 2` (sets of two names of a pool of four) on every
-//! backend, and the `rw_*` cases with `--rw 0.5` (half reads, half
-//! writes) on every backend that offers reader-writer locks: each in one
-//! run of 24 s whose nemeses take turns every 2 s
-//! (holder SIGKILL, holder SIGSTOP, and server kill/restart where the lock
-//! cases have it), so that every fault meets every primitive.
+//! The lock cases run plain workers; the `election_*` cases run with
+//! `--election` (candidates and observers) on every backend that offers
+//! elections, the `permits_*` cases with `--permits 2` on every backend
+//! that offers semaphores, the `set_*` cases with `--set 2` (sets of two
+//! names of a pool of four) on every backend, and the `rw_*` cases with
+//! `--rw 0.5` (half reads, half writes) on every backend that offers
+//! reader-writer locks.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -71,10 +70,11 @@ impl Turn {
     }
 }
 
-/// Run `lock-check` on `url` for 15 s under each nemesis (with its
-/// servers); all must pass. `servers` names the server group the runs use.
-fn check(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])]) {
-    check_runs(case, servers, url, nemeses, &["--duration", "15s"]);
+/// The lock's run of `case` on `url`: one mixed run whose nemeses take
+/// turns (holder SIGKILL, holder SIGSTOP, and `server_kill`'s servers
+/// killed if any); it must pass. `servers` names the server group it uses.
+fn check(case: &str, servers: &str, url: &str, server_kill: &'static [&'static str]) {
+    check_runs(case, servers, url, &mixed_faults(server_kill), &MIXED_RUN);
 }
 
 /// Run `lock-check` on `url` with `extra` arguments (its duration among
@@ -125,24 +125,16 @@ fn check_runs(case: &str, servers: &str, url: &str, nemeses: &[(&str, &[&str])],
     assert!(failed.is_empty(), "{case}: failed runs {failed:?}");
 }
 
-const HOLDER_FAULTS: [(&str, &[&str]); 3] =
-    [("none", &[]), ("kill-holder", &[]), ("pause-holder", &[])];
-
 #[test]
 fn sqlite() {
     let dir = tempfile::tempdir().expect("tempdir");
     let url = format!("sqlite://{}", dir.path().join("locks.db").display());
-    check("sqlite", "sqlite", &url, &HOLDER_FAULTS);
+    check("sqlite", "sqlite", &url, &[]);
 }
 
 #[test]
 fn redis() {
-    check(
-        "redis",
-        "redis",
-        &env("DISTLOCK_TEST_REDIS_URL"),
-        &HOLDER_FAULTS,
-    );
+    check("redis", "redis", &env("DISTLOCK_TEST_REDIS_URL"), &[]);
 }
 
 /// Redis through Sentinel, in one mixed run: the holder faults and
@@ -175,79 +167,41 @@ fn redis_cluster() {
 
 #[test]
 fn redlock() {
-    check(
-        "redlock",
-        "redlock",
-        &env("DISTLOCK_TEST_REDLOCK_URL"),
-        &HOLDER_FAULTS,
-    );
-}
-
-fn with_server_kill(
-    server: &'static [&'static str],
-) -> Vec<(&'static str, &'static [&'static str])> {
-    let mut all = HOLDER_FAULTS.to_vec();
-    all.push(("kill-server", server));
-    all
+    check("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
 }
 
 #[test]
 fn postgres_row() {
     let url = format!("{}?mode=row", env("DISTLOCK_TEST_POSTGRES_URL"));
-    check(
-        "postgres-row",
-        "postgres",
-        &url,
-        &with_server_kill(&["postgres"]),
-    );
+    check("postgres-row", "postgres", &url, &["postgres"]);
 }
 
 #[test]
 fn postgres_advisory() {
     let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_POSTGRES_URL"));
-    check(
-        "postgres-advisory",
-        "postgres",
-        &url,
-        &with_server_kill(&["postgres"]),
-    );
+    check("postgres-advisory", "postgres", &url, &["postgres"]);
 }
 
 #[test]
 fn mysql_row() {
     let url = format!("{}?mode=row", env("DISTLOCK_TEST_MYSQL_URL"));
-    check("mysql-row", "mysql", &url, &with_server_kill(&["mysql"]));
+    check("mysql-row", "mysql", &url, &["mysql"]);
 }
 
 #[test]
 fn mysql_advisory() {
     let url = format!("{}?mode=advisory", env("DISTLOCK_TEST_MYSQL_URL"));
-    check(
-        "mysql-advisory",
-        "mysql",
-        &url,
-        &with_server_kill(&["mysql"]),
-    );
+    check("mysql-advisory", "mysql", &url, &["mysql"]);
 }
 
 #[test]
 fn etcd() {
-    check(
-        "etcd",
-        "etcd",
-        &env("DISTLOCK_TEST_ETCD_URL"),
-        &with_server_kill(&["etcd"]),
-    );
+    check("etcd", "etcd", &env("DISTLOCK_TEST_ETCD_URL"), &["etcd"]);
 }
 
 #[test]
 fn zookeeper() {
-    check(
-        "zookeeper",
-        "zk",
-        &env("DISTLOCK_TEST_ZK_URL"),
-        &with_server_kill(&["zk"]),
-    );
+    check("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
 /// The one run of an election, semaphore or set case: kill-holder and

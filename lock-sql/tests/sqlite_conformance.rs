@@ -33,7 +33,7 @@ async fn docs_open_with_the_capability_checklist() {
     lock_testkit::docs::assert_checklist(include_str!("../docs.md"), &h.lock.capabilities());
 }
 
-/// The suite again, on locks built from a `SqlitePool` the application
+/// The lock cases again, on locks built from a `SqlitePool` the application
 /// made itself (`SqliteLock::with_pool`), on a file of its own.
 mod own_pool {
     use std::time::Duration;
@@ -70,7 +70,9 @@ mod own_pool {
         .await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: the other primitives run the same code on the
+    // lock's connections, whichever pool they were taken from.
+    lock_testkit::lock_conformance_suite!(harness());
 
     /// A pool whose settings would break a guarantee is refused, typed,
     /// naming the setting: not WAL, or a file that a machine crash could

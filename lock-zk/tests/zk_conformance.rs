@@ -1,7 +1,7 @@
 //! The conformance suite against the ZooKeeper that `scripts/services.sh`
-//! runs: the standalone server (`DISTLOCK_TEST_ZK_URL`), the same server
-//! over TLS (`DISTLOCK_TEST_ZK_TLS_URL`) and the 3-node ensemble
-//! (`DISTLOCK_TEST_ZK_ENSEMBLE_URL`).
+//! runs: the standalone server (`DISTLOCK_TEST_ZK_URL`) and the 3-node
+//! ensemble (`DISTLOCK_TEST_ZK_ENSEMBLE_URL`); the lock cases over TLS
+//! (`DISTLOCK_TEST_ZK_TLS_URL`) and on the application's own client.
 
 use lock_testkit::conformance::Harness;
 use lock_testkit::faults::env;
@@ -39,10 +39,12 @@ mod tls {
         harness_for("DISTLOCK_TEST_ZK_TLS_URL").await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: TLS is the session's transport, under every
+    // primitive alike.
+    lock_testkit::lock_conformance_suite!(harness());
 }
 
-/// The suite again, on locks built from a `zookeeper_client::Client` the
+/// The lock cases again, on locks built from a `zookeeper_client::Client` the
 /// application made itself (`ZkLock::with_client`), on the ensemble, with
 /// a root of the application's choosing.
 mod own_client {
@@ -67,7 +69,9 @@ mod own_client {
         .await
     }
 
-    lock_testkit::conformance_suite!(harness());
+    // The lock cases: the other primitives run the same code on the
+    // lock's session, whichever client it was made from.
+    lock_testkit::lock_conformance_suite!(harness());
 }
 
 /// A lock on the application's client refuses a root that is not a plain

@@ -35,7 +35,7 @@ macro_rules! session_conformance {
             ::lock_testkit::conformance_suite!(harness());
         }
 
-        /// The suite again, on locks built from a pool the application
+        /// The lock cases again, on locks built from a pool the application
         /// made itself (`with_pool`), in both modes.
         mod own_pool {
             use ::lock_sql::{SqlConfig, SqlMode};
@@ -57,12 +57,14 @@ macro_rules! session_conformance {
                 .await
             }
 
+            // The lock cases: the other primitives run the same code on
+            // the lock's connections, whichever pool they were taken from.
             mod row {
                 async fn harness() -> super::Harness {
                     super::harness_for(super::SqlMode::Row).await
                 }
 
-                ::lock_testkit::conformance_suite!(harness());
+                ::lock_testkit::lock_conformance_suite!(harness());
             }
 
             mod advisory {
@@ -70,13 +72,10 @@ macro_rules! session_conformance {
                     super::harness_for(super::SqlMode::Advisory).await
                 }
 
-                ::lock_testkit::conformance_suite!(harness());
+                ::lock_testkit::lock_conformance_suite!(harness());
             }
         }
 
-        /// The suite again with `fencing=false`, in both modes: guards,
-        /// `inspect` and `capabilities()` carry no token, and everything
-        /// else holds.
         /// A suffix for a table of a case's own: the process and the clock.
         fn table_suffix() -> String {
             let nanos = ::std::time::SystemTime::now()
@@ -332,6 +331,9 @@ macro_rules! session_conformance {
             drop_tables(&admin, &table).await;
         }
 
+        /// The suite again with `fencing=false`, in both modes: guards,
+        /// `inspect` and `capabilities()` carry no token, and everything
+        /// else holds.
         mod without_fencing {
             mod row {
                 async fn harness() -> ::lock_testkit::conformance::Harness {
