@@ -45,6 +45,9 @@ phase() {
     cargo nextest run --workspace --all-features --no-fail-fast \
         --test-threads "$threads" -E "$filter" "$@" || status=1
     echo "=== phase $name: $((SECONDS - started)) s" >&2
+    # Each test's time, kept per phase (nextest writes one file per run).
+    local junit="${CARGO_TARGET_DIR:-target}/nextest/default/junit.xml"
+    [ ! -f "$junit" ] || cp "$junit" "${junit%.xml}-${name// /-}.xml"
 }
 
 api_log=$(mktemp)
