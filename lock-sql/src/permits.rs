@@ -32,7 +32,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::{Attempt, Request, acquire_by_polling, limit_mismatch};
-use lock_core::{LockError, LockGuard, PermitInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting};
+use lock_core::{
+    Backoff, LockError, LockGuard, PermitInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
+};
 use tokio::time::Instant;
 
 use crate::engine::{Dialect, Kept, SqlLock, guard, holder_record};
@@ -46,10 +48,20 @@ pub(crate) const MAX_LIMIT: u32 = 1024;
 pub(crate) const SEMAPHORE: SemaphoreCapabilities =
     SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Polling);
 
-/// How often a request whose limit differs from the rows' tries to set
-/// its own (another client may be setting it at that moment) before it
-/// is refused.
-const LIMIT_TRIES: u32 = 4;
+/// How many times a request whose limit differs from the rows' (or whose
+/// name has no rows yet) tries to set its own before it is refused: every
+/// try counts, whether another client's permits kept it from setting the
+/// limit or another client set its own limit again before this one could
+/// take a slot, so that two clients asking with two limits cannot undo
+/// each other's for ever.
+const LIMIT_TRIES: u32 = 5;
+
+/// The pause before the next look after try `n` at setting a limit.
+fn limit_backoff() -> Backoff {
+    Backoff::default()
+        .with_initial(Duration::from_millis(5))
+        .with_max(Duration::from_millis(80))
+}
 
 /// What a dialect's attempt at a slot found
 /// ([`Dialect::take_slot`]).
@@ -127,15 +139,6 @@ pub(crate) async fn attempt<D: Dialect>(
             Found::OtherLimit(held) => Some(held),
             Found::Missing => None,
         };
-        let conn = pinned.conn(backend)?;
-        let set = dialect
-            .set_limit(conn, name, limit)
-            .await
-            .map_err(|e| dialect.permit_error(e))?;
-        if set {
-            continue;
-        }
-        tries += 1;
         if tries >= LIMIT_TRIES {
             dialect.put_back_permit(pinned).await;
             return match held {
@@ -144,9 +147,20 @@ pub(crate) async fn attempt<D: Dialect>(
                 None => Ok(Attempt::Held { expires_in: None }),
             };
         }
-        // Someone holds a permit with the other limit, or another
-        // client sets a limit now: look again after a moment.
-        tokio::time::sleep(Duration::from_millis(5 << tries)).await;
+        tries += 1;
+        let conn = pinned.conn(backend)?;
+        let set = dialect
+            .set_limit(conn, name, limit)
+            .await
+            .map_err(|e| dialect.permit_error(e))?;
+        // The usual way in for a new name: its rows made, a slot next.
+        if set && tries == 1 {
+            continue;
+        }
+        // Someone holds a permit with the other limit, or another client
+        // sets its limit now (perhaps over ours): look again after a
+        // moment, jittered, so that two such clients fall out of step.
+        tokio::time::sleep(limit_backoff().delay(tries)).await;
     };
     let record = holder_record(core, req);
     let counter = counter_key(name, slot);
