@@ -24,6 +24,7 @@ mod queue_wait;
 mod rw;
 mod script_call;
 mod scripts;
+mod sentinels;
 mod server;
 mod sets;
 mod state;

@@ -224,8 +224,9 @@ impl RedisLock {
                         .set_client_to_sentinel_tls_mode(redis::TlsMode::Secure);
                 }
                 let sentinel = builder.build().map_err(invalid)?;
+                let asked = crate::sentinels::Sentinels::new(sentinels).map_err(invalid)?;
                 let follower = Follower::connect(
-                    sentinel,
+                    (sentinel, asked),
                     group.clone(),
                     parsed.config.clone(),
                     node_map.clone(),

@@ -10,7 +10,8 @@
 //! (the manager reports a disconnection), or a command fails in a way a
 //! demoted or dead master fails (`READONLY`, an I/O error, a refused
 //! connection), the next command first asks the Sentinels for the master
-//! (checking that it answers `ROLE` as one). A new master means a new
+//! (the one a majority of them stand for, see [`crate::sentinels`],
+//! checked to answer `ROLE` as one). A new master means a new
 //! connection manager and a [`Server::switches`] signal. A disconnection
 //! also starts a background lookup, repeated every [`LOOKUP_RETRY`] until a
 //! master answers, so that an idle client (one that only holds locks)
@@ -35,6 +36,7 @@ use tokio::sync::{Notify, watch};
 
 use crate::config::{NodeMap, RedisConfig};
 use crate::error::{map_redis, within};
+use crate::sentinels::{self, Sentinels};
 
 /// How often a master in doubt is looked up again while no Sentinel names
 /// one that answers.
@@ -293,6 +295,9 @@ pub(crate) struct Master {
     address: String,
     /// Counts the masters this client has followed.
     generation: u64,
+    /// The Sentinels' configuration epoch this master was named at (0 for
+    /// a node not found through Sentinels).
+    epoch: u64,
 }
 
 /// Follows a Sentinel group's master.
@@ -300,6 +305,8 @@ pub(crate) struct Follower {
     /// Asks the Sentinels; held while a master is looked up, so that one
     /// lookup runs at a time.
     sentinel: tokio::sync::Mutex<SentinelClient>,
+    /// The same Sentinels, asked directly: their majority decides.
+    sentinels: Sentinels,
     current: RwLock<Arc<Master>>,
     /// Set when the current master may no longer be the master.
     doubt: Arc<AtomicBool>,
@@ -317,7 +324,7 @@ impl Follower {
     /// Find the group's master through `sentinel` and connect to it,
     /// reaching the nodes the Sentinels name through `node_map`.
     pub(crate) async fn connect(
-        sentinel: SentinelClient,
+        (sentinel, sentinels): (SentinelClient, Sentinels),
         group: String,
         config: RedisConfig,
         node_map: NodeMap,
@@ -327,12 +334,18 @@ impl Follower {
         let wake = Arc::new(Notify::new());
         let first = {
             let mut asking = sentinel.lock().await;
-            find_master(&mut asking, &group, &config, &node_map, (&doubt, &wake)).await?
+            let group = Group {
+                name: &group,
+                sentinels: &sentinels,
+                node_map: &node_map,
+            };
+            find_master(&mut asking, group, &config, (&doubt, &wake)).await?
         };
         tracing::debug!(target: "distlock", group = %group, master = %first.address,
             "redis lock client follows the sentinel group's master");
         let follower = Arc::new(Follower {
             sentinel,
+            sentinels,
             current: RwLock::new(Arc::new(first)),
             doubt,
             wake,
@@ -396,9 +409,14 @@ impl Follower {
         let current = self.master();
         // Cleared first: a disconnection from here on doubts again.
         self.doubt.store(false, Ordering::Release);
-        let found = lookup(&mut asking, &self.group, &self.config, &self.node_map).await;
-        let client = match found {
-            Ok(client) => client,
+        let group = Group {
+            name: &self.group,
+            sentinels: &self.sentinels,
+            node_map: &self.node_map,
+        };
+        let found = lookup(&mut asking, group, &self.config, current.epoch).await;
+        let (client, epoch) = match found {
+            Ok(found) => found,
             Err(e) => {
                 self.doubted();
                 return Err(e);
@@ -414,7 +432,7 @@ impl Follower {
             address,
             &self.config,
             (&self.doubt, &self.wake),
-            generation,
+            (generation, epoch),
         );
         let master = match opened.await {
             Ok(master) => master,
@@ -471,33 +489,113 @@ async fn look_up_when_doubted(follower: std::sync::Weak<Follower>, wake: Arc<Not
     }
 }
 
-/// Ask the Sentinels which node is the master (the node checked to answer
-/// `ROLE` as one), within the connect and response timeouts.
+/// A Sentinel group, as a lookup of its master needs it.
+#[derive(Clone, Copy)]
+struct Group<'a> {
+    /// Its name (`SENTINEL MONITOR`'s).
+    name: &'a str,
+    /// Its Sentinels, asked directly.
+    sentinels: &'a Sentinels,
+    /// Where the nodes they name are reached.
+    node_map: &'a NodeMap,
+}
+
+/// Ask the Sentinels which node is the master, within the connect and
+/// response timeouts: the one a majority of them stand for (see
+/// [`crate::sentinels`]), of a configuration epoch not below `floor`,
+/// checked to answer `ROLE` as a master; with that epoch. redis-rs's
+/// lookup runs beside it and gives the client for the node (credentials,
+/// database, TLS); where the first Sentinel it asked named another node,
+/// the same client is pointed at the one chosen.
 async fn lookup(
     sentinel: &mut SentinelClient,
-    group: &str,
+    group: Group<'_>,
     config: &RedisConfig,
-    node_map: &NodeMap,
-) -> RedisResult<redis::Client> {
+    floor: u64,
+) -> RedisResult<(redis::Client, u64)> {
     let limit = config.connect_timeout + config.response_timeout;
-    match tokio::time::timeout(limit, sentinel.async_get_client()).await {
-        Ok(found) => reached(found?, node_map),
-        Err(_) => Err(RedisError::from((
+    let (found, answers) = tokio::join!(
+        tokio::time::timeout(limit, sentinel.async_get_client()),
+        group.sentinels.ask(group.name, limit),
+    );
+    let named = match found {
+        Ok(found) => found?,
+        Err(_) => {
+            return Err(RedisError::from((
+                ErrorKind::Io,
+                "no sentinel named a master in time",
+                format!("group {:?}, {limit:?}", group.name),
+            )));
+        }
+    };
+    let chosen = sentinels::choose(&answers, floor).map_err(|why| {
+        RedisError::from((
             ErrorKind::Io,
-            "no sentinel named a master in time",
-            format!("group {group:?}, {limit:?}"),
+            "the sentinels do not agree on a master",
+            format!("group {:?}: {why}", group.name),
+        ))
+    })?;
+    let (host, port) = host_port(named.get_connection_info().addr()).unwrap_or_default();
+    if host == chosen.host && port == chosen.port {
+        // redis-rs checked its role.
+        return Ok((reached(named, group.node_map)?, chosen.epoch));
+    }
+    tracing::debug!(target: "distlock", group = %group.name, first = %format!("{host}:{port}"),
+        chosen = %format!("{}:{}", chosen.host, chosen.port), epoch = chosen.epoch,
+        "a sentinel named a master the majority's newest configuration does not");
+    let client = reached(at(&named, &chosen.host, chosen.port)?, group.node_map)?;
+    let role = async {
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("ROLE")
+            .query_async::<Vec<Value>>(&mut conn)
+            .await
+    };
+    match tokio::time::timeout(limit, role).await {
+        Ok(Ok(role)) if matches!(role.first(), Some(Value::BulkString(r)) if r == b"master") => {
+            Ok((client, chosen.epoch))
+        }
+        Ok(Err(e)) => Err(e),
+        _ => Err(RedisError::from((
+            ErrorKind::Io,
+            "the master the sentinels name does not answer as one yet",
+            format!("group {:?}: {}:{}", group.name, chosen.host, chosen.port),
         ))),
     }
+}
+
+/// The host and port of a TCP address.
+fn host_port(addr: &redis::ConnectionAddr) -> Option<(String, u16)> {
+    match addr {
+        redis::ConnectionAddr::Tcp(host, port)
+        | redis::ConnectionAddr::TcpTls { host, port, .. } => Some((host.clone(), *port)),
+        _ => None,
+    }
+}
+
+/// `client`'s settings (credentials, database, TLS) on `host:port`.
+fn at(client: &redis::Client, host: &str, port: u16) -> RedisResult<redis::Client> {
+    let info = client.get_connection_info();
+    let addr = match info.addr().clone() {
+        redis::ConnectionAddr::TcpTls {
+            insecure,
+            tls_params,
+            ..
+        } => redis::ConnectionAddr::TcpTls {
+            host: host.to_string(),
+            port,
+            insecure,
+            tls_params,
+        },
+        _ => redis::ConnectionAddr::Tcp(host.to_string(), port),
+    };
+    redis::Client::open(info.clone().set_addr(addr))
 }
 
 /// `client`, or, if `node_map` names its address, the same client on the
 /// address it maps it to.
 fn reached(client: redis::Client, node_map: &NodeMap) -> RedisResult<redis::Client> {
-    let info = client.get_connection_info();
-    let (host, port) = match info.addr() {
-        redis::ConnectionAddr::Tcp(host, port)
-        | redis::ConnectionAddr::TcpTls { host, port, .. } => (host, *port),
-        _ => return Ok(client),
+    let Some((host, port)) = host_port(client.get_connection_info().addr()) else {
+        return Ok(client);
     };
     let Some((_, via)) = node_map
         .iter()
@@ -505,20 +603,7 @@ fn reached(client: redis::Client, node_map: &NodeMap) -> RedisResult<redis::Clie
     else {
         return Ok(client);
     };
-    let addr = match info.addr().clone() {
-        redis::ConnectionAddr::TcpTls {
-            insecure,
-            tls_params,
-            ..
-        } => redis::ConnectionAddr::TcpTls {
-            host: via.host().to_string(),
-            port: via.port(),
-            insecure,
-            tls_params,
-        },
-        _ => redis::ConnectionAddr::Tcp(via.host().to_string(), via.port()),
-    };
-    redis::Client::open(info.clone().set_addr(addr))
+    at(&client, via.host(), via.port())
 }
 
 /// A connection manager on the master `client` names, whose disconnection
@@ -528,7 +613,7 @@ async fn open(
     address: String,
     config: &RedisConfig,
     doubting: (&Arc<AtomicBool>, &Arc<Notify>),
-    generation: u64,
+    (generation, epoch): (u64, u64),
 ) -> RedisResult<Master> {
     crate::config::ensure_tls_provider(&client);
     let (flag, wake) = (Arc::clone(doubting.0), Arc::clone(doubting.1));
@@ -557,23 +642,23 @@ async fn open(
         conn,
         address,
         generation,
+        epoch,
     })
 }
 
 /// The first master: looked up and connected, failures as `LockError`.
 async fn find_master(
     sentinel: &mut SentinelClient,
-    group: &str,
+    group: Group<'_>,
     config: &RedisConfig,
-    node_map: &NodeMap,
     doubting: (&Arc<AtomicBool>, &Arc<Notify>),
 ) -> Result<Master, LockError> {
-    let doing = format!("finding the master of sentinel group {group:?}");
-    let client = within(config, &doing, lookup(sentinel, group, config, node_map))
+    let doing = format!("finding the master of sentinel group {:?}", group.name);
+    let (client, epoch) = within(config, &doing, lookup(sentinel, group, config, 0))
         .await?
         .map_err(|e| map_redis(&doing, e))?;
     let address = client.get_connection_info().addr().to_string();
-    open(client, address, config, doubting, 0)
+    open(client, address, config, doubting, (0, epoch))
         .await
         .map_err(|e| map_redis(&doing, e))
 }
