@@ -1285,8 +1285,8 @@ impl fmt::Display for Report {
 /// A Markdown table of several runs' reports, one row per run.
 pub fn table(runs: &[(String, Report)]) -> String {
     let mut out = String::from(
-        "| run | backend | nemesis | s | grants | faults | refused | harmless | fencing failures | token order | newest refused | in time: running / paused | lost on arrival | longest gap (ms) | hangs | acquire errors | observers: terms back / unpublished | verdict |\n\
-         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| run | backend | nemesis | s | grants | faults | refused | harmless | fencing failures | token order | newest refused | in time: running / paused | lost on arrival | longest gap (ms) | hangs | acquire errors | observers: terms back / unpublished | reader-writer: low reads / readers ahead of a waiting writer / longest writer wait ÷ longest hold (ms) / upgrades | verdict |\n\
+         |---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (label, r) in runs {
         let faults: u64 = r.actions.values().sum();
@@ -1296,7 +1296,7 @@ pub fn table(runs: &[(String, Report)]) -> String {
             .map(|(k, n)| format!("{k} {n}"))
             .collect();
         out.push_str(&format!(
-            "| {label} | {} ({}, {}) | {} | {:.0} | {} | {faults} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {} | {} | {} | {} |\n",
+            "| {label} | {} ({}, {}) | {} | {:.0} | {} | {faults} | {} | {} | {} | {} | {} | {} / {} | {} | {:.0} | {} | {} | {} | {} | {} |\n",
             r.backend,
             r.grade,
             r.fencing,
@@ -1318,10 +1318,33 @@ pub fn table(runs: &[(String, Report)]) -> String {
                 || "–".to_string(),
                 |e| format!("{} / {}", e.terms_backwards.count, e.unpublished.count)
             ),
+            rw_cell(r),
             if r.passed() { "pass" } else { "**FAIL**" },
         ));
     }
     out
+}
+
+/// The reader-writer figures of a `--rw` run for [`table`]: reads below an
+/// earlier write's token, readers let in ahead of a waiting writer, the
+/// longest writer wait against the longest hold, and the upgrades where
+/// the backend offers them; "–" for other runs.
+fn rw_cell(r: &Report) -> String {
+    if r.rw.is_none() {
+        return "–".to_string();
+    }
+    let ms = |v: Option<f64>| v.map_or_else(|| "–".to_string(), |v| format!("{v:.0}"));
+    let upgrades = match (r.upgradeable, r.upgrades) {
+        (Some(true), Some(n)) => n.to_string(),
+        _ => "–".to_string(),
+    };
+    format!(
+        "{} / {} / {} ÷ {} / {upgrades}",
+        r.read_tokens.count,
+        r.writer_starvation.count,
+        ms(r.writer_wait_longest_ms),
+        ms(r.hold_longest_ms),
+    )
 }
 
 #[cfg(test)]
@@ -1834,5 +1857,32 @@ mod tests {
         let r = rw_history(dir.path(), 19 * S / 2, true)?;
         assert_eq!(r.writer_starvation.count, 0, "{r}");
         Ok(())
+    }
+
+    /// The table shows a reader-writer run's figures in a column of their
+    /// own, and "–" there for other runs.
+    #[test]
+    fn the_table_shows_the_reader_writer_figures() {
+        let mut rw = Report {
+            rw: Some(0.5),
+            upgradeable: Some(true),
+            upgrades: Some(3),
+            writer_wait_longest_ms: Some(812.4),
+            hold_longest_ms: Some(2400.0),
+            ..Report::default()
+        };
+        rw.writer_starvation.count = 2;
+        let table = table(&[
+            ("rw-x".to_string(), rw),
+            ("x".to_string(), Report::default()),
+        ]);
+        let rows: Vec<&str> = table.lines().collect();
+        let columns = |row: &str| row.split(" | ").count();
+        assert_eq!(columns(rows[0]), columns(rows[2]), "{table}");
+        assert!(rows[2].contains("| 0 / 2 / 812 ÷ 2400 / 3 |"), "{table}");
+        assert!(
+            rows[3].contains("| – | – | pass |") || rows[3].contains("| – | – | **FAIL** |"),
+            "{table}"
+        );
     }
 }
