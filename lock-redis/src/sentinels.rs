@@ -26,6 +26,8 @@ pub(crate) struct Named {
     pub(crate) port: u16,
     /// The configuration epoch of that view.
     pub(crate) epoch: u64,
+    /// Whether the Sentinel holds that master down (`s_down`, `o_down`).
+    pub(crate) down: bool,
 }
 
 /// What one Sentinel answered.
@@ -33,7 +35,7 @@ pub(crate) struct Named {
 pub(crate) enum Answer {
     /// No answer in time, or an error.
     Silent,
-    /// It answered, but holds the master down (or knows no such group).
+    /// It answered, but knows no such group (or the reply lacks a field).
     NoMaster,
     /// The master it names.
     Names(Named),
@@ -79,31 +81,27 @@ impl Sentinels {
 }
 
 /// A Sentinel's `SENTINEL MASTER` reply as an [`Answer`]: the master it
-/// names, unless it holds it down or the reply lacks a field.
+/// names, held down or not (a Sentinel that just switched to a new master
+/// flags it `disconnected` until its links are up: that is not down).
 fn answer_of(master: &HashMap<String, String>) -> Answer {
-    let down = master.get("flags").is_none_or(|flags| {
-        flags
-            .split(',')
-            .any(|f| matches!(f, "s_down" | "o_down" | "disconnected"))
-    });
     let named = || {
+        let flags = master.get("flags")?;
         Some(Named {
             host: master.get("ip")?.clone(),
             port: master.get("port")?.parse().ok()?,
             epoch: master.get("config-epoch")?.parse().ok()?,
+            down: flags.split(',').any(|f| matches!(f, "s_down" | "o_down")),
         })
     };
-    match (down, named()) {
-        (false, Some(named)) => Answer::Names(named),
-        _ => Answer::NoMaster,
-    }
+    named().map_or(Answer::NoMaster, Answer::Names)
 }
 
 /// The master `answers` stand for: the one named with the highest
-/// configuration epoch, if more than half of the Sentinels answered, and
-/// if that epoch is not below `floor` (the epoch of the master followed so
-/// far: a client never goes back to an older configuration). Otherwise
-/// why not.
+/// configuration epoch, if more than half of the Sentinels answered, if
+/// that epoch is not below `floor` (the epoch of the master followed so
+/// far: a client never goes back to an older configuration), and if the
+/// Sentinel naming it does not hold it down. Otherwise why not: an older
+/// view never stands in for a newer one whose master is down.
 pub(crate) fn choose(answers: &[Answer], floor: u64) -> Result<Named, String> {
     let answered = answers.iter().filter(|a| **a != Answer::Silent).count();
     if answered <= answers.len() / 2 {
@@ -118,8 +116,14 @@ pub(crate) fn choose(answers: &[Answer], floor: u64) -> Result<Named, String> {
             Answer::Names(named) => Some(named),
             _ => None,
         })
-        .max_by_key(|named| named.epoch)
-        .ok_or_else(|| "no sentinel that answered names a master up".to_string())?;
+        .max_by_key(|named| (named.epoch, !named.down))
+        .ok_or_else(|| "no sentinel that answered names a master".to_string())?;
+    if best.down {
+        return Err(format!(
+            "the newest configuration's master {}:{} (epoch {}) is down",
+            best.host, best.port, best.epoch
+        ));
+    }
     if best.epoch < floor {
         return Err(format!(
             "the sentinels name {}:{} of configuration epoch {}, older than the {floor} followed so far",
@@ -138,6 +142,16 @@ mod tests {
             host: host.into(),
             port: 6379,
             epoch,
+            down: false,
+        })
+    }
+
+    fn names_down(host: &str, epoch: u64) -> Answer {
+        Answer::Names(Named {
+            host: host.into(),
+            port: 6379,
+            epoch,
+            down: true,
         })
     }
 
@@ -161,22 +175,28 @@ mod tests {
         assert!(choose(&half, 0).is_err());
     }
 
-    /// A view older than the master followed so far is refused, and so is
-    /// a majority that holds the master down.
+    /// A view older than the master followed so far is refused; so is the
+    /// newest view while its master is held down: the stale Sentinel's
+    /// older view does not stand in for it.
     #[test]
-    fn an_older_view_or_no_master_up_is_refused() {
+    fn an_older_view_or_the_newest_master_down_is_refused() {
         let old = [names("old", 3), names("old", 3), Answer::Silent];
         assert!(choose(&old, 4).is_err());
         assert_eq!(choose(&old, 3).expect("the same epoch").host, "old");
-        let down = [Answer::NoMaster, Answer::NoMaster, names("x", 1)];
-        assert_eq!(choose(&down, 0).expect("one names one").host, "x");
+        let newest_down = [names("old", 3), names_down("new", 4), names_down("new", 4)];
+        assert!(choose(&newest_down, 0).is_err());
+        let one_sees_it_up = [names("old", 3), names_down("new", 4), names("new", 4)];
+        assert_eq!(choose(&one_sees_it_up, 0).expect("up").host, "new");
+        let unknown = [Answer::NoMaster, Answer::NoMaster, names("x", 1)];
+        assert_eq!(choose(&unknown, 0).expect("one names one").host, "x");
         assert!(choose(&[Answer::NoMaster, Answer::NoMaster], 0).is_err());
     }
 
-    /// A reply's fields: a master held down, or a reply without an epoch,
+    /// A reply's fields: the master, held down or not (`disconnected`, a
+    /// Sentinel's links not up yet, is not down); a reply without an epoch
     /// names none.
     #[test]
-    fn a_reply_names_its_master_unless_down() {
+    fn a_reply_names_its_master_and_whether_it_is_down() {
         let reply = |flags: &str| {
             HashMap::from([
                 ("ip".to_string(), "10.0.0.1".to_string()),
@@ -185,15 +205,18 @@ mod tests {
                 ("flags".to_string(), flags.to_string()),
             ])
         };
-        assert_eq!(
-            answer_of(&reply("master")),
+        let named = |down| {
             Answer::Names(Named {
                 host: "10.0.0.1".into(),
                 port: 6380,
-                epoch: 7
+                epoch: 7,
+                down,
             })
-        );
-        assert_eq!(answer_of(&reply("s_down,master")), Answer::NoMaster);
+        };
+        assert_eq!(answer_of(&reply("master")), named(false));
+        assert_eq!(answer_of(&reply("master,disconnected")), named(false));
+        assert_eq!(answer_of(&reply("s_down,master")), named(true));
+        assert_eq!(answer_of(&reply("master,s_down,o_down")), named(true));
         let mut no_epoch = reply("master");
         no_epoch.remove("config-epoch");
         assert_eq!(answer_of(&no_epoch), Answer::NoMaster);
