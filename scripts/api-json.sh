@@ -7,7 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 target="${CARGO_TARGET_DIR:-target}/api"
-for krate in lock-core lock-layers lock-sql lock-redis lock-redlock lock-etcd lock-zk distlock; do
+for krate in lock-core lock-layers lock-sql lock-redis lock-redlock lock-etcd lock-zk lock-nats distlock; do
     RUSTC_BOOTSTRAP=1 cargo rustdoc --quiet --lib --all-features -p "$krate" \
         --target-dir "$target" -- -Z unstable-options --output-format json >&2
     echo "$krate"

