@@ -24,6 +24,7 @@ use crate::registry;
 /// | `postgres://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false&sslmode=…]` | Postgres row or advisory locks | `postgres` |
 /// | `mysql://user:pass@host[:port]/db[?table=…&mode=row\|advisory&max_connections=…&sessions=…&fencing=false]`, `mariadb://…` | MySQL 8 / MariaDB ≥ 10.6 row or `GET_LOCK` locks | `mysql` |
 /// | `zk://[user:pass@]host:port[,host:port…][/root][?session_timeout=…]`, `zk+tls://…[?tls_ca=PEM&tls_cert=PEM&tls_key=PEM]` (TLS) | ZooKeeper ephemeral-sequential nodes | `zookeeper` |
+/// | `nats://[user:pass@\|token@]host[:port][,host[:port]…][/bucket][?replicas=…&connect_timeout=…&request_timeout=…]`, `nats+tls://…[?tls_ca=PEM]` (TLS) | NATS JetStream (nats-server ≥ 2.11), a message per lock with a per-message TTL | `nats` |
 /// | `migrate://?from=OLD_URL&to=NEW_URL` (nested URLs percent-encoded) | held on both, during a rolling migration ([`MigratingLock`](crate::MigratingLock)) | those of the nested URLs |
 ///
 /// Every URL but `migrate://` also takes `fencing_epoch=N` (0–32767): the

@@ -52,6 +52,8 @@ pub use lock_core::{
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};
+#[cfg(feature = "nats")]
+pub use lock_nats::{NatsConfig, NatsLock, async_nats};
 #[cfg(feature = "redis")]
 pub use lock_redis::{RedisConfig, RedisLock, redis};
 #[cfg(all(feature = "redlock", not(feature = "redis")))]

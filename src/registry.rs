@@ -79,6 +79,7 @@ const BACKENDS: &[Backend] = &[
     backend!("mysql", ["mysql", "mariadb"], lock_sql::MySqlLock),
     backend!("etcd", ["etcd", "etcd+https"], lock_etcd::EtcdLock),
     backend!("zookeeper", ["zk", "zk+tls"], lock_zk::ZkLock),
+    backend!("nats", ["nats", "nats+tls"], lock_nats::NatsLock),
     Backend {
         schemes: &["migrate"],
         feature: None,

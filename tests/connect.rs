@@ -82,6 +82,31 @@ async fn a_scheme_without_its_feature_names_the_feature() {
     assert!(!shown.contains("s3cret-pw"));
 }
 
+#[cfg(not(feature = "nats"))]
+#[tokio::test]
+async fn nats_without_its_feature_names_the_feature() {
+    let (shown, reason) = invalid_url_reason("nats://user:s3cret-pw@127.0.0.1:4222").await;
+    assert!(reason.contains("`nats`"), "{reason}");
+    assert!(!shown.contains("s3cret-pw"));
+}
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn nats_url_errors_never_show_the_password() {
+    for url in [
+        // Nothing listens on port 1: refused.
+        "nats://user:s3cret-pw@127.0.0.1:1?connect_timeout=200ms",
+        "nats://s3cret-pw@127.0.0.1:1?connect_timeout=200ms",
+        "nats://user:s3cret-pw@127.0.0.1:4222/bad.bucket",
+        "nats://user:s3cret-pw@127.0.0.1:4222?bogus=1",
+        "nats://user:s3cret-pw@127.0.0.1:4222?tls_ca=/x.pem",
+    ] {
+        let err = distlock::connect(url).await.err().expect("must fail");
+        let text = format!("{err} {err:?}");
+        assert!(!text.contains("s3cret-pw"), "credential leaked: {text}");
+    }
+}
+
 #[cfg(not(feature = "redis"))]
 #[tokio::test]
 async fn redis_without_its_feature_names_the_feature() {

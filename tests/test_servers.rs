@@ -17,6 +17,8 @@ const VARS: &[&str] = &[
     "DISTLOCK_TEST_ETCD_CLUSTER_URL",
     "DISTLOCK_TEST_ZK_URL",
     "DISTLOCK_TEST_ZK_ENSEMBLE_URL",
+    "DISTLOCK_TEST_NATS_URL",
+    "DISTLOCK_TEST_NATS_CLUSTER_URL",
 ];
 
 fn url_of(var: &str) -> String {
@@ -71,6 +73,26 @@ fn every_server_url_is_set_and_accepts_connections() {
     );
     assert_eq!(hosts(&url_of("DISTLOCK_TEST_ETCD_CLUSTER_URL")).len(), 3);
     assert_eq!(hosts(&url_of("DISTLOCK_TEST_ZK_ENSEMBLE_URL")).len(), 3);
+    assert_eq!(hosts(&url_of("DISTLOCK_TEST_NATS_CLUSTER_URL")).len(), 3);
+}
+
+#[test]
+fn nats_servers_greet_with_jetstream() {
+    for var in ["DISTLOCK_TEST_NATS_URL", "DISTLOCK_TEST_NATS_CLUSTER_URL"] {
+        for addr in hosts(&url_of(var)) {
+            // A NATS server speaks first: its INFO line.
+            let mut s = connect(addr);
+            let mut buf = vec![0; 4096];
+            let n = s
+                .read(&mut buf)
+                .unwrap_or_else(|e| panic!("no greeting from {addr}: {e}"));
+            let info = String::from_utf8_lossy(&buf[..n]);
+            assert!(
+                info.starts_with("INFO ") && info.contains("\"jetstream\":true"),
+                "nats at {addr}: {info}"
+            );
+        }
+    }
 }
 
 #[test]
