@@ -48,10 +48,12 @@ CASES=(
     "etcd-cluster|$DISTLOCK_TEST_ETCD_CLUSTER_URL|$CLUSTER|etcd1 etcd2 etcd3"
     "zookeeper|$DISTLOCK_TEST_ZK_URL|$SINGLE|zk"
     "zookeeper-ensemble|$DISTLOCK_TEST_ZK_ENSEMBLE_URL|$CLUSTER|zk1 zk2 zk3"
+    "nats|$DISTLOCK_TEST_NATS_URL|$SINGLE|nats"
+    "nats-cluster|$DISTLOCK_TEST_NATS_CLUSTER_URL|$CLUSTER|nats1 nats2 nats3"
 )
 
 # The cases whose backend offers leader election (a holder record).
-ELECTIONS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+ELECTIONS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
 # The backends that offer reader-writer locks.
 RW_LOCKS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"

@@ -204,6 +204,15 @@ fn zookeeper() {
     check("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
+/// NATS on its three-server cluster (a stream of three replicas, the
+/// correctness-grade set-up): one server of the three killed among the
+/// faults, a minority.
+#[test]
+fn nats_cluster() {
+    let url = env("DISTLOCK_TEST_NATS_CLUSTER_URL");
+    check("nats-cluster", "nats-cluster", &url, &["nats1"]);
+}
+
 /// The one run of an election, semaphore or set case: kill-holder and
 /// pause-holder, and kill-server on `server_kill`'s servers if any, taking
 /// turns.
@@ -282,6 +291,12 @@ fn election_etcd() {
 #[test]
 fn election_zookeeper() {
     check_election("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+#[test]
+fn election_nats_cluster() {
+    let url = env("DISTLOCK_TEST_NATS_CLUSTER_URL");
+    check_election("nats-cluster", "nats-cluster", &url, &["nats1"]);
 }
 
 /// The semaphore's run of `case`: four workers taking permits of a
@@ -390,6 +405,12 @@ fn set_etcd() {
 #[test]
 fn set_zookeeper() {
     check_set("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
+}
+
+#[test]
+fn set_nats_cluster() {
+    let url = env("DISTLOCK_TEST_NATS_CLUSTER_URL");
+    check_set("nats-cluster", "nats-cluster", &url, &["nats1"]);
 }
 
 /// The reader-writer lock's run of `case`: four workers reading with half
