@@ -34,6 +34,8 @@ URLS=(
     "$(with "$DISTLOCK_TEST_MYSQL_URL" "mode=advisory")"
     "$(with "$DISTLOCK_TEST_ETCD_URL" "session_ttl_s=3")"
     "$(with "$DISTLOCK_TEST_ZK_URL" "session_timeout_ms=3000")"
+    "$DISTLOCK_TEST_NATS_URL"
+    "$DISTLOCK_TEST_NATS_CLUSTER_URL"
 )
 # One process per backend, so that each row's memory is its own.
 status=0
