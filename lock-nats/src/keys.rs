@@ -9,27 +9,50 @@ pub(crate) const OWNER: &str = "Distlock-Owner";
 /// renew it (the grant's own message is its token).
 pub(crate) const TOKEN: &str = "Distlock-Token";
 
-/// The subjects of one lock name. Names travel hex-encoded, so any name is
-/// one subject token of its own and can never reach another's subject or
-/// a wildcard.
+/// The subjects of one lock name. A name is one subject token of its own
+/// ([`token`]), so it can never reach another's subject or a wildcard.
 #[derive(Clone)]
 pub(crate) struct Subjects {
-    /// The lock's message: `$KV.BUCKET.lock.HEX`.
+    /// The lock's message: `$KV.BUCKET.lock.TOKEN`.
     pub(crate) lock: String,
     /// Where its releases are announced to waiters (core NATS, not kept):
-    /// `distlock.BUCKET.released.HEX`.
+    /// `distlock.BUCKET.released.TOKEN`.
     pub(crate) released: String,
 }
 
 impl Subjects {
     /// The subjects of `name` in `bucket`.
     pub(crate) fn of(bucket: &str, name: &str) -> Self {
-        let hex = hex::encode(name.as_bytes());
+        let token = token(name);
         Subjects {
-            lock: format!("$KV.{bucket}.lock.{hex}"),
-            released: format!("distlock.{bucket}.released.{hex}"),
+            lock: format!("$KV.{bucket}.lock.{token}"),
+            released: format!("distlock.{bucket}.released.{token}"),
         }
     }
+}
+
+/// Whether `b` stands for itself in a name's token: letters, digits, `-`,
+/// `_` and `/` (a key-value key's characters, without `.`, which
+/// separates subject tokens, and `=`, the escape).
+fn kept(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'/')
+}
+
+/// A name as one subject token: its bytes that [`kept`] says stand for
+/// themselves as they are (`orders/42` stays `orders/42`), every other
+/// byte as `=` and two hex digits (`a.b` is `a=2Eb`). Distinct names give
+/// distinct tokens, and no token holds `.`, `*`, `>` or white space.
+pub(crate) fn token(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for &b in name.as_bytes() {
+        if kept(b) {
+            out.push(char::from(b));
+        } else {
+            out.push('=');
+            out.push_str(&hex::encode_upper([b]));
+        }
+    }
+    out
 }
 
 /// The stream of `bucket`, as NATS key-value buckets name theirs.
@@ -46,17 +69,47 @@ pub(crate) fn stream_subjects(bucket: &str) -> String {
 mod tests {
     use super::*;
 
+    /// The inverse of [`token`], for the test.
+    fn name_of(token: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        let mut bytes = token.bytes();
+        while let Some(b) = bytes.next() {
+            if b == b'=' {
+                let hex: Vec<u8> = bytes.by_ref().take(2).collect();
+                out.extend(hex::decode(hex).expect("two hex digits"));
+            } else {
+                assert!(kept(b), "{b} in {token}");
+                out.push(b);
+            }
+        }
+        out
+    }
+
     #[test]
     fn any_name_is_one_subject_token() {
-        for name in ["a", "a.b", "*", ">", "a b", "ünï/cøde", "x\u{7f}"] {
+        for name in [
+            "a",
+            "a.b",
+            "*",
+            ">",
+            "a b",
+            "ünï/cøde",
+            "x\u{7f}",
+            "=2E",
+            "orders/42",
+            "a\tb",
+        ] {
             let s = Subjects::of("distlock", name);
             let token = s.lock.strip_prefix("$KV.distlock.lock.").expect("prefix");
             assert!(
-                token.bytes().all(|b| b.is_ascii_hexdigit()),
+                !token.contains(['.', '*', '>', ' ', '\t']),
                 "{name:?}: {token}"
             );
-            assert_eq!(hex::decode(token).expect("hex"), name.as_bytes());
+            assert_eq!(name_of(token), name.as_bytes(), "{token}");
             assert!(s.released.ends_with(token));
         }
+        assert_eq!(token("orders/42"), "orders/42");
+        assert_eq!(token("a.b"), "a=2Eb");
+        assert_eq!(token("=2E"), "=3D2E");
     }
 }

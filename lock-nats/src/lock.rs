@@ -169,9 +169,9 @@ struct DeleteAnswer {
 /// Locks on NATS JetStream (nats-server 2.11 or later).
 ///
 /// - **Bucket**: every lock is a subject of one stream, `KV_BUCKET`
-///   (`$KV.BUCKET.lock.HEX-NAME`), made on first use with one message per
+///   (`$KV.BUCKET.lock.NAME`), made on first use with one message per
 ///   subject and per-message TTLs. It reads as a NATS key-value bucket
-///   (`nats kv get BUCKET lock.HEX-NAME`).
+///   (`nats kv get BUCKET lock.NAME`).
 /// - **Acquire** is one publish of the holder record, with the lease as
 ///   the message's TTL, on the condition that the subject has no message
 ///   (`Nats-Expected-Last-Subject-Sequence: 0`). The message's stream
@@ -179,7 +179,7 @@ struct DeleteAnswer {
 /// - **Renewal** publishes the message again on the condition that ours is
 ///   still the subject's last, with a new TTL; **release** deletes our
 ///   message by its sequence and announces it on
-///   `distlock.BUCKET.released.HEX-NAME` (core NATS). A crashed holder's
+///   `distlock.BUCKET.released.NAME` (core NATS). A crashed holder's
 ///   message expires with its TTL.
 /// - **Waiters** listen for releases and otherwise sleep until the
 ///   holder's TTL ends; they are not queued (no fair order).
