@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use async_nats::jetstream::message::StreamMessage;
 use async_trait::async_trait;
 use lock_core::LockError;
 use lock_core::raw::{GuardHandle, HolderRecord};
@@ -144,11 +145,7 @@ impl NatsHandle {
                 // Another message is the subject's latest: ours, if a write
                 // of ours whose answer was lost put it there.
                 Written::Found(last) => {
-                    let found = match last {
-                        Some(seq) => self.inner.message(seq, doing).await?,
-                        None => self.inner.last(&self.subjects, doing).await?,
-                    };
-                    match found {
+                    match self.inner.found(&self.subjects, last, doing).await? {
                         Some(m)
                             if owner_of(&m) == Some(self.owner.as_str())
                                 && token_of(&m) == at.token =>
@@ -187,22 +184,18 @@ impl NatsHandle {
                     .await?
                 {
                     Written::At(seq) => Look::Ours(seq),
-                    Written::Found(Some(last)) => match self.inner.message(last, doing).await? {
-                        Some(m) if owner_of(&m) == Some(self.owner.as_str()) => {
-                            Look::Ours(m.sequence)
-                        }
-                        Some(_) => Look::Another,
-                        None => Look::Nothing,
-                    },
-                    // A replicated stream's leader refuses a publish while
-                    // another to the same subject is on its way to the
-                    // stream, without saying which: ours, maybe.
-                    Written::Found(None) => self.look(doing).await?,
+                    // (A replicated stream's leader refuses a publish
+                    // while another to the same subject is on its way to
+                    // the stream, without saying which: ours, maybe; the
+                    // subject's last is looked at.)
+                    Written::Found(last) => {
+                        self.look(self.inner.found(&self.subjects, last, doing).await?)
+                    }
                     // Ours is on its way: look again once it is in.
                     Written::InFlight => Look::Nothing,
                 }
             } else {
-                self.look(doing).await?
+                self.look(self.inner.last(&self.subjects, doing).await?)
             };
             match found {
                 Look::Ours(seq) => {
@@ -220,13 +213,13 @@ impl NatsHandle {
         }
     }
 
-    /// What the subject's last message is to us.
-    async fn look(&self, doing: &str) -> Result<Look, LockError> {
-        Ok(match self.inner.last(&self.subjects, doing).await? {
+    /// What message `m` (the subject's last, if any) is to us.
+    fn look(&self, m: Option<StreamMessage>) -> Look {
+        match m {
             Some(m) if owner_of(&m) == Some(self.owner.as_str()) => Look::Ours(m.sequence),
             Some(_) => Look::Another,
             None => Look::Nothing,
-        })
+        }
     }
 }
 

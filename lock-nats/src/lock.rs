@@ -346,12 +346,10 @@ impl NatsLock {
             };
             // Held, unless the holder's message went between the write and
             // this read (released, expired): then write again.
-            let doing = "reading a lock's holder";
-            let holder = match last {
-                Some(seq) => inner.message(seq, doing).await?,
-                None => inner.last(&handle.subjects, doing).await?,
-            };
-            if let Some(m) = holder {
+            if let Some(m) = inner
+                .found(&handle.subjects, last, "reading a lock's holder")
+                .await?
+            {
                 drop(pending.disarm());
                 return Ok(Attempt::Held {
                     expires_in: lease_left(&m),
@@ -433,6 +431,20 @@ impl Inner {
         }
     }
 
+    /// The message a refused write found: the one of the sequence the
+    /// server named, or, where it named none, the subject's last.
+    pub(crate) async fn found(
+        &self,
+        subjects: &Subjects,
+        last: Option<u64>,
+        doing: &str,
+    ) -> Result<Option<StreamMessage>, LockError> {
+        match last {
+            Some(seq) => self.message(seq, doing).await,
+            None => self.last(subjects, doing).await,
+        }
+    }
+
     /// The stream's message `seq`, if it is still there.
     pub(crate) async fn message(
         &self,
@@ -497,20 +509,15 @@ impl RawLock for NatsLock {
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
         let subjects = Subjects::of(&self.inner.config.bucket, req.name);
         let client = &self.inner.client;
-        let unavailable =
-            |doing: &str, e: Box<dyn std::error::Error + Send + Sync>| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("{doing}: {e}"),
-                source: None,
-            };
+        let doing = "listening for a lock's releases";
         let mut released = client
             .subscribe(subjects.released.clone())
             .await
-            .map_err(|e| unavailable("listening for a lock's releases", e.into()))?;
+            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
         client
             .flush()
             .await
-            .map_err(|e| unavailable("listening for a lock's releases", e.into()))?;
+            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
         let mut listening = true;
         let mut wait = WaitLoop::new(req, None);
         loop {
