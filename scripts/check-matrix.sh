@@ -54,10 +54,10 @@ CASES=(
 
 # The cases whose backend offers leader election (a holder record).
 ELECTIONS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
-# The cases whose backend offers semaphores (`capabilities().semaphore`).
 # The backends that offer reader-writer locks.
 RW_LOCKS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
-SEMAPHORES="redis redis-sentinel redis-cluster postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+# The cases whose backend offers semaphores (`capabilities().semaphore`).
+SEMAPHORES="redis redis-sentinel redis-cluster postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
 
 status=0
 dirs=()

@@ -349,6 +349,12 @@ fn permits_zookeeper() {
     check_permits("zookeeper", "zk", &env("DISTLOCK_TEST_ZK_URL"), &["zk"]);
 }
 
+#[test]
+fn permits_nats_cluster() {
+    let url = env("DISTLOCK_TEST_NATS_CLUSTER_URL");
+    check_permits("nats-cluster", "nats-cluster", &url, &["nats1"]);
+}
+
 /// The lock sets' run of `case`: four workers taking sets of two names of
 /// a pool of four (`--set 2`, a register per name) under the mixed
 /// faults (and `server_kill`'s servers killed, if any).

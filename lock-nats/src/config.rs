@@ -137,14 +137,20 @@ pub(crate) struct ParsedUrl {
     /// A CA certificate (PEM) to trust beside the system's, for TLS.
     pub(crate) tls_ca: Option<PathBuf>,
     pub(crate) config: NatsConfig,
+    /// Whether the client also connects to the servers the ones named
+    /// advertise (`discover=false` keeps it to the URL's: a client that
+    /// reaches the cluster through addresses of its own, a proxy or a
+    /// NAT, cannot reach the advertised ones).
+    pub(crate) discover: bool,
     /// The URL without credentials.
     pub(crate) display: String,
 }
 
 /// Parse `nats://[user:pass@|token@]host[:port][,host[:port]…][/bucket][?options]`,
 /// or `nats+tls://…` for TLS. Options: `replicas`, `connect_timeout` and
-/// `request_timeout` (durations with their unit, `2s`, `500ms`), and
-/// `tls_ca` (a PEM file) with TLS.
+/// `request_timeout` (durations with their unit, `2s`, `500ms`),
+/// `discover` (`false`: only the URL's servers) and `tls_ca` (a PEM file)
+/// with TLS.
 pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
     let url = LockUrl::parse(raw)?;
     url.expect_scheme(&["nats", "nats+tls"])?;
@@ -171,6 +177,7 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
         }
     }
     let tls_ca = options.text("tls_ca")?.map(PathBuf::from);
+    let discover = options.flag("discover")?.unwrap_or(true);
     options.finish()?;
     if tls_ca.is_some() && !tls {
         return Err(url.invalid("tls_ca needs TLS: use nats+tls://"));
@@ -195,6 +202,7 @@ pub(crate) fn parse_url(raw: &str) -> Result<ParsedUrl, LockError> {
         tls,
         tls_ca,
         config,
+        discover,
     })
 }
 
@@ -216,6 +224,12 @@ mod tests {
             Some(Credentials::UserPassword(ref u, ref pw)) if u == "u" && pw == "p@ss"
         ));
         assert_eq!(p.display, "nats://127.0.0.1:4222,h2:4222/locks");
+        assert!(p.discover);
+        assert!(
+            !parse_url("nats://h?discover=false")
+                .expect("valid")
+                .discover
+        );
         let t = parse_url("nats+tls://s3cret@h:1?tls_ca=/etc/ca.pem").expect("valid");
         assert!(t.tls && t.servers[0].starts_with("tls://"));
         assert!(matches!(t.credentials, Some(Credentials::Token(ref s)) if s == "s3cret"));
@@ -235,6 +249,7 @@ mod tests {
             "nats://u:secretpw@h:1/bad.bucket",
             "nats://u:secretpw@h:1?tls_ca=/x.pem",
             "nats://u:secretpw@h:1?request_timeout=0ms",
+            "nats://u:secretpw@h:1?discover=maybe",
         ] {
             match parse_url(bad) {
                 Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {

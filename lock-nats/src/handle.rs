@@ -33,6 +33,19 @@ struct Revision {
     ttl: Duration,
 }
 
+/// What a grant's publish is conditioned on: kept, so that a give-back
+/// sends the very same publish again.
+#[derive(Clone, Default)]
+pub(crate) struct Claim {
+    /// The last sequence expected (0: none).
+    pub(crate) expected: u64,
+    /// The subjects it is checked against, where not the message's own (a
+    /// permit: every slot of its semaphore).
+    pub(crate) filter: Option<String>,
+    /// The semaphore's limit, on a permit's messages.
+    pub(crate) limit: Option<u32>,
+}
+
 /// One acquisition's message: released, renewed and rewritten through here.
 pub(crate) struct NatsHandle {
     pub(crate) inner: Arc<Inner>,
@@ -43,6 +56,8 @@ pub(crate) struct NatsHandle {
     /// The holder record, the messages' payload.
     record: Mutex<HolderRecord>,
     revision: Mutex<Revision>,
+    /// The grant's condition (a lock's: its subject has no message).
+    claim: Claim,
     /// One write at a time: a renewal and a new value each rewrite the
     /// message on its latest sequence.
     writing: tokio::sync::Mutex<()>,
@@ -68,8 +83,15 @@ impl NatsHandle {
                 seq: 0,
                 ttl,
             }),
+            claim: Claim::default(),
             writing: tokio::sync::Mutex::new(()),
         }
+    }
+
+    /// The same, granted on `claim` in place of an empty subject.
+    pub(crate) fn claiming(mut self, claim: Claim) -> Self {
+        self.claim = claim;
+        self
     }
 
     fn revision(&self) -> Revision {
@@ -92,7 +114,9 @@ impl NatsHandle {
     /// The grant's message, with `record`.
     pub(crate) fn grant<'a>(&'a self, record: &'a HolderRecord) -> Put<'a> {
         Put {
-            expected: 0,
+            expected: self.claim.expected,
+            filter: self.claim.filter.as_deref(),
+            limit: self.claim.limit,
             ttl: self.ttl(),
             owner: &self.owner,
             token: None,
@@ -124,6 +148,8 @@ impl NatsHandle {
         for _ in 0..LOOKS {
             let put = Put {
                 expected: at.seq,
+                filter: None,
+                limit: self.claim.limit,
                 ttl,
                 owner: &self.owner,
                 token: Some(at.token),

@@ -9,6 +9,15 @@ pub(crate) const OWNER: &str = "Distlock-Owner";
 /// renew it (the grant's own message is its token).
 pub(crate) const TOKEN: &str = "Distlock-Token";
 
+/// The header naming the subjects (a wildcard) a publish's
+/// `Nats-Expected-Last-Subject-Sequence` is checked against, in place of
+/// its own subject (nats-server 2.11).
+pub(crate) const EXPECTED_SUBJECTS: &str = "Nats-Expected-Last-Subject-Sequence-Subject";
+
+/// The header carrying a permit's limit (the limit its semaphore was
+/// asked with) on each of its messages.
+pub(crate) const LIMIT: &str = "Distlock-Limit";
+
 /// The subjects of one lock name. A name is one subject token of its own
 /// ([`token`]), so it can never reach another's subject or a wildcard.
 #[derive(Clone)]
@@ -28,6 +37,55 @@ impl Subjects {
             lock: format!("$KV.{bucket}.lock.{token}"),
             released: format!("distlock.{bucket}.released.{token}"),
         }
+    }
+}
+
+/// The subjects of one semaphore: one per slot, each holding the message
+/// of the permit on it.
+#[derive(Clone)]
+pub(crate) struct PermitSubjects {
+    /// Every slot's subject: `$KV.BUCKET.sem.TOKEN.*`.
+    pub(crate) filter: String,
+    /// Where its releases are announced: `distlock.BUCKET.permits.TOKEN`.
+    released: String,
+    /// A slot's subject without the slot: `$KV.BUCKET.sem.TOKEN.`.
+    base: String,
+}
+
+impl PermitSubjects {
+    /// The subjects of semaphore `name` in `bucket`.
+    pub(crate) fn of(bucket: &str, name: &str) -> Self {
+        let token = token(name);
+        let base = format!("$KV.{bucket}.sem.{token}.");
+        PermitSubjects {
+            filter: format!("{base}*"),
+            released: format!("distlock.{bucket}.permits.{token}"),
+            base,
+        }
+    }
+
+    /// The subjects of the permit on `slot`: its own message, and the
+    /// semaphore's announcements.
+    pub(crate) fn slot(&self, slot: u32) -> Subjects {
+        Subjects {
+            lock: format!("{}{slot}", self.base),
+            released: self.released.clone(),
+        }
+    }
+
+    /// The announcements of releases, for waiters.
+    pub(crate) fn released(&self) -> &str {
+        &self.released
+    }
+
+    /// The slot of one of this semaphore's subjects.
+    pub(crate) fn slot_of(&self, subject: &str) -> Option<u32> {
+        let digits = subject.strip_prefix(&self.base)?;
+        // Only the form this crate writes: no sign, no leading zeros.
+        if digits.starts_with('0') && digits.len() > 1 {
+            return None;
+        }
+        digits.parse().ok()
     }
 }
 
@@ -111,5 +169,21 @@ mod tests {
         assert_eq!(token("orders/42"), "orders/42");
         assert_eq!(token("a.b"), "a=2Eb");
         assert_eq!(token("=2E"), "=3D2E");
+    }
+
+    #[test]
+    fn a_semaphore_slot_reads_back_from_its_subject() {
+        let permits = PermitSubjects::of("distlock", "a.b");
+        assert_eq!(permits.filter, "$KV.distlock.sem.a=2Eb.*");
+        for slot in [0, 7, 1023] {
+            let subject = permits.slot(slot).lock;
+            assert_eq!(permits.slot_of(&subject), Some(slot), "{subject}");
+        }
+        assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.07"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.sem.other.1"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.lock.a=2Eb"), None);
+        // Another name's slots are never under this one's filter.
+        let other = PermitSubjects::of("distlock", "a");
+        assert!(!other.slot(1).lock.starts_with(&permits.base));
     }
 }

@@ -15,6 +15,7 @@ mod error;
 mod handle;
 mod keys;
 mod lock;
+mod permits;
 mod stream;
 
 /// The `async-nats` crate this backend is built on, for

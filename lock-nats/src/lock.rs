@@ -2,6 +2,7 @@
 //! conditional publish; waiters woken by releases, or when the holder's
 //! TTL ends).
 
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -18,7 +19,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    Waiting,
+    SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -29,7 +30,8 @@ use crate::error::{
     wrong_last_sequence,
 };
 use crate::handle::NatsHandle;
-use crate::keys::{self, Subjects};
+use crate::keys::{self, PermitSubjects, Subjects};
+use crate::permits::MAX_LIMIT;
 use crate::stream;
 
 /// The shortest per-message TTL the server takes: shorter leases ask the
@@ -65,6 +67,11 @@ fn capabilities(replicated: bool) -> Capabilities {
         .with_min_lease(MIN_SERVER_TTL)
         // The holder record is the message's payload.
         .with_holder(true)
+        // A permit is a lock on one of the semaphore's slot subjects;
+        // releases are announced on the semaphore's subject.
+        .with_semaphore(Some(
+            SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
+        ))
 }
 
 /// The TTL a lease of `ttl` asks the server for.
@@ -94,7 +101,10 @@ fn parse_ttl(value: &str) -> Option<Duration> {
     }
 }
 
-fn header(m: &StreamMessage, name: impl async_nats::header::IntoHeaderName) -> Option<&str> {
+pub(crate) fn header(
+    m: &StreamMessage,
+    name: impl async_nats::header::IntoHeaderName,
+) -> Option<&str> {
     m.headers.get(name).map(|v| v.as_str())
 }
 
@@ -113,7 +123,7 @@ pub(crate) fn token_of(m: &StreamMessage) -> u64 {
 
 /// How long the lease of `m` has left by the server's timestamp and this
 /// machine's clock, at most its whole TTL.
-fn lease_left(m: &StreamMessage) -> Option<Duration> {
+pub(crate) fn lease_left(m: &StreamMessage) -> Option<Duration> {
     let ttl = header(m, async_nats::header::NATS_MESSAGE_TTL).and_then(parse_ttl)?;
     let written: SystemTime = m.time.into();
     let left = (written + ttl)
@@ -122,10 +132,15 @@ fn lease_left(m: &StreamMessage) -> Option<Duration> {
     Some(left.min(ttl))
 }
 
-/// One message of a lock, to be written if the subject's last message is
-/// `expected` (0: none).
+/// One message of a lock, to be written if the last message of its
+/// subject (or of `filter`'s subjects) is `expected` (0: none).
 pub(crate) struct Put<'a> {
     pub(crate) expected: u64,
+    /// The subjects `expected` is checked against, where not the
+    /// message's own (a semaphore's grant: all its slots).
+    pub(crate) filter: Option<&'a str>,
+    /// The limit of the semaphore a permit's messages belong to.
+    pub(crate) limit: Option<u32>,
     /// The TTL asked of the server.
     pub(crate) ttl: Duration,
     /// The acquisition's owner token.
@@ -151,11 +166,26 @@ pub(crate) enum Written {
 
 /// A JetStream API error in an answer.
 #[derive(Deserialize)]
-struct ApiError {
+pub(crate) struct ApiError {
     #[serde(default)]
-    err_code: u64,
+    pub(crate) err_code: u64,
     #[serde(default)]
-    description: String,
+    pub(crate) description: String,
+}
+
+/// The answer to a stream info request with a subject filter.
+#[derive(Deserialize)]
+struct InfoAnswer {
+    state: Option<InfoState>,
+    error: Option<ApiError>,
+}
+
+/// The part of a stream's state that names its subjects.
+#[derive(Deserialize)]
+struct InfoState {
+    /// Each subject under the filter that has messages, with their number.
+    #[serde(default)]
+    subjects: Option<HashMap<String, u64>>,
 }
 
 /// The answer to a message delete.
@@ -195,8 +225,8 @@ struct DeleteAnswer {
 /// ```
 #[derive(Clone)]
 pub struct NatsLock {
-    inner: Arc<Inner>,
-    watchdog: Watchdog,
+    pub(crate) inner: Arc<Inner>,
+    pub(crate) watchdog: Watchdog,
 }
 
 pub(crate) struct Inner {
@@ -205,7 +235,7 @@ pub(crate) struct Inner {
     stream: Stream,
     config: NatsConfig,
     display: String,
-    caps: Capabilities,
+    pub(crate) caps: Capabilities,
 }
 
 impl fmt::Debug for NatsLock {
@@ -222,7 +252,9 @@ impl NatsLock {
     /// (or `nats+tls://` for TLS, with `tls_ca=PATH` to trust a CA of your
     /// own) with options `replicas` (of the bucket's stream, when this
     /// client makes it), `connect_timeout` and `request_timeout`
-    /// (durations with their unit, `2s`, `500ms`).
+    /// (durations with their unit, `2s`, `500ms`), and `discover=false`
+    /// to connect only to the servers the URL names, never to the others
+    /// they advertise (a cluster reached through addresses of its own).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
         let config = parsed.config;
@@ -237,6 +269,9 @@ impl NatsLock {
             Some(Credentials::Token(token)) => options.token(token),
             None => options,
         };
+        if !parsed.discover {
+            options = options.ignore_discovered_servers();
+        }
         if parsed.tls {
             options = options.require_tls(true);
             if let Some(ca) = parsed.tls_ca {
@@ -305,6 +340,15 @@ impl NatsLock {
     /// The settings in use.
     pub fn config(&self) -> &NatsConfig {
         &self.inner.config
+    }
+
+    /// One attempt at what `req` asks for (a lock, a permit), without
+    /// waiting.
+    async fn attempt_any(&self, req: Request<'_>) -> Result<Attempt, LockError> {
+        match req.opts.permits {
+            Some(limit) => self.attempt_permit(req.name, req.opts, limit).await,
+            None => self.attempt(req.name, req.opts).await,
+        }
     }
 
     /// One attempt at `name`, without waiting.
@@ -383,6 +427,12 @@ impl Inner {
             async_nats::header::NATS_MESSAGE_TTL,
             ttl_header(put.ttl).as_str(),
         );
+        if let Some(filter) = put.filter {
+            headers.insert(keys::EXPECTED_SUBJECTS, filter);
+        }
+        if let Some(limit) = put.limit {
+            headers.insert(keys::LIMIT, limit.to_string().as_str());
+        }
         headers.insert(keys::OWNER, put.owner);
         match put.token {
             Some(token) => headers.insert(keys::TOKEN, token.to_string().as_str()),
@@ -420,15 +470,45 @@ impl Inner {
         subjects: &Subjects,
         doing: &str,
     ) -> Result<Option<StreamMessage>, LockError> {
-        match self
-            .stream
-            .get_last_raw_message_by_subject(&subjects.lock)
-            .await
-        {
+        self.last_on(&subjects.lock, doing).await
+    }
+
+    /// The last message of `subject`, or of all the subjects a wildcard
+    /// `subject` matches, if there is one.
+    pub(crate) async fn last_on(
+        &self,
+        subject: &str,
+        doing: &str,
+    ) -> Result<Option<StreamMessage>, LockError> {
+        match self.stream.get_last_raw_message_by_subject(subject).await {
             Ok(m) => Ok(Some(m)),
             Err(e) if matches!(e.kind(), LastRawMessageErrorKind::NoMessageFound) => Ok(None),
             Err(e) => Err(map_read(doing, e)),
         }
+    }
+
+    /// The subjects under `filter` that have a message, in one stream
+    /// info request.
+    pub(crate) async fn subjects_with_messages(
+        &self,
+        filter: &str,
+        doing: &str,
+    ) -> Result<Vec<String>, LockError> {
+        let subject = format!("STREAM.INFO.{}", keys::stream_name(&self.config.bucket));
+        let answer: InfoAnswer = self
+            .js
+            .request(subject, &serde_json::json!({ "subjects_filter": filter }))
+            .await
+            .map_err(|e| map_request(doing, e))?;
+        if let Some(e) = answer.error {
+            return Err(api_error(doing, e.err_code, &e.description));
+        }
+        let subjects = answer.state.and_then(|s| s.subjects).unwrap_or_default();
+        Ok(subjects
+            .into_iter()
+            .filter(|&(_, messages)| messages > 0)
+            .map(|(subject, _)| subject)
+            .collect())
     }
 
     /// The message a refused write found: the one of the sequence the
@@ -500,18 +580,23 @@ impl RawLock for NatsLock {
     }
 
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        self.attempt(req.name, req.opts).await?.into_guard()
+        self.attempt_any(req).await?.into_guard()
     }
 
     /// Listens for the name's releases (subscribed before the first
     /// attempt, so none is missed), and otherwise sleeps until the
-    /// holder's TTL ends by its message's timestamp.
+    /// holder's TTL ends by its message's timestamp (a semaphore's: the
+    /// first of its permits to end).
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let subjects = Subjects::of(&self.inner.config.bucket, req.name);
+        let bucket = &self.inner.config.bucket;
+        let subject = match req.opts.permits {
+            Some(_) => PermitSubjects::of(bucket, req.name).released().to_string(),
+            None => Subjects::of(bucket, req.name).released,
+        };
         let client = &self.inner.client;
         let doing = "listening for a lock's releases";
         let mut released = client
-            .subscribe(subjects.released.clone())
+            .subscribe(subject)
             .await
             .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
         client
@@ -522,7 +607,7 @@ impl RawLock for NatsLock {
         let mut wait = WaitLoop::new(req, None);
         loop {
             let mut too_late = None;
-            let pace = match self.attempt(req.name, req.opts).await? {
+            let pace = match self.attempt_any(req).await? {
                 Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held {
                     expires_in: Some(left),
@@ -546,6 +631,11 @@ impl RawLock for NatsLock {
                 }
             }
         }
+    }
+
+    /// The semaphore's slots with a message, then each permit's message.
+    async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
+        self.inspect_permits(name).await
     }
 
     /// One read of the lock's message: its token, its lease left and its

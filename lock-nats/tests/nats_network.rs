@@ -1,6 +1,7 @@
 //! The shared network fault matrix (`lock_testkit::network`) against the
-//! single NATS server: the holder reaches it through a proxy that
-//! partitions it or loses a grant, a release or a renewal.
+//! single NATS server and the three-server cluster: the holder reaches
+//! the servers through proxies that partition it or lose a grant, a
+//! release or a renewal.
 
 use std::time::Duration;
 
@@ -12,16 +13,14 @@ use lock_testkit::network::NetworkTarget;
 /// goes silent.
 const TTL: Duration = Duration::from_secs(3);
 
-fn url() -> String {
-    env("DISTLOCK_TEST_NATS_URL")
-}
-
-fn target() -> NetworkTarget {
-    NetworkTarget::new(upstreams_of(&url()), |hosts| async move {
-        let url = format!(
-            "{}?request_timeout=1s&connect_timeout=1s",
-            with_upstreams(&url(), &hosts)
-        );
+/// The target on the servers of `var`'s URL, each behind a proxy.
+/// `discover=false`: the client keeps to the proxies, never connecting to
+/// the addresses the servers advertise (which would go round them).
+fn target(var: &'static str) -> NetworkTarget {
+    NetworkTarget::new(upstreams_of(&env(var)), move |hosts| async move {
+        let url = with_upstreams(&env(var), &hosts);
+        let joint = if url.contains('?') { '&' } else { '?' };
+        let url = format!("{url}{joint}request_timeout=1s&connect_timeout=1s&discover=false");
         NatsLock::connect(&url).await.expect("connect")
     })
     .ttl(TTL)
@@ -31,4 +30,14 @@ fn target() -> NetworkTarget {
     .release_is_anonymous()
 }
 
-lock_testkit::network_fault_matrix!(target());
+mod single_server {
+    use super::*;
+    lock_testkit::network_fault_matrix!(target("DISTLOCK_TEST_NATS_URL"));
+}
+
+/// A stream of three replicas: the client reaches each of the three
+/// servers through a proxy of its own.
+mod cluster {
+    use super::*;
+    lock_testkit::network_fault_matrix!(target("DISTLOCK_TEST_NATS_CLUSTER_URL"));
+}
