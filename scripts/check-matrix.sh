@@ -55,7 +55,7 @@ CASES=(
 # The cases whose backend offers leader election (a holder record).
 ELECTIONS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
 # The backends that offer reader-writer locks.
-RW_LOCKS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble"
+RW_LOCKS="redis redis-sentinel redis-cluster redlock postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
 # The cases whose backend offers semaphores (`capabilities().semaphore`).
 SEMAPHORES="redis redis-sentinel redis-cluster postgres-row postgres-advisory mysql-row mysql-advisory sqlite etcd etcd-cluster zookeeper zookeeper-ensemble nats nats-cluster"
 

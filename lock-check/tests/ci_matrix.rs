@@ -477,6 +477,12 @@ fn rw_redlock() {
     check_rw("redlock", "redlock", &env("DISTLOCK_TEST_REDLOCK_URL"), &[]);
 }
 
+#[test]
+fn rw_nats_cluster() {
+    let url = env("DISTLOCK_TEST_NATS_CLUSTER_URL");
+    check_rw("nats-cluster", "nats-cluster", &url, &["nats1"]);
+}
+
 /// An interrupted run puts a paused server back.
 #[test]
 fn an_interrupted_run_resumes_a_paused_server() {

@@ -226,7 +226,7 @@ impl NatsHandle {
             match found {
                 Look::Ours(seq) => {
                     if self.inner.delete(seq, doing).await? {
-                        self.inner.announce_release(&self.subjects).await;
+                        self.inner.announce_release(&self.subjects.released).await;
                         return Ok(true);
                     }
                 }
@@ -267,7 +267,7 @@ impl GuardHandle for NatsHandle {
         // The message of that sequence is ours: only this acquisition
         // wrote it.
         if at.seq != 0 && self.inner.delete(at.seq, "releasing a lock").await? {
-            self.inner.announce_release(&self.subjects).await;
+            self.inner.announce_release(&self.subjects.released).await;
             return Ok(true);
         }
         self.release_unconfirmed(at.token).await

@@ -89,6 +89,86 @@ impl PermitSubjects {
     }
 }
 
+/// The subjects of one reader-writer lock, under `$KV.BUCKET.rw.TOKEN.`:
+/// the readers' (`r.OWNER`) apart from the writers' side (`x.…`: the
+/// writer `x.w`, the waiting writers' marks `x.q.ARRIVAL-ID`, and the
+/// latest write's token `x.t`).
+#[derive(Clone)]
+pub(crate) struct RwSubjects {
+    /// Every subject of the lock: `…rw.TOKEN.>`.
+    pub(crate) all: String,
+    /// The writer's message.
+    pub(crate) writer: String,
+    /// The latest write grant's token (a message without a TTL).
+    pub(crate) token: String,
+    /// Where releases (and marks given up) are announced:
+    /// `distlock.BUCKET.rw.TOKEN`.
+    pub(crate) released: String,
+    base: String,
+}
+
+impl RwSubjects {
+    /// The subjects of reader-writer lock `name` in `bucket`.
+    pub(crate) fn of(bucket: &str, name: &str) -> Self {
+        let token = token(name);
+        let base = format!("$KV.{bucket}.rw.{token}.");
+        RwSubjects {
+            all: format!("{base}>"),
+            writer: format!("{base}x.w"),
+            token: format!("{base}x.t"),
+            released: format!("distlock.{bucket}.rw.{token}"),
+            base,
+        }
+    }
+
+    /// A grant's subjects: the writer's, or reader `owner`'s.
+    pub(crate) fn holder(&self, write: bool, owner: &str) -> Subjects {
+        Subjects {
+            lock: match write {
+                true => self.writer.clone(),
+                false => format!("{}r.{owner}", self.base),
+            },
+            released: self.released.clone(),
+        }
+    }
+
+    /// A waiting writer's mark: its arrival (milliseconds, 16 digits, so
+    /// that marks order as text) and its id.
+    pub(crate) fn mark(&self, arrival: u64, id: &str) -> String {
+        format!("{}x.q.{arrival:016}-{id}", self.base)
+    }
+
+    /// What one of the lock's subjects is.
+    pub(crate) fn kind_of(&self, subject: &str) -> Option<RwSubject> {
+        let rest = subject.strip_prefix(&self.base)?;
+        if rest == "x.w" {
+            Some(RwSubject::Writer)
+        } else if rest == "x.t" {
+            Some(RwSubject::Token)
+        } else if let Some(mark) = rest.strip_prefix("x.q.") {
+            let arrival = mark.split_once('-')?.0.parse().ok()?;
+            Some(RwSubject::Mark { arrival })
+        } else if rest.starts_with("r.") {
+            Some(RwSubject::Reader)
+        } else {
+            None
+        }
+    }
+}
+
+/// One subject of a reader-writer lock ([`RwSubjects::kind_of`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum RwSubject {
+    /// The writer's message.
+    Writer,
+    /// A reader's message.
+    Reader,
+    /// A waiting writer's mark, with its arrival.
+    Mark { arrival: u64 },
+    /// The latest write's token.
+    Token,
+}
+
 /// Whether `b` stands for itself in a name's token: letters, digits, `-`,
 /// `_` and `/` (a key-value key's characters, without `.`, which
 /// separates subject tokens, and `=`, the escape).
@@ -169,6 +249,30 @@ mod tests {
         assert_eq!(token("orders/42"), "orders/42");
         assert_eq!(token("a.b"), "a=2Eb");
         assert_eq!(token("=2E"), "=3D2E");
+    }
+
+    #[test]
+    fn a_reader_writer_lock_reads_its_subjects_back() {
+        let rw = RwSubjects::of("distlock", "a.b");
+        assert_eq!(rw.kind_of(&rw.writer), Some(RwSubject::Writer));
+        assert_eq!(rw.kind_of(&rw.token), Some(RwSubject::Token));
+        assert_eq!(
+            rw.kind_of(&rw.holder(false, "00ff").lock),
+            Some(RwSubject::Reader)
+        );
+        assert_eq!(
+            rw.kind_of(&rw.mark(1_700_000_000_123, "beef")),
+            Some(RwSubject::Mark {
+                arrival: 1_700_000_000_123
+            })
+        );
+        // Every subject of the lock is under `all`.
+        let base = rw.all.trim_end_matches('>');
+        for subject in [rw.writer.clone(), rw.token.clone(), rw.mark(1, "x")] {
+            assert!(subject.starts_with(base), "{subject}");
+        }
+        assert!(rw.holder(false, "00ff").lock.starts_with(base));
+        assert_eq!(rw.kind_of("$KV.distlock.rw.a.x.w"), None);
     }
 
     #[test]

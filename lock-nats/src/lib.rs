@@ -16,6 +16,7 @@ mod handle;
 mod keys;
 mod lock;
 mod permits;
+mod rw;
 mod stream;
 
 /// The `async-nats` crate this backend is built on, for

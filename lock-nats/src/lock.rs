@@ -19,7 +19,7 @@ use lock_core::raw::{
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
-    SemaphoreCapabilities, SemaphoreInfo, Waiting,
+    RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use serde::Deserialize;
 use tokio::time::Instant;
@@ -32,6 +32,7 @@ use crate::error::{
 use crate::handle::NatsHandle;
 use crate::keys::{self, PermitSubjects, Subjects};
 use crate::permits::MAX_LIMIT;
+use crate::rw::arrival_now;
 use crate::stream;
 
 /// The shortest per-message TTL the server takes: shorter leases ask the
@@ -72,6 +73,13 @@ fn capabilities(replicated: bool) -> Capabilities {
         .with_semaphore(Some(
             SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
         ))
+        // Readers and the writer are messages on subjects of the name's;
+        // waiting writers mark themselves.
+        .with_rw_lock(Some(
+            RwLockCapabilities::new()
+                .with_writer_preference(true)
+                .with_waiting(Waiting::Notified),
+        ))
 }
 
 /// The TTL a lease of `ttl` asks the server for.
@@ -80,7 +88,7 @@ pub(crate) fn server_ttl(ttl: Duration) -> Duration {
 }
 
 /// A TTL as the `Nats-TTL` header carries it.
-fn ttl_header(ttl: Duration) -> String {
+pub(crate) fn ttl_header(ttl: Duration) -> String {
     format!("{}ms", ttl.as_millis().max(1))
 }
 
@@ -345,9 +353,13 @@ impl NatsLock {
     /// One attempt at what `req` asks for (a lock, a permit), without
     /// waiting.
     async fn attempt_any(&self, req: Request<'_>) -> Result<Attempt, LockError> {
-        match req.opts.permits {
-            Some(limit) => self.attempt_permit(req.name, req.opts, limit).await,
-            None => self.attempt(req.name, req.opts).await,
+        match (req.opts.access, req.opts.permits) {
+            (Some(access), _) => {
+                self.attempt_rw(req.name, req.opts, access, arrival_now())
+                    .await
+            }
+            (_, Some(limit)) => self.attempt_permit(req.name, req.opts, limit).await,
+            _ => self.attempt(req.name, req.opts).await,
         }
     }
 
@@ -411,6 +423,11 @@ impl Inner {
         &self.config
     }
 
+    /// The client, for core NATS subscriptions.
+    pub(crate) fn client(&self) -> &async_nats::Client {
+        &self.client
+    }
+
     /// Publish `put` to the lock's subject on its condition.
     pub(crate) async fn write(
         &self,
@@ -442,13 +459,27 @@ impl Inner {
             // if that was stored, within the stream's duplicate window.
             None => headers.insert(async_nats::header::NATS_MESSAGE_ID, put.owner),
         }
+        self.publish(
+            subjects.lock.clone(),
+            headers,
+            Bytes::copy_from_slice(put.record),
+            doing,
+        )
+        .await
+    }
+
+    /// Publish `payload` with `headers` (their conditions, if any) to the
+    /// stream's `subject`.
+    pub(crate) async fn publish(
+        &self,
+        subject: String,
+        headers: HeaderMap,
+        payload: Bytes,
+        doing: &str,
+    ) -> Result<Written, LockError> {
         let acked = match self
             .js
-            .publish_with_headers(
-                subjects.lock.clone(),
-                headers,
-                Bytes::copy_from_slice(put.record),
-            )
+            .publish_with_headers(subject, headers, payload)
             .await
         {
             Ok(ack) => ack.await,
@@ -559,15 +590,12 @@ impl Inner {
         }
     }
 
-    /// Tell the waiters of `subjects` that it was released. A lost
+    /// Tell the waiters listening on `subject` that what they wait for was
+    /// released. A lost
     /// announcement costs a waiter its wake-up, not the lock: it tries
     /// again when the holder's TTL would have ended.
-    pub(crate) async fn announce_release(&self, subjects: &Subjects) {
-        if let Err(e) = self
-            .client
-            .publish(subjects.released.clone(), Bytes::new())
-            .await
-        {
+    pub(crate) async fn announce_release(&self, subject: &str) {
+        if let Err(e) = self.client.publish(subject.to_string(), Bytes::new()).await {
             tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a release could not be announced to its waiters");
         }
     }
@@ -588,6 +616,9 @@ impl RawLock for NatsLock {
     /// holder's TTL ends by its message's timestamp (a semaphore's: the
     /// first of its permits to end).
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
+        if let Some(access) = req.opts.access {
+            return self.wait_for_rw(req, access).await;
+        }
         let bucket = &self.inner.config.bucket;
         let subject = match req.opts.permits {
             Some(_) => PermitSubjects::of(bucket, req.name).released().to_string(),
@@ -633,6 +664,11 @@ impl RawLock for NatsLock {
         }
     }
 
+    /// The lock's subjects with a message, then each holder's message.
+    async fn raw_inspect_rw(&self, name: &str) -> Result<RwLockInfo, LockError> {
+        self.inspect_rw_lock(name).await
+    }
+
     /// The semaphore's slots with a message, then each permit's message.
     async fn raw_inspect_semaphore(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         self.inspect_permits(name).await
@@ -669,7 +705,7 @@ impl RawLock for NatsLock {
                 return Ok(false);
             };
             if self.inner.delete(m.sequence, doing).await? {
-                self.inner.announce_release(&subjects).await;
+                self.inner.announce_release(&subjects.released).await;
                 return Ok(true);
             }
         }

@@ -156,6 +156,10 @@ impl NatsLock {
                     opts.holder_record(),
                     server_ttl(opts.ttl),
                 )
+                // Every claim of the semaphore names this one filter: a
+                // replicated stream's leader lets one conditional publish
+                // per filter be in flight, and checks it against what is
+                // stored.
                 .claiming(Claim {
                     expected: permits.last,
                     filter: Some(subjects.filter.clone()),
