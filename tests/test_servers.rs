@@ -18,6 +18,7 @@ const VARS: &[&str] = &[
     "DISTLOCK_TEST_ZK_URL",
     "DISTLOCK_TEST_ZK_ENSEMBLE_URL",
     "DISTLOCK_TEST_NATS_URL",
+    "DISTLOCK_TEST_NATS_TLS_URL",
     "DISTLOCK_TEST_NATS_CLUSTER_URL",
 ];
 
@@ -92,6 +93,17 @@ fn nats_servers_greet_with_jetstream() {
                 "nats at {addr}: {info}"
             );
         }
+    }
+    // The single server offers TLS to the clients that ask for it.
+    for addr in hosts(&url_of("DISTLOCK_TEST_NATS_TLS_URL")) {
+        let mut s = connect(addr);
+        let mut buf = vec![0; 4096];
+        let n = s.read(&mut buf).expect("a greeting");
+        let info = String::from_utf8_lossy(&buf[..n]);
+        assert!(
+            info.contains("\"tls_available\":true"),
+            "nats (TLS) at {addr}: {info}"
+        );
     }
 }
 

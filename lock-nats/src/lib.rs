@@ -12,6 +12,7 @@
 
 mod config;
 mod error;
+mod grant;
 mod handle;
 mod keys;
 mod lock;

@@ -14,8 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lock_core::raw::{
-    Attempt, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard, RawLock, Request,
-    Unrenewed, WaitLoop, Watchdog, validate_name,
+    Attempt, HolderRecord, Pace, RawLock, Request, WaitLoop, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -29,7 +28,8 @@ use crate::error::{
     BACKEND, api_error, duplicate_in_flight, map_publish, map_read, map_request, no_such_message,
     wrong_last_sequence,
 };
-use crate::handle::NatsHandle;
+use crate::grant::Claimed;
+use crate::handle::Claim;
 use crate::keys::{self, PermitSubjects, Subjects};
 use crate::permits::MAX_LIMIT;
 use crate::rw::arrival_now;
@@ -80,6 +80,22 @@ fn capabilities(replicated: bool) -> Capabilities {
                 .with_writer_preference(true)
                 .with_waiting(Waiting::Notified),
         ))
+}
+
+/// Whether a connection's failure was the TLS handshake refusing a
+/// certificate (an I/O error of kind `InvalidData` somewhere in its
+/// chain).
+fn refused_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
+    let mut cause = Some(e);
+    while let Some(err) = cause {
+        if let Some(io) = err.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::InvalidData
+        {
+            return true;
+        }
+        cause = err.source();
+    }
+    false
 }
 
 /// The TTL a lease of `ttl` asks the server for.
@@ -283,6 +299,14 @@ impl NatsLock {
         if parsed.tls {
             options = options.require_tls(true);
             if let Some(ca) = parsed.tls_ca {
+                // Read when connecting; a path that is not a file is the
+                // URL's mistake, not the server's.
+                if !ca.is_file() {
+                    return Err(LockError::invalid_options(format!(
+                        "tls_ca {} is not a readable file",
+                        ca.display()
+                    )));
+                }
                 options = options.add_root_certificates(ca);
             }
         }
@@ -299,6 +323,11 @@ impl NatsLock {
                 use async_nats::ConnectErrorKind as K;
                 match e.kind() {
                     K::Authentication | K::AuthorizationViolation | K::Tls => {
+                        LockError::backend(BACKEND, doing.clone(), e)
+                    }
+                    // A certificate refused in the TLS handshake comes as
+                    // an I/O error: not a server to wait for.
+                    K::Io if refused_certificate(&e) => {
                         LockError::backend(BACKEND, doing.clone(), e)
                     }
                     _ => LockError::unavailable(BACKEND, doing.clone(), e),
@@ -363,56 +392,32 @@ impl NatsLock {
         }
     }
 
-    /// One attempt at `name`, without waiting.
+    /// One attempt at `name`, without waiting: a publish on the condition
+    /// that the lock's subject has no message.
     async fn attempt(&self, name: &str, opts: &LockOptions) -> Result<Attempt, LockError> {
-        let inner = &self.inner;
-        let handle = Arc::new(NatsHandle::new(
-            Arc::clone(inner),
-            Subjects::of(&inner.config.bucket, name),
-            OwnerToken::random().to_hex(),
-            opts.holder_record(),
-            server_ttl(opts.ttl),
-        ));
-        // Until the answer is read, a dropped attempt (or one whose answer
-        // was lost) deletes whatever message of ours is there.
-        let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-        let record = handle.record();
+        let subjects = Subjects::of(&self.inner.config.bucket, name);
         for _ in 0..LOOKS {
-            let sent_at = Instant::now();
-            let written = inner
-                .write(&handle.subjects, &handle.grant(&record), "acquiring a lock")
-                .await?;
-            let last = match written {
-                Written::At(seq) => {
-                    handle.granted(seq);
-                    let (handle, lease) =
-                        match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
-                            Ok(granted) => granted,
-                            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
-                        };
-                    let guard = LockGuard::new(name, Some(seq), inner.caps, lease, handle);
-                    return Ok(Attempt::Acquired(guard.kept_by(
-                        &self.watchdog,
-                        opts,
-                        Unrenewed::Left,
-                    )));
+            let last = match self
+                .claim(subjects.clone(), opts, Claim::default(), "acquiring a lock")
+                .await?
+            {
+                Claimed::Stored(seq, stored) => {
+                    return self.hand_out(name, opts, seq, stored, |g| g).await;
                 }
-                Written::Found(last) => last,
-                Written::InFlight => None,
+                Claimed::Refused(last) => last,
             };
             // Held, unless the holder's message went between the write and
             // this read (released, expired): then write again.
-            if let Some(m) = inner
-                .found(&handle.subjects, last, "reading a lock's holder")
+            if let Some(m) = self
+                .inner
+                .found(&subjects, last, "reading a lock's holder")
                 .await?
             {
-                drop(pending.disarm());
                 return Ok(Attempt::Held {
                     expires_in: lease_left(&m),
                 });
             }
         }
-        drop(pending.disarm());
         Ok(Attempt::Held { expires_in: None })
     }
 }

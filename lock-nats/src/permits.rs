@@ -18,22 +18,18 @@
 //! queue: the order among waiters is not promised.
 
 use std::collections::BTreeSet;
-use std::sync::Arc;
 use std::time::Duration;
 
 use async_nats::jetstream::message::StreamMessage;
 use futures_util::{StreamExt, TryStreamExt};
-use lock_core::raw::{
-    Attempt, GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard, Unrenewed,
-    limit_mismatch,
-};
-use lock_core::{LockError, LockGuard, LockOptions, PermitInfo, SemaphoreInfo};
-use tokio::time::Instant;
+use lock_core::raw::{Attempt, HolderRecord, RawGuard, limit_mismatch};
+use lock_core::{LockError, LockOptions, PermitInfo, SemaphoreInfo};
 
 use crate::error::BACKEND;
-use crate::handle::{Claim, NatsHandle};
+use crate::grant::Claimed;
+use crate::handle::Claim;
 use crate::keys::{self, PermitSubjects};
-use crate::lock::{Inner, NatsLock, Written, header, lease_left, server_ttl, token_of};
+use crate::lock::{Inner, NatsLock, header, lease_left, token_of};
 
 /// The largest limit: a full semaphore's attempt reads each held
 /// permit's message to learn when the first one ends.
@@ -148,51 +144,23 @@ impl NatsLock {
                     expires_in: first_to_end.or(Some(Duration::ZERO)),
                 });
             };
-            let handle = Arc::new(
-                NatsHandle::new(
-                    Arc::clone(inner),
-                    subjects.slot(slot),
-                    OwnerToken::random().to_hex(),
-                    opts.holder_record(),
-                    server_ttl(opts.ttl),
-                )
-                // Every claim of the semaphore names this one filter: a
-                // replicated stream's leader lets one conditional publish
-                // per filter be in flight, and checks it against what is
-                // stored.
-                .claiming(Claim {
-                    expected: permits.last,
-                    filter: Some(subjects.filter.clone()),
-                    limit: Some(limit),
-                }),
-            );
-            // Until the answer is read, a dropped attempt deletes whatever
-            // message of ours is on the slot.
-            let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-            let record = handle.record();
-            let sent_at = Instant::now();
-            match inner
-                .write(&handle.subjects, &handle.grant(&record), doing)
-                .await?
-            {
-                Written::At(seq) => {
-                    handle.granted(seq);
-                    let (handle, lease) =
-                        match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
-                            Ok(granted) => granted,
-                            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
-                        };
-                    let guard = LockGuard::new(name, Some(seq), inner.caps, lease, handle)
-                        .with_slot(Some(slot));
-                    return Ok(Attempt::Acquired(guard.kept_by(
-                        &self.watchdog,
-                        opts,
-                        Unrenewed::Left,
-                    )));
+            // Every claim of the semaphore names this one filter: a
+            // replicated stream's leader lets one conditional publish per
+            // filter be in flight, and checks it against what is stored.
+            let claim = Claim {
+                expected: permits.last,
+                filter: Some(subjects.filter.clone()),
+                limit: Some(limit),
+            };
+            match self.claim(subjects.slot(slot), opts, claim, doing).await? {
+                Claimed::Stored(seq, stored) => {
+                    return self
+                        .hand_out(name, opts, seq, stored, |g| g.with_slot(Some(slot)))
+                        .await;
                 }
-                // A permit was taken, renewed or given back since the read
-                // (nothing of ours was stored): read again.
-                Written::Found(_) | Written::InFlight => drop(pending.disarm()),
+                // A permit was taken, renewed or given back since the read:
+                // read again.
+                Claimed::Refused(_) => {}
             }
         }
         Ok(Attempt::Held { expires_in: None })

@@ -40,17 +40,15 @@ use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use lock_core::raw::{
-    Attempt, GuardHandle, HolderRecord, OwnerToken, Pace, PendingGrant, RawGuard, Request,
-    Unrenewed, WaitLoop,
-};
+use lock_core::raw::{Attempt, HolderRecord, OwnerToken, Pace, RawGuard, Request, WaitLoop};
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use tokio::time::Instant;
 
 use crate::error::BACKEND;
-use crate::handle::{Claim, NatsHandle};
+use crate::grant::Claimed;
+use crate::handle::Claim;
 use crate::keys::{self, RwSubject, RwSubjects};
-use crate::lock::{Inner, NatsLock, Written, header, lease_left, server_ttl, token_of, ttl_header};
+use crate::lock::{Inner, NatsLock, Written, header, lease_left, token_of, ttl_header};
 
 /// How often a waiting writer renews its mark.
 const MARK_RENEWAL: Duration = Duration::from_millis(500);
@@ -280,58 +278,32 @@ impl NatsLock {
                 }
                 (false, _) => Some(inner.write_token(&subjects, name).await?),
             };
+            let claim = Claim {
+                expected: last.as_ref().map_or(0, |m| m.sequence),
+                filter: Some(filter.clone()),
+                limit: None,
+            };
             let owner = OwnerToken::random().to_hex();
-            let handle = Arc::new(
-                NatsHandle::new(
-                    Arc::clone(inner),
-                    subjects.holder(write, &owner),
-                    owner,
-                    opts.holder_record(),
-                    server_ttl(opts.ttl),
-                )
-                .claiming(Claim {
-                    expected: last.as_ref().map_or(0, |m| m.sequence),
-                    filter: Some(filter.clone()),
-                    limit: None,
-                }),
-            );
-            // Until the guard is handed out, a dropped attempt (or one
-            // that fails) deletes whatever message of ours is there.
-            let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-            let record = handle.record();
-            let sent_at = Instant::now();
-            match inner
-                .write(&handle.subjects, &handle.grant(&record), doing)
+            let (seq, stored) = match self
+                .claim(subjects.holder(write, &owner), opts, claim, doing)
                 .await?
             {
-                Written::At(seq) => {
-                    handle.granted(seq);
-                    let token = match read_token {
-                        Some(token) => token,
-                        // Gone before its token was recorded (expired, taken
-                        // away): not granted; the pending grant cleans up.
-                        None if !inner.record_write_token(&subjects, seq).await? => {
-                            return Ok(Attempt::Held { expires_in: None });
-                        }
-                        None => seq,
-                    };
-                    let (handle, lease) =
-                        match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
-                            Ok(granted) => granted,
-                            Err(too_late) => return Ok(Attempt::TooLate(too_late)),
-                        };
-                    let guard = LockGuard::new(name, Some(token), inner.caps, lease, handle)
-                        .with_access(Some(access));
-                    return Ok(Attempt::Acquired(guard.kept_by(
-                        &self.watchdog,
-                        opts,
-                        Unrenewed::Left,
-                    )));
+                Claimed::Stored(seq, stored) => (seq, stored),
+                // The lock changed since the read: read again.
+                Claimed::Refused(_) => continue,
+            };
+            let token = match read_token {
+                Some(token) => token,
+                // Gone before its token was recorded (expired, taken away):
+                // not granted; the stored grant is given back as it drops.
+                None if !inner.record_write_token(&subjects, seq).await? => {
+                    return Ok(Attempt::Held { expires_in: None });
                 }
-                // The lock changed since the read (nothing of ours was
-                // stored): read again.
-                Written::Found(_) | Written::InFlight => drop(pending.disarm()),
-            }
+                None => seq,
+            };
+            return self
+                .hand_out(name, opts, token, stored, |g| g.with_access(Some(access)))
+                .await;
         }
         Ok(Attempt::Held { expires_in: None })
     }
