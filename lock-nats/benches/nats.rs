@@ -13,13 +13,20 @@
 //! as its TTL, the owner and message id headers, its sequence the token;
 //! then the message deleted by that sequence and the release announced on
 //! the core subject); distlock acquire + release, with and without the
-//! guard's renewal; lock sets of eight names against eight single locks.
+//! guard's renewal; lock sets of eight names against eight single locks;
+//! a permit of a semaphore of 4 against the floor of the same algorithm
+//! (the semaphore's last message and its subjects read, the lowest free
+//! slot published on the condition that none of them changed, deleted);
+//! reader-writer locks' reads and writes against theirs (the lock's last
+//! message and subjects read, the reader's or the writer's message
+//! published on the same condition, a write's token recorded beside it,
+//! then deleted).
 
 use std::time::Duration;
 
 use lock_core::{LockOptions, Wait};
 use lock_nats::{NatsLock, async_nats};
-use lock_testkit::bench::cycles::Cycles;
+use lock_testkit::bench::cycles::{Cycles, RW_READ, RW_WRITE};
 
 /// Cycles per variant in a block, and rounds of blocks (after one to warm up).
 const BLOCK: usize = 50;
@@ -28,6 +35,186 @@ const RTT: &str = "round trip: PING (flush)";
 const FLOOR: &str = "floor: conditional publish with TTL + delete by sequence + announce";
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
+const PERMIT_FLOOR: &str =
+    "floor: semaphore of 4 read (last + subjects) + conditional publish on a slot + delete";
+const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
+const RW_READ_FLOOR: &str =
+    "floor: reader-writer lock read (last + subjects + token) + conditional publish + delete";
+const RW_WRITE_FLOOR: &str = "floor: reader-writer lock read (last + subjects) + conditional publish + token record + delete";
+
+/// The headers of a grant's message: the condition on `filter`'s last
+/// sequence, the lease, the owner and its message id.
+fn grant_headers(filter: &str, last: u64, owner: &str) -> async_nats::HeaderMap {
+    use async_nats::header::{
+        NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MESSAGE_ID, NATS_MESSAGE_TTL,
+    };
+    let mut headers = async_nats::HeaderMap::new();
+    headers.insert(
+        NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+        last.to_string().as_str(),
+    );
+    headers.insert("Nats-Expected-Last-Subject-Sequence-Subject", filter);
+    headers.insert(NATS_MESSAGE_TTL, "30000ms");
+    headers.insert("Distlock-Owner", owner);
+    headers.insert(NATS_MESSAGE_ID, owner);
+    headers
+}
+
+/// The last sequence of `filter`'s subjects (0: none has a message).
+async fn last_of(stream: &async_nats::jetstream::stream::Stream, filter: &str) -> u64 {
+    stream
+        .get_last_raw_message_by_subject(filter)
+        .await
+        .map_or(0, |m| m.sequence)
+}
+
+/// The subjects under `filter` that hold a message.
+async fn subjects_of(js: &async_nats::jetstream::Context, filter: &str) -> Vec<String> {
+    let info: serde_json::Value = js
+        .request(
+            "STREAM.INFO.KV_distlock",
+            &serde_json::json!({ "subjects_filter": filter }),
+        )
+        .await
+        .expect("stream info");
+    info["state"]["subjects"]
+        .as_object()
+        .map(|s| s.keys().cloned().collect())
+        .unwrap_or_default()
+}
+
+/// Publish a grant (the holder record) to `subject` on `headers`' condition: its sequence.
+async fn publish(
+    js: &async_nats::jetstream::Context,
+    subject: String,
+    headers: async_nats::HeaderMap,
+) -> u64 {
+    let record = lock_core::LockOptions::new().holder_record();
+    js.publish_with_headers(
+        subject,
+        headers,
+        bytes::Bytes::copy_from_slice(record.as_bytes()),
+    )
+    .await
+    .expect("publish")
+    .await
+    .expect("granted: nobody else uses the floor's names")
+    .sequence
+}
+
+/// Delete message `seq` and announce the release on `released`.
+async fn delete(
+    js: &async_nats::jetstream::Context,
+    client: &async_nats::Client,
+    seq: u64,
+    released: &'static str,
+) {
+    let deleted: serde_json::Value = js
+        .request(
+            "STREAM.MSG.DELETE.KV_distlock",
+            &serde_json::json!({ "seq": seq, "no_erase": true }),
+        )
+        .await
+        .expect("delete");
+    assert_eq!(deleted["success"], true, "{deleted}");
+    client
+        .publish(released, bytes::Bytes::new())
+        .await
+        .expect("announce");
+}
+
+/// The hand-written permit's cycle: the semaphore read, the lowest free
+/// slot claimed on the condition that nothing of it changed, released.
+async fn permit_floor(
+    js: &async_nats::jetstream::Context,
+    stream: &async_nats::jetstream::stream::Stream,
+    client: &async_nats::Client,
+    n: usize,
+) {
+    let filter = "$KV.distlock.sem.bench/permit-floor.*";
+    let last = last_of(stream, filter).await;
+    let held = match last {
+        0 => Vec::new(),
+        _ => subjects_of(js, filter).await,
+    };
+    let slot = (0..4u32)
+        .find(|s| !held.iter().any(|h| h.ends_with(&format!(".{s}"))))
+        .expect("a free slot");
+    let owner = format!("{:032x}", rand_owner(n));
+    let mut headers = grant_headers(filter, last, &owner);
+    headers.insert("Distlock-Limit", "4");
+    let subject = format!("$KV.distlock.sem.bench/permit-floor.{slot}");
+    let seq = publish(js, subject, headers).await;
+    delete(
+        js,
+        client,
+        seq,
+        "distlock.distlock.permits.bench/permit-floor",
+    )
+    .await;
+}
+
+/// The hand-written reader-writer lock's cycle: the lock read, a reader's
+/// message (carrying the recorded token) or the writer's (its token then
+/// recorded) published on the condition that nothing of it changed,
+/// released.
+async fn rw_floor(
+    js: &async_nats::jetstream::Context,
+    stream: &async_nats::jetstream::stream::Stream,
+    client: &async_nats::Client,
+    n: usize,
+    write: bool,
+) {
+    let all = "$KV.distlock.rw.bench/rw-floor.>";
+    let base = "$KV.distlock.rw.bench/rw-floor.";
+    let last = stream.get_last_raw_message_by_subject(all).await.ok();
+    let seen = match &last {
+        None => Vec::new(),
+        Some(_) => subjects_of(js, all).await,
+    };
+    assert!(
+        !seen
+            .iter()
+            .any(|s| s.ends_with(".x.w") || s.contains(".r.")),
+        "the floor's lock is free: {seen:?}"
+    );
+    let token_subject = format!("{base}x.t");
+    if !write {
+        // The recorded token, unless the last message is the record.
+        let is_record = last
+            .as_ref()
+            .is_some_and(|m| m.subject.as_str() == token_subject);
+        if !is_record {
+            let _ = stream.get_last_raw_message_by_subject(&token_subject).await;
+        }
+    }
+    let owner = format!("{:032x}", rand_owner(n));
+    let headers = grant_headers(all, last.map_or(0, |m| m.sequence), &owner);
+    let subject = match write {
+        true => format!("{base}x.w"),
+        false => format!("{base}r.{owner}"),
+    };
+    let seq = publish(js, subject, headers).await;
+    if write {
+        use async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert(
+            NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+            seq.to_string().as_str(),
+        );
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence-Subject",
+            format!("{base}x.w").as_str(),
+        );
+        headers.insert("Distlock-Token", seq.to_string().as_str());
+        js.publish_with_headers(token_subject, headers, bytes::Bytes::new())
+            .await
+            .expect("publish")
+            .await
+            .expect("the token recorded");
+    }
+    delete(js, client, seq, "distlock.distlock.rw.bench/rw-floor").await;
+}
 
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_NATS_URL")
@@ -94,6 +281,11 @@ async fn main() {
     let ttl = Duration::from_secs(30);
     let renewed = LockOptions::new().ttl(ttl).wait(Wait::No);
     let unrenewed = LockOptions::new().ttl(ttl).auto_renew(false).wait(Wait::No);
+    let stream = js
+        .get_stream("KV_distlock")
+        .await
+        .expect("the bucket's stream");
+    let permit = renewed.clone().permits(4);
     let mut m = Cycles::new("nats", BLOCK);
     for round in 0..=ROUNDS {
         m.warm_up(round == 0);
@@ -109,6 +301,21 @@ async fn main() {
             m.measure_lock(label, &locks, "bench/distlock", opts).await;
         }
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
+        m.measure(PERMIT_FLOOR, async |n| {
+            permit_floor(&js, &stream, &client, n).await;
+        })
+        .await;
+        m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)
+            .await;
+        m.measure(RW_READ_FLOOR, async |n| {
+            rw_floor(&js, &stream, &client, n, false).await;
+        })
+        .await;
+        m.measure(RW_WRITE_FLOOR, async |n| {
+            rw_floor(&js, &stream, &client, n, true).await;
+        })
+        .await;
+        m.measure_rw(&locks, "bench/rw", &renewed).await;
     }
     m.print();
     for ours in [OURS, OURS_UNRENEWED] {
@@ -116,4 +323,9 @@ async fn main() {
         m.compare(ours, RTT);
     }
     m.compare_sets();
+    m.compare(OURS_PERMIT, PERMIT_FLOOR);
+    m.compare(OURS_PERMIT, OURS);
+    m.compare_rw(OURS);
+    m.compare(RW_READ, RW_READ_FLOOR);
+    m.compare(RW_WRITE, RW_WRITE_FLOOR);
 }
