@@ -297,6 +297,14 @@ impl NatsLock {
             options = options.ignore_discovered_servers();
         }
         if parsed.tls {
+            // async-nats builds its rustls configuration from the process's
+            // default crypto provider; with more than one compiled in (an
+            // application that also links aws-lc-rs) there is none until one
+            // is installed, and connecting would panic. Installing fails
+            // harmlessly if the application already chose.
+            if rustls::crypto::CryptoProvider::get_default().is_none() {
+                let _ = rustls::crypto::ring::default_provider().install_default();
+            }
             options = options.require_tls(true);
             if let Some(ca) = parsed.tls_ca {
                 // Read when connecting; a path that is not a file is the

@@ -1,6 +1,8 @@
 //! TLS to NATS (`nats+tls://`): the server's certificate is checked
 //! against the CA the URL names, a server that offers no TLS is refused,
-//! and bad TLS settings are typed errors, not hangs.
+//! and bad TLS settings are typed errors, not hangs or panics. Run in the
+//! workspace's build (`--workspace --all-features`), where rustls has two
+//! crypto providers compiled in and no default until one is installed.
 
 use std::time::Duration;
 
@@ -43,6 +45,28 @@ async fn a_missing_ca_file_is_invalid_options() {
         }
         other => panic!("expected InvalidOptions, got {other:?}"),
     }
+}
+
+/// A plain connection installs nothing process-wide: the crypto provider
+/// stays the application's to choose (TLS installs ring's only where
+/// none was chosen, so that a build with two providers does not panic).
+#[tokio::test]
+async fn a_plain_connection_leaves_the_crypto_provider_to_the_application() {
+    let locks = NatsLock::connect(&env("DISTLOCK_TEST_NATS_URL"))
+        .await
+        .expect("connect");
+    let g = locks
+        .acquire(
+            &lock_testkit::faults::unique("plain"),
+            &LockOptions::new().wait(Wait::No),
+        )
+        .await
+        .expect("acquire");
+    assert!(g.release().await.expect("release"));
+    assert!(
+        rustls::crypto::CryptoProvider::get_default().is_none(),
+        "a process-wide crypto provider was installed for a plain connection"
+    );
 }
 
 /// A CA that did not sign the server's certificate (the system bundle):
