@@ -8,7 +8,9 @@
 //! subject's last sequence), its stream sequence the fencing token, with a
 //! per-message TTL as its lease; renewals rewrite it on the same
 //! condition, a release deletes it by sequence and announces it to the
-//! waiters.
+//! waiters. Semaphores and reader-writer locks are messages on subjects of
+//! their name's, each published on the condition that none of them changed
+//! since they were read.
 
 mod config;
 mod error;

@@ -237,6 +237,14 @@ struct DeleteAnswer {
 ///   message expires with its TTL.
 /// - **Waiters** listen for releases and otherwise sleep until the
 ///   holder's TTL ends; they are not queued (no fair order).
+/// - **Semaphores** ([`Semaphore`](lock_core::Semaphore)): a permit is a
+///   message on one of the name's slot subjects, published on the
+///   condition that none of the semaphore's subjects changed since they
+///   were read. **Reader-writer locks** ([`RwLockExt`](lock_core::RwLockExt),
+///   writers first): a message per reader and for the writer, each
+///   published on the condition that none of the lock's subjects changed
+///   since they were read; a write's token is recorded for the readers
+///   after it.
 ///
 /// ```no_run
 /// # async fn demo() -> Result<(), lock_core::LockError> {
