@@ -245,21 +245,13 @@ async fn floor(js: &async_nats::jetstream::Context, client: &async_nats::Client,
         .await
         .expect("the floor's lock is free")
         .sequence;
-    let deleted: serde_json::Value = js
-        .request(
-            "STREAM.MSG.DELETE.KV_distlock",
-            &serde_json::json!({ "seq": seq, "no_erase": true }),
-        )
-        .await
-        .expect("delete");
-    assert_eq!(deleted["success"], true, "{deleted}");
-    client
-        .publish(
-            "distlock.distlock.released.62656e63682f666c6f6f72",
-            bytes::Bytes::new(),
-        )
-        .await
-        .expect("announce");
+    delete(
+        js,
+        client,
+        seq,
+        "distlock.distlock.released.62656e63682f666c6f6f72",
+    )
+    .await;
 }
 
 /// A distinct owner token per cycle, as distlock draws one per acquisition.

@@ -444,9 +444,24 @@ impl Inner {
         &self.config
     }
 
-    /// The client, for core NATS subscriptions.
-    pub(crate) fn client(&self) -> &async_nats::Client {
-        &self.client
+    /// Listen for the releases announced on `subject`: subscribed, and
+    /// the subscription flushed to the server, so that none announced
+    /// after this returns is missed.
+    pub(crate) async fn listen(
+        &self,
+        subject: String,
+    ) -> Result<async_nats::Subscriber, LockError> {
+        let doing = "listening for releases";
+        let released = self
+            .client
+            .subscribe(subject)
+            .await
+            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
+        self.client
+            .flush()
+            .await
+            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
+        Ok(released)
     }
 
     /// Publish `put` to the lock's subject on its condition.
@@ -645,16 +660,7 @@ impl RawLock for NatsLock {
             Some(_) => PermitSubjects::of(bucket, req.name).released().to_string(),
             None => Subjects::of(bucket, req.name).released,
         };
-        let client = &self.inner.client;
-        let doing = "listening for a lock's releases";
-        let mut released = client
-            .subscribe(subject)
-            .await
-            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
-        client
-            .flush()
-            .await
-            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
+        let mut released = self.inner.listen(subject).await?;
         let mut listening = true;
         let mut wait = WaitLoop::new(req, None);
         loop {

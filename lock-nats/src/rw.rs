@@ -319,17 +319,7 @@ impl NatsLock {
         let (name, opts) = (req.name, req.opts);
         let inner = &self.inner;
         let subjects = RwSubjects::of(&inner.config().bucket, name);
-        let doing = "listening for a reader-writer lock's releases";
-        let mut released = inner
-            .client()
-            .subscribe(subjects.released.clone())
-            .await
-            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
-        inner
-            .client()
-            .flush()
-            .await
-            .map_err(|e| LockError::unavailable(BACKEND, doing.to_string(), e))?;
+        let mut released = inner.listen(subjects.released.clone()).await?;
         let arrival = arrival_now();
         let mark = (access == Access::Write).then(|| Mark {
             inner: Arc::clone(inner),
