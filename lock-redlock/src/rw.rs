@@ -270,8 +270,10 @@ impl Redlock {
 
     /// Every node's view of `name`, failing unless a majority answers: the
     /// mode a majority shows, its holders as the first such node lists
-    /// them, the counter a majority carries (else the largest) and the most
-    /// waiting writers on any node.
+    /// them, the counter a majority carries (else the largest) and the
+    /// waiting writers a majority marks. A minority's marks are not
+    /// counted: a writer granted by a majority takes its marks there, and
+    /// removes the rest in the background after it returns.
     pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
         let inner = &self.inner;
         let keys = Arc::new(inner.keys.rw(name));
@@ -334,11 +336,20 @@ impl Redlock {
                 .unwrap_or_default(),
             None => Vec::new(),
         };
-        let waiting = views.iter().map(|v| v.waiting).max();
+        let waiting = on_a_majority(views.iter().map(|v| v.waiting), inner.quorum);
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(token)
             .with_waiting(waiting, None))
     }
+}
+
+/// The largest count at least `quorum` of the answering nodes show (each
+/// node counting its waiting writers, say): the `quorum`-th largest, `None`
+/// when fewer than `quorum` nodes answered.
+fn on_a_majority(counts: impl Iterator<Item = usize>, quorum: usize) -> Option<usize> {
+    let mut counts: Vec<usize> = counts.collect();
+    counts.sort_unstable_by(|a, b| b.cmp(a));
+    quorum.checked_sub(1).and_then(|i| counts.get(i).copied())
 }
 
 /// One reader-writer grant's handle: released and extended on every node
@@ -389,5 +400,19 @@ impl GuardHandle for RwHandle {
                 _ => Ok(ours >= quorum),
             }
         }))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::on_a_majority;
+
+    #[test]
+    fn a_count_counts_when_a_majority_shows_it() {
+        assert_eq!(on_a_majority([1, 1, 0, 0, 0].into_iter(), 3), Some(0));
+        assert_eq!(on_a_majority([0, 1, 1, 1, 0].into_iter(), 3), Some(1));
+        assert_eq!(on_a_majority([2, 1, 3, 0, 0].into_iter(), 3), Some(1));
+        assert_eq!(on_a_majority([1, 1].into_iter(), 3), None);
+        assert_eq!(on_a_majority([4].into_iter(), 0), None);
     }
 }

@@ -688,6 +688,62 @@ async fn inspect_reports_the_holders_token_beside_a_straggler() {
     assert!(guard.release().await.expect("release"));
 }
 
+/// A writer granted by a majority takes its waiting marks there and removes
+/// the rest in the background after it returns, so for a moment a minority
+/// of nodes still marks it. `inspect_rw` counts the waiting writers a
+/// majority marks: marks planted on two of five nodes are not a waiting
+/// writer, on three they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspect_counts_only_the_waiting_writers_a_majority_marks() {
+    let _serial = one_at_a_time(&SERIAL).await;
+    let locks = client_with(PATIENT_NODE_TIMEOUT).await;
+    let name = unique("marks");
+    let waiting = format!("{}:rw:waiting", key(&name));
+    // A mark as a waiting writer leaves it (`ARRIVAL:ID`, scored with the
+    // server time its mark lapses), lapsing in a minute.
+    let plant = async |i: usize| {
+        let _: i64 = redis::cmd("ZADD")
+            .arg(&waiting)
+            .arg(now_ms() + 60_000)
+            .arg("00000000000001:planted")
+            .query_async(&mut node(i).await)
+            .await
+            .expect("plant a mark");
+    };
+    for i in 0..2 {
+        plant(i).await;
+    }
+    let info = locks.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(
+        info.waiting_writers,
+        Some(0),
+        "a minority's marks: {info:?}"
+    );
+    plant(2).await;
+    let info = locks.inspect_rw(&name).await.expect("inspect");
+    assert_eq!(
+        info.waiting_writers,
+        Some(1),
+        "a majority's marks: {info:?}"
+    );
+    for i in 0..5 {
+        let _: i64 = redis::cmd("DEL")
+            .arg(&waiting)
+            .query_async(&mut node(i).await)
+            .await
+            .expect("remove the marks");
+    }
+}
+
+/// Milliseconds since the Unix epoch by this machine's clock, which the
+/// local nodes share.
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as u64
+}
+
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`: a majority of
 /// the masters killed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
