@@ -9,19 +9,31 @@ use redis::aio::ConnectionLike;
 /// catch up with its master.
 pub(crate) const SETTLE: Duration = Duration::from_secs(10);
 
-/// `WAIT want` on `conn` for up to about `within`, in steps the client's
-/// 500 ms response timeout allows: how many replicas acknowledged every
-/// write made on `conn` so far (the caller writes first: on a connection
-/// that made none, `WAIT` answers at once).
+/// How long one `WAIT` blocks on the server: half the client's default
+/// 500 ms response timeout, leaving the reply the other half to arrive on
+/// a loaded machine.
+const STEP_MS: u64 = 250;
+
+/// `WAIT want` on `conn` for up to about `within`, in steps of [`STEP_MS`]:
+/// how many replicas acknowledged every write made on `conn` so far (the
+/// caller writes first: on a connection that made none, `WAIT` answers at
+/// once). A step whose reply outlasts the client's response timeout (the
+/// machine busy) counts as no answer and is tried again; the count is the
+/// last answered step's.
 pub(crate) async fn acked(conn: &mut impl ConnectionLike, want: i64, within: Duration) -> i64 {
     let start = Instant::now();
+    let mut acked = 0;
     loop {
-        let acked: i64 = redis::cmd("WAIT")
+        match redis::cmd("WAIT")
             .arg(want)
-            .arg(400)
-            .query_async(&mut *conn)
+            .arg(STEP_MS)
+            .query_async::<i64>(&mut *conn)
             .await
-            .expect("WAIT");
+        {
+            Ok(n) => acked = n,
+            Err(e) if e.is_timeout() => {}
+            Err(e) => panic!("WAIT: {e}"),
+        }
         if acked == want || start.elapsed() >= within {
             return acked;
         }
