@@ -13,8 +13,12 @@ mod session_bench;
 
 use lock_core::Access;
 use lock_sql::MySqlLock;
+use lock_testkit::bench::cycles::Cycles;
 use session_bench::{Floors, PERMITS, now_ms, rw_counter};
 use sqlx::{Connection, MySqlConnection};
+
+/// The row lock without a token, ended with COMMIT.
+const ROW_COMMIT: &str = "row, no token: BEGIN; FOR UPDATE; COMMIT";
 
 fn url() -> String {
     std::env::var("DISTLOCK_TEST_MYSQL_URL")
@@ -149,6 +153,24 @@ impl Floors for MySqlFloors {
         let conn = &mut self.conn;
         get_lock(conn, name).await;
         release_lock(conn, name).await;
+    }
+
+    /// The hand-written row lock without a token ending its transaction as
+    /// a user's own does, with COMMIT.
+    async fn more(&mut self, m: &mut Cycles) {
+        m.measure(ROW_COMMIT, async |_| {
+            let mut tx = self.conn.begin().await.expect("begin");
+            lock_row(&mut tx, "bench/raw").await;
+            tx.commit().await.expect("end");
+        })
+        .await;
+    }
+
+    fn more_comparisons(&self) -> &'static [(&'static str, &'static str)] {
+        &[
+            (session_bench::ROW, ROW_COMMIT),
+            (session_bench::ROW_RENEWED, ROW_COMMIT),
+        ]
     }
 
     /// The hand-written reader-writer lock, its transaction opened as the

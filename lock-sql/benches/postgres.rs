@@ -293,7 +293,12 @@ impl Floors for PgFloors {
     }
 
     fn more_comparisons(&self) -> &'static [(&'static str, &'static str)] {
-        &[(COMMIT, ROLLBACK)]
+        // The row lock a user writes ends its transaction with COMMIT.
+        &[
+            (COMMIT, ROLLBACK),
+            (session_bench::ROW, COMMIT),
+            (session_bench::ROW_RENEWED, COMMIT),
+        ]
     }
 }
 
