@@ -700,11 +700,11 @@ async fn inspect_counts_only_the_waiting_writers_a_majority_marks() {
     let name = unique("marks");
     let waiting = format!("{}:rw:waiting", key(&name));
     // A mark as a waiting writer leaves it (`ARRIVAL:ID`, scored with the
-    // server time its mark lapses), lapsing in a minute.
+    // server time its mark lapses), here one that never lapses.
     let plant = async |i: usize| {
         let _: i64 = redis::cmd("ZADD")
             .arg(&waiting)
-            .arg(now_ms() + 60_000)
+            .arg("+inf")
             .arg("00000000000001:planted")
             .query_async(&mut node(i).await)
             .await
@@ -733,15 +733,6 @@ async fn inspect_counts_only_the_waiting_writers_a_majority_marks() {
             .await
             .expect("remove the marks");
     }
-}
-
-/// Milliseconds since the Unix epoch by this machine's clock, which the
-/// local nodes share.
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("after the epoch")
-        .as_millis() as u64
 }
 
 /// See `lock_testkit::faults::server_failure_gives_transient_errors`: a majority of

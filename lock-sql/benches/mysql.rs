@@ -73,6 +73,17 @@ async fn lock_row(conn: &mut MySqlConnection, name: &str) {
     assert!(row.is_some());
 }
 
+/// The hand-written row lock without a token on `conn`: its transaction
+/// ended with COMMIT if `commit`, else ROLLBACK.
+async fn row_no_token(conn: &mut MySqlConnection, name: &str, commit: bool) {
+    let mut tx = conn.begin().await.expect("begin");
+    lock_row(&mut tx, name).await;
+    match commit {
+        true => tx.commit().await.expect("end"),
+        false => tx.rollback().await.expect("end"),
+    }
+}
+
 /// `GET_LOCK` on `name` as a hand-written lock names it.
 async fn get_lock(conn: &mut MySqlConnection, name: &str) {
     let granted: Option<i64> = sqlx::query_scalar("SELECT GET_LOCK(?, 50)")
@@ -143,9 +154,7 @@ impl Floors for MySqlFloors {
 
     /// The hand-written row lock without a fencing token.
     async fn row_plain(&mut self, name: &str) {
-        let mut tx = self.conn.begin().await.expect("begin");
-        lock_row(&mut tx, name).await;
-        tx.rollback().await.expect("end");
+        row_no_token(&mut self.conn, name, false).await
     }
 
     /// The hand-written advisory lock without a fencing token.
@@ -159,9 +168,7 @@ impl Floors for MySqlFloors {
     /// a user's own does, with COMMIT.
     async fn more(&mut self, m: &mut Cycles) {
         m.measure(ROW_COMMIT, async |_| {
-            let mut tx = self.conn.begin().await.expect("begin");
-            lock_row(&mut tx, "bench/raw").await;
-            tx.commit().await.expect("end");
+            row_no_token(&mut self.conn, "bench/raw", true).await
         })
         .await;
     }
