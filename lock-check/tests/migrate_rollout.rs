@@ -14,6 +14,10 @@
 use std::path::Path;
 use std::process::Command;
 use std::sync::Mutex;
+use std::time::Duration;
+
+use distlock::{Access, LockOptions, Wait};
+use lock_check::register::FencedRegister;
 
 use lock_testkit::faults::env;
 use serde_json::Value;
@@ -132,17 +136,42 @@ fn rollout(case: &str, old: &str, new: &str, rw: Option<&str>) {
         rw,
     );
     assert_exclusive("phase B (steps 2 + 3)", &b);
-    // Afterwards the register holds a step-3 token: above every old one.
-    let state = std::fs::read_to_string(&register).expect("register");
-    let highest: u64 = state
-        .split_whitespace()
-        .nth(1)
-        .and_then(|h| h.parse().ok())
-        .expect("a token was accepted");
+    // Afterwards a step-3 holder's write is accepted, and the register then
+    // holds a step-3 token: above every old one. (The workers of phase B
+    // need not have written as step 3: with 70 % readers, its writers may
+    // all have been of step 2.)
+    let token = write_as_step_three(&new_epoch, &name, &register, rw.is_some());
     assert!(
-        highest >> 48 == 1,
-        "the last accepted token is of epoch 1: {highest}"
+        token >> distlock::EPOCH_SHIFT == 1,
+        "a step-3 token is of epoch 1: {token}"
     );
+    let (_, highest) = FencedRegister::open(&register).state().expect("register");
+    assert_eq!(highest, Some(token), "the register's highest token");
+}
+
+/// Take the lock (as a writer, with `rw`) through `url` once the workers
+/// are gone, write to the register with its token and release it; the
+/// token is returned, the write must have been accepted.
+fn write_as_step_three(url: &str, name: &str, register: &Path, rw: bool) -> u64 {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    runtime.block_on(async {
+        let locks = distlock::connect(url).await.expect("connect");
+        let mut opts = LockOptions::new().wait(Wait::UpTo(Duration::from_secs(60)));
+        if rw {
+            opts = opts.access(Access::Write);
+        }
+        let guard = locks.acquire(name, &opts).await.expect("acquire");
+        let token = guard.fencing_token().expect("a fencing token");
+        let out = FencedRegister::open(register)
+            .write(Some(token))
+            .expect("write");
+        assert!(out.accepted, "a step-3 write after the rollout: {out:?}");
+        guard.release().await.expect("release");
+        token
+    })
 }
 
 #[test]
