@@ -168,3 +168,9 @@ async fn etcd() {
 async fn zookeeper() {
     check(&env("DISTLOCK_TEST_ZK_URL"), None).await;
 }
+
+#[cfg(feature = "nats")]
+#[tokio::test]
+async fn nats() {
+    check(&env("DISTLOCK_TEST_NATS_URL"), None).await;
+}

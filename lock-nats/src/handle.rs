@@ -7,7 +7,7 @@ use std::time::Duration;
 use async_nats::jetstream::message::StreamMessage;
 use async_trait::async_trait;
 use lock_core::LockError;
-use lock_core::raw::{GuardHandle, HolderRecord};
+use lock_core::raw::{DetachedRelease, GuardHandle, HolderRecord};
 use tokio::time::Instant;
 
 use crate::keys::Subjects;
@@ -271,6 +271,35 @@ impl GuardHandle for NatsHandle {
             return Ok(true);
         }
         self.release_unconfirmed(at.token).await
+    }
+
+    /// The same release, on a client of its own connected again from the
+    /// URL, flushed before it goes so that the release's announcement
+    /// reaches the waiters. A lock on the application's own client has
+    /// none: its message expires with its TTL.
+    fn detached_release(&self) -> Option<DetachedRelease> {
+        if !self.inner.reconnects() {
+            return None;
+        }
+        let this = NatsHandle {
+            inner: Arc::clone(&self.inner),
+            subjects: self.subjects.clone(),
+            owner: self.owner.clone(),
+            record: Mutex::new(self.record()),
+            revision: Mutex::new(self.revision()),
+            claim: self.claim.clone(),
+            writing: tokio::sync::Mutex::new(()),
+        };
+        Some(Box::pin(async move {
+            let inner = Arc::new(this.inner.reconnected().await?);
+            let on_its_own = NatsHandle {
+                inner: Arc::clone(&inner),
+                ..this
+            };
+            let held = on_its_own.release().await;
+            inner.flush().await;
+            held
+        }))
     }
 
     async fn extend(&self, ttl: Duration) -> Result<bool, LockError> {

@@ -13,6 +13,7 @@
 //! since they were read.
 
 mod config;
+mod dial;
 mod error;
 mod grant;
 mod handle;

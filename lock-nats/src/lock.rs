@@ -23,7 +23,7 @@ use lock_core::{
 use serde::Deserialize;
 use tokio::time::Instant;
 
-use crate::config::{Credentials, NatsConfig, parse_url};
+use crate::config::{NatsConfig, ParsedUrl, parse_url};
 use crate::error::{
     BACKEND, api_error, duplicate_in_flight, map_publish, map_read, map_request, no_such_message,
     wrong_last_sequence,
@@ -80,22 +80,6 @@ fn capabilities(replicated: bool) -> Capabilities {
                 .with_writer_preference(true)
                 .with_waiting(Waiting::Notified),
         ))
-}
-
-/// Whether a connection's failure was the TLS handshake refusing a
-/// certificate (an I/O error of kind `InvalidData` somewhere in its
-/// chain).
-fn refused_certificate(e: &(dyn std::error::Error + 'static)) -> bool {
-    let mut cause = Some(e);
-    while let Some(err) = cause {
-        if let Some(io) = err.downcast_ref::<std::io::Error>()
-            && io.kind() == std::io::ErrorKind::InvalidData
-        {
-            return true;
-        }
-        cause = err.source();
-    }
-    false
 }
 
 /// The TTL a lease of `ttl` asks the server for.
@@ -268,6 +252,9 @@ pub(crate) struct Inner {
     config: NatsConfig,
     display: String,
     pub(crate) caps: Capabilities,
+    /// The URL the lock was built from (none on the application's own
+    /// client): a release at shutdown connects with it again.
+    url: Option<ParsedUrl>,
 }
 
 impl fmt::Debug for NatsLock {
@@ -289,67 +276,11 @@ impl NatsLock {
     /// they advertise (a cluster reached through addresses of its own).
     pub async fn connect(url: &str) -> Result<Self, LockError> {
         let parsed = parse_url(url)?;
-        let config = parsed.config;
-        let mut options = async_nats::ConnectOptions::new()
-            .name("distlock")
-            .connection_timeout(config.connect_timeout)
-            .request_timeout(Some(config.request_timeout));
-        options = match parsed.credentials {
-            Some(Credentials::UserPassword(user, password)) => {
-                options.user_and_password(user, password)
-            }
-            Some(Credentials::Token(token)) => options.token(token),
-            None => options,
-        };
-        if !parsed.discover {
-            options = options.ignore_discovered_servers();
-        }
-        if parsed.tls {
-            // async-nats builds its rustls configuration from the process's
-            // default crypto provider; with more than one compiled in (an
-            // application that also links aws-lc-rs) there is none until one
-            // is installed, and connecting would panic. Installing fails
-            // harmlessly if the application already chose.
-            if rustls::crypto::CryptoProvider::get_default().is_none() {
-                let _ = rustls::crypto::ring::default_provider().install_default();
-            }
-            options = options.require_tls(true);
-            if let Some(ca) = parsed.tls_ca {
-                // Read when connecting; a path that is not a file is the
-                // URL's mistake, not the server's.
-                if !ca.is_file() {
-                    return Err(LockError::invalid_options(format!(
-                        "tls_ca {} is not a readable file",
-                        ca.display()
-                    )));
-                }
-                options = options.add_root_certificates(ca);
-            }
-        }
-        let doing = format!("connecting to {}", parsed.display);
-        let limit = config.connect_timeout + config.request_timeout;
-        let client = tokio::time::timeout(limit, options.connect(parsed.servers))
-            .await
-            .map_err(|_| LockError::Unavailable {
-                backend: BACKEND,
-                reason: format!("{doing}: no answer within {limit:?}"),
-                source: None,
-            })?
-            .map_err(|e| {
-                use async_nats::ConnectErrorKind as K;
-                match e.kind() {
-                    K::Authentication | K::AuthorizationViolation | K::Tls => {
-                        LockError::backend(BACKEND, doing.clone(), e)
-                    }
-                    // A certificate refused in the TLS handshake comes as
-                    // an I/O error: not a server to wait for.
-                    K::Io if refused_certificate(&e) => {
-                        LockError::backend(BACKEND, doing.clone(), e)
-                    }
-                    _ => LockError::unavailable(BACKEND, doing.clone(), e),
-                }
-            })?;
-        Self::from_parts(client, config, parsed.display).await
+        let client = parsed.connect().await?;
+        let (config, display) = (parsed.config.clone(), parsed.display.clone());
+        Ok(Self::on(
+            Inner::open(client, config, display, Some(parsed)).await?,
+        ))
     }
 
     /// A lock on a NATS client the application already has (its own
@@ -364,30 +295,14 @@ impl NatsLock {
     ) -> Result<Self, LockError> {
         config.validate()?;
         let display = format!("the application's NATS client, bucket {}", config.bucket);
-        Self::from_parts(client, config, display).await
+        Ok(Self::on(Inner::open(client, config, display, None).await?))
     }
 
-    async fn from_parts(
-        client: async_nats::Client,
-        config: NatsConfig,
-        display: String,
-    ) -> Result<Self, LockError> {
-        stream::check_server_version(&client.server_info().version)?;
-        let mut js = jetstream::new(client.clone());
-        js.set_timeout(config.request_timeout);
-        let (stream, replicas) = stream::open(&js, &config, &display).await?;
-        let caps = capabilities(replicas >= 3);
-        Ok(NatsLock {
-            inner: Arc::new(Inner {
-                client,
-                js,
-                stream,
-                config,
-                display,
-                caps,
-            }),
+    fn on(inner: Inner) -> Self {
+        NatsLock {
+            inner: Arc::new(inner),
             watchdog: Watchdog::new(),
-        })
+        }
     }
 
     /// The settings in use.
@@ -439,6 +354,55 @@ impl NatsLock {
 }
 
 impl Inner {
+    /// The lock's state on `client` (a server of 2.11 or later), its
+    /// bucket's stream opened (made if missing).
+    async fn open(
+        client: async_nats::Client,
+        config: NatsConfig,
+        display: String,
+        url: Option<ParsedUrl>,
+    ) -> Result<Self, LockError> {
+        stream::check_server_version(&client.server_info().version)?;
+        let mut js = jetstream::new(client.clone());
+        js.set_timeout(config.request_timeout);
+        let (stream, replicas) = stream::open(&js, &config, &display).await?;
+        Ok(Inner {
+            client,
+            js,
+            stream,
+            config,
+            display,
+            caps: capabilities(replicas >= 3),
+            url,
+        })
+    }
+
+    /// Whether [`reconnected`](Self::reconnected) can connect again: the
+    /// lock was built from a URL.
+    pub(crate) fn reconnects(&self) -> bool {
+        self.url.is_some()
+    }
+
+    /// The same lock on a client of its own, connected again from the URL
+    /// (on the runtime this runs on): for a release at shutdown.
+    pub(crate) async fn reconnected(&self) -> Result<Inner, LockError> {
+        let url = self.url.as_ref().ok_or_else(|| LockError::Unavailable {
+            backend: BACKEND,
+            reason: "a lock on the application's NATS client cannot connect again".into(),
+            source: None,
+        })?;
+        let client = url.connect().await?;
+        Inner::open(client, self.config.clone(), self.display.clone(), None).await
+    }
+
+    /// Send what the client still buffers (a release's announcement)
+    /// before it goes.
+    pub(crate) async fn flush(&self) {
+        if let Err(e) = self.client.flush().await {
+            tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a release's announcement could not be flushed");
+        }
+    }
+
     /// The settings in use.
     pub(crate) fn config(&self) -> &NatsConfig {
         &self.config
