@@ -185,9 +185,12 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     ) -> Result<Result<bool, sqlx::Error>, LockError>;
 
     /// Put (or renew) waiting writer `id`'s mark on `name`: its arrival
-    /// and its expiry, ms by the client's clock.
+    /// and its expiry, ms by the client's clock; on `pinned`, the
+    /// connection its refused attempt used (no transaction open), so the
+    /// mark takes no other connection.
     async fn mark_rw(
         &self,
+        pinned: &mut Pinned<Self::Db>,
         name: &str,
         id: &str,
         arrival: i64,

@@ -1055,13 +1055,15 @@ impl Dialect for MySqlDialect {
 
     async fn mark_rw(
         &self,
+        pinned: &mut Pinned<MySql>,
         name: &str,
         id: &str,
         arrival: i64,
         expires: i64,
     ) -> Result<(), LockError> {
+        let conn = pinned.conn(BACKEND)?;
         self.rw
-            .mark(self.core.pool.pool(), name, id, arrival, expires)
+            .mark(conn, name, id, arrival, expires)
             .await
             .map_err(|e| self.rw_error(e))
     }

@@ -161,12 +161,21 @@ pub(crate) async fn attempt<D: Dialect>(
         }
     };
     if !granted {
-        dialect.put_back_permit(pinned).await;
         let Some(mark) = mark else {
+            dialect.put_back_permit(pinned).await;
             return Ok(Attempt::Held { expires_in: None });
         };
+        // On the same connection: a writer's first refusal marks it without
+        // waiting for another (on a cold pool, opening one).
         let expires = now_ms().saturating_add(i64::try_from(MARK.as_millis()).unwrap_or(0));
-        dialect.mark_rw(name, &mark.id, arrival, expires).await?;
+        let marked = dialect
+            .mark_rw(&mut pinned, name, &mark.id, arrival, expires)
+            .await;
+        match marked {
+            Ok(()) => dialect.put_back_permit(pinned).await,
+            // (Dropped, the connection is closed: it may have broken.)
+            Err(e) => return Err(e),
+        }
         mark.placed.store(true, Ordering::Release);
         // Back before the mark lapses.
         return Ok(Attempt::Held {

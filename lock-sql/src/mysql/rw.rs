@@ -165,7 +165,7 @@ impl Statements {
     /// See [`Dialect::mark_rw`](crate::engine::Dialect::mark_rw).
     pub(super) async fn mark(
         &self,
-        pool: &sqlx::MySqlPool,
+        conn: &mut PoolConnection<MySql>,
         name: &str,
         id: &str,
         arrival: i64,
@@ -176,7 +176,7 @@ impl Statements {
             .bind(id)
             .bind(arrival)
             .bind(expires)
-            .execute(pool)
+            .execute(&mut **conn)
             .await
             .map(drop)
     }

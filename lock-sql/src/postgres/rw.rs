@@ -174,7 +174,7 @@ impl Statements {
     /// See [`Dialect::mark_rw`](crate::engine::Dialect::mark_rw).
     pub(super) async fn mark(
         &self,
-        pool: &sqlx::PgPool,
+        conn: &mut PoolConnection<Postgres>,
         name: &str,
         id: &str,
         arrival: i64,
@@ -185,7 +185,7 @@ impl Statements {
             .bind(id)
             .bind(arrival)
             .bind(expires)
-            .execute(pool)
+            .execute(&mut **conn)
             .await
             .map(drop)
     }
