@@ -84,10 +84,9 @@ const GIVE_UP_SLACK_NS: u64 = 50_000_000;
 
 /// How far behind a writer's start a reader may start and still be let in
 /// ahead of it: the writer's first request, which marks it as waiting, is
-/// still on its way. At a worker's first acquisition that may include
-/// opening connections (a Postgres row-mode writer, refused the row on
-/// one pooled connection, marks itself on a second, opened then); on a
-/// loaded machine at the start of a run that took over 170 ms.
+/// still on its way. At a worker's first acquisition that request may
+/// open the connection it goes on: on a loaded machine at the start of a
+/// run, a Postgres row-mode writer's first request took over 170 ms.
 const WRITER_MARK_SLACK_NS: u64 = 250_000_000;
 
 #[derive(Debug, Clone)]

@@ -278,10 +278,8 @@ impl GuardHandle for NatsHandle {
     /// reaches the waiters. A lock on the application's own client has
     /// none: its message expires with its TTL.
     fn detached_release(&self) -> Option<DetachedRelease> {
-        if !self.inner.reconnects() {
-            return None;
-        }
-        let this = NatsHandle {
+        let reconnect = self.inner.reconnect()?;
+        let mut this = NatsHandle {
             inner: Arc::clone(&self.inner),
             subjects: self.subjects.clone(),
             owner: self.owner.clone(),
@@ -291,13 +289,9 @@ impl GuardHandle for NatsHandle {
             writing: tokio::sync::Mutex::new(()),
         };
         Some(Box::pin(async move {
-            let inner = Arc::new(this.inner.reconnected().await?);
-            let on_its_own = NatsHandle {
-                inner: Arc::clone(&inner),
-                ..this
-            };
-            let held = on_its_own.release().await;
-            inner.flush().await;
+            this.inner = Arc::new(reconnect.await?);
+            let held = this.release().await;
+            this.inner.flush().await;
             held
         }))
     }

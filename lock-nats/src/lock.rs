@@ -254,7 +254,7 @@ pub(crate) struct Inner {
     pub(crate) caps: Capabilities,
     /// The URL the lock was built from (none on the application's own
     /// client): a release at shutdown connects with it again.
-    url: Option<ParsedUrl>,
+    url: Option<Arc<ParsedUrl>>,
 }
 
 impl fmt::Debug for NatsLock {
@@ -279,7 +279,7 @@ impl NatsLock {
         let client = parsed.connect().await?;
         let (config, display) = (parsed.config.clone(), parsed.display.clone());
         Ok(Self::on(
-            Inner::open(client, config, display, Some(parsed)).await?,
+            Inner::open(client, config, display, Some(Arc::new(parsed))).await?,
         ))
     }
 
@@ -360,7 +360,7 @@ impl Inner {
         client: async_nats::Client,
         config: NatsConfig,
         display: String,
-        url: Option<ParsedUrl>,
+        url: Option<Arc<ParsedUrl>>,
     ) -> Result<Self, LockError> {
         stream::check_server_version(&client.server_info().version)?;
         let mut js = jetstream::new(client.clone());
@@ -377,22 +377,16 @@ impl Inner {
         })
     }
 
-    /// Whether [`reconnected`](Self::reconnected) can connect again: the
-    /// lock was built from a URL.
-    pub(crate) fn reconnects(&self) -> bool {
-        self.url.is_some()
-    }
-
     /// The same lock on a client of its own, connected again from the URL
-    /// (on the runtime this runs on): for a release at shutdown.
-    pub(crate) async fn reconnected(&self) -> Result<Inner, LockError> {
-        let url = self.url.as_ref().ok_or_else(|| LockError::Unavailable {
-            backend: BACKEND,
-            reason: "a lock on the application's NATS client cannot connect again".into(),
-            source: None,
-        })?;
-        let client = url.connect().await?;
-        Inner::open(client, self.config.clone(), self.display.clone(), None).await
+    /// when the returned future runs (on whatever runtime runs it): for a
+    /// release at shutdown. `None` for a lock on the application's own
+    /// client, which has no URL.
+    pub(crate) fn reconnect(
+        &self,
+    ) -> Option<impl Future<Output = Result<Inner, LockError>> + Send + 'static> {
+        let url = Arc::clone(self.url.as_ref()?);
+        let (config, display) = (self.config.clone(), self.display.clone());
+        Some(async move { Inner::open(url.connect().await?, config, display, None).await })
     }
 
     /// Send what the client still buffers (a release's announcement)

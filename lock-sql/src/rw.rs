@@ -168,14 +168,12 @@ pub(crate) async fn attempt<D: Dialect>(
         // On the same connection: a writer's first refusal marks it without
         // waiting for another (on a cold pool, opening one).
         let expires = now_ms().saturating_add(i64::try_from(MARK.as_millis()).unwrap_or(0));
-        let marked = dialect
+        // (On an error the connection is dropped, so closed: it may have
+        // broken.)
+        dialect
             .mark_rw(&mut pinned, name, &mark.id, arrival, expires)
-            .await;
-        match marked {
-            Ok(()) => dialect.put_back_permit(pinned).await,
-            // (Dropped, the connection is closed: it may have broken.)
-            Err(e) => return Err(e),
-        }
+            .await?;
+        dialect.put_back_permit(pinned).await;
         mark.placed.store(true, Ordering::Release);
         // Back before the mark lapses.
         return Ok(Attempt::Held {
