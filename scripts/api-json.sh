@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Build the rustdoc JSON of every published crate, with every feature, in
 # TARGET/api/doc/CRATE.json (TARGET: $CARGO_TARGET_DIR or ./target), for
-# the public-API snapshot test (tests/public_api.rs), which runs this
+# the public-API snapshot test (facade-tests/tests/public_api.rs), which runs this
 # script. rustdoc's JSON output is unstable: RUSTC_BOOTSTRAP=1 lets the
 # stable toolchain write it. Prints the crates, one per line.
 set -euo pipefail

@@ -16,7 +16,7 @@
 #      pause servers, each on its own servers, side by side;
 #   3. the history matrix (server nemeses on every backend), alone.
 #
-# The public-API snapshot test (tests/public_api.rs) needs every crate's
+# The public-API snapshot test (facade-tests/tests/public_api.rs) needs every crate's
 # rustdoc JSON, built in a target directory of its own
 # (scripts/api-json.sh): that build runs beside the test build, and the
 # test, after the phases, finds it done.
