@@ -46,9 +46,9 @@ pub use lock_core::{
     DEFAULT_POLL_INTERVAL, DistributedLock, Election, Fencing, Grade, Holder, Leader, Leadership,
     Led, LockError, LockGuard, LockInfo, LockOptions, LockOwner, LockSet, LockSetExt, LossKind,
     LossReason, MAX_IDENTITY_BYTES, MAX_NAME_BYTES, MAX_SET_NAMES, MAX_VALUE_BYTES, MemberLost,
-    MemoryLock, PermitInfo, RELEASE_PATIENCE, ReentrantGuard, RwHolderInfo, RwLockCapabilities,
-    RwLockExt, RwLockInfo, Semaphore, SemaphoreCapabilities, SemaphoreInfo, WAIT_OVERRUN, Wait,
-    Waiting, default_identity, with_lock,
+    MemoryLock, PermitInfo, RELEASE_PATIENCE, ReentrantGuard, Report, RwHolderInfo,
+    RwLockCapabilities, RwLockExt, RwLockInfo, Semaphore, SemaphoreCapabilities, SemaphoreInfo,
+    WAIT_OVERRUN, Wait, Waiting, default_identity, with_lock,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};

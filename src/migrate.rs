@@ -262,7 +262,7 @@ fn remaining(opts: &LockOptions, deadline: Option<Instant>) -> LockOptions {
 
 async fn release_quietly(guard: LockGuard, name: &str) {
     if let Err(e) = guard.release().await {
-        tracing::warn!(target: "distlock", lock = %name, error = %e, "releasing one part of a migrating lock failed; it ends with its lease");
+        tracing::warn!(target: "distlock", lock = %name, error = %e.report(), "releasing one part of a migrating lock failed; it ends with its lease");
     }
 }
 

@@ -99,7 +99,7 @@ pub(crate) fn for_error(e: &LockError, busy: u8) -> u8 {
 }
 
 /// `e` in words for the command's user: a busy lock without the library's
-/// advice, anything else as its `Display`, which names the innermost cause.
+/// advice, anything else with its causes, each once.
 pub(crate) fn message(e: &LockError) -> String {
     match e {
         LockError::Timeout { name, waited } if waited.is_zero() => {
@@ -109,7 +109,7 @@ pub(crate) fn message(e: &LockError) -> String {
             "lock {name:?} is still held by someone else after waiting {}",
             humantime::format_duration(*waited)
         ),
-        e => e.to_string(),
+        e => e.report().to_string(),
     }
 }
 

@@ -69,7 +69,7 @@ pub(crate) async fn leader(args: LeaderArgs) -> u8 {
             // again.
             Err(e) if !seen_once && !e.is_transient() => return exit::failed(&e),
             Err(e) => {
-                tracing::warn!(target: "distlock", error = %e, "reading the election failed; reading again")
+                tracing::warn!(target: "distlock", error = %e.report(), "reading the election failed; reading again")
             }
         }
     }

@@ -337,7 +337,7 @@ async fn hold_once(
                     hold(&guard, length, log, register, None).await
                 }
                 Err(e) => {
-                    tracing::debug!(target: "distlock", error = %e, "upgrade failed");
+                    tracing::debug!(target: "distlock", error = %e.report(), "upgrade failed");
                     Ok(())
                 }
             }

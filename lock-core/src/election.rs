@@ -284,7 +284,7 @@ impl Election {
         match outcome {
             Led::Finished(out) => {
                 if let Err(e) = leadership.resign().await {
-                    tracing::warn!(target: "distlock", election = %self.name, error = %e,
+                    tracing::warn!(target: "distlock", election = %self.name, error = %e.report(),
                         "resigning after the work finished failed; the lease ends it");
                 }
                 Ok(Led::Finished(out))

@@ -12,13 +12,18 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 ///
 /// Messages carry enough context to act on (the lock name, the backend, what
 /// to change) and never contain credentials: URLs are shown redacted.
-#[derive(Debug, thiserror::Error)]
+///
+/// `Display` says what failed and where; the client library's error is the
+/// [`source()`](std::error::Error::source), never repeated in the message,
+/// so a reporter that walks the chain (anyhow's `{:#}`, eyre, `tracing`'s
+/// error fields) shows each cause once. `source()` passes over the links of
+/// a client error that only repeat what the message or the next link says
+/// (as `sqlx` and `tonic` print their cause in their own message):
+/// [`report`](Self::report) prints the whole chain the same way.
+#[derive(Debug)]
 #[non_exhaustive]
 pub enum LockError {
     /// The wait timeout passed before the lock became free.
-    #[error(
-        "timed out after {waited:?} waiting for lock `{name}`; it is still held by someone else (raise the wait timeout or use try_acquire)"
-    )]
     Timeout {
         /// The lock name.
         name: String,
@@ -27,22 +32,16 @@ pub enum LockError {
     },
 
     /// The lock service could not be reached or did not answer in time.
-    #[error("{backend} is unavailable: {reason}{}", cause_suffix(reason, source))]
     Unavailable {
         /// The backend that failed (`"sqlite"`, `"redis"`, …).
         backend: &'static str,
         /// What was being attempted when it failed.
         reason: String,
         /// The client library's error.
-        #[source]
         source: Option<BoxError>,
     },
 
     /// A quorum-based backend got fewer grants than it needs.
-    #[error(
-        "quorum not reached: {acquired} of the {needed} nodes needed granted the lock{}",
-        causes_suffix(causes)
-    )]
     QuorumNotReached {
         /// Nodes that granted the lock.
         acquired: usize,
@@ -55,14 +54,12 @@ pub enum LockError {
 
     /// The lock is not (or no longer) held by this owner: released already,
     /// expired, or taken by someone else.
-    #[error("lock `{name}` is not held by this owner (released, expired or taken over)")]
     NotHeld {
         /// The lock name.
         name: String,
     },
 
     /// The lock was lost while held, for the given reason.
-    #[error("lock `{name}` was lost: {reason}")]
     Lost {
         /// The lock name.
         name: String,
@@ -71,7 +68,6 @@ pub enum LockError {
     },
 
     /// The lock name is not acceptable.
-    #[error("invalid lock name {name:?}: {reason}")]
     InvalidName {
         /// The offending name, shortened to at most 64 characters.
         name: String,
@@ -80,14 +76,12 @@ pub enum LockError {
     },
 
     /// A [`LockOptions`](crate::LockOptions) value or backend setting is out of range.
-    #[error("invalid lock options: {reason}")]
     InvalidOptions {
         /// What is wrong and what is accepted.
         reason: String,
     },
 
     /// A connection URL could not be used. The URL is shown without credentials.
-    #[error("invalid lock URL `{url}`: {reason}")]
     InvalidUrl {
         /// The URL with any password removed.
         url: String,
@@ -99,9 +93,6 @@ pub enum LockError {
     /// backend lets one client have at once
     /// ([`Capabilities::max_held`](crate::Capabilities::max_held)): a
     /// release makes room. Returned at once, not after the wait.
-    #[error(
-        "{backend}: this client already holds or waits for {limit} locks, the most it can at once ({advice})"
-    )]
     LimitReached {
         /// The backend.
         backend: &'static str,
@@ -112,7 +103,6 @@ pub enum LockError {
     },
 
     /// The backend cannot do this operation.
-    #[error("{backend} does not support {operation}")]
     Unsupported {
         /// The backend.
         backend: &'static str,
@@ -121,48 +111,131 @@ pub enum LockError {
     },
 
     /// The server answered with something the backend did not expect.
-    #[error("{backend} error: {reason}{}", cause_suffix(reason, source))]
     Backend {
         /// The backend that failed.
         backend: &'static str,
         /// What was being attempted.
         reason: String,
         /// The client library's error.
-        #[source]
         source: Option<BoxError>,
     },
 }
 
-/// `": "` and the innermost cause of `source`, unless `reason` says it
-/// already: a message that names what failed and why, once, whatever
-/// prints it (`Display` alone, or a reporter that also walks `source()`).
-fn cause_suffix(reason: &str, source: &Option<BoxError>) -> String {
-    let Some(mut cause) = source
-        .as_deref()
-        .map(|e| e as &(dyn std::error::Error + 'static))
-    else {
-        return String::new();
-    };
-    while let Some(inner) = cause.source() {
-        cause = inner;
-    }
-    let said = cause.to_string();
-    if said.is_empty() || reason.contains(&said) {
-        String::new()
-    } else {
-        format!(": {said}")
+impl std::fmt::Display for LockError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LockError::Timeout { name, waited } => write!(
+                f,
+                "timed out after {waited:?} waiting for lock `{name}`; it is still held by someone else (raise the wait timeout or use try_acquire)"
+            ),
+            LockError::Unavailable {
+                backend, reason, ..
+            } => write!(f, "{backend} is unavailable: {reason}"),
+            LockError::QuorumNotReached {
+                acquired,
+                needed,
+                causes,
+            } => {
+                write!(
+                    f,
+                    "quorum not reached: {acquired} of the {needed} nodes needed granted the lock"
+                )?;
+                if !causes.is_empty() {
+                    write!(f, " ({})", causes.join("; "))?;
+                }
+                Ok(())
+            }
+            LockError::NotHeld { name } => write!(
+                f,
+                "lock `{name}` is not held by this owner (released, expired or taken over)"
+            ),
+            LockError::Lost { name, reason } => write!(f, "lock `{name}` was lost: {reason}"),
+            LockError::InvalidName { name, reason } => {
+                write!(f, "invalid lock name {name:?}: {reason}")
+            }
+            LockError::InvalidOptions { reason } => write!(f, "invalid lock options: {reason}"),
+            LockError::InvalidUrl { url, reason } => {
+                write!(f, "invalid lock URL `{url}`: {reason}")
+            }
+            LockError::LimitReached {
+                backend,
+                limit,
+                advice,
+            } => write!(
+                f,
+                "{backend}: this client already holds or waits for {limit} locks, the most it can at once ({advice})"
+            ),
+            LockError::Unsupported { backend, operation } => {
+                write!(f, "{backend} does not support {operation}")
+            }
+            LockError::Backend {
+                backend, reason, ..
+            } => write!(f, "{backend} error: {reason}"),
+        }
     }
 }
 
-fn causes_suffix(causes: &[String]) -> String {
-    if causes.is_empty() {
-        String::new()
-    } else {
-        format!(" ({})", causes.join("; "))
+impl std::error::Error for LockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            LockError::Unavailable { reason, source, .. }
+            | LockError::Backend { reason, source, .. } => {
+                first_new_cause(reason, source.as_deref()?)
+            }
+            _ => None,
+        }
+    }
+}
+
+/// The first link of `cause`'s chain that says something new: a link whose
+/// message `reason` already contains, or that contains its own source's
+/// message (a client error printing its cause), is passed over for the
+/// next one.
+fn first_new_cause<'a>(
+    reason: &str,
+    cause: &'a (dyn std::error::Error + Send + Sync + 'static),
+) -> Option<&'a (dyn std::error::Error + 'static)> {
+    let mut link: &(dyn std::error::Error + 'static) = cause;
+    loop {
+        let said = link.to_string();
+        let repeated = said.is_empty() || reason.contains(&said);
+        match link.source() {
+            Some(next) if repeated || said.contains(&next.to_string()) => link = next,
+            None if repeated => return None,
+            _ => return Some(link),
+        }
+    }
+}
+
+/// An error and its causes on one line, each once, joined by `": "` (as
+/// anyhow's `{:#}` prints them): from [`LockError::report`].
+pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+
+impl std::fmt::Display for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.0)?;
+        let mut cause = self.0.source();
+        while let Some(c) = cause {
+            write!(f, ": {c}")?;
+            cause = c.source();
+        }
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for Report<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        std::fmt::Display::fmt(self, f)
     }
 }
 
 impl LockError {
+    /// This error and its causes on one line, each once: for a log line
+    /// or a message where no reporter walks [`source()`](std::error::Error::source).
+    pub fn report(&self) -> Report<'_> {
+        Report(self)
+    }
+
     /// An [`InvalidOptions`](LockError::InvalidOptions) error.
     pub fn invalid_options(reason: impl Into<String>) -> Self {
         LockError::InvalidOptions {
@@ -229,34 +302,68 @@ mod tests {
     #[error("failed to connect")]
     struct Wrapping(#[source] std::io::Error);
 
+    /// A client error that prints its cause in its own message too, as
+    /// sqlx's `Io` and tonic's statuses do.
+    #[derive(Debug, thiserror::Error)]
+    #[error("error communicating with database: {0}")]
+    struct Repeating(#[source] std::io::Error);
+
+    /// The chain as anyhow's `{:#}` walks it.
+    fn chain(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
+        std::iter::successors(Some(e), |e| e.source())
+            .map(ToString::to_string)
+            .collect()
+    }
+
+    fn refused() -> std::io::Error {
+        std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused")
+    }
+
     #[test]
-    fn display_names_the_innermost_cause_once() {
-        let refused =
-            std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "Connection refused");
+    fn each_cause_shows_once_in_the_chain() {
         let e = LockError::unavailable(
             "redis",
             "connecting to redis://127.0.0.1:1/0",
-            Wrapping(refused),
+            Wrapping(refused()),
         );
         assert_eq!(
-            e.to_string(),
-            "redis is unavailable: connecting to redis://127.0.0.1:1/0: Connection refused"
+            chain(&e),
+            [
+                "redis is unavailable: connecting to redis://127.0.0.1:1/0",
+                "failed to connect",
+                "Connection refused"
+            ]
         );
+        assert_eq!(
+            e.report().to_string(),
+            "redis is unavailable: connecting to redis://127.0.0.1:1/0: failed to connect: Connection refused"
+        );
+        // A link that repeats its cause is passed over for the cause.
+        let e = LockError::unavailable(
+            "postgres",
+            "connecting to 127.0.0.1:1",
+            Repeating(refused()),
+        );
+        assert_eq!(
+            chain(&e),
+            [
+                "postgres is unavailable: connecting to 127.0.0.1:1",
+                "Connection refused"
+            ]
+        );
+        // A cause the reason already names is not shown again.
         let said = LockError::backend(
             "etcd",
             "put failed: Connection refused",
             std::io::Error::other("Connection refused"),
         );
-        assert_eq!(
-            said.to_string(),
-            "etcd error: put failed: Connection refused"
-        );
+        assert_eq!(chain(&said), ["etcd error: put failed: Connection refused"]);
         let alone = LockError::Unavailable {
             backend: "zk",
             reason: "no session".into(),
             source: None,
         };
-        assert_eq!(alone.to_string(), "zk is unavailable: no session");
+        assert_eq!(chain(&alone), ["zk is unavailable: no session"]);
     }
 
     #[test]

@@ -418,7 +418,7 @@ impl LockGuard {
             Ok(Err(e)) if e.is_transient() => {
                 tracing::warn!(target: "distlock",
                     lock = %self.name,
-                    error = %e,
+                    error = %e.report(),
                     "release failed; going on in the background"
                 );
                 going_on(e, &self.name)
@@ -500,7 +500,7 @@ async fn release_on_drop(handle: Arc<dyn GuardHandle>, name: String) {
             tracing::debug!(target: "distlock", lock = %name, "dropped guard's lock was no longer held")
         }
         Err(e) => tracing::warn!(target: "distlock",
-            lock = %name, error = %e,
+            lock = %name, error = %e.report(),
             "release on drop failed; the server frees the lock when its lease ends"
         ),
     }

@@ -41,7 +41,7 @@ pub use capabilities::{
 pub use election::{
     DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led,
 };
-pub use error::{BoxError, LockError};
+pub use error::{BoxError, LockError, Report};
 pub use guard::{LockGuard, RELEASE_PATIENCE};
 pub use holder::{Holder, MAX_IDENTITY_BYTES, MAX_VALUE_BYTES, default_identity};
 pub use info::LockInfo;

@@ -240,7 +240,7 @@ async fn give_back(taken: Vec<LockGuard>) {
     join_all(taken.into_iter().map(|guard| async move {
         let name = guard.name().to_string();
         if let Err(e) = guard.release().await {
-            tracing::debug!(target: "distlock", name, error = %e, "giving back a lock set's member");
+            tracing::debug!(target: "distlock", name, error = %e.report(), "giving back a lock set's member");
         }
     }))
     .await;

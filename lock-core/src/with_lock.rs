@@ -58,7 +58,7 @@ where
         }),
         (Ok(done), Ok(true)) => Ok(done),
         (Ok(done), Err(e)) => {
-            tracing::warn!(target: "distlock", lock = %name, error = %e, "release after the work failed; the lock's lease frees it");
+            tracing::warn!(target: "distlock", lock = %name, error = %e.report(), "release after the work failed; the lock's lease frees it");
             Ok(done)
         }
     }

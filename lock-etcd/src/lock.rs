@@ -472,7 +472,7 @@ impl EtcdLock {
                         Ok(Some(_)) => Ok(Step::Reread),
                         Ok(None) => return Err(queue::place_lost(name)),
                         Err(e) => {
-                            tracing::debug!(target: "distlock", lock = %name, error = %e, "the queue as of a deletion could not be read; reading it now");
+                            tracing::debug!(target: "distlock", lock = %name, error = %e.report(), "the queue as of a deletion could not be read; reading it now");
                             Ok(Step::Reread)
                         }
                     }
@@ -585,7 +585,7 @@ pub(crate) async fn ride_out(
     e: LockError,
     deadline: Option<Instant>,
 ) -> Result<(), LockError> {
-    tracing::debug!(target: "distlock", lock = %name, error = %e, "etcd unavailable while waiting; retrying");
+    tracing::debug!(target: "distlock", lock = %name, error = %e.report(), "etcd unavailable while waiting; retrying");
     let pause = Instant::now() + Duration::from_millis(200);
     if deadline.is_some_and(|d| d <= pause) {
         return Err(e);

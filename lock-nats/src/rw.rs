@@ -175,7 +175,7 @@ impl Mark {
             Ok(Written::At(seq)) => *self.seq.lock().unwrap_or_else(|e| e.into_inner()) = seq,
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a waiting writer's mark could not be renewed");
+                tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be renewed");
             }
         }
     }
@@ -195,7 +195,7 @@ impl Mark {
             Ok(_) if announce => self.inner.announce_release(&self.released).await,
             Ok(_) => {}
             Err(e) => {
-                tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a waiting writer's mark could not be removed; it lapses by itself");
+                tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be removed; it lapses by itself");
             }
         }
     }

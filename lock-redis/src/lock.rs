@@ -572,7 +572,7 @@ async fn follow_switches(
             && let crate::server::Connector::Node(client) = inner.connector()
             && let Err(e) = subscriber.repoint(&client).await
         {
-            tracing::warn!(target: "distlock", error = %e,
+            tracing::warn!(target: "distlock", error = %e.report(),
                 "moving the subscriber to the new master failed; waiters fall back to their backstop");
         }
         inner.wakeups.wake_all();

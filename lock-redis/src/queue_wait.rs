@@ -130,7 +130,7 @@ pub async fn wait_in_queue<L: QueuedLock>(
                 Some(Duration::ZERO)
             }
             Err(e) if lock.unreachable(&e) && unreachable.tolerate() => {
-                tracing::debug!(target: "distlock", lock = %name, error = %e, "servers unreachable; trying again");
+                tracing::debug!(target: "distlock", lock = %name, error = %e.report(), "servers unreachable; trying again");
                 None
             }
             Err(e) => return Err(e),

@@ -526,7 +526,7 @@ impl GuardHandle for RwHandle {
             let handle = self.clone_for_background();
             async move {
                 if let Err(e) = handle.upgrade_once("give up").await {
-                    tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+                    tracing::debug!(target: "distlock", error = %e.report(), "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
                 }
             }
         });

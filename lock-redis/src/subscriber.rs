@@ -461,11 +461,11 @@ async fn resubscribe_after_node_drops(
             match s.subscribe_again().await {
                 Ok(()) => break,
                 Err(e) if started.elapsed() < RESUBSCRIBE_FOR => {
-                    tracing::debug!(target: "distlock", error = %e,
+                    tracing::debug!(target: "distlock", error = %e.report(),
                         "a cluster node dropped; subscribing the channels again");
                 }
                 Err(e) => {
-                    tracing::warn!(target: "distlock", error = %e,
+                    tracing::warn!(target: "distlock", error = %e.report(),
                         "the channels could not be subscribed again; waiters fall back to their backstop");
                     break;
                 }

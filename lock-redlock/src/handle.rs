@@ -63,7 +63,7 @@ async fn take_back_once_renewed(
         }
         Ok(false) => {}
         Err(e) => {
-            tracing::debug!(target: "distlock", node = %at, error = %e, "taking a renewed lock back failed");
+            tracing::debug!(target: "distlock", node = %at, error = %e.report(), "taking a renewed lock back failed");
         }
     }
 }

@@ -118,7 +118,7 @@ impl<D: Dialect> Drop for Unmark<'_, D> {
         );
         rt.spawn(async move {
             if let Err(e) = dialect.unmark_rw(&name, &id).await {
-                tracing::debug!(target: "distlock", error = %e, "removing a waiting writer's mark failed; it lapses by itself");
+                tracing::debug!(target: "distlock", error = %e.report(), "removing a waiting writer's mark failed; it lapses by itself");
             }
         });
     }
@@ -186,7 +186,7 @@ pub(crate) async fn attempt<D: Dialect>(
         // Granted: its mark holds nobody back any more; removed before the
         // caller hears (a writer granted at its first attempt put none).
         if let Err(e) = dialect.unmark_rw(name, &mark.id).await {
-            tracing::debug!(target: "distlock", error = %e, "removing a granted writer's mark failed; it lapses by itself");
+            tracing::debug!(target: "distlock", error = %e.report(), "removing a granted writer's mark failed; it lapses by itself");
         }
     }
     let counter = counter_key(name);

@@ -210,7 +210,7 @@ async fn acquire_unheld(
         match lock.acquire(name, &ttl_opts(ttl, Wait::No, false)).await {
             Ok(g) => return (asked, g),
             Err(e) if e.is_transient() && attempt < 3 => {
-                tracing::info!(lock = name, error = %e, "a short lease's first grant failed transiently (a grant too late for it); asking again");
+                tracing::info!(lock = name, error = %e.report(), "a short lease's first grant failed transiently (a grant too late for it); asking again");
                 attempt += 1;
             }
             Err(e) => panic!("acquire {name:?}: {e:?}"),

@@ -96,10 +96,10 @@ impl ZkHandle {
                 tracing::info!(target: "distlock", path = %self.path, "a release cut by a connection failure completed");
             }
             Err(e) if e.is_transient() => {
-                tracing::debug!(target: "distlock", path = %self.path, error = %e, "session ended; the node went with it");
+                tracing::debug!(target: "distlock", path = %self.path, error = %e.report(), "session ended; the node went with it");
             }
             Err(e) => {
-                tracing::warn!(target: "distlock", path = %self.path, error = %e, "release failed; the node goes with its session");
+                tracing::warn!(target: "distlock", path = %self.path, error = %e.report(), "release failed; the node goes with its session");
             }
         }
     }

@@ -167,7 +167,7 @@ impl Drop for Sweep<'_> {
                     tracing::info!(target: "distlock", path = %orphan.path, ?deleted, "deleted the node of an abandoned acquisition");
                 }
                 Ok(None) => {}
-                Err(e) => tracing::warn!(target: "distlock", error = %e, dir, "could not look for the node of an abandoned acquisition; it ends with the session"),
+                Err(e) => tracing::warn!(target: "distlock", error = %e.report(), dir, "could not look for the node of an abandoned acquisition; it ends with the session"),
             }
         });
     }

@@ -188,7 +188,7 @@ async fn drain<I: Send + 'static, O: Send + 'static>(shared: Arc<Shared<I, O>>) 
             },
             Err(e) => {
                 tracing::debug!(target: "distlock", backend = shared.backend, items = sent,
-                    error = %e, "batch failed");
+                    error = %e.report(), "batch failed");
                 for reply in replies {
                     let _ = reply.send(Err(copy_of(&e)));
                 }

@@ -78,7 +78,7 @@ pub(crate) fn release_detached(handle: &dyn GuardHandle, name: &str) {
             tracing::debug!(target: "distlock", lock = %name, "at shutdown, the dropped guard's lock was no longer held")
         }
         Err(e) => tracing::warn!(target: "distlock",
-            lock = %name, error = %e,
+            lock = %name, error = %e.report(),
             "release at shutdown failed; the server frees the lock when its lease or session ends"
         ),
     }

@@ -216,7 +216,7 @@ pub(crate) async fn clean_up(handle: Arc<dyn GuardHandle>) {
         )
         .await;
     if let Err(e) = released {
-        tracing::warn!(target: "distlock", error = %e, "clean-up of an abandoned acquisition failed; its lease or session ends it");
+        tracing::warn!(target: "distlock", error = %e.report(), "clean-up of an abandoned acquisition failed; its lease or session ends it");
     }
 }
 

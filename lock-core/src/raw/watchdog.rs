@@ -344,7 +344,7 @@ impl Schedule {
                 return;
             }
             Err(e) => {
-                tracing::debug!(target: "distlock", error = %e, "checking a lock failed; trying again");
+                tracing::debug!(target: "distlock", error = %e.report(), "checking a lock failed; trying again");
                 now + (lease.renewal_period() / 10).max(MIN_RETRY)
             }
         };
@@ -393,11 +393,11 @@ impl Schedule {
             }
             Err(e) => {
                 let Some(deadline) = lease.deadline().filter(|_| lease.lost_now().is_none()) else {
-                    tracing::warn!(target: "distlock", error = %e, "renewal failed and the lock's validity has ended");
+                    tracing::warn!(target: "distlock", error = %e.report(), "renewal failed and the lock's validity has ended");
                     self.entries.remove(&id);
                     return;
                 };
-                tracing::warn!(target: "distlock", error = %e, "renewal failed; retrying until the validity deadline");
+                tracing::warn!(target: "distlock", error = %e.report(), "renewal failed; retrying until the validity deadline");
                 let retry = Instant::now() + (ttl / 10).max(MIN_RETRY);
                 retry.min(deadline)
             }
@@ -488,7 +488,7 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
                 Outcome::Expired { result } => match result {
                     Ok(true) => tracing::debug!(target: "distlock", "a lock without auto-renewal reached its TTL and was released"),
                     Ok(false) => {}
-                    Err(e) => tracing::warn!(target: "distlock", error = %e, "releasing a lock at the end of its TTL failed"),
+                    Err(e) => tracing::warn!(target: "distlock", error = %e.report(), "releasing a lock at the end of its TTL failed"),
                 },
             },
         }

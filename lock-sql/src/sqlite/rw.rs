@@ -582,7 +582,7 @@ pub(crate) async fn upgrade(
         let (inner, name, owner) = (Arc::clone(inner), name.to_string(), owner_hex.to_string());
         async move {
             if let Err(e) = inner.give_up_upgrade(&name, &owner).await {
-                tracing::debug!(target: "distlock", error = %e, "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
+                tracing::debug!(target: "distlock", error = %e.report(), "an upgrade that gave up could not let readers in again; they come in once its lease or its release ends it");
             }
         }
     });
