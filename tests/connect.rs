@@ -43,6 +43,56 @@ async fn invalid_url_reason(url: &str) -> (String, String) {
     }
 }
 
+/// Every backend family refuses an option it does not know, before it
+/// connects (the servers named here do not exist), naming it and the
+/// options it knows.
+#[tokio::test]
+async fn every_backend_refuses_an_option_it_does_not_know() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let sqlite = format!("sqlite://{}/l.db?bogus_opt=1", dir.path().display());
+    let mut urls = vec!["memory://?bogus_opt=1".to_string()];
+    if cfg!(feature = "sqlite") {
+        urls.push(sqlite);
+    }
+    if cfg!(feature = "redis") {
+        urls.push("redis://127.0.0.1:1/0?bogus_opt=1".into());
+        urls.push("redis+sentinel://127.0.0.1:1/group?bogus_opt=1".into());
+        urls.push("redis+cluster://127.0.0.1:1?bogus_opt=1".into());
+    }
+    if cfg!(feature = "redlock") {
+        urls.push("redlock://127.0.0.1:1,127.0.0.1:2,127.0.0.1:3?bogus_opt=1".into());
+    }
+    if cfg!(feature = "postgres") {
+        urls.push("postgres://u:pw@127.0.0.1:1/db?mode=advisory&bogus_opt=1".into());
+    }
+    if cfg!(feature = "mysql") {
+        urls.push("mysql://u:pw@127.0.0.1:1/db?bogus_opt=1".into());
+    }
+    if cfg!(feature = "etcd") {
+        urls.push("etcd://127.0.0.1:1?bogus_opt=1".into());
+    }
+    if cfg!(feature = "zookeeper") {
+        urls.push("zk://127.0.0.1:1/locks?bogus_opt=1".into());
+    }
+    if cfg!(feature = "nats") {
+        urls.push("nats://127.0.0.1:1?bogus_opt=1".into());
+    }
+    for url in &urls {
+        let (_, reason) = invalid_url_reason(url).await;
+        if url.starts_with("memory") {
+            assert!(
+                reason.contains("no host, path or options"),
+                "{url}: {reason}"
+            );
+        } else {
+            assert!(
+                reason.contains("unknown option `bogus_opt`") && reason.contains("(known: "),
+                "{url}: {reason}"
+            );
+        }
+    }
+}
+
 #[tokio::test]
 async fn malformed_and_unknown_urls_are_invalid_url() {
     for url in [

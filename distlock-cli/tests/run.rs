@@ -309,22 +309,45 @@ async fn bad_input_and_an_unreachable_server_give_one_line_errors() {
 }
 
 /// An unreachable server's message carries the cause, not only what was
-/// being done.
+/// being done, and a refused connection is reported at once, not at the
+/// end of the connect timeout.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_server_is_reported_with_its_cause() {
-    let out = run_sh(
-        "redis://127.0.0.1:1?connect_timeout_ms=500",
-        &[],
-        &unique("cause"),
-        "echo ran",
-    )
-    .await;
-    let stderr = text(&out.stderr);
-    assert_eq!(out.status.code(), Some(69), "{stderr}");
-    assert!(
-        stderr.to_lowercase().contains("refused"),
-        "no cause in: {stderr}"
-    );
+    for url in [
+        "redis://127.0.0.1:1?connect_timeout=10s",
+        "postgres://app:s3cret@127.0.0.1:1/db?connect_timeout=10s",
+        "mysql://app:s3cret@127.0.0.1:1/db?connect_timeout=10s",
+    ] {
+        let started = std::time::Instant::now();
+        let out = run_sh(url, &[], &unique("cause"), "echo ran").await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(69), "{url}: {stderr}");
+        assert!(
+            stderr.to_lowercase().contains("refused"),
+            "{url}: no cause in: {stderr}"
+        );
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{url}: a refused connection took {:?} to report (connect timeout 10 s)",
+            started.elapsed()
+        );
+    }
+}
+
+/// An option no backend knows is a configuration error on every SQL
+/// server too (sqlx would only log it and go on).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_sql_option_is_a_configuration_error() {
+    for url in [
+        "postgres://app:s3cret@127.0.0.1:1/db?mode=advisory&sesions=3",
+        "mysql://app:s3cret@127.0.0.1:1/db?bogus=1",
+    ] {
+        let out = run_sh(url, &[], &unique("option"), "echo ran").await;
+        let stderr = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(78), "{url}: {stderr}");
+        assert!(stderr.contains("unknown option"), "{url}: {stderr}");
+        assert!(!stderr.contains("s3cret"), "{url}: {stderr}");
+    }
 }
 
 /// distlock's log lines carry no colour codes when stderr is not a

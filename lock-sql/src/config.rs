@@ -145,6 +145,47 @@ pub(crate) struct SqlUrl {
     pub(crate) create_schema: bool,
 }
 
+/// The URL options sqlx's Postgres driver reads (`PgConnectOptions`), passed
+/// on to it.
+const POSTGRES_DRIVER_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslrootcert",
+    "ssl-root-cert",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "statement-cache-capacity",
+    "host",
+    "hostaddr",
+    "port",
+    "dbname",
+    "user",
+    "password",
+    "application_name",
+    "options",
+];
+
+/// The URL options sqlx's MySQL driver reads (`MySqlConnectOptions`).
+const MYSQL_DRIVER_OPTIONS: &[&str] = &[
+    "sslmode",
+    "ssl-mode",
+    "sslca",
+    "ssl-ca",
+    "sslcert",
+    "ssl-cert",
+    "sslkey",
+    "ssl-key",
+    "charset",
+    "collation",
+    "statement-cache-capacity",
+    "socket",
+    "timezone",
+    "time-zone",
+];
+
 /// Shared sessions of a client in advisory mode, unless the URL says.
 const DEFAULT_SESSIONS: usize = 2;
 
@@ -191,8 +232,13 @@ impl SqlUrl {
             Some(d) => d,
             None => Duration::from_secs(5),
         };
-        // The rest is the driver's own (`sslmode`, `application_name`, …).
-        let rest = options.into_rest();
+        // The driver's own (`sslmode`, `application_name`, …); anything
+        // else is a mistake, refused by name.
+        let rest = match url.scheme() {
+            "mysql" | "mariadb" => options.driver(MYSQL_DRIVER_OPTIONS, &[]),
+            _ => options.driver(POSTGRES_DRIVER_OPTIONS, &["options["]),
+        };
+        options.finish()?;
         let mut client_url = url.without_query().to_url_with_credentials();
         if !rest.is_empty() {
             client_url.push('?');
@@ -250,6 +296,43 @@ mod tests {
     }
 
     #[test]
+    fn an_unknown_option_is_refused_by_name_with_the_known_ones() {
+        for (url, schemes, unknown, known) in [
+            (
+                "postgres://u:s3cret@h/db?mode=advisory&sesions=3",
+                &["postgres"],
+                "`sesions`",
+                "sslmode",
+            ),
+            (
+                "mysql://u:s3cret@h/db?bogus=1",
+                &["mysql"],
+                "`bogus`",
+                "ssl-ca",
+            ),
+        ] {
+            let Err(e @ LockError::InvalidUrl { .. }) = SqlUrl::parse(url, schemes) else {
+                panic!("{url}: not refused as an invalid URL");
+            };
+            let said = e.to_string();
+            assert!(
+                said.contains(&format!("unknown option {unknown}")),
+                "{said}"
+            );
+            assert!(said.contains("sessions") && said.contains(known), "{said}");
+        }
+        let driver = SqlUrl::parse(
+            "postgres://h/db?sslmode=disable&options[search_path]=app&application_name=x",
+            &["postgres"],
+        )
+        .expect("the driver's options are taken");
+        assert_eq!(
+            driver.client_url,
+            "postgres://h/db?sslmode=disable&options%5Bsearch_path%5D=app&application_name=x"
+        );
+    }
+
+    #[test]
     fn bad_options_are_typed_and_redacted() {
         for bad in [
             "postgres://u:s3cret@h/db?table=locks;%20DROP%20TABLE%20x",
@@ -259,6 +342,9 @@ mod tests {
             "postgres://u:s3cret@h/db?sessions=two",
             "postgres://u:s3cret@h/db?fencing=maybe",
             "mysql://u:s3cret@h/db",
+            "postgres://u:s3cret@h/db?mode=advisory&sesions=3",
+            "postgres://u:s3cret@h/db?bogus=1",
+            "postgres://u:s3cret@h/db?ssl_mode=require",
         ] {
             match SqlUrl::parse(bad, &["postgres"]) {
                 Err(e @ (LockError::InvalidUrl { .. } | LockError::InvalidOptions { .. })) => {

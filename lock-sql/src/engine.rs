@@ -297,13 +297,63 @@ pub(crate) async fn connect_pool<DB: Database>(
     parsed: &SqlUrl,
     options: <DB::Connection as sqlx::Connection>::Options,
 ) -> Result<Pool<DB>, LockError> {
+    let doing = format!("connecting to {}", parsed.display);
+    // One connection first, on its own: sqlx's pool tries a refused
+    // connection again until its timeout and then reports only that, and
+    // the pool's first connection should meet a server known to answer.
+    let first = tokio::time::timeout(
+        parsed.connect_timeout,
+        sqlx::ConnectOptions::connect(&options),
+    )
+    .await
+    .map_err(|_| LockError::Unavailable {
+        backend,
+        reason: format!(
+            "{doing}: no answer within the connect timeout ({:?})",
+            parsed.connect_timeout
+        ),
+        source: None,
+    })?
+    .map_err(|e| refused_to_connect(backend, parsed, &doing, e))?;
+    // Closed, not dropped, so the server logs no lost client; the pool
+    // connects anew.
+    if let Err(e) = sqlx::Connection::close(first).await {
+        tracing::debug!(target: "distlock", backend, error = %e, "closing the first connection");
+    }
     PoolOptions::<DB>::new()
         .max_connections(parsed.max_connections)
         .acquire_timeout(parsed.connect_timeout)
         .test_before_acquire(false)
         .connect_with(options)
         .await
-        .map_err(|e| map_sqlx(backend, &format!("connecting to {}", parsed.display), e))
+        .map_err(|e| map_sqlx(backend, &doing, e))
+}
+
+/// A failed first connection as the caller can act on it: credentials or
+/// a database the server refuses (SQLSTATE class 28, or 3D000) are the
+/// URL's to fix, and say so; the rest as [`map_sqlx`] sorts it.
+fn refused_to_connect(
+    backend: &'static str,
+    parsed: &SqlUrl,
+    doing: &str,
+    e: sqlx::Error,
+) -> LockError {
+    match &e {
+        sqlx::Error::Database(db)
+            if db
+                .code()
+                .is_some_and(|c| c.starts_with("28") || c == "3D000") =>
+        {
+            LockError::InvalidUrl {
+                url: parsed.display.clone(),
+                reason: format!(
+                    "the server refused the connection: {} (check the user, password and database)",
+                    db.message()
+                ),
+            }
+        }
+        _ => map_sqlx(backend, doing, e),
+    }
 }
 
 /// A dialect's schema, as [`prepare_schema`] sets it up.
@@ -321,7 +371,8 @@ pub(crate) struct Schema<'a> {
 
 /// The lock's tables on `pool`, as `config` says: created from `ddl` (its
 /// statements all `IF NOT EXISTS`) unless `create_schema` is off, then
-/// checked; tables of an earlier version that fail the check are brought
+/// checked (with `create_schema`, one query first finds every table there
+/// and skips the statements); tables of an earlier version that fail the check are brought
 /// up to date by `upgrade` (statements that fail harmlessly where another
 /// client did it first) and checked again. With fencing, the tables
 /// checked are the lock table, `_epoch`, `_run`, `_counters` and those of
@@ -345,6 +396,26 @@ where
         more_tables,
         ddl_fn,
     } = schema;
+    let t = config.table.as_str();
+    // The usual case, every table there from an earlier start: one query
+    // (it fails where a table or column is missing, and finds no row
+    // without the epoch's), not a round trip per statement.
+    if config.create_schema {
+        let complete = format!(
+            "SELECT id FROM {t}_epoch WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM {t}, {t}_run, \
+             {t}_counters, {t}_permits, {t}_rw, {t}_rw_marks{} WHERE {t}_counters.holder IS NULL LIMIT 0)",
+            more_tables
+                .iter()
+                .map(|suffix| format!(", {t}{suffix}"))
+                .collect::<String>()
+        );
+        if let Ok(Some(_)) = sqlx::query(sqlx::AssertSqlSafe(complete))
+            .fetch_optional(pool)
+            .await
+        {
+            return Ok(());
+        }
+    }
     let mut failed_ddl = None;
     let mut run = async |statements: &[String]| {
         for statement in statements {
@@ -362,7 +433,6 @@ where
     if config.create_schema {
         run(&ddl).await;
     }
-    let t = config.table.as_str();
     // With fencing, the counters' holder column too.
     let check = match config.fencing {
         true => format!(

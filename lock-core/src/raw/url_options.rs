@@ -189,9 +189,31 @@ impl UrlOptions {
     }
 
     /// What no parser took, in the URL's order, for a backend that hands
-    /// the rest to its driver (the SQL backends' connection options).
+    /// the rest to its driver unread.
     pub fn into_rest(self) -> Vec<(String, String)> {
         self.pairs
+    }
+
+    /// Take the options the backend's driver reads itself (the SQL
+    /// backends' `sslmode`, `application_name`, …), in the URL's order:
+    /// those named in `names`, or starting with one of `prefixes` (as
+    /// Postgres's `options[search_path]`). They count as known, so that
+    /// [`finish`](Self::finish) still refuses a misspelt one by name.
+    pub fn driver(
+        &mut self,
+        names: &[&'static str],
+        prefixes: &[&'static str],
+    ) -> Vec<(String, String)> {
+        self.known.extend(names);
+        self.known
+            .extend(prefixes.iter().map(|p| p.trim_end_matches('[')));
+        let (driver, ours) = std::mem::take(&mut self.pairs)
+            .into_iter()
+            .partition(|(key, _)| {
+                names.contains(&key.as_str()) || prefixes.iter().any(|p| key.starts_with(p))
+            });
+        self.pairs = ours;
+        driver
     }
 
     /// An option's name as errors quote it: `` `name` `` if it is a plain
