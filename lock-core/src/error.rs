@@ -209,7 +209,7 @@ fn first_new_cause<'a>(
 
 /// An error and its causes on one line, each once, joined by `": "` (as
 /// anyhow's `{:#}` prints them): from [`LockError::report`].
-pub struct Report<'a>(&'a (dyn std::error::Error + 'static));
+pub struct Report<'a>(&'a (dyn std::error::Error + Send + Sync + 'static));
 
 impl std::fmt::Display for Report<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
