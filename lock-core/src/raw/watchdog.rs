@@ -20,9 +20,9 @@ use std::collections::{BinaryHeap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use std::time::Duration;
 
-use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 use futures_util::stream::FuturesUnordered;
+use futures_util::{FutureExt, StreamExt};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
@@ -433,6 +433,10 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
     let mut inflight: FuturesUnordered<BoxFuture<'static, Outcome>> = FuturesUnordered::new();
     // Until when the timer stays armed over an empty schedule.
     let mut linger: Option<Instant> = None;
+    // One timer, moved when the next due time moves: a timer made anew on
+    // every turn costs a timer-wheel entry per renewal outcome.
+    let timer = tokio::time::sleep_until(Instant::now());
+    tokio::pin!(timer);
     loop {
         let next = {
             let Some(shared) = shared.upgrade() else {
@@ -469,32 +473,55 @@ async fn drive(shared: Weak<Shared>, wake: Arc<Notify>) {
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             next
         };
+        if let Some(next) = next
+            && timer.deadline() != next
+        {
+            timer.as_mut().reset(next);
+        }
         tokio::select! {
             _ = wake.notified() => {}
-            _ = tokio::time::sleep_until(next.unwrap_or_else(Instant::now)), if next.is_some() => {}
-            Some(outcome) = inflight.next(), if !inflight.is_empty() => match outcome {
-                Outcome::Renewed { id, sent_at, ttl, result } => {
-                    let Some(shared) = shared.upgrade() else {
-                        break;
-                    };
-                    shared.schedule().renewed(id, sent_at, ttl, result);
+            _ = &mut timer, if next.is_some() => {}
+            Some(outcome) = inflight.next(), if !inflight.is_empty() => {
+                let Some(shared) = shared.upgrade() else {
+                    break;
+                };
+                // Every outcome already in, under one look at the schedule:
+                // thousands of renewals answered together (a batch) take
+                // one turn of this task, not one each.
+                let mut s = shared.schedule();
+                s.record(outcome);
+                while let Some(Some(outcome)) = inflight.next().now_or_never() {
+                    s.record(outcome);
                 }
-                Outcome::Checked { id, result } => {
-                    let Some(shared) = shared.upgrade() else {
-                        break;
-                    };
-                    shared.schedule().checked(id, result);
-                }
-                Outcome::Expired { result } => match result {
-                    Ok(true) => tracing::debug!(target: "distlock", "a lock without auto-renewal reached its TTL and was released"),
-                    Ok(false) => {}
-                    Err(e) => tracing::warn!(target: "distlock", error = %e.report(), "releasing a lock at the end of its TTL failed"),
-                },
-            },
+            }
         }
     }
     // Let in-flight releases of expired locks finish; renewals no longer matter.
     while inflight.next().await.is_some() {}
+}
+
+impl Schedule {
+    /// Take in what a renewal, a check or an expiry came to.
+    fn record(&mut self, outcome: Outcome) {
+        match outcome {
+            Outcome::Renewed {
+                id,
+                sent_at,
+                ttl,
+                result,
+            } => self.renewed(id, sent_at, ttl, result),
+            Outcome::Checked { id, result } => self.checked(id, result),
+            Outcome::Expired { result } => match result {
+                Ok(true) => {
+                    tracing::debug!(target: "distlock", "a lock without auto-renewal reached its TTL and was released")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(target: "distlock", error = %e.report(), "releasing a lock at the end of its TTL failed")
+                }
+            },
+        }
+    }
 }
 
 #[cfg(test)]
