@@ -16,6 +16,15 @@ const NOT_FOUND: i32 = 5;
 /// password (it travels in an auth request, not in the endpoint).
 pub(crate) fn map_etcd(doing: &str, e: etcd_client::Error) -> LockError {
     use etcd_client::Error as E;
+    // A wrong user or password: asking again unchanged cannot help.
+    if let E::GRpcStatus(status) = &e
+        && status.message().contains("authentication failed")
+    {
+        return LockError::invalid_options(format!(
+            "{doing}: the server refused the user name and password ({}); check them",
+            status.message()
+        ));
+    }
     let transient = match &e {
         E::TransportError(_)
         | E::IoError(_)
@@ -76,6 +85,16 @@ mod tests {
 
     fn unknown(message: &str) -> etcd_client::Error {
         etcd_client::Error::GRpcStatus(tonic::Status::new(tonic::Code::Unknown, message))
+    }
+
+    #[test]
+    fn refused_credentials_are_a_configuration_error() {
+        let refused = etcd_client::Error::GRpcStatus(tonic::Status::new(
+            tonic::Code::InvalidArgument,
+            "etcdserver: authentication failed, invalid user ID or password",
+        ));
+        let e = map_etcd("connecting to etcd://127.0.0.1:2379", refused);
+        assert!(e.is_config() && !e.is_transient(), "{e:?}");
     }
 
     /// A watch or request whose connection the server's death cut is

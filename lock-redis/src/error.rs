@@ -19,6 +19,13 @@ pub(crate) fn map_redis(doing: &str, e: redis::RedisError) -> LockError {
 /// built on Redis: `Unavailable` for connection-level failures, `Backend`
 /// for the rest, labelled `backend`.
 pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> LockError {
+    if credentials_refused(&e) {
+        // Asking again with the same user and password cannot help.
+        return LockError::invalid_options(format!(
+            "{doing}: the server refused the user name and password ({}); check them",
+            e.code().unwrap_or("authentication failed")
+        ));
+    }
     if e.is_io_error()
         || e.is_timeout()
         || e.is_connection_dropped()
@@ -30,6 +37,13 @@ pub fn map_error(backend: &'static str, doing: &str, e: redis::RedisError) -> Lo
     } else {
         LockError::backend(backend, doing.to_string(), e)
     }
+}
+
+/// The server refused the connection's credentials: a wrong password or
+/// user (`WRONGPASS`), or none given where one is needed (`NOAUTH`).
+fn credentials_refused(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::AuthenticationFailed
+        || matches!(e.code(), Some("WRONGPASS" | "NOAUTH"))
 }
 
 /// A server that answers but cannot serve yet: loading its data after a
@@ -76,6 +90,20 @@ pub(crate) async fn within<F: Future>(
 mod tests {
     use super::map_redis;
     use redis::{ErrorKind, RedisError, ServerErrorKind};
+
+    #[test]
+    fn refused_credentials_are_a_configuration_error() {
+        let wrong = RedisError::from((
+            ErrorKind::AuthenticationFailed,
+            "Password authentication failed",
+        ));
+        let e = map_redis("connecting to redis://127.0.0.1:6379/0", wrong);
+        assert!(e.is_config() && !e.is_transient(), "{e:?}");
+        assert!(
+            e.to_string().contains("refused the user name and password"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn a_server_still_loading_is_transient() {
