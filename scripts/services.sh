@@ -89,16 +89,12 @@ die() { log "error: $*"; exit 1; }
 # apt and pip do not share their locks with each other, or wait for them.
 INSTALL_LOCK=${TMPDIR:-/tmp}/distlock-services-install.lock
 
-# Install the Debian packages named, those missing; java and pip with `all`.
+# Install the Debian packages named that are missing.
 install_packages() {
-    local missing=() wanted=("$@")
-    for p in "${wanted[@]}"; do
+    local missing=()
+    for p in "$@"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
     done
-    if [ "${wanted[*]}" = "${PACKAGES[*]}" ]; then
-        command -v java >/dev/null || missing+=(default-jre-headless)
-        command -v pip3 >/dev/null || command -v pip >/dev/null || missing+=(python3-pip)
-    fi
     [ ${#missing[@]} -eq 0 ] && return 0
     [ "$(id -u)" -eq 0 ] || die "missing packages (${missing[*]}); run as root or install them"
     log "installing ${missing[*]}"
@@ -107,11 +103,15 @@ install_packages() {
     apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 }
 
-# Everything the servers need, under the install lock.
+# Everything the servers need (java and pip where no command of that name
+# is there), under the install lock.
 install_all() {
+    local wanted=("${PACKAGES[@]}")
+    command -v java >/dev/null || wanted+=(default-jre-headless)
+    command -v pip3 >/dev/null || command -v pip >/dev/null || wanted+=(python3-pip)
     (
         flock 9
-        install_packages "${PACKAGES[@]}"
+        install_packages "${wanted[@]}"
         install_nats
     ) 9>"$INSTALL_LOCK"
 }

@@ -371,8 +371,9 @@ pub(crate) struct Schema<'a> {
 
 /// The lock's tables on `pool`, as `config` says: created from `ddl` (its
 /// statements all `IF NOT EXISTS`) unless `create_schema` is off, then
-/// checked (with `create_schema`, one query first finds every table there
-/// and skips the statements); tables of an earlier version that fail the check are brought
+/// checked (with `create_schema`, one query first finds every table
+/// there and skips the statements); tables of an earlier version that
+/// fail the check are brought
 /// up to date by `upgrade` (statements that fail harmlessly where another
 /// client did it first) and checked again. With fencing, the tables
 /// checked are the lock table, `_epoch`, `_run`, `_counters` and those of
@@ -397,17 +398,17 @@ where
         ddl_fn,
     } = schema;
     let t = config.table.as_str();
+    let more: String = more_tables
+        .iter()
+        .map(|suffix| format!(", {t}{suffix}"))
+        .collect();
     // The usual case, every table there from an earlier start: one query
     // (it fails where a table or column is missing, and finds no row
     // without the epoch's), not a round trip per statement.
     if config.create_schema {
         let complete = format!(
             "SELECT id FROM {t}_epoch WHERE id = 1 AND NOT EXISTS (SELECT 1 FROM {t}, {t}_run, \
-             {t}_counters, {t}_permits, {t}_rw, {t}_rw_marks{} WHERE {t}_counters.holder IS NULL LIMIT 0)",
-            more_tables
-                .iter()
-                .map(|suffix| format!(", {t}{suffix}"))
-                .collect::<String>()
+             {t}_counters, {t}_permits, {t}_rw, {t}_rw_marks{more} WHERE {t}_counters.holder IS NULL LIMIT 0)"
         );
         if let Ok(Some(_)) = sqlx::query(sqlx::AssertSqlSafe(complete))
             .fetch_optional(pool)
@@ -436,11 +437,7 @@ where
     // With fencing, the counters' holder column too.
     let check = match config.fencing {
         true => format!(
-            "SELECT 1 FROM {t}, {t}_epoch, {t}_run, {t}_counters{} WHERE {t}_counters.holder IS NULL LIMIT 0",
-            more_tables
-                .iter()
-                .map(|suffix| format!(", {t}{suffix}"))
-                .collect::<String>()
+            "SELECT 1 FROM {t}, {t}_epoch, {t}_run, {t}_counters{more} WHERE {t}_counters.holder IS NULL LIMIT 0"
         ),
         false => format!("SELECT 1 FROM {t} LIMIT 0"),
     };
