@@ -51,6 +51,7 @@ mod url_options;
 pub(crate) mod wait;
 mod wakeup;
 mod watchdog;
+mod writer_mark;
 
 pub use crate::guard::{RawGuard, Unrenewed};
 pub use crate::holder::HolderRecord;
@@ -76,3 +77,4 @@ pub use url_options::UrlOptions;
 pub use wait::{Attempt, Pace, WaitLoop, acquire_by_polling, granted_too_late};
 pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};
+pub use writer_mark::{Arrival, MARK_RENEWAL, MARK_TTL, Unmark, WriterMark};

@@ -32,7 +32,6 @@ use crate::grant::Claimed;
 use crate::handle::Claim;
 use crate::keys::{self, PermitSubjects, Subjects};
 use crate::permits::MAX_LIMIT;
-use crate::rw::arrival_now;
 use crate::stream;
 
 /// The shortest per-message TTL the server takes: shorter leases ask the
@@ -315,8 +314,13 @@ impl NatsLock {
     async fn attempt_any(&self, req: Request<'_>) -> Result<Attempt, LockError> {
         match (req.opts.access, req.opts.permits) {
             (Some(access), _) => {
-                self.attempt_rw(req.name, req.opts, access, arrival_now())
-                    .await
+                self.attempt_rw(
+                    req.name,
+                    req.opts,
+                    access,
+                    lock_core::raw::Arrival::now().millis(),
+                )
+                .await
             }
             (_, Some(limit)) => self.attempt_permit(req.name, req.opts, limit).await,
             _ => self.attempt(req.name, req.opts).await,

@@ -33,14 +33,17 @@
 //! lease ends. No queue: writers among themselves, and readers behind the
 //! same writer, are served in no promised order.
 
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use lock_core::raw::{Attempt, HolderRecord, OwnerToken, Pace, RawGuard, Request, WaitLoop};
+use lock_core::raw::{
+    Arrival, Attempt, HolderRecord, MARK_RENEWAL, MARK_TTL, OwnerToken, Pace, RawGuard, Request,
+    WaitLoop, WriterMark,
+};
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use tokio::time::Instant;
 
@@ -50,13 +53,9 @@ use crate::handle::Claim;
 use crate::keys::{self, RwSubject, RwSubjects};
 use crate::lock::{Inner, NatsLock, Written, header, lease_left, token_of, ttl_header};
 
-/// How often a waiting writer renews its mark.
-const MARK_RENEWAL: Duration = Duration::from_millis(500);
-
-/// How long a waiting writer's mark lasts unless renewed (the server's
-/// shortest TTL is 1 s): a writer whose process died stops holding
-/// readers back soon.
-const MARK: Duration = Duration::from_secs(2);
+/// How long a waiting writer's mark lasts unless renewed: the marks'
+/// lifetime in whole seconds, as the server's TTLs are.
+const MARK: Duration = Duration::from_secs(MARK_TTL.as_millis().div_ceil(1000) as u64);
 
 /// How long a waiter pauses when what blocks it has no lease it can read
 /// (readers, a waiting writer); a release wakes it sooner.
@@ -66,14 +65,6 @@ const BACKSTOP: Duration = Duration::from_millis(500);
 /// found it changed since the read: readers' grants and renewals change
 /// it too, so a reader among many may need several.
 const CLAIMS: usize = 16;
-
-/// Milliseconds since the Unix epoch by this client's clock: an
-/// acquisition's arrival.
-pub(crate) fn arrival_now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 /// The write token the `x.t` message `m` records.
 fn recorded_token(m: &StreamMessage, name: &str) -> Result<u64, LockError> {
@@ -137,85 +128,50 @@ impl Inner {
     }
 }
 
-/// A waiting writer's mark: published and renewed while it waits, removed
-/// when the wait ends (in the background if the wait is dropped).
-struct Mark {
-    inner: Arc<Inner>,
-    subject: String,
-    /// Where the lock's releases are announced.
-    released: String,
-    /// The sequence of its latest message (0: none yet).
-    seq: Mutex<u64>,
+/// A waiting writer's mark, removed (its subject's message deleted, the
+/// readers waiting behind it told) when the wait ends, whenever it ends.
+fn writer_mark(inner: &Arc<Inner>, subjects: &RwSubjects, arrival: Arrival) -> WriterMark {
+    let (inner, subjects) = (Arc::clone(inner), subjects.clone());
+    WriterMark::new(
+        arrival,
+        Arc::new(move |id| {
+            let (inner, subject, released) = (
+                Arc::clone(&inner),
+                subjects.mark(arrival.millis(), &id),
+                subjects.released.clone(),
+            );
+            Box::pin(async move {
+                let doing = "removing a waiting writer's mark";
+                if let Some(m) = inner.last_on(&subject, doing).await? {
+                    inner.delete(m.sequence, doing).await?;
+                    inner.announce_release(&released).await;
+                }
+                Ok(())
+            })
+        }),
+    )
 }
 
-impl Mark {
-    fn seq(&self) -> u64 {
-        *self.seq.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Publish the mark again with a fresh TTL. A failure leaves the wait
-    /// without writer preference until the next renewal; the wait's
-    /// attempts report the server's trouble.
-    async fn renew(&self) {
-        let mut headers = HeaderMap::new();
-        headers.insert(
-            async_nats::header::NATS_MESSAGE_TTL,
-            ttl_header(MARK).as_str(),
-        );
-        match self
-            .inner
-            .publish(
-                self.subject.clone(),
-                headers,
-                Bytes::new(),
-                "marking a waiting writer",
-            )
-            .await
-        {
-            Ok(Written::At(seq)) => *self.seq.lock().unwrap_or_else(|e| e.into_inner()) = seq,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be renewed");
-            }
-        }
-    }
-
-    /// Remove the mark (if it was published) and, if `announce`, tell the
-    /// readers waiting behind it.
-    async fn remove(&self, announce: bool) {
-        let seq = std::mem::take(&mut *self.seq.lock().unwrap_or_else(|e| e.into_inner()));
-        if seq == 0 {
-            return;
-        }
-        match self
-            .inner
-            .delete(seq, "removing a waiting writer's mark")
-            .await
-        {
-            Ok(_) if announce => self.inner.announce_release(&self.released).await,
-            Ok(_) => {}
-            Err(e) => {
-                tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be removed; it lapses by itself");
-            }
-        }
-    }
-}
-
-impl Drop for Mark {
-    fn drop(&mut self) {
-        if self.seq() == 0 {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let mark = Mark {
-            inner: Arc::clone(&self.inner),
-            subject: std::mem::take(&mut self.subject),
-            released: self.released.clone(),
-            seq: Mutex::new(self.seq()),
-        };
-        rt.spawn(async move { mark.remove(true).await });
+/// Publish `mark` (on `subject`) again with a fresh TTL. A failure leaves
+/// the wait without writer preference until the next renewal; the wait's
+/// attempts report the server's trouble.
+async fn renew_mark(inner: &Inner, mark: &WriterMark, subject: &str) {
+    let mut headers = HeaderMap::new();
+    headers.insert(
+        async_nats::header::NATS_MESSAGE_TTL,
+        ttl_header(MARK).as_str(),
+    );
+    mark.placing();
+    let written = inner
+        .publish(
+            subject.to_string(),
+            headers,
+            Bytes::new(),
+            "marking a waiting writer",
+        )
+        .await;
+    if let Err(e) = written {
+        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be renewed");
     }
 }
 
@@ -320,30 +276,33 @@ impl NatsLock {
         let inner = &self.inner;
         let subjects = RwSubjects::of(&inner.config().bucket, name);
         let mut released = inner.listen(subjects.released.clone()).await?;
-        let arrival = arrival_now();
-        let mark = (access == Access::Write).then(|| Mark {
-            inner: Arc::clone(inner),
-            subject: subjects.mark(arrival, &OwnerToken::random().to_hex()),
-            released: subjects.released.clone(),
-            seq: Mutex::new(0),
-        });
+        let arrival = Arrival::now();
+        let mark = (access == Access::Write).then(|| writer_mark(inner, &subjects, arrival));
+        let mark_subject = mark
+            .as_ref()
+            .map(|m| subjects.mark(arrival.millis(), m.id()));
         let mut listening = true;
         let mut wait = WaitLoop::new(req, None);
         let mut marked_at: Option<Instant> = None;
         loop {
             let mut too_late = None;
-            let pace = match self.attempt_rw(name, opts, access, arrival).await? {
+            let pace = match self
+                .attempt_rw(name, opts, access, arrival.millis())
+                .await?
+            {
                 Attempt::Acquired(guard) => {
-                    if let Some(mark) = &mark {
-                        mark.remove(false).await;
+                    if let Some(mark) = &mark
+                        && let Err(e) = mark.remove().await
+                    {
+                        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a granted writer's mark could not be removed; it lapses by itself");
                     }
                     return Ok(Some(guard));
                 }
                 Attempt::Held { expires_in } => {
                     let mut until = Instant::now() + expires_in.unwrap_or(BACKSTOP);
-                    if let Some(mark) = &mark {
+                    if let (Some(mark), Some(subject)) = (&mark, &mark_subject) {
                         if marked_at.is_none_or(|at| at.elapsed() >= MARK_RENEWAL) {
-                            mark.renew().await;
+                            renew_mark(inner, mark, subject).await;
                             marked_at = Some(Instant::now());
                         }
                         until = until.min(Instant::now() + MARK_RENEWAL);
@@ -358,8 +317,10 @@ impl NatsLock {
             tokio::select! {
                 go_on = wait.pause(pace) => {
                     if !go_on {
-                        if let Some(mark) = &mark {
-                            mark.remove(true).await;
+                        if let Some(mark) = &mark
+                            && let Err(e) = mark.remove().await
+                        {
+                            tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be removed; it lapses by itself");
                         }
                         return too_late.map_or(Ok(None), Err);
                     }

@@ -42,7 +42,7 @@ pub mod raw {
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys, PermitKeys, RwKeys};
     pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
-    pub use crate::rw::{RwState, arrival_now};
+    pub use crate::rw::RwState;
     pub use crate::script_call::{Acknowledge, ScriptCall};
     pub use crate::scripts::{
         ACQUIRE, EXTEND, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE, SET_HOLDER,

@@ -26,12 +26,12 @@
 //! before.
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, CleanUpOnDrop, DetachedRelease, GuardHandle, HolderRecord, OwnerToken, Pace,
-    PendingGrant, RawGuard, Request, WaitLoop,
+    Arrival, Attempt, CleanUpOnDrop, DetachedRelease, GuardHandle, HolderRecord, MARK_RENEWAL,
+    MARK_TTL, OwnerToken, Pace, PendingGrant, RawGuard, Request, WaitLoop, WriterMark,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use redis::aio::ConnectionLike;
@@ -44,67 +44,36 @@ use crate::lock::{Inner, RedisLock};
 use crate::script_call::ScriptCall;
 use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE, RW_UPGRADE};
 
-/// How often a waiting writer's attempt renews its mark.
-const MARK_RENEWAL: Duration = Duration::from_millis(500);
-
-/// How long a waiting writer's mark lasts unless renewed: three renewals,
-/// so that a writer whose process died stops holding readers back soon.
-const MARK: Duration = Duration::from_millis(1500);
-
 /// How long a waiter pauses when the blocking holder's lease is unknown
 /// (a key without a TTL, or a waiting writer); a release wakes it sooner.
 const BACKSTOP: Duration = Duration::from_millis(500);
 
-/// A waiting writer: its id and arrival, as its mark names them.
-struct Mark {
-    id: String,
-    arrival: String,
-}
-
-/// Removes a waiting writer's mark when the wait ends without the grant
-/// (given up, dropped); the grant's own script removes it otherwise.
-struct Unmark {
-    inner: Arc<Inner>,
-    key: String,
-    member: Option<String>,
-}
-
-impl Drop for Unmark {
-    fn drop(&mut self) {
-        let Some(member) = self.member.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, key) = (Arc::clone(&self.inner), self.key.clone());
-        rt.spawn(async move {
-            let mut conn = inner.conn.clone();
-            let done = within(
-                &inner.config,
-                "removing a waiting writer's mark",
-                redis::cmd("ZREM")
-                    .arg(&key)
-                    .arg(&member)
-                    .query_async::<i64>(&mut conn),
-            )
-            .await;
-            if !matches!(done, Ok(Ok(_))) {
-                tracing::debug!(target: "distlock", "removing a waiting writer's mark failed; it lapses by itself");
-            }
-        });
-    }
-}
-
-/// Milliseconds since the Unix epoch by this client's clock, zero-padded
-/// to a fixed width so that marks order as text too: a reader-writer
-/// acquisition's arrival ([`RW_ACQUIRE`]'s sixth argument). Skew between
-/// clients shifts who counts as first, never exclusion.
-pub fn arrival_now() -> String {
-    let ms = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis());
-    format!("{ms:016}")
+/// A waiting writer's mark, removed from the name's waiting set
+/// (`writers_waiting`) when its wait ends without the grant (the grant's
+/// own script removes it otherwise).
+fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> WriterMark {
+    let (inner, key) = (Arc::clone(inner), writers_waiting.to_string());
+    WriterMark::new(
+        arrival,
+        Arc::new(move |id| {
+            let (inner, key) = (Arc::clone(&inner), key.clone());
+            Box::pin(async move {
+                let member = format!("{}:{id}", arrival.padded());
+                let mut conn = inner.conn.clone();
+                within(
+                    &inner.config,
+                    "removing a waiting writer's mark",
+                    redis::cmd("ZREM")
+                        .arg(&key)
+                        .arg(&member)
+                        .query_async::<i64>(&mut conn),
+                )
+                .await?
+                .map(|_| ())
+                .map_err(|e| map_redis("removing a waiting writer's mark", e))
+            })
+        }),
+    )
 }
 
 /// One server's answer to [`RW_STATE`]: the write counter, the waiting
@@ -181,8 +150,8 @@ impl RedisLock {
         name: &str,
         opts: &LockOptions,
         access: Access,
-        arrival: &str,
-        mark: Option<&Mark>,
+        arrival: Arrival,
+        mark: Option<&WriterMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let keys = inner.keys.rw(name);
@@ -224,19 +193,27 @@ impl RedisLock {
                 _ => "r",
             })
             .arg(handle.record.as_bytes())
-            .arg(mark.map_or(arrival, |m| m.arrival.as_str()))
-            .arg(mark.map_or("", |m| m.id.as_str()))
-            .arg(MARK.as_millis() as u64)
+            .arg(mark.map_or(arrival, |m| m.arrival()).padded())
+            .arg(mark.map_or("", |m| m.id()))
+            .arg(MARK_TTL.as_millis() as u64)
             .acknowledged(inner.config.acknowledgement());
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let mut conn = inner.conn.clone();
         let sent_at = Instant::now();
+        if let Some(m) = mark {
+            // Refused, the script puts or renews the mark.
+            m.placing();
+        }
         let reply: Vec<i64> = call
             .invoke(&mut conn)
             .await
             .map_err(|e| map_redis("acquiring a reader-writer lock", e))?;
         match reply[..] {
             [1, token] => {
+                // Granted, the script removed the mark.
+                if let Some(m) = mark {
+                    m.removed();
+                }
                 let (guard_handle, lease) =
                     match pending.grant_in_time(BACKEND, name, sent_at, opts).await {
                         Ok(granted) => granted,
@@ -278,7 +255,7 @@ impl RedisLock {
         req: Request<'_>,
         access: Access,
     ) -> Result<Option<LockGuard>, LockError> {
-        self.attempt_rw(req.name, req.opts, access, &arrival_now(), None)
+        self.attempt_rw(req.name, req.opts, access, Arrival::now(), None)
             .await?
             .into_guard()
     }
@@ -294,16 +271,9 @@ impl RedisLock {
     ) -> Result<Option<LockGuard>, LockError> {
         let (name, opts) = (req.name, req.opts);
         let keys = self.inner.keys.rw(name);
-        let arrival = arrival_now();
-        let mark = (access == Access::Write).then(|| Mark {
-            id: OwnerToken::random().to_hex(),
-            arrival: arrival.clone(),
-        });
-        let mut unmark = Unmark {
-            inner: Arc::clone(&self.inner),
-            key: keys.writers_waiting.clone(),
-            member: None,
-        };
+        let arrival = Arrival::now();
+        let mark = (access == Access::Write)
+            .then(|| writer_mark(&self.inner, &keys.writers_waiting, arrival));
         let wake = self.inner.wakeups.subscribe(&keys.wake);
         let mut listening = self
             .inner
@@ -314,17 +284,11 @@ impl RedisLock {
         loop {
             let mut too_late = None;
             let attempt = self
-                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
+                .attempt_rw(name, opts, access, arrival, mark.as_ref())
                 .await?;
             let pause = match attempt {
-                Attempt::Acquired(guard) => {
-                    unmark.member = None;
-                    return Ok(Some(guard));
-                }
+                Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held { expires_in } => {
-                    if let Some(m) = &mark {
-                        unmark.member = Some(format!("{}:{}", m.arrival, m.id));
-                    }
                     let until_free =
                         expires_in.map_or(BACKSTOP, |left| left + Duration::from_millis(1));
                     if mark.is_some() {

@@ -55,9 +55,6 @@ pub(crate) struct RwRef {
     pub(crate) record: Vec<u8>,
 }
 
-/// How long a waiting writer's mark lasts on a node unless renewed.
-pub(crate) const RW_MARK: Duration = Duration::from_millis(1500);
-
 /// One node's answer to an acquire.
 #[derive(Debug)]
 pub(crate) enum NodeGrant {
@@ -351,7 +348,7 @@ impl Node {
             .arg(rw.record.as_slice())
             .arg(&*arrival)
             .arg(mark.as_deref().unwrap_or(""))
-            .arg(RW_MARK.as_millis() as u64);
+            .arg(lock_core::raw::MARK_TTL.as_millis() as u64);
         let mut conn = self.conn.clone();
         let (granted, value): (i64, i64) =
             self.bounded("acquiring", call.invoke(&mut conn)).await?;

@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, DetachedRelease, GuardHandle, OwnerToken, Pace, PendingGrant, RawGuard, Request,
-    Unrenewed, WaitLoop, granted_too_late,
+    Arrival, Attempt, DetachedRelease, GuardHandle, MARK_RENEWAL, OwnerToken, Pace, PendingGrant,
+    RawGuard, Request, Unrenewed, WaitLoop, WriterMark, granted_too_late,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwLockInfo};
 use lock_redis::raw::RwState;
@@ -27,43 +27,30 @@ use crate::lock::{CAPABILITIES, Inner, Redlock};
 use crate::node::{NodeGrant, RwRef};
 use crate::quorum::{Stragglers, count, failed, gather, gather_grants};
 
-/// How often a waiting writer's attempt renews its marks.
-const MARK_RENEWAL: Duration = Duration::from_millis(500);
-
 /// How long a waiter pauses when the blocking lease is unknown; a release
 /// wakes it sooner.
 const BACKSTOP: Duration = Duration::from_millis(500);
 
-/// lock-redis's arrival, shared by the per-node requests.
-fn arrival_now() -> Arc<str> {
-    lock_redis::raw::arrival_now().into()
-}
-
-/// Removes a waiting writer's marks on every node when its wait ends
-/// without the grant, in the background.
-struct Unmark {
-    inner: Arc<Inner>,
-    key: Arc<str>,
-    member: Option<Arc<str>>,
-}
-
-impl Drop for Unmark {
-    fn drop(&mut self) {
-        let Some(member) = self.member.take() else {
-            return;
-        };
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, key) = (Arc::clone(&self.inner), Arc::clone(&self.key));
-        rt.spawn(async move {
+/// A waiting writer's marks, removed from the name's waiting set
+/// (`writers_waiting`) on every node when its wait ends: given up, or
+/// granted (the granting nodes' scripts took theirs; the others' go too).
+fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> WriterMark {
+    let (inner, key): (_, Arc<str>) = (Arc::clone(inner), writers_waiting.into());
+    WriterMark::new(
+        arrival,
+        Arc::new(move |id| {
+            let member: Arc<str> = format!("{}:{id}", arrival.padded()).into();
             let requests = inner
                 .nodes
                 .iter()
-                .map(|node| Arc::clone(node).unmark(Arc::clone(&key), Arc::clone(&member)));
-            gather(requests, Stragglers::Finish, |_| false).await;
-        });
-    }
+                .map(|node| Arc::clone(node).unmark(Arc::clone(&key), Arc::clone(&member)))
+                .collect::<Vec<_>>();
+            Box::pin(async move {
+                gather(requests, Stragglers::Finish, |_| false).await;
+                Ok(())
+            })
+        }),
+    )
 }
 
 impl Redlock {
@@ -201,9 +188,15 @@ impl Redlock {
         req: Request<'_>,
         access: Access,
     ) -> Result<Option<LockGuard>, LockError> {
-        self.attempt_rw(req.name, req.opts, access, &arrival_now(), None)
-            .await?
-            .into_guard()
+        self.attempt_rw(
+            req.name,
+            req.opts,
+            access,
+            &Arrival::now().padded().into(),
+            None,
+        )
+        .await?
+        .into_guard()
     }
 
     /// Wait for `access`: listening on the name's channel on every node,
@@ -216,32 +209,28 @@ impl Redlock {
     ) -> Result<Option<LockGuard>, LockError> {
         let (name, opts) = (req.name, req.opts);
         let keys = self.inner.keys.rw(name);
-        let arrival = arrival_now();
-        let mark: Option<Arc<str>> =
-            (access == Access::Write).then(|| OwnerToken::random().to_hex().into());
-        let mut unmark = Unmark {
-            inner: Arc::clone(&self.inner),
-            key: keys.writers_waiting.as_str().into(),
-            member: None,
-        };
+        let arrival = Arrival::now();
+        let mark = (access == Access::Write)
+            .then(|| writer_mark(&self.inner, &keys.writers_waiting, arrival));
+        let mark_id: Option<Arc<str>> = mark.as_ref().map(|m| m.id().into());
+        let arrival: Arc<str> = arrival.padded().into();
         let wake = self.inner.wakeups.subscribe(&keys.wake);
         let mut listening = None;
         let mut wait = WaitLoop::new(req, Some(wake));
         loop {
             let mut too_late = None;
+            if let Some(m) = &mark {
+                // Refused, a node's script puts or renews the mark there.
+                m.placing();
+            }
             let pause = match self
-                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
+                .attempt_rw(name, opts, access, &arrival, mark_id.as_ref())
                 .await?
             {
-                Attempt::Acquired(guard) => {
-                    // The grant took our marks on the granting nodes;
-                    // the rest go in the background.
-                    return Ok(Some(guard));
-                }
+                // The grant took our marks on the granting nodes; the
+                // mark's drop removes the rest in the background.
+                Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held { expires_in } => {
-                    if let Some(id) = &mark {
-                        unmark.member = Some(format!("{arrival}:{id}").into());
-                    }
                     let until_free = expires_in.map_or(BACKSTOP, |l| l + Duration::from_millis(1));
                     if mark.is_some() {
                         until_free.min(MARK_RENEWAL)

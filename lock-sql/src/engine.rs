@@ -696,9 +696,15 @@ impl<D: Dialect> RawLock for SqlLock<D> {
         // so copied whole into its box on every call) is as large as its
         // largest branch.
         if let Some(access) = req.opts.access {
-            return Box::pin(rw::attempt(self, req, access, rw::now_ms(), None))
-                .await?
-                .into_guard();
+            return Box::pin(rw::attempt(
+                self,
+                req,
+                access,
+                lock_core::raw::Arrival::now(),
+                None,
+            ))
+            .await?
+            .into_guard();
         }
         if let Some(limit) = req.opts.permits {
             return Box::pin(permits::attempt(self, req, limit))

@@ -13,10 +13,10 @@
 //! **Writer preference.** The servers' own queues for a row do not promise
 //! it, and a grant never waits in them. A writer that waits marks itself in
 //! `{t}_rw_marks` with its arrival (the client's clock) and an expiry that
-//! each of its attempts renews ([`MARK`], at least every
+//! each of its attempts renews ([`MARK_TTL`], at least every
 //! [`MARK_RENEWAL`]); a reader takes the row only when no live mark of a
-//! writer that arrived at or before it is there. A waiter that gives up
-//! removes its mark.
+//! writer that arrived at or before it is there. A waiter that gives up,
+//! at any moment, removes its mark ([`WriterMark`]).
 //!
 //! **Tokens.** Each write grant draws a token from the name's counter among
 //! the locks' counters ([`counter_key`]: the counters' epochs, no flush per
@@ -29,10 +29,11 @@
 //! **Waiters** poll (a release in this process wakes them at once).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use lock_core::raw::{Attempt, OwnerToken, RawGuard, Request, acquire_by_polling};
+use lock_core::raw::{
+    Arrival, Attempt, MARK_RENEWAL, MARK_TTL, RawGuard, Request, WriterMark, acquire_by_polling,
+};
 use lock_core::{
     Access, LockError, LockGuard, RwHolderInfo, RwLockCapabilities, RwLockInfo, Waiting,
 };
@@ -47,12 +48,6 @@ use crate::transaction::TransactionHandle;
 pub(crate) const RW: RwLockCapabilities = RwLockCapabilities::new()
     .with_writer_preference(true)
     .with_waiting(Waiting::Polling);
-
-/// How long a waiting writer's mark lasts unless renewed.
-const MARK: Duration = Duration::from_millis(1500);
-
-/// How often a waiting writer attempts (and so renews its mark) at least.
-const MARK_RENEWAL: Duration = Duration::from_millis(400);
 
 /// The counter reader-writer lock `name` draws its write tokens from,
 /// among the locks' counters: a control character (no lock name begins so
@@ -79,49 +74,11 @@ pub(crate) fn marks_unused_before(unused_for: Duration) -> i64 {
     now_ms().saturating_sub(i64::try_from(unused_for.as_millis()).unwrap_or(i64::MAX))
 }
 
-/// Milliseconds since the Unix epoch by this client's clock: arrivals and
-/// marks' expiries. Skew between clients shifts who counts as first, and
-/// how long a dead writer's mark holds readers back, never exclusion.
+/// Milliseconds since the Unix epoch by this client's clock: marks'
+/// expiries, read as arrivals are. Skew between clients shifts how long a
+/// dead writer's mark holds readers back, never exclusion.
 pub(crate) fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// A waiting writer's mark: its id, and whether it was put (at the
-/// writer's first refusal), so that only a mark that exists is removed.
-pub(crate) struct Mark {
-    id: String,
-    placed: AtomicBool,
-}
-
-/// Removes a waiting writer's mark, if it put one and no grant removed it,
-/// when its wait ends (given up or dropped), in the background.
-struct Unmark<'m, D: Dialect> {
-    dialect: Arc<D>,
-    name: String,
-    mark: &'m Mark,
-}
-
-impl<D: Dialect> Drop for Unmark<'_, D> {
-    fn drop(&mut self) {
-        if !self.mark.placed.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (dialect, name, id) = (
-            Arc::clone(&self.dialect),
-            std::mem::take(&mut self.name),
-            self.mark.id.clone(),
-        );
-        rt.spawn(async move {
-            if let Err(e) = dialect.unmark_rw(&name, &id).await {
-                tracing::debug!(target: "distlock", error = %e.report(), "removing a waiting writer's mark failed; it lapses by itself");
-            }
-        });
-    }
+    Arrival::now().millis_i64()
 }
 
 /// One attempt at `access` to `req.name` on `lock`, as a newcomer arriving
@@ -131,8 +88,8 @@ pub(crate) async fn attempt<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
     access: Access,
-    arrival: i64,
-    mark: Option<&Mark>,
+    arrival: Arrival,
+    mark: Option<&WriterMark>,
 ) -> Result<Attempt, LockError> {
     let dialect = lock.dialect();
     let core = dialect.core();
@@ -147,7 +104,13 @@ pub(crate) async fn attempt<D: Dialect>(
     let mut dead = DeadBudget::new();
     let granted = loop {
         match dialect
-            .take_rw(&mut pinned, name, access, (arrival, now_ms()), opts.ttl)
+            .take_rw(
+                &mut pinned,
+                name,
+                access,
+                (arrival.millis_i64(), now_ms()),
+                opts.ttl,
+            )
             .await?
         {
             Ok(granted) => break granted,
@@ -167,25 +130,23 @@ pub(crate) async fn attempt<D: Dialect>(
         };
         // On the same connection: a writer's first refusal marks it without
         // waiting for another (on a cold pool, opening one).
-        let expires = now_ms().saturating_add(i64::try_from(MARK.as_millis()).unwrap_or(0));
+        let expires = now_ms().saturating_add(i64::try_from(MARK_TTL.as_millis()).unwrap_or(0));
+        mark.placing();
         // (On an error the connection is dropped, so closed: it may have
         // broken.)
         dialect
-            .mark_rw(&mut pinned, name, &mark.id, arrival, expires)
+            .mark_rw(&mut pinned, name, mark.id(), arrival.millis_i64(), expires)
             .await?;
         dialect.put_back_permit(pinned).await;
-        mark.placed.store(true, Ordering::Release);
         // Back before the mark lapses.
         return Ok(Attempt::Held {
             expires_in: Some(MARK_RENEWAL),
         });
     }
-    if let Some(mark) = mark
-        && mark.placed.swap(false, Ordering::AcqRel)
-    {
+    if let Some(mark) = mark {
         // Granted: its mark holds nobody back any more; removed before the
         // caller hears (a writer granted at its first attempt put none).
-        if let Err(e) = dialect.unmark_rw(name, &mark.id).await {
+        if let Err(e) = mark.remove().await {
             tracing::debug!(target: "distlock", error = %e.report(), "removing a granted writer's mark failed; it lapses by itself");
         }
     }
@@ -245,15 +206,16 @@ pub(crate) async fn wait<D: Dialect>(
     access: Access,
 ) -> Result<Option<LockGuard>, LockError> {
     let wake = lock.dialect().core().wakeups.subscribe(&wake_key(req.name));
-    let arrival = now_ms();
-    let mark = (access == Access::Write).then(|| Mark {
-        id: OwnerToken::random().to_hex(),
-        placed: AtomicBool::new(false),
-    });
-    let _unmark = mark.as_ref().map(|mark| Unmark {
-        dialect: Arc::clone(lock.dialect_arc()),
-        name: req.name.to_string(),
-        mark,
+    let arrival = Arrival::now();
+    let mark = (access == Access::Write).then(|| {
+        let (dialect, name) = (Arc::clone(lock.dialect_arc()), req.name.to_string());
+        WriterMark::new(
+            arrival,
+            Arc::new(move |id| {
+                let (dialect, name) = (Arc::clone(&dialect), name.clone());
+                Box::pin(async move { dialect.unmark_rw(&name, &id).await })
+            }),
+        )
     });
     acquire_by_polling(req, Some(wake), |_| {
         attempt(lock, req, access, arrival, mark.as_ref())

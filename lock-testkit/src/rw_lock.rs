@@ -452,6 +452,63 @@ pub async fn a_cancelled_wait_leaves_nothing_behind(h: Harness) {
     }
 }
 
+/// How soon a reader gets in once a waiting writer's wait is dropped: well
+/// inside a mark's own lifetime (1.5 s), so that a mark left behind shows.
+const UNMARKED: Duration = Duration::from_secs(1);
+
+/// A waiting writer whose wait is dropped at any moment, here swept over
+/// the first 6 ms after the reader it waits for starts to leave (while its
+/// attempts, marks and their removals are on their way), leaves nothing
+/// that keeps readers out: a reader gets in within [`UNMARKED`].
+pub async fn a_writer_dropped_at_any_moment_leaves_no_mark(h: Harness) {
+    const LOOPS: u64 = 40;
+    let Some((name, _)) = rw_case(&h, "dropped-writer").await else {
+        return;
+    };
+    let o = held(&h);
+    let wait = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(10)),
+        true,
+        &h,
+    );
+    for i in 0..LOOPS {
+        let reader = h
+            .lock
+            .try_acquire_read(&name, &o)
+            .await
+            .expect("read")
+            .expect("free");
+        let (other, n, w) = (Arc::clone(&h.other), name.clone(), wait.clone());
+        let writer = tokio::spawn(async move { other.acquire_write(&n, &w).await });
+        await_waiting_writers(&h, &name, 1).await;
+        let leaving = tokio::spawn(async move { reader.release().await });
+        // Blocks this worker only: the writer and the release go on on
+        // the others, and the drop lands at this moment, to the
+        // microsecond, wherever the writer's wait then is.
+        let after = Duration::from_micros(i * 6_000 / LOOPS);
+        std::thread::sleep(after);
+        writer.abort();
+        if let Ok(Ok(granted)) = writer.await {
+            granted.release().await.expect("release");
+        }
+        assert!(leaving.await.expect("join").expect("release"));
+        let start = Instant::now();
+        loop {
+            if let Some(g) = h.lock.try_acquire_read(&name, &o).await.expect("read") {
+                assert!(g.release().await.expect("release"));
+                break;
+            }
+            assert!(
+                start.elapsed() < UNMARKED,
+                "a writer dropped {after:?} after the reader began to leave still keeps \
+                 readers out after {UNMARKED:?} (loop {i})"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+}
+
 /// A wait for either side ends with `Timeout` when its bound passes, not
 /// much later.
 pub async fn waits_are_bounded(h: Harness) {
@@ -1031,6 +1088,7 @@ macro_rules! __rw_lock_cases {
             tokens_rise_per_write_and_readers_carry_the_latest,
             readers_and_writers_under_contention,
             a_cancelled_wait_leaves_nothing_behind,
+            a_writer_dropped_at_any_moment_leaves_no_mark,
             waits_are_bounded,
             an_abandoned_grant_expires,
             renewed_grants_stay_held,

@@ -20,12 +20,11 @@
 //! lease, so renewals and the release go on as before.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use lock_core::raw::{
-    Attempt, CleanUpOnDrop, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Unrenewed, acquire_by_polling,
+    Arrival, Attempt, CleanUpOnDrop, HolderRecord, MARK_RENEWAL, MARK_TTL, OwnerToken,
+    PendingGrant, RawGuard, RawLock, Request, Unrenewed, WriterMark, acquire_by_polling,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use sqlx::AssertSqlSafe;
@@ -34,13 +33,6 @@ use tokio::time::Instant;
 use super::lock::{BACKEND, Inner, SqliteLock, ms, now_ms, time_left};
 use crate::error::map_sqlx;
 use crate::ident::Identifier;
-
-/// How long a waiting writer's mark lasts unless its next attempt renews
-/// it: a writer whose process died stops holding readers back soon.
-const MARK: Duration = Duration::from_millis(1500);
-
-/// How often a waiting writer attempts (and so renews its mark) at least.
-const MARK_RENEWAL: Duration = Duration::from_millis(400);
 
 /// The rows' `access` column: a reader's lease, a writer's (a waiting
 /// writer's mark is 2).
@@ -190,57 +182,6 @@ pub(crate) fn wake_key(name: &str) -> String {
     format!("\u{0}rw\u{0}{name}")
 }
 
-/// Milliseconds since the Unix epoch by this machine's clock.
-fn arrival_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// A waiting writer: its mark's owner column, its arrival, and whether
-/// its mark is there (put at its first refusal, removed by its grant), so
-/// that only a mark that exists is removed.
-struct Mark {
-    id: String,
-    arrival: i64,
-    placed: AtomicBool,
-}
-
-/// Removes a waiting writer's mark, if it is there, when its wait ends
-/// (given up or dropped), in the background.
-struct Unmark<'m> {
-    inner: Arc<Inner>,
-    name: String,
-    mark: &'m Mark,
-}
-
-impl Drop for Unmark<'_> {
-    fn drop(&mut self) {
-        if !self.mark.placed.load(Ordering::Acquire) {
-            return;
-        }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let (inner, name, id) = (
-            Arc::clone(&self.inner),
-            std::mem::take(&mut self.name),
-            self.mark.id.clone(),
-        );
-        rt.spawn(async move {
-            let _turn = inner.gate.urgent().await;
-            let done = sqlx::query(AssertSqlSafe(inner.rw.unmark.as_str()))
-                .bind(&name)
-                .bind(&id)
-                .execute(&inner.pool)
-                .await;
-            if done.is_err() {
-                tracing::debug!(target: "distlock", "removing a waiting writer's mark failed; it lapses by itself");
-            }
-        });
-    }
-}
-
 impl SqliteLock {
     /// One attempt at `access` to `name`, as a newcomer arriving at
     /// `arrival` or as the waiting writer `mark`.
@@ -249,8 +190,8 @@ impl SqliteLock {
         name: &str,
         opts: &LockOptions,
         access: Access,
-        arrival: i64,
-        mark: Option<&Mark>,
+        arrival: Arrival,
+        mark: Option<&WriterMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let sql = &inner.rw;
@@ -261,7 +202,7 @@ impl SqliteLock {
         handle.rw = true;
         handle.upgradeable = access == Access::Upgradeable;
         let owner_hex = handle.owner_hex.clone();
-        let arrival = mark.map_or(arrival, |m| m.arrival);
+        let arrival = mark.map_or(arrival, |m| m.arrival()).millis_i64();
         let sent_at = Instant::now();
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "acquiring a reader-writer lock", e);
@@ -308,20 +249,18 @@ impl SqliteLock {
                 _ => None,
             };
             if let Some(m) = mark {
+                m.placing();
                 sqlx::query(AssertSqlSafe(sql.mark.as_str()))
                     .bind(name)
-                    .bind(&m.id)
-                    .bind(m.arrival)
-                    .bind(now.saturating_add(ms(MARK)))
+                    .bind(m.id())
+                    .bind(arrival)
+                    .bind(now.saturating_add(ms(MARK_TTL)))
                     .execute(&mut *tx)
                     .await
                     .map_err(failed)?;
             }
             tx.commit().await.map_err(failed)?;
             drop(turn);
-            if let Some(m) = mark {
-                m.placed.store(true, Ordering::Release);
-            }
             // A waiting writer comes back before its mark lapses.
             let left = match mark {
                 Some(_) => Some(left.map_or(MARK_RENEWAL, |l| l.min(MARK_RENEWAL))),
@@ -329,11 +268,10 @@ impl SqliteLock {
             };
             return Ok(Attempt::Held { expires_in: left });
         }
-        let placed = mark.filter(|m| m.placed.load(Ordering::Acquire));
-        if let Some(m) = placed {
+        if let Some(m) = mark.filter(|m| m.may_be_placed()) {
             sqlx::query(AssertSqlSafe(sql.unmark.as_str()))
                 .bind(name)
-                .bind(&m.id)
+                .bind(m.id())
                 .execute(&mut *tx)
                 .await
                 .map_err(failed)?;
@@ -355,8 +293,8 @@ impl SqliteLock {
         let pending = PendingGrant::new(Arc::new(handle));
         tx.commit().await.map_err(failed)?;
         drop(turn);
-        if let Some(m) = placed {
-            m.placed.store(false, Ordering::Release);
+        if let Some(m) = mark {
+            m.removed();
         }
         if access == Access::Write {
             inner.epoch.cover(&inner.pool, fence).await?;
@@ -381,7 +319,7 @@ impl SqliteLock {
         req: Request<'_>,
         access: Access,
     ) -> Result<Option<LockGuard>, LockError> {
-        self.attempt_rw(req.name, req.opts, access, arrival_now(), None)
+        self.attempt_rw(req.name, req.opts, access, Arrival::now(), None)
             .await?
             .into_guard()
     }
@@ -396,16 +334,25 @@ impl SqliteLock {
     ) -> Result<Option<LockGuard>, LockError> {
         let (name, opts) = (req.name, req.opts);
         let wake = self.inner.wakeups.subscribe(&wake_key(name));
-        let arrival = arrival_now();
-        let mark = (access == Access::Write).then(|| Mark {
-            id: format!("mark-{}", OwnerToken::random().to_hex()),
-            arrival,
-            placed: AtomicBool::new(false),
-        });
-        let _unmark = mark.as_ref().map(|mark| Unmark {
-            inner: Arc::clone(&self.inner),
-            name: name.to_string(),
-            mark,
+        let arrival = Arrival::now();
+        let mark = (access == Access::Write).then(|| {
+            let (inner, name) = (Arc::clone(&self.inner), name.to_string());
+            WriterMark::new(
+                arrival,
+                Arc::new(move |id| {
+                    let (inner, name) = (Arc::clone(&inner), name.clone());
+                    Box::pin(async move {
+                        let _turn = inner.gate.urgent().await;
+                        sqlx::query(AssertSqlSafe(inner.rw.unmark.as_str()))
+                            .bind(&name)
+                            .bind(&id)
+                            .execute(&inner.pool)
+                            .await
+                            .map(|_| ())
+                            .map_err(|e| map_sqlx(BACKEND, "removing a waiting writer's mark", e))
+                    })
+                }),
+            )
         });
         acquire_by_polling(req, Some(wake), |_| {
             self.attempt_rw(name, opts, access, arrival, mark.as_ref())

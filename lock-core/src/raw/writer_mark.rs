@@ -1,0 +1,232 @@
+//! A waiting writer's mark: how a backend that prefers writers holds back
+//! the readers that arrive after a writer that waits. Every such backend
+//! keeps its marks through [`WriterMark`], so that a wait dropped at any
+//! moment (between sending a mark and hearing back, or while a grant
+//! removes it) leaves none behind for longer than its removal takes.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use futures_util::future::BoxFuture;
+
+use crate::error::LockError;
+use crate::raw::OwnerToken;
+
+/// How long a mark lasts unless renewed: three renewals, so that a writer
+/// whose process died stops holding readers back soon.
+pub const MARK_TTL: Duration = Duration::from_millis(1500);
+
+/// How often a waiting writer renews its mark (by attempting again) at
+/// least.
+pub const MARK_RENEWAL: Duration = Duration::from_millis(500);
+
+/// When a reader-writer acquisition arrived: milliseconds since the Unix
+/// epoch by this client's clock. Skew between clients shifts who counts
+/// as first, never exclusion.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Arrival(u64);
+
+impl Arrival {
+    /// Now, by this client's clock.
+    pub fn now() -> Arrival {
+        let ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX));
+        Arrival(ms)
+    }
+
+    /// The arrival `ms` milliseconds after the Unix epoch.
+    pub const fn from_millis(ms: u64) -> Arrival {
+        Arrival(ms)
+    }
+
+    /// Milliseconds since the Unix epoch.
+    pub const fn millis(self) -> u64 {
+        self.0
+    }
+
+    /// Milliseconds since the Unix epoch as a signed SQL integer.
+    pub fn millis_i64(self) -> i64 {
+        i64::try_from(self.0).unwrap_or(i64::MAX)
+    }
+
+    /// Sixteen zero-padded digits, so that arrivals order as text too (a
+    /// sorted set's members, a subject's tokens).
+    pub fn padded(self) -> String {
+        format!("{:016}", self.0)
+    }
+}
+
+/// A backend's removal of a mark, given the mark's id: one request, safe
+/// to send when there is no such mark.
+pub type Unmark = Arc<dyn Fn(String) -> BoxFuture<'static, Result<(), LockError>> + Send + Sync>;
+
+/// One waiting writer's mark. Before each request that may put or renew
+/// it, the backend calls [`placing`](Self::placing); from then on, until
+/// [`removed`](Self::removed) or [`remove`](Self::remove) says it is gone,
+/// dropping the mark removes it in the background. So a wait dropped while
+/// its mark is on its way still removes it, behind it where the removal
+/// goes out on the same connection.
+pub struct WriterMark {
+    id: String,
+    arrival: Arrival,
+    /// A request that may have put or renewed the mark went out since it
+    /// was last known gone.
+    out: AtomicBool,
+    unmark: Unmark,
+}
+
+impl WriterMark {
+    /// A new mark (a random id) of a writer that arrived at `arrival`,
+    /// removed by `unmark`.
+    pub fn new(arrival: Arrival, unmark: Unmark) -> WriterMark {
+        WriterMark {
+            id: OwnerToken::random().to_hex(),
+            arrival,
+            out: AtomicBool::new(false),
+            unmark,
+        }
+    }
+
+    /// The mark's id.
+    pub fn id(&self) -> &str {
+        &self.id
+    }
+
+    /// When its writer arrived.
+    pub fn arrival(&self) -> Arrival {
+        self.arrival
+    }
+
+    /// A request that may put or renew the mark is about to go out.
+    pub fn placing(&self) {
+        self.out.store(true, Ordering::Release);
+    }
+
+    /// Whether a mark may be there: a request that may have put it went
+    /// out, and none is known to have removed it since.
+    pub fn may_be_placed(&self) -> bool {
+        self.out.load(Ordering::Acquire)
+    }
+
+    /// The mark is gone: the request that granted the writer removed it,
+    /// or none was put.
+    pub fn removed(&self) {
+        self.out.store(false, Ordering::Release);
+    }
+
+    /// Remove the mark now if one may be there. Dropped halfway, the mark
+    /// is still removed, by the drop.
+    pub async fn remove(&self) -> Result<(), LockError> {
+        if !self.may_be_placed() {
+            return Ok(());
+        }
+        (self.unmark)(self.id.clone()).await?;
+        self.removed();
+        Ok(())
+    }
+}
+
+impl std::fmt::Debug for WriterMark {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WriterMark")
+            .field("id", &self.id)
+            .field("arrival", &self.arrival)
+            .field("out", &self.out.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for WriterMark {
+    fn drop(&mut self) {
+        if !self.out.load(Ordering::Acquire) {
+            return;
+        }
+        // Outside a runtime the mark lapses by itself within MARK_TTL.
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let removal = (self.unmark)(std::mem::take(&mut self.id));
+        rt.spawn(async move {
+            if let Err(e) = removal.await {
+                tracing::debug!(target: "distlock", error = %e.report(), "removing a waiting writer's mark failed; it lapses by itself");
+            }
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    /// A removal that records the ids it is asked for; with `stuck`, its
+    /// request never comes back.
+    fn recording(stuck: bool) -> (Unmark, Arc<Mutex<Vec<String>>>) {
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = Arc::clone(&seen);
+        let unmark: Unmark = Arc::new(move |id| {
+            s.lock().unwrap().push(id);
+            match stuck {
+                true => Box::pin(std::future::pending()),
+                false => Box::pin(async { Ok(()) }),
+            }
+        });
+        (unmark, seen)
+    }
+
+    fn counting() -> (Unmark, Arc<Mutex<Vec<String>>>) {
+        recording(false)
+    }
+
+    #[tokio::test]
+    async fn a_mark_never_sent_is_not_removed() {
+        let (unmark, seen) = counting();
+        drop(WriterMark::new(Arrival::now(), unmark));
+        tokio::task::yield_now().await;
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
+    #[tokio::test]
+    async fn a_mark_on_its_way_is_removed_when_dropped() {
+        let (unmark, seen) = counting();
+        let mark = WriterMark::new(Arrival::now(), unmark);
+        let id = mark.id().to_string();
+        mark.placing();
+        drop(mark);
+        tokio::task::yield_now().await;
+        assert_eq!(*seen.lock().unwrap(), vec![id]);
+    }
+
+    #[tokio::test]
+    async fn a_removal_dropped_halfway_is_done_by_the_drop() {
+        use futures_util::FutureExt;
+        let (unmark, seen) = recording(true);
+        let mark = WriterMark::new(Arrival::now(), unmark);
+        mark.placing();
+        // The removal is sent, and dropped before its answer came.
+        assert!(mark.remove().now_or_never().is_none());
+        drop(mark);
+        tokio::task::yield_now().await;
+        assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_mark_removed_by_its_grant_is_left_alone() {
+        let (unmark, seen) = counting();
+        let mark = WriterMark::new(Arrival::now(), unmark);
+        mark.placing();
+        mark.removed();
+        drop(mark);
+        tokio::task::yield_now().await;
+        assert!(seen.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn arrivals_order_as_text() {
+        let (a, b) = (Arrival::from_millis(999), Arrival::from_millis(1_000));
+        assert!(a < b && a.padded() < b.padded());
+        assert_eq!(b.padded(), "0000000000001000");
+    }
+}
