@@ -43,12 +43,12 @@ pub use epoch::{EPOCH_OPTION, EPOCH_SHIFT, EpochLock, MAX_EPOCH};
 pub use lock_core::redact_url;
 pub use lock_core::{
     Access, Backoff, Capabilities, Changes, CrashRelease, DEFAULT_NOTIFIED_REREAD,
-    DEFAULT_POLL_INTERVAL, DistributedLock, Election, Fencing, Grade, Holder, Leader, Leadership,
-    Led, LockError, LockGuard, LockInfo, LockOptions, LockOwner, LockSet, LockSetExt, LossKind,
-    LossReason, MAX_IDENTITY_BYTES, MAX_NAME_BYTES, MAX_SET_NAMES, MAX_VALUE_BYTES, MemberLost,
-    MemoryLock, PermitInfo, RELEASE_PATIENCE, ReentrantGuard, Report, RwHolderInfo,
-    RwLockCapabilities, RwLockExt, RwLockInfo, Semaphore, SemaphoreCapabilities, SemaphoreInfo,
-    WAIT_OVERRUN, Wait, Waiting, default_identity, with_lock,
+    DEFAULT_POLL_INTERVAL, DistributedLock, ELECTION_PREFIX, Election, Fencing, Grade, Holder,
+    Leader, Leadership, Led, LockError, LockGuard, LockInfo, LockOptions, LockOwner, LockSet,
+    LockSetExt, LossKind, LossReason, MAX_IDENTITY_BYTES, MAX_NAME_BYTES, MAX_SET_NAMES,
+    MAX_VALUE_BYTES, MemberLost, MemoryLock, PermitInfo, RELEASE_PATIENCE, ReentrantGuard, Report,
+    RwHolderInfo, RwLockCapabilities, RwLockExt, RwLockInfo, Semaphore, SemaphoreCapabilities,
+    SemaphoreInfo, WAIT_OVERRUN, Wait, Waiting, default_identity, with_lock,
 };
 #[cfg(feature = "etcd")]
 pub use lock_etcd::{EtcdConfig, EtcdLock, etcd_client};

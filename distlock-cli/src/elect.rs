@@ -33,6 +33,9 @@ Exit codes: as for `distlock run` (the command's own code when it ran and
 exited while leader; 75 when --wait ran out with another leader; 76 when the
 leadership was lost and --again was not given; 69, 78, 126, 127, 128 + N).
 
+Election NAME is the lock election/NAME, apart from a plain lock NAME: read
+or force it by that name (`distlock inspect election/NAME`).
+
 With --again, a lost leadership stops the command's group, then distlock
 campaigns again (within --wait) and runs the command anew with the new term;
 it ends when the command exits while leader.
@@ -118,6 +121,7 @@ pub(crate) async fn elect(args: ElectArgs) -> u8 {
         let term = leadership.term();
         tracing::info!(target: "distlock", election = %args.name, term, backend, "leading");
         let program = Program {
+            name: &args.name,
             command: &args.command,
             kill_grace: args.kill_grace,
             quiet: args.quiet,

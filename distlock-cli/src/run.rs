@@ -170,6 +170,7 @@ pub(crate) async fn run(args: RunArgs) -> u8 {
     let backend = locks.capabilities().backend;
     tracing::debug!(target: "distlock", lock = %args.name, token = ?guard.fencing_token(), backend, "lock acquired");
     let program = Program {
+        name: &args.name,
         command: &args.command,
         kill_grace: args.kill_grace,
         quiet: args.quiet,
@@ -253,6 +254,9 @@ async fn acquire(
 
 /// The command [`hold`] runs, and how.
 pub(crate) struct Program<'a> {
+    /// What is held, by the name the user gave (an election's, not its
+    /// lock's): `DISTLOCK_NAME`, and messages.
+    pub(crate) name: &'a str,
     /// The program and its arguments.
     pub(crate) command: &'a [OsString],
     /// SIGTERM to SIGKILL, when the group is stopped.
@@ -281,7 +285,7 @@ pub(crate) async fn hold(
     command
         .args(rest)
         .process_group(0)
-        .env("DISTLOCK_NAME", guard.name())
+        .env("DISTLOCK_NAME", program.name)
         .env("DISTLOCK_BACKEND", backend)
         .env_remove("DISTLOCK_FENCING_TOKEN")
         .env_remove("DISTLOCK_TERM")
@@ -322,7 +326,7 @@ pub(crate) async fn hold(
                 eprintln!(
                     "distlock: lost the {} {:?} ({reason}); stopping the command's process group",
                     program.held,
-                    guard.name()
+                    program.name
                 );
                 group.stop(&mut child, program.kill_grace).await;
                 drop(lent);

@@ -134,7 +134,8 @@ async fn a_lost_leadership_stops_the_command_and_again_campaigns_anew() {
             .expect("start distlock elect");
         let first: u64 = lines_of(&terms, 1).await[0].parse().expect("term");
         let out = distlock()
-            .args(["release", "--force", "--yes", "--url", &url, &name])
+            .args(["release", "--force", "--yes", "--url", &url])
+            .arg(format!("{}{name}", distlock::ELECTION_PREFIX))
             .output()
             .await
             .expect("release --force");

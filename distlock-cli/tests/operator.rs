@@ -51,7 +51,9 @@ async fn status_and_forced_release_on_every_backend() {
     for url in urls() {
         let locks = distlock::connect(&url).await.expect("connect");
         let backend = locks.capabilities().backend;
-        let name = unique("operator");
+        // The lock of an election, read as a lock and as the election.
+        let election = unique("operator");
+        let name = format!("{}{election}", distlock::ELECTION_PREFIX);
         // Renewed every 2 s: the holder hears of the release that soon.
         let opts = LockOptions::new()
             .ttl(Duration::from_secs(6))
@@ -84,7 +86,7 @@ async fn status_and_forced_release_on_every_backend() {
             );
             assert_eq!(report["holder"]["value"], "10.0.0.7:8080", "{report}");
             // The same lock read as an election.
-            let out = cli(&["leader", "--url", &url, "--json", &name]).await;
+            let out = cli(&["leader", "--url", &url, "--json", &election]).await;
             assert_eq!(
                 out.status.code(),
                 Some(0),
@@ -100,7 +102,7 @@ async fn status_and_forced_release_on_every_backend() {
             assert_eq!(leader["leader"]["value"], "10.0.0.7:8080", "{leader}");
         } else {
             assert!(report["holder"].is_null(), "{backend}: {report}");
-            let out = cli(&["leader", "--url", &url, &name]).await;
+            let out = cli(&["leader", "--url", &url, &election]).await;
             assert_eq!(out.status.code(), Some(78), "{backend}: elections refused");
         }
         let out = cli(&["status", "--url", &url, &name]).await;
@@ -163,10 +165,10 @@ async fn status_and_forced_release_on_every_backend() {
         let out = cli(&["status", "--url", &url, "--json", &name]).await;
         assert_eq!(json(&out)["held"], false, "{backend}");
         if keeps_holder {
-            let out = cli(&["leader", "--url", &url, &name]).await;
+            let out = cli(&["leader", "--url", &url, &election]).await;
             assert_eq!(
                 text(&out.stdout).trim(),
-                format!("election {name:?}: no leader"),
+                format!("election {election:?}: no leader"),
                 "{backend}"
             );
         }

@@ -1,6 +1,8 @@
 //! Leader election on any lock: a leader is the holder of the election's
 //! lock, its term the grant's fencing token, its value the holder
-//! record's value.
+//! record's value. Election `NAME`'s lock is `election/NAME`
+//! ([`ELECTION_PREFIX`]), so an election and a plain lock of the same name
+//! are apart.
 //!
 //! Everything a lock guarantees carries over: one leader at a time under
 //! every fault the backend's capabilities cover, `lost()` before another
@@ -31,6 +33,11 @@ pub const DEFAULT_POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// reads the lock again all the same by default (a safety net: a
 /// notification is never the only way a change is seen).
 pub const DEFAULT_NOTIFIED_REREAD: Duration = Duration::from_secs(5);
+
+/// The prefix of an election's lock name: election `NAME` is the lock
+/// `election/NAME`, apart from the plain lock `NAME`. Operators read an
+/// election as that lock (`distlock inspect election/NAME`).
+pub const ELECTION_PREFIX: &str = "election/";
 
 /// How long after a leader's lease was due to end an observer reads the
 /// lock again: the least time between two such reads.
@@ -65,6 +72,8 @@ const AFTER_LEASE_END: Duration = Duration::from_millis(25);
 pub struct Election {
     locks: Arc<dyn crate::DistributedLock>,
     name: String,
+    /// Its lock: [`ELECTION_PREFIX`] and the name.
+    lock: String,
     /// Set by [`Election::poll_interval`]; else the defaults.
     poll: Option<Duration>,
 }
@@ -132,11 +141,14 @@ fn candidate_options(
 }
 
 impl Election {
-    /// The election `name` over `locks` (its lock is `name`).
+    /// The election `name` over `locks` (its lock is `election/NAME`,
+    /// [`ELECTION_PREFIX`]).
     pub fn new(locks: Arc<dyn crate::DistributedLock>, name: impl Into<String>) -> Self {
+        let name = name.into();
         Election {
             locks,
-            name: name.into(),
+            lock: format!("{ELECTION_PREFIX}{name}"),
+            name,
             poll: None,
         }
     }
@@ -155,7 +167,20 @@ impl Election {
         &self.name
     }
 
+    /// The name of the election's lock: `election/NAME`.
+    pub fn lock_name(&self) -> &str {
+        &self.lock
+    }
+
     fn check_backend(&self) -> Result<(), LockError> {
+        if let Err(LockError::InvalidName { reason, .. }) = crate::name::validate_name(&self.name)
+            .and_then(|()| crate::name::validate_name(&self.lock))
+        {
+            return Err(LockError::InvalidName {
+                name: self.name.chars().take(64).collect(),
+                reason: format!("{reason} (an election's lock is {ELECTION_PREFIX}NAME)"),
+            });
+        }
         let caps = self.locks.capabilities();
         if caps.fencing == Fencing::None || !caps.holder {
             return Err(LockError::Unsupported {
@@ -180,7 +205,7 @@ impl Election {
         let start = Instant::now();
         let mut opts = candidate_options(opts, value)?;
         loop {
-            let guard = self.locks.acquire(&self.name, &opts).await?;
+            let guard = self.locks.acquire(&self.lock, &opts).await?;
             if guard.ensure_held().is_ok() {
                 return Leadership::from_guard(guard, opts.value);
             }
@@ -210,7 +235,7 @@ impl Election {
     ) -> Result<Option<Leadership>, LockError> {
         self.check_backend()?;
         let opts = candidate_options(opts, value)?;
-        match self.locks.try_acquire(&self.name, &opts).await? {
+        match self.locks.try_acquire(&self.lock, &opts).await? {
             Some(guard) if guard.ensure_held().is_ok() => {
                 Leadership::from_guard(guard, opts.value).map(Some)
             }
@@ -227,7 +252,7 @@ impl Election {
     /// on the lock's lease.
     async fn read(&self) -> Result<(Option<Leader>, Option<Duration>), LockError> {
         self.check_backend()?;
-        let info = self.locks.inspect(&self.name).await?;
+        let info = self.locks.inspect(&self.lock).await?;
         let left = info.expires_in.filter(|_| info.held);
         Ok((Leader::from_info(info), left))
     }
@@ -391,7 +416,7 @@ impl Observing {
     async fn wait(&mut self) -> Result<(), LockError> {
         let election = &self.election;
         if self.notified && self.changes.is_none() {
-            match election.locks.changes(&election.name).await {
+            match election.locks.changes(&election.lock).await {
                 Ok(Some(changes)) => {
                     self.changes = Some(changes);
                     return Ok(());
@@ -465,7 +490,8 @@ impl Leadership {
 
     /// The election's name.
     pub fn name(&self) -> &str {
-        self.guard.name()
+        let lock = self.guard.name();
+        lock.strip_prefix(ELECTION_PREFIX).unwrap_or(lock)
     }
 
     /// Replace the published value while still leader: observers see the

@@ -39,7 +39,8 @@ pub use capabilities::{
     Capabilities, CrashRelease, Fencing, Grade, SemaphoreCapabilities, Waiting,
 };
 pub use election::{
-    DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL, Election, Leader, Leadership, Led,
+    DEFAULT_NOTIFIED_REREAD, DEFAULT_POLL_INTERVAL, ELECTION_PREFIX, Election, Leader, Leadership,
+    Led,
 };
 pub use error::{BoxError, LockError, Report};
 pub use guard::{LockGuard, RELEASE_PATIENCE};

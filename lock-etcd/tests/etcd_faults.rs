@@ -261,8 +261,13 @@ async fn waiter_whose_lease_expires(campaign: bool) {
     let base = env("DISTLOCK_TEST_ETCD_URL");
     let (locks, other) = (client(&base).await, client(&base).await);
     let name = unique("queued");
+    // A candidate queues behind the election's lock.
+    let lock_name = match campaign {
+        true => format!("{}{name}", lock_core::ELECTION_PREFIX),
+        false => name.clone(),
+    };
     let holder = locks
-        .acquire(&name, &session_opts())
+        .acquire(&lock_name, &session_opts())
         .await
         .expect("acquire");
     let holder_token = holder.fencing_token();
@@ -289,7 +294,7 @@ async fn waiter_whose_lease_expires(campaign: bool) {
         .expect("raw client");
     let dir = format!(
         "/distlock/{}/",
-        name.replace('%', "%25").replace('/', "%2F")
+        lock_name.replace('%', "%25").replace('/', "%2F")
     );
     let queue = raw
         .get(
@@ -324,7 +329,7 @@ async fn waiter_whose_lease_expires(campaign: bool) {
     }
     assert!(
         locks
-            .try_acquire(&name, &session_opts())
+            .try_acquire(&lock_name, &session_opts())
             .await
             .expect("try")
             .is_none(),

@@ -323,7 +323,7 @@ pub async fn a_former_leader_cannot_proclaim(h: Harness) {
     }
     let o = opts(Duration::from_secs(20), Wait::UpTo(SLACK * 2), true, &h);
     let mut old = a.campaign("old", &o).await.expect("campaign");
-    h.hook.take_away(a.name()).await.expect("fault hook");
+    h.hook.take_away(a.lock_name()).await.expect("fault hook");
     let new = b
         .campaign("new", &o)
         .await
@@ -578,6 +578,62 @@ pub async fn a_cancelled_campaign_leaves_no_candidate(h: Harness) {
     assert!(newcomer.resign().await.expect("resign"));
 }
 
+/// An election and a plain lock of the same name are apart: a campaign
+/// wins at once while the lock is held, the lock is granted while the
+/// election has a leader, and each reads as itself. The election's lock is
+/// `election/NAME`, which an operator can read.
+pub async fn an_election_and_a_lock_of_the_same_name_are_apart(h: Harness) {
+    let (a, b) = election(&h, "apart");
+    if !offered_or_refused(&h, &a).await {
+        return;
+    }
+    let o = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(3)),
+        true,
+        &h,
+    );
+    let plain = h
+        .other
+        .try_acquire(a.name(), &o.clone().value("plain"))
+        .await
+        .expect("lock")
+        .expect("the plain lock is free");
+    let leader = a
+        .campaign("leader", &o)
+        .await
+        .expect("a campaign does not wait behind the plain lock of its name");
+    assert_eq!(leader.name(), a.name());
+    let lock = h
+        .lock
+        .inspect(a.name())
+        .await
+        .expect("inspect")
+        .holder
+        .map(|h| h.value);
+    assert_eq!(
+        lock.as_deref(),
+        Some(&b"plain"[..]),
+        "the lock reads as itself"
+    );
+    let seen = b.leader().await.expect("leader").expect("a leader");
+    assert_eq!(
+        (seen.term, seen.value.as_slice()),
+        (leader.term(), &b"leader"[..])
+    );
+    let through_lock = h.other.inspect(a.lock_name()).await.expect("inspect");
+    assert_eq!(through_lock.fencing_token, Some(leader.term()));
+    assert!(plain.release().await.expect("release"));
+    let again = h
+        .other
+        .try_acquire(a.name(), &o)
+        .await
+        .expect("lock")
+        .expect("the plain lock is granted while the election has a leader");
+    assert!(again.release().await.expect("release"));
+    assert!(leader.resign().await.expect("resign"));
+}
+
 /// `lead` runs the work with the term while leader and resigns after;
 /// when leadership is lost, the work is cancelled and the loss reported.
 pub async fn lead_runs_while_leader_and_stops_on_loss(h: Harness) {
@@ -595,7 +651,7 @@ pub async fn lead_runs_while_leader_and_stops_on_loss(h: Harness) {
         None,
         "resigned after the work"
     );
-    let name = a.name().to_string();
+    let name = a.lock_name().to_string();
     let hook = h.hook.clone();
     let led = a
         .lead("a", &o, async move |t| {
@@ -622,6 +678,7 @@ macro_rules! __election_cases {
             a_silent_leader_is_replaced_and_knows_first,
             observers_see_every_term_in_order,
             a_cancelled_campaign_leaves_no_candidate,
+            an_election_and_a_lock_of_the_same_name_are_apart,
             lead_runs_while_leader_and_stops_on_loss,
             observers_are_woken_by_the_server_where_it_notifies,
             observers_see_a_lapsed_lease_end_the_leadership,

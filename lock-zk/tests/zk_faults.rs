@@ -136,8 +136,13 @@ async fn waiter_whose_session_expires(campaign: bool) {
     let _serial = one_at_a_time(&SERIAL).await;
     let name = unique("waiter-expiry");
     let (holder_client, waiter_client) = (client().await, client().await);
+    // A candidate queues behind the election's lock.
+    let lock_name = match campaign {
+        true => format!("{}{name}", lock_core::ELECTION_PREFIX),
+        false => name.clone(),
+    };
     let holder = holder_client
-        .acquire(&name, &LockOptions::new().wait(Wait::No))
+        .acquire(&lock_name, &LockOptions::new().wait(Wait::No))
         .await
         .expect("acquire");
     let first = holder.fencing_token().expect("token");
