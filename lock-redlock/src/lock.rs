@@ -535,12 +535,12 @@ impl RawLock for Redlock {
     }
 
     /// The set script on every node at once; a majority granting the
-    /// whole set takes it.
+    /// whole set takes it; split votes are tried again a few times.
     async fn attempt_set_once(
         &self,
         reqs: &[Request<'_>],
     ) -> Result<Option<Vec<LockGuard>>, LockError> {
-        self.attempt_set(reqs).await
+        self.try_set(reqs).await
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {

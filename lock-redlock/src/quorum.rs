@@ -104,6 +104,32 @@ where
     .await
 }
 
+/// An acquisition sent to the nodes one at a time, in their order,
+/// stopping at the first that `refused` (the rest are not sent). The order
+/// breaks a split vote as ordered lock acquisition breaks a circle: of
+/// contenders that all go this way, the one the first live node grants is
+/// refused nowhere after it, and the others stop there, holding nothing.
+pub(crate) async fn gather_in_order<T, Fut>(
+    requests: impl IntoIterator<Item = Fut>,
+    refused: impl Fn(&T) -> bool,
+) -> Replies<T>
+where
+    Fut: Future<Output = Result<T, LockError>>,
+{
+    let mut replies = Vec::new();
+    let mut stopped = false;
+    for request in requests {
+        if stopped {
+            replies.push(None);
+            continue;
+        }
+        let reply = request.await;
+        stopped = matches!(&reply, Ok(v) if refused(v));
+        replies.push(Some(reply));
+    }
+    replies
+}
+
 /// How many answers satisfy `pred`.
 pub(crate) fn count<T>(replies: &Replies<T>, pred: impl Fn(&T) -> bool) -> usize {
     replies

@@ -33,6 +33,48 @@ fn names(case: &str, count: usize) -> Vec<String> {
     (0..count).map(|i| format!("{base}/{i}")).collect()
 }
 
+/// Ten tries race for one set of three names, alternating between the two
+/// clients, over 20 rounds: every round has exactly one winner. (Where a
+/// set is one request to several servers, racing tries can each win a
+/// minority and all lose; a try resolves that among its contenders.)
+pub async fn racing_tries_for_one_set_have_one_winner(h: Harness) {
+    const ROUNDS: usize = 20;
+    const RACERS: usize = 10;
+    let o = opts(&h, Wait::No);
+    for round in 0..ROUNDS {
+        let set = Arc::new(names("race", 3));
+        let start = Arc::new(tokio::sync::Barrier::new(RACERS));
+        let racers: Vec<_> = (0..RACERS)
+            .map(|i| {
+                let lock = match i % 2 {
+                    0 => Arc::clone(&h.lock),
+                    _ => Arc::clone(&h.other),
+                };
+                let (set, start, o) = (Arc::clone(&set), Arc::clone(&start), o.clone());
+                tokio::spawn(async move {
+                    start.wait().await;
+                    lock.try_acquire_all(&set[..], &o).await
+                })
+            })
+            .collect();
+        let mut won = Vec::new();
+        for racer in racers {
+            if let Some(held) = racer.await.expect("racer").expect("try_acquire_all") {
+                won.push(held);
+            }
+        }
+        assert_eq!(
+            won.len(),
+            1,
+            "round {round}: {} of {RACERS} racing tries took the set",
+            won.len()
+        );
+        for held in won {
+            held.release().await.expect("release");
+        }
+    }
+}
+
 /// Eight tasks on both clients take overlapping sets of two or three of
 /// four names, each naming its set in its own order (half of them in the
 /// reverse order of the others): every set is granted (no deadlock, within
@@ -367,6 +409,7 @@ macro_rules! __lock_set_cases {
             overlapping_sets_in_opposite_orders_never_deadlock_or_overlap,
             duplicates_are_taken_once,
             a_failed_try_leaves_no_member_held,
+            racing_tries_for_one_set_have_one_winner,
             a_refused_atomic_set_never_holds_a_member,
             one_wait_bounds_the_whole_set,
             a_member_taken_away_fires_the_sets_loss_naming_it,
