@@ -64,7 +64,7 @@ impl Redlock {
         opts: &LockOptions,
         access: Access,
         arrival: &Arc<str>,
-        mark: Option<&Arc<str>>,
+        mark: Option<&WriterMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);
@@ -89,6 +89,12 @@ impl Redlock {
         let start = Instant::now();
         let granted = |g: &NodeGrant| matches!(g, NodeGrant::Granted(_));
         let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
+        // Whether an earlier attempt of this wait may have marked it; a
+        // node that refuses this one marks it.
+        let marked_before = mark.is_some_and(WriterMark::may_be_placed);
+        if let Some(m) = mark {
+            m.placing();
+        }
         // As for a lock ([`gather_grants`]).
         let replies = gather_grants(
             inner.nodes.iter().map(|node| {
@@ -96,7 +102,7 @@ impl Redlock {
                     Arc::clone(&handle.rw),
                     opts.ttl,
                     Arc::clone(arrival),
-                    mark.cloned(),
+                    mark.map(|m| Arc::from(m.id())),
                 )
             }),
             q,
@@ -121,6 +127,18 @@ impl Redlock {
             if let Some(token) = token {
                 let lease = self.lease(start, opts);
                 if self.in_time(&lease, opts) {
+                    // Granted at its first attempt with no node refusing:
+                    // no mark was put (a node still answering that refuses
+                    // puts one that lapses by itself).
+                    let refused = replies
+                        .iter()
+                        .any(|r| matches!(r, Some(Ok(NodeGrant::Held(_)))));
+                    if let Some(m) = mark
+                        && !marked_before
+                        && !refused
+                    {
+                        m.removed();
+                    }
                     let handle = pending.disarm();
                     let guard = LockGuard::new(name, Some(token), CAPABILITIES, lease, handle)
                         .with_access(Some(access));
@@ -212,19 +230,14 @@ impl Redlock {
         let arrival = Arrival::now();
         let mark = (access == Access::Write)
             .then(|| writer_mark(&self.inner, &keys.writers_waiting, arrival));
-        let mark_id: Option<Arc<str>> = mark.as_ref().map(|m| m.id().into());
         let arrival: Arc<str> = arrival.padded().into();
         let wake = self.inner.wakeups.subscribe(&keys.wake);
         let mut listening = None;
         let mut wait = WaitLoop::new(req, Some(wake));
         loop {
             let mut too_late = None;
-            if let Some(m) = &mark {
-                // Refused, a node's script puts or renews the mark there.
-                m.placing();
-            }
             let pause = match self
-                .attempt_rw(name, opts, access, &arrival, mark_id.as_ref())
+                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
                 .await?
             {
                 // The grant took our marks on the granting nodes; the
