@@ -471,10 +471,8 @@ fn merge_rw(from: RwLockInfo, to: RwLockInfo) -> RwLockInfo {
         None => !from_held,
     });
     let holders = from.holders.into_iter().chain(alone).collect();
-    let sum = |a: Option<usize>, b: Option<usize>| match (a, b) {
-        (Some(a), Some(b)) => Some(a + b),
-        (a, b) => a.or(b),
-    };
+    // Known only where both parts know: a waiter may wait on either.
+    let sum = |a: Option<usize>, b: Option<usize>| Some(a? + b?);
     let mut info = RwLockInfo::held(holders)
         .with_fencing_token(from.fencing_token)
         .with_waiting(

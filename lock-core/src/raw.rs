@@ -49,9 +49,9 @@ pub(crate) mod timing;
 pub(crate) mod url;
 mod url_options;
 pub(crate) mod wait;
+mod wait_mark;
 mod wakeup;
 mod watchdog;
-mod writer_mark;
 
 pub use crate::guard::{RawGuard, Unrenewed};
 pub use crate::holder::HolderRecord;
@@ -75,6 +75,6 @@ pub use timing::asked_options;
 pub use url::{HostPort, LockUrl};
 pub use url_options::UrlOptions;
 pub use wait::{Attempt, Pace, WaitLoop, acquire_by_polling, granted_too_late};
+pub use wait_mark::{Arrival, MARK_RENEWAL, MARK_TTL, READER_MARK, Unmark, WaitMark};
 pub use wakeup::Wakeups;
 pub use watchdog::{Registration, Watchdog};
-pub use writer_mark::{Arrival, MARK_RENEWAL, MARK_TTL, Unmark, WriterMark};

@@ -1,6 +1,8 @@
 //! Where a lock lives: its subject in the bucket's stream, the subject its
 //! releases are announced on, and the headers its messages carry.
 
+use lock_core::raw::WaitMark;
+
 /// The header naming the acquisition that wrote a lock's message (a random
 /// owner token): renewals and releases compare it.
 pub(crate) const OWNER: &str = "Distlock-Owner";
@@ -91,8 +93,8 @@ impl PermitSubjects {
 
 /// The subjects of one reader-writer lock, under `$KV.BUCKET.rw.TOKEN.`:
 /// the readers' (`r.OWNER`) apart from the writers' side (`x.…`: the
-/// writer `x.w`, the waiting writers' marks `x.q.ARRIVAL-ID`, and the
-/// latest write's token `x.t`).
+/// writer `x.w`, the waiters' marks `x.q.ARRIVAL-ID`, a waiting reader's
+/// id starting with `r`, and the latest write's token `x.t`).
 #[derive(Clone)]
 pub(crate) struct RwSubjects {
     /// Every subject of the lock: `…rw.TOKEN.>`.
@@ -132,8 +134,8 @@ impl RwSubjects {
         }
     }
 
-    /// A waiting writer's mark: its arrival (milliseconds, 16 digits, so
-    /// that marks order as text) and its id.
+    /// A waiter's mark: its arrival (milliseconds, 16 digits, so that
+    /// marks order as text) and its id.
     pub(crate) fn mark(&self, arrival: u64, id: &str) -> String {
         format!("{}x.q.{arrival:016}-{id}", self.base)
     }
@@ -146,8 +148,11 @@ impl RwSubjects {
         } else if rest == "x.t" {
             Some(RwSubject::Token)
         } else if let Some(mark) = rest.strip_prefix("x.q.") {
-            let arrival = mark.split_once('-')?.0.parse().ok()?;
-            Some(RwSubject::Mark { arrival })
+            let (arrival, id) = mark.split_once('-')?;
+            Some(RwSubject::Mark {
+                arrival: arrival.parse().ok()?,
+                reader: WaitMark::is_reader_id(id),
+            })
         } else if rest.starts_with("r.") {
             Some(RwSubject::Reader)
         } else {
@@ -163,8 +168,8 @@ pub(crate) enum RwSubject {
     Writer,
     /// A reader's message.
     Reader,
-    /// A waiting writer's mark, with its arrival.
-    Mark { arrival: u64 },
+    /// A waiter's mark, with its arrival: a reader's or a writer's.
+    Mark { arrival: u64, reader: bool },
     /// The latest write's token.
     Token,
 }
@@ -263,7 +268,15 @@ mod tests {
         assert_eq!(
             rw.kind_of(&rw.mark(1_700_000_000_123, "beef")),
             Some(RwSubject::Mark {
-                arrival: 1_700_000_000_123
+                arrival: 1_700_000_000_123,
+                reader: false,
+            })
+        );
+        assert_eq!(
+            rw.kind_of(&rw.mark(7, "rbeef")),
+            Some(RwSubject::Mark {
+                arrival: 7,
+                reader: true,
             })
         );
         // Every subject of the lock is under `all`.

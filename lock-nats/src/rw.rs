@@ -2,12 +2,14 @@
 //! `$KV.BUCKET.rw.n.…` ([`RwSubjects`]): each reader's grant is a message
 //! on `r.OWNER`, the writer's on `x.w`, each with its lease as the
 //! message's TTL and written, renewed and released as a lock's message is.
-//! The writers' side `x.>` also holds the waiting writers' marks
-//! (`x.q.ARRIVAL-ID`, with a short TTL their waits renew) and the latest
-//! write's token (`x.t`, a message without a TTL).
+//! The writers' side `x.>` also holds the waiters' marks
+//! (`x.q.ARRIVAL-ID`, a reader's id starting with `r`, with a short TTL
+//! their waits renew) and the latest write's token (`x.t`, a message
+//! without a TTL).
 //!
 //! - A **writer** reads the last sequence of all the lock's subjects and
-//!   which of them hold a message; with no reader and no writer there, it
+//!   which of them hold a message; with no reader, no writer and no reader
+//!   that arrived before it waiting there, it
 //!   publishes `x.w` on the condition that that last sequence is still the
 //!   one read (`Nats-Expected-Last-Subject-Sequence-Subject`). Its
 //!   sequence is the write's token, which it then writes to `x.t` on the
@@ -21,12 +23,12 @@
 //!   leader serialises the conditional publishes of one filter only:
 //!   readers' grants and renewals refuse each other's grants too, and a
 //!   refused reader reads again (up to [`CLAIMS`] times in one attempt).
-//! - A writer that waits **marks** itself with its arrival (this client's
-//!   clock) and renews the mark every [`MARK_RENEWAL`]; a mark lapses
-//!   [`MARK`] after its last renewal and is removed when the wait ends, so
-//!   readers that come after a waiting writer wait behind it: writer
-//!   preference. Skew between clients shifts who counts as first, never
-//!   exclusion.
+//! - A waiter **marks** itself with its arrival (this client's clock) and
+//!   renews the mark every [`MARK_RENEWAL`]; a mark lapses [`MARK`] after
+//!   its last renewal and is removed when the wait ends, so readers that
+//!   come after a waiting writer wait behind it (writer preference), and
+//!   readers that queued before a writer keep their place. Skew between
+//!   clients shifts who counts as first, never exclusion.
 //!
 //! Releases, and marks removed by a wait that gave up, are announced on
 //! `distlock.BUCKET.rw.n`; waiters also look again when the writer's
@@ -42,7 +44,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use lock_core::raw::{
     Arrival, Attempt, HolderRecord, MARK_RENEWAL, MARK_TTL, OwnerToken, Pace, RawGuard, Request,
-    WaitLoop, WriterMark,
+    WaitLoop, WaitMark,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use tokio::time::Instant;
@@ -53,7 +55,7 @@ use crate::handle::Claim;
 use crate::keys::{self, RwSubject, RwSubjects};
 use crate::lock::{Inner, NatsLock, Written, header, lease_left, token_of, ttl_header};
 
-/// How long a waiting writer's mark lasts unless renewed: the marks'
+/// How long a waiter's mark lasts unless renewed: the marks'
 /// lifetime in whole seconds, as the server's TTLs are.
 const MARK: Duration = Duration::from_secs(MARK_TTL.as_millis().div_ceil(1000) as u64);
 
@@ -85,8 +87,10 @@ fn recorded_token(m: &StreamMessage, name: &str) -> Result<u64, LockError> {
 struct Seen {
     writer: bool,
     readers: usize,
-    /// Waiting writers that arrived before this acquisition.
+    /// Waiting writers that arrived before this acquisition (or with it).
     earlier_marks: usize,
+    /// Waiting readers that arrived before this acquisition.
+    earlier_readers: usize,
 }
 
 impl Inner {
@@ -128,11 +132,17 @@ impl Inner {
     }
 }
 
-/// A waiting writer's mark, removed (its subject's message deleted, the
-/// readers waiting behind it told) when the wait ends, whenever it ends.
-fn writer_mark(inner: &Arc<Inner>, subjects: &RwSubjects, arrival: Arrival) -> WriterMark {
+/// A waiter's mark, removed (its subject's message deleted, the waiters
+/// behind it told) when the wait ends, whenever it ends.
+fn wait_mark(
+    inner: &Arc<Inner>,
+    subjects: &RwSubjects,
+    access: Access,
+    arrival: Arrival,
+) -> WaitMark {
     let (inner, subjects) = (Arc::clone(inner), subjects.clone());
-    WriterMark::new(
+    WaitMark::new(
+        access,
         arrival,
         Arc::new(move |id| {
             let (inner, subject, released) = (
@@ -141,7 +151,7 @@ fn writer_mark(inner: &Arc<Inner>, subjects: &RwSubjects, arrival: Arrival) -> W
                 subjects.released.clone(),
             );
             Box::pin(async move {
-                let doing = "removing a waiting writer's mark";
+                let doing = "removing a waiter's mark";
                 if let Some(m) = inner.last_on(&subject, doing).await? {
                     inner.delete(m.sequence, doing).await?;
                     inner.announce_release(&released).await;
@@ -153,9 +163,9 @@ fn writer_mark(inner: &Arc<Inner>, subjects: &RwSubjects, arrival: Arrival) -> W
 }
 
 /// Publish `mark` (on `subject`) again with a fresh TTL. A failure leaves
-/// the wait without writer preference until the next renewal; the wait's
-/// attempts report the server's trouble.
-async fn renew_mark(inner: &Inner, mark: &WriterMark, subject: &str) {
+/// the wait without its place until the next renewal; the wait's attempts
+/// report the server's trouble.
+async fn renew_mark(inner: &Inner, mark: &WaitMark, subject: &str) {
     let mut headers = HeaderMap::new();
     headers.insert(
         async_nats::header::NATS_MESSAGE_TTL,
@@ -167,11 +177,11 @@ async fn renew_mark(inner: &Inner, mark: &WriterMark, subject: &str) {
             subject.to_string(),
             headers,
             Bytes::new(),
-            "marking a waiting writer",
+            "marking a waiter",
         )
         .await;
     if let Err(e) = written {
-        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be renewed");
+        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be renewed");
     }
 }
 
@@ -204,15 +214,19 @@ impl NatsLock {
                     match subjects.kind_of(&subject) {
                         Some(RwSubject::Writer) => seen.writer = true,
                         Some(RwSubject::Reader) => seen.readers += 1,
-                        Some(RwSubject::Mark { arrival: a }) if a < arrival => {
-                            seen.earlier_marks += 1;
-                        }
+                        // A writer that arrived at the same moment goes
+                        // first, as on every backend.
+                        Some(RwSubject::Mark { arrival: a, reader }) => match reader {
+                            true if a < arrival => seen.earlier_readers += 1,
+                            false if a <= arrival => seen.earlier_marks += 1,
+                            _ => {}
+                        },
                         _ => {}
                     }
                 }
             }
             let blocked = match write {
-                true => seen.writer || seen.readers > 0,
+                true => seen.writer || seen.readers > 0 || seen.earlier_readers > 0,
                 false => seen.writer || seen.earlier_marks > 0,
             };
             if blocked {
@@ -266,7 +280,7 @@ impl NatsLock {
 
     /// Wait for `access`: listening for the lock's releases (subscribed
     /// before the first attempt), else until the writer's lease ends or a
-    /// [`BACKSTOP`]; a writer marks itself while it waits.
+    /// [`BACKSTOP`]; the waiter marks itself while it waits.
     pub(crate) async fn wait_for_rw(
         &self,
         req: Request<'_>,
@@ -277,10 +291,8 @@ impl NatsLock {
         let subjects = RwSubjects::of(&inner.config().bucket, name);
         let mut released = inner.listen(subjects.released.clone()).await?;
         let arrival = Arrival::now();
-        let mark = (access == Access::Write).then(|| writer_mark(inner, &subjects, arrival));
-        let mark_subject = mark
-            .as_ref()
-            .map(|m| subjects.mark(arrival.millis(), m.id()));
+        let mark = wait_mark(inner, &subjects, access, arrival);
+        let mark_subject = subjects.mark(arrival.millis(), mark.id());
         let mut listening = true;
         let mut wait = WaitLoop::new(req, None);
         let mut marked_at: Option<Instant> = None;
@@ -291,22 +303,17 @@ impl NatsLock {
                 .await?
             {
                 Attempt::Acquired(guard) => {
-                    if let Some(mark) = &mark
-                        && let Err(e) = mark.remove().await
-                    {
-                        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a granted writer's mark could not be removed; it lapses by itself");
+                    if let Err(e) = mark.remove().await {
+                        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a granted waiter's mark could not be removed; it lapses by itself");
                     }
                     return Ok(Some(guard));
                 }
                 Attempt::Held { expires_in } => {
-                    let mut until = Instant::now() + expires_in.unwrap_or(BACKSTOP);
-                    if let (Some(mark), Some(subject)) = (&mark, &mark_subject) {
-                        if marked_at.is_none_or(|at| at.elapsed() >= MARK_RENEWAL) {
-                            renew_mark(inner, mark, subject).await;
-                            marked_at = Some(Instant::now());
-                        }
-                        until = until.min(Instant::now() + MARK_RENEWAL);
+                    if marked_at.is_none_or(|at| at.elapsed() >= MARK_RENEWAL) {
+                        renew_mark(inner, &mark, &mark_subject).await;
+                        marked_at = Some(Instant::now());
                     }
+                    let until = Instant::now() + expires_in.unwrap_or(BACKSTOP).min(MARK_RENEWAL);
                     Pace::Until(until)
                 }
                 Attempt::TooLate(e) => {
@@ -317,10 +324,8 @@ impl NatsLock {
             tokio::select! {
                 go_on = wait.pause(pace) => {
                     if !go_on {
-                        if let Some(mark) = &mark
-                            && let Err(e) = mark.remove().await
-                        {
-                            tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiting writer's mark could not be removed; it lapses by itself");
+                        if let Err(e) = mark.remove().await {
+                            tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be removed; it lapses by itself");
                         }
                         return too_late.map_or(Ok(None), Err);
                     }
@@ -334,7 +339,7 @@ impl NatsLock {
 
     /// The lock's subjects with a message, then the writer's and each
     /// reader's message (token, lease left, holder) and the latest
-    /// write's token; the marks are the waiting writers.
+    /// write's token; the marks are the waiters.
     pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
         let inner = &self.inner;
         let subjects = RwSubjects::of(&inner.config().bucket, name);
@@ -342,13 +347,16 @@ impl NatsLock {
         let listed = inner.subjects_with_messages(&subjects.all, doing).await?;
         let token = inner.write_token(&subjects, name).await?;
         let mut holders = Vec::new();
-        let mut marks = 0;
+        let (mut marks, mut readers_waiting) = (0, 0);
         for subject in listed {
             let access = match subjects.kind_of(&subject) {
                 Some(RwSubject::Writer) => Access::Write,
                 Some(RwSubject::Reader) => Access::Read,
-                Some(RwSubject::Mark { .. }) => {
-                    marks += 1;
+                Some(RwSubject::Mark { reader, .. }) => {
+                    match reader {
+                        true => readers_waiting += 1,
+                        false => marks += 1,
+                    }
                     continue;
                 }
                 _ => continue,
@@ -369,6 +377,6 @@ impl NatsLock {
         }
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(Some(token))
-            .with_waiting(Some(marks), None))
+            .with_waiting(Some(marks), Some(readers_waiting)))
     }
 }

@@ -143,9 +143,10 @@ pub struct RwKeys {
     /// A hash of holder records: field `writer` for the writer's, a
     /// reader's owner token for its own.
     pub held: String,
-    /// A sorted set of waiting writers: member `ARRIVAL:ID` (the writer's
-    /// arrival in ms by its client's clock, zero-padded), score the
-    /// server-time ms its mark lapses unless renewed.
+    /// A sorted set of waiters: member `ARRIVAL:ID` (the waiter's arrival
+    /// in ms by its client's clock, zero-padded; a waiting reader's id
+    /// starts with `r`), score the server-time ms its mark lapses unless
+    /// renewed.
     pub writers_waiting: String,
     /// The channel a release publishes on.
     pub channel: String,

@@ -5,14 +5,15 @@
 //! every key shares the name's hash tag.
 //!
 //! An acquisition is one script. A writer is granted when no writer key
-//! and no reader key is live; its token is the name's write counter,
-//! raised. A reader is granted when no writer key is live and no writer
-//! that arrived before it is waiting; its token is the counter as it is
-//! (the latest write's). A writer that waits marks itself in the name's
-//! waiting set, with its arrival and a mark that lapses unless its next
-//! attempt renews it (every [`MARK_RENEWAL`]), so readers that come after
-//! it wait behind it: writer preference. A waiter that gives up or is
-//! dropped removes its mark. A release publishes on the name's channel,
+//! and no reader key is live and no reader that arrived before it is
+//! waiting; its token is the name's write counter, raised. A reader is
+//! granted when no writer key is live and no writer that arrived before it
+//! is waiting; its token is the counter as it is (the latest write's). A
+//! waiter marks itself in the name's waiting set, with its arrival and a
+//! mark that lapses unless its next attempt renews it (every
+//! [`MARK_RENEWAL`]), so readers that come after a waiting writer wait
+//! behind it (writer preference) and readers that queued before it keep
+//! their place. A waiter that gives up or is dropped removes its mark. A release publishes on the name's channel,
 //! which wakes one waiter of each listening process; waiters also look
 //! again when the blocking lease ends. No queue: writers among themselves,
 //! and readers behind the same writer, are served in no promised order.
@@ -31,7 +32,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Arrival, Attempt, CleanUpOnDrop, DetachedRelease, GuardHandle, HolderRecord, MARK_RENEWAL,
-    MARK_TTL, OwnerToken, Pace, PendingGrant, RawGuard, Request, WaitLoop, WriterMark,
+    MARK_TTL, OwnerToken, Pace, PendingGrant, RawGuard, Request, WaitLoop, WaitMark,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use redis::aio::ConnectionLike;
@@ -48,12 +49,19 @@ use crate::scripts::{PERMIT_SET_HOLDER, RW_ACQUIRE, RW_RELEASE, RW_STATE, RW_UPG
 /// (a key without a TTL, or a waiting writer); a release wakes it sooner.
 const BACKSTOP: Duration = Duration::from_millis(500);
 
-/// A waiting writer's mark, removed from the name's waiting set
-/// (`writers_waiting`) when its wait ends without the grant (the grant's
-/// own script removes it otherwise).
-fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> WriterMark {
+/// A waiter's mark, removed from the name's waiting set
+/// (`writers_waiting`, which holds the waiting readers' marks too) when
+/// its wait ends without the grant (the grant's own script removes it
+/// otherwise).
+fn wait_mark(
+    inner: &Arc<Inner>,
+    writers_waiting: &str,
+    access: Access,
+    arrival: Arrival,
+) -> WaitMark {
     let (inner, key) = (Arc::clone(inner), writers_waiting.to_string());
-    WriterMark::new(
+    WaitMark::new(
+        access,
         arrival,
         Arc::new(move |id| {
             let (inner, key) = (Arc::clone(&inner), key.clone());
@@ -62,7 +70,7 @@ fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> W
                 let mut conn = inner.conn.clone();
                 within(
                     &inner.config,
-                    "removing a waiting writer's mark",
+                    "removing a waiter's mark",
                     redis::cmd("ZREM")
                         .arg(&key)
                         .arg(&member)
@@ -70,7 +78,7 @@ fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> W
                 )
                 .await?
                 .map(|_| ())
-                .map_err(|e| map_redis("removing a waiting writer's mark", e))
+                .map_err(|e| map_redis("removing a waiter's mark", e))
             })
         }),
     )
@@ -143,7 +151,7 @@ impl RwState {
 
 impl RedisLock {
     /// One attempt at `access` to `name`, as a newcomer arriving now or as
-    /// the waiting writer `mark`. Cancel-safe: a grant whose reply is lost
+    /// the waiter `mark`. Cancel-safe: a grant whose reply is lost
     /// with the dropped future is given back in the background.
     async fn attempt_rw(
         &self,
@@ -151,7 +159,7 @@ impl RedisLock {
         opts: &LockOptions,
         access: Access,
         arrival: Arrival,
-        mark: Option<&WriterMark>,
+        mark: Option<&WaitMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let keys = inner.keys.rw(name);
@@ -262,7 +270,7 @@ impl RedisLock {
 
     /// Wait for `access`: listening on the name's channel (a release
     /// anywhere wakes one waiter per listening process), else until the
-    /// blocking lease ends; a writer also renews its mark every
+    /// blocking lease ends; the waiter also renews its mark every
     /// [`MARK_RENEWAL`]. An uncontended wait is one round trip.
     pub(crate) async fn wait_for_rw(
         &self,
@@ -272,8 +280,7 @@ impl RedisLock {
         let (name, opts) = (req.name, req.opts);
         let keys = self.inner.keys.rw(name);
         let arrival = Arrival::now();
-        let mark = (access == Access::Write)
-            .then(|| writer_mark(&self.inner, &keys.writers_waiting, arrival));
+        let mark = wait_mark(&self.inner, &keys.writers_waiting, access, arrival);
         let wake = self.inner.wakeups.subscribe(&keys.wake);
         let mut listening = self
             .inner
@@ -284,18 +291,15 @@ impl RedisLock {
         loop {
             let mut too_late = None;
             let attempt = self
-                .attempt_rw(name, opts, access, arrival, mark.as_ref())
+                .attempt_rw(name, opts, access, arrival, Some(&mark))
                 .await?;
             let pause = match attempt {
                 Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held { expires_in } => {
-                    let until_free =
-                        expires_in.map_or(BACKSTOP, |left| left + Duration::from_millis(1));
-                    if mark.is_some() {
-                        until_free.min(MARK_RENEWAL)
-                    } else {
-                        until_free
-                    }
+                    // Back before the mark lapses.
+                    expires_in
+                        .map_or(BACKSTOP, |left| left + Duration::from_millis(1))
+                        .min(MARK_RENEWAL)
                 }
                 Attempt::TooLate(e) => {
                     too_late = Some(e);

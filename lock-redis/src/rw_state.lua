@@ -1,12 +1,17 @@
 -- KEYS: the writer's key, the readers' set, the write counter, the holder
--- records' hash, the waiting writers' sorted set. ARGV: the readers' key
+-- records' hash, the waiters' sorted set. ARGV: the readers' key
 -- prefix. Returns {counter, waiting writers (an upgrade under way among
 -- them), then per live holder: 'w', 'r' or 'u' (an upgradeable reader; an
 -- upgraded one is 'w'), ms left (-1: no TTL), record}, all as strings.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local up = redis.call('HMGET', KEYS[4], 'upgrader', 'upgrading', 'upgraded')
-local waiting = redis.call('ZCOUNT', KEYS[5], '(' .. now, '+inf')
+local waiting = 0
+for _, mark in ipairs(redis.call('ZRANGEBYSCORE', KEYS[5], '(' .. now, '+inf')) do
+  if not string.match(mark, '^%d+:r') then
+    waiting = waiting + 1
+  end
+end
 if up[1] and up[2] == up[1] and redis.call('PTTL', ARGV[1] .. up[1]) ~= -2 then
   waiting = waiting + 1
 end

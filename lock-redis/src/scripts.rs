@@ -94,11 +94,11 @@ pub(crate) static PERMIT_STATE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("permit_state.lua")));
 
 /// KEYS: a reader-writer lock's writer key, readers' set, write counter,
-/// holder records and waiting writers. ARGV: the readers' key prefix,
+/// holder records and waiters. ARGV: the readers' key prefix,
 /// owner, ttl ms, 'r', 'w' or 'u' (upgradeable), holder record, arrival,
 /// waiter id, mark ms.
 /// `{1, token}` when granted, else `{0, ms until the blocking lease ends,
-/// or -1}`; a waiting writer refused marks itself.
+/// or -1}`; a waiter refused marks itself.
 pub static RW_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("rw_acquire.lua")));
 

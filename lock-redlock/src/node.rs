@@ -320,7 +320,7 @@ impl Node {
     }
 
     /// lock-redis's reader-writer acquire script for `rw` here: as a
-    /// newcomer arriving at `arrival`, or as the waiting writer `mark`
+    /// newcomer arriving at `arrival`, or as the waiter `mark`
     /// (its id), which marks itself here if refused.
     pub(crate) async fn acquire_rw(
         self: Arc<Self>,
@@ -444,7 +444,7 @@ impl Node {
         self.extends.call(extension).await
     }
 
-    /// Remove a waiting writer's mark (`member` of the waiting set `key`).
+    /// Remove a waiter's mark (`member` of the waiting set `key`).
     pub(crate) async fn unmark(
         self: Arc<Self>,
         key: Arc<str>,
@@ -453,7 +453,7 @@ impl Node {
         let mut conn = self.conn.clone();
         let _: i64 = self
             .bounded(
-                "removing a waiting writer's mark",
+                "removing a waiter's mark",
                 redis::cmd("ZREM")
                     .arg(&*key)
                     .arg(&*member)

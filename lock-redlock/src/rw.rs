@@ -3,10 +3,11 @@
 //! write counter of its granting nodes, written back to a majority as a
 //! lock's is; a reader's is the largest counter of its granting majority,
 //! which shares a node with the majority every earlier write reached, so
-//! it is at least the latest write's. A waiting writer marks itself on
-//! every node that refuses it (with its arrival, the same on every node),
-//! renewing the marks every [`MARK_RENEWAL`] and removing them when its
-//! wait ends, so readers that come after it wait behind it on a majority.
+//! it is at least the latest write's. A waiter marks itself on every node
+//! that refuses it (with its arrival, the same on every node), renewing
+//! the marks every [`MARK_RENEWAL`] and removing them when its wait ends,
+//! so readers that come after a waiting writer wait behind it on a
+//! majority, and writers that come after waiting readers behind them.
 //! Waiters listen on the name's channel on every node; releases wake them.
 
 use std::sync::Arc;
@@ -15,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use lock_core::raw::{
     Arrival, Attempt, DetachedRelease, GuardHandle, MARK_RENEWAL, OwnerToken, Pace, PendingGrant,
-    RawGuard, Request, Unrenewed, WaitLoop, WriterMark, granted_too_late,
+    RawGuard, Request, Unrenewed, WaitLoop, WaitMark, granted_too_late,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwLockInfo};
 use lock_redis::raw::RwState;
@@ -31,12 +32,19 @@ use crate::quorum::{Stragglers, count, failed, gather, gather_grants};
 /// wakes it sooner.
 const BACKSTOP: Duration = Duration::from_millis(500);
 
-/// A waiting writer's marks, removed from the name's waiting set
-/// (`writers_waiting`) on every node when its wait ends: given up, or
-/// granted (the granting nodes' scripts took theirs; the others' go too).
-fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> WriterMark {
+/// A waiter's marks, removed from the name's waiting set
+/// (`writers_waiting`, which holds the waiting readers' marks too) on
+/// every node when its wait ends: given up, or granted (the granting
+/// nodes' scripts took theirs; the others' go too).
+fn wait_mark(
+    inner: &Arc<Inner>,
+    writers_waiting: &str,
+    access: Access,
+    arrival: Arrival,
+) -> WaitMark {
     let (inner, key): (_, Arc<str>) = (Arc::clone(inner), writers_waiting.into());
-    WriterMark::new(
+    WaitMark::new(
+        access,
         arrival,
         Arc::new(move |id| {
             let member: Arc<str> = format!("{}:{id}", arrival.padded()).into();
@@ -55,7 +63,7 @@ fn writer_mark(inner: &Arc<Inner>, writers_waiting: &str, arrival: Arrival) -> W
 
 impl Redlock {
     /// One attempt at `access` to `name` on every node at once, as a
-    /// newcomer arriving at `arrival` or as the waiting writer `mark`.
+    /// newcomer arriving at `arrival` or as the waiter `mark`.
     /// Cancel-safe: a grant whose replies are lost with the dropped future
     /// is released on every node in the background.
     async fn attempt_rw(
@@ -64,7 +72,7 @@ impl Redlock {
         opts: &LockOptions,
         access: Access,
         arrival: &Arc<str>,
-        mark: Option<&WriterMark>,
+        mark: Option<&WaitMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let (n, q) = (inner.nodes.len(), inner.quorum);
@@ -91,7 +99,7 @@ impl Redlock {
         let held = |g: &NodeGrant| matches!(g, NodeGrant::Held(_));
         // Whether an earlier attempt of this wait may have marked it; a
         // node that refuses this one marks it.
-        let marked_before = mark.is_some_and(WriterMark::may_be_placed);
+        let marked_before = mark.is_some_and(WaitMark::may_be_placed);
         if let Some(m) = mark {
             m.placing();
         }
@@ -218,8 +226,8 @@ impl Redlock {
     }
 
     /// Wait for `access`: listening on the name's channel on every node,
-    /// else until the blocking lease ends; a writer renews its marks every
-    /// [`MARK_RENEWAL`]. An uncontended wait is one attempt.
+    /// else until the blocking lease ends; the waiter renews its marks
+    /// every [`MARK_RENEWAL`]. An uncontended wait is one attempt.
     pub(crate) async fn wait_for_rw(
         &self,
         req: Request<'_>,
@@ -228,8 +236,7 @@ impl Redlock {
         let (name, opts) = (req.name, req.opts);
         let keys = self.inner.keys.rw(name);
         let arrival = Arrival::now();
-        let mark = (access == Access::Write)
-            .then(|| writer_mark(&self.inner, &keys.writers_waiting, arrival));
+        let mark = wait_mark(&self.inner, &keys.writers_waiting, access, arrival);
         let arrival: Arc<str> = arrival.padded().into();
         let wake = self.inner.wakeups.subscribe(&keys.wake);
         let mut listening = None;
@@ -237,19 +244,17 @@ impl Redlock {
         loop {
             let mut too_late = None;
             let pause = match self
-                .attempt_rw(name, opts, access, &arrival, mark.as_ref())
+                .attempt_rw(name, opts, access, &arrival, Some(&mark))
                 .await?
             {
                 // The grant took our marks on the granting nodes; the
                 // mark's drop removes the rest in the background.
                 Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held { expires_in } => {
-                    let until_free = expires_in.map_or(BACKSTOP, |l| l + Duration::from_millis(1));
-                    if mark.is_some() {
-                        until_free.min(MARK_RENEWAL)
-                    } else {
-                        until_free
-                    }
+                    // Back before the marks lapse.
+                    expires_in
+                        .map_or(BACKSTOP, |l| l + Duration::from_millis(1))
+                        .min(MARK_RENEWAL)
                 }
                 Attempt::TooLate(e) => {
                     too_late = Some(e);

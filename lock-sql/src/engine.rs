@@ -173,7 +173,8 @@ pub(crate) trait Dialect: Send + Sync + 'static {
     /// server's idle bound `ttl`, and take `name`'s row (see
     /// [`crate::rw`]) for `access` without waiting; a reader arriving at
     /// `arrival` only when no live mark (at `now`, both ms by the client's
-    /// clock) of a writer that arrived at or before it is there. The
+    /// clock) of a writer that arrived at or before it is there, a writer
+    /// only when no live mark of a reader that arrived before it is. The
     /// transaction stays open only when the row is taken: `true`.
     async fn take_rw(
         &self,
@@ -184,7 +185,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         ttl: Duration,
     ) -> Result<Result<bool, sqlx::Error>, LockError>;
 
-    /// Put (or renew) waiting writer `id`'s mark on `name`: its arrival
+    /// Put (or renew) waiter `id`'s mark on `name`: its arrival
     /// and its expiry, ms by the client's clock; on `pinned`, the
     /// connection its refused attempt used (no transaction open), so the
     /// mark takes no other connection.
@@ -197,7 +198,7 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         expires: i64,
     ) -> Result<(), LockError>;
 
-    /// Remove waiting writer `id`'s mark on `name`.
+    /// Remove waiter `id`'s mark on `name`.
     async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError>;
 
     /// How `name`'s row is held now (probed without waiting: `None` when

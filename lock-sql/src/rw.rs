@@ -10,13 +10,16 @@
 //! hung holder) rolls the transaction back and frees the row, as for a row
 //! lock.
 //!
-//! **Writer preference.** The servers' own queues for a row do not promise
-//! it, and a grant never waits in them. A writer that waits marks itself in
-//! `{t}_rw_marks` with its arrival (the client's clock) and an expiry that
-//! each of its attempts renews ([`MARK_TTL`], at least every
+//! **Writer preference, readers' place.** The servers' own queues for a
+//! row do not promise it, and a grant never waits in them. A waiter marks
+//! itself in `{t}_rw_marks` with its arrival (the client's clock) and an
+//! expiry that each of its attempts renews ([`MARK_TTL`], at least every
 //! [`MARK_RENEWAL`]); a reader takes the row only when no live mark of a
-//! writer that arrived at or before it is there. A waiter that gives up,
-//! at any moment, removes its mark ([`WriterMark`]).
+//! writer that arrived at or before it is there, a writer only when no
+//! live mark of a reader that arrived before it is (readers that queued
+//! before a writer keep their place). A reader's mark is told apart by its
+//! id ([`WaitMark::is_reader_id`]). A waiter that gives up, at any moment,
+//! removes its mark ([`WaitMark`]).
 //!
 //! **Tokens.** Each write grant draws a token from the name's counter among
 //! the locks' counters ([`counter_key`]: the counters' epochs, no flush per
@@ -32,7 +35,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use lock_core::raw::{
-    Arrival, Attempt, MARK_RENEWAL, MARK_TTL, RawGuard, Request, WriterMark, acquire_by_polling,
+    Arrival, Attempt, MARK_RENEWAL, MARK_TTL, RawGuard, Request, WaitMark, acquire_by_polling,
 };
 use lock_core::{
     Access, LockError, LockGuard, RwHolderInfo, RwLockCapabilities, RwLockInfo, Waiting,
@@ -82,14 +85,13 @@ pub(crate) fn now_ms() -> i64 {
 }
 
 /// One attempt at `access` to `req.name` on `lock`, as a newcomer arriving
-/// at `arrival` or as the waiting writer `mark`, which marks itself if
-/// refused.
+/// at `arrival` or as the waiter `mark`, which marks itself if refused.
 pub(crate) async fn attempt<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
     access: Access,
     arrival: Arrival,
-    mark: Option<&WriterMark>,
+    mark: Option<&WaitMark>,
 ) -> Result<Attempt, LockError> {
     let dialect = lock.dialect();
     let core = dialect.core();
@@ -128,7 +130,7 @@ pub(crate) async fn attempt<D: Dialect>(
             dialect.put_back_permit(pinned).await;
             return Ok(Attempt::Held { expires_in: None });
         };
-        // On the same connection: a writer's first refusal marks it without
+        // On the same connection: a waiter's first refusal marks it without
         // waiting for another (on a cold pool, opening one).
         let expires = now_ms().saturating_add(i64::try_from(MARK_TTL.as_millis()).unwrap_or(0));
         mark.placing();
@@ -145,7 +147,7 @@ pub(crate) async fn attempt<D: Dialect>(
     }
     if let Some(mark) = mark {
         // Granted: its mark holds nobody back any more; removed before the
-        // caller hears (a writer granted at its first attempt put none).
+        // caller hears (a waiter granted at its first attempt put none).
         if let Err(e) = mark.remove().await {
             tracing::debug!(target: "distlock", error = %e.report(), "removing a granted writer's mark failed; it lapses by itself");
         }
@@ -198,8 +200,8 @@ pub(crate) async fn attempt<D: Dialect>(
 }
 
 /// Wait for `access` on `lock`, polling; a release in this process wakes
-/// the wait at once. A writer marks itself at its first refusal and renews
-/// the mark at each attempt.
+/// the wait at once. The waiter marks itself at its first refusal and
+/// renews the mark at each attempt.
 pub(crate) async fn wait<D: Dialect>(
     lock: &SqlLock<D>,
     req: Request<'_>,
@@ -207,18 +209,17 @@ pub(crate) async fn wait<D: Dialect>(
 ) -> Result<Option<LockGuard>, LockError> {
     let wake = lock.dialect().core().wakeups.subscribe(&wake_key(req.name));
     let arrival = Arrival::now();
-    let mark = (access == Access::Write).then(|| {
-        let (dialect, name) = (Arc::clone(lock.dialect_arc()), req.name.to_string());
-        WriterMark::new(
-            arrival,
-            Arc::new(move |id| {
-                let (dialect, name) = (Arc::clone(&dialect), name.clone());
-                Box::pin(async move { dialect.unmark_rw(&name, &id).await })
-            }),
-        )
-    });
+    let (dialect, name) = (Arc::clone(lock.dialect_arc()), req.name.to_string());
+    let mark = WaitMark::new(
+        access,
+        arrival,
+        Arc::new(move |id| {
+            let (dialect, name) = (Arc::clone(&dialect), name.clone());
+            Box::pin(async move { dialect.unmark_rw(&name, &id).await })
+        }),
+    );
     acquire_by_polling(req, Some(wake), |_| {
-        attempt(lock, req, access, arrival, mark.as_ref())
+        attempt(lock, req, access, arrival, Some(&mark))
     })
     .await
 }

@@ -249,6 +249,79 @@ pub async fn a_waiting_writer_is_served_before_later_readers(h: Harness) {
     assert!(r.release().await.expect("release"));
 }
 
+/// Readers that wait behind a writer keep their place before a writer
+/// that comes after them: W1 holds, R1 and R2 wait to read, W2 waits to
+/// write; once W1 leaves, both readers are served (together) before W2.
+pub async fn readers_that_queued_before_a_waiting_writer_keep_their_place(h: Harness) {
+    let Some((name, _)) = rw_case(&h, "earlier-readers").await else {
+        return;
+    };
+    let o = held(&h);
+    let first = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(10)),
+        true,
+        &h,
+    );
+    // Each waiter reports when it was served, holds a while and leaves.
+    let waiter = |client: &Arc<dyn lock_core::DistributedLock>, access: Access| {
+        let (client, name, long) = (Arc::clone(client), name.clone(), long.clone());
+        tokio::spawn(async move {
+            let g = match access {
+                Access::Write => client.acquire_write(&name, &long).await,
+                _ => client.acquire_read(&name, &long).await,
+            }
+            .unwrap_or_else(|e| panic!("{access:?}: {e}"));
+            let served = Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            let left = Instant::now();
+            assert!(g.release().await.expect("release"));
+            (served, left)
+        })
+    };
+    let r1 = waiter(&h.lock, Access::Read);
+    let r2 = waiter(&h.other, Access::Read);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let w2 = waiter(&h.other, Access::Write);
+    await_waiting_writers(&h, &name, 1).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        !r1.is_finished() && !r2.is_finished() && !w2.is_finished(),
+        "a waiter got in beside the writer"
+    );
+    let released = Instant::now();
+    assert!(first.release().await.expect("release"));
+    let (r1, r2, w2) = tokio::time::timeout(Duration::from_secs(15), async {
+        (r1.await, r2.await, w2.await)
+    })
+    .await
+    .expect("every waiter was served");
+    let ((r1_in, r1_out), (r2_in, r2_out), (w2_in, _)) =
+        (r1.expect("r1"), r2.expect("r2"), w2.expect("w2"));
+    for (who, served) in [("R1", r1_in), ("R2", r2_in)] {
+        assert!(
+            served < w2_in,
+            "{who} queued before the writer W2 but was served {:?} after it",
+            served.duration_since(w2_in)
+        );
+        assert!(
+            served.duration_since(released) < SLACK,
+            "{who} waited {:?} after the writer left",
+            served.duration_since(released)
+        );
+    }
+    assert!(
+        w2_in >= r1_out.max(r2_out),
+        "W2 was served while a reader held"
+    );
+}
+
 /// Each write grant takes a new, larger token; a read grant carries the
 /// token of the latest write grant before it.
 pub async fn tokens_rise_per_write_and_readers_carry_the_latest(h: Harness) {
@@ -461,8 +534,47 @@ const UNMARKED: Duration = Duration::from_secs(1);
 /// attempts, marks and their removals are on their way), leaves nothing
 /// that keeps readers out: a reader gets in within [`UNMARKED`].
 pub async fn a_writer_dropped_at_any_moment_leaves_no_mark(h: Harness) {
+    dropped_waiter_leaves_no_mark(h, Access::Write).await;
+}
+
+/// The same for a waiting reader, dropped as the writer it waits for
+/// leaves: nothing keeps writers out.
+pub async fn a_reader_dropped_at_any_moment_leaves_no_mark(h: Harness) {
+    dropped_waiter_leaves_no_mark(h, Access::Read).await;
+}
+
+/// Where the backend reports its waiting readers, wait (up to 10 s) until
+/// one waits; elsewhere give it 300 ms to take its place.
+async fn await_a_waiting_reader(h: &Harness, name: &str) {
+    let start = Instant::now();
+    loop {
+        match h
+            .lock
+            .inspect_rw(name)
+            .await
+            .expect("inspect_rw")
+            .waiting_readers
+        {
+            None => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                return;
+            }
+            Some(w) if w >= 1 => return,
+            Some(_) => assert!(
+                start.elapsed() < Duration::from_secs(10),
+                "the reader never waited"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+/// A waiter for `access` held back by the other side, its wait dropped at
+/// a moment swept over the first 6 ms after the holder starts to leave;
+/// then the other side gets in within [`UNMARKED`].
+async fn dropped_waiter_leaves_no_mark(h: Harness, access: Access) {
     const LOOPS: u64 = 40;
-    let Some((name, _)) = rw_case(&h, "dropped-writer").await else {
+    let Some((name, _)) = rw_case(&h, "dropped-waiter").await else {
         return;
     };
     let o = held(&h);
@@ -472,37 +584,54 @@ pub async fn a_writer_dropped_at_any_moment_leaves_no_mark(h: Harness) {
         true,
         &h,
     );
+    let write = access == Access::Write;
+    let (side, other_side) = match write {
+        true => ("writer", "readers"),
+        false => ("reader", "writers"),
+    };
     for i in 0..LOOPS {
-        let reader = h
-            .lock
-            .try_acquire_read(&name, &o)
-            .await
-            .expect("read")
-            .expect("free");
+        let holder = match write {
+            true => h.lock.try_acquire_read(&name, &o).await,
+            false => h.lock.try_acquire_write(&name, &o).await,
+        }
+        .expect("the holder")
+        .expect("free");
         let (other, n, w) = (Arc::clone(&h.other), name.clone(), wait.clone());
-        let writer = tokio::spawn(async move { other.acquire_write(&n, &w).await });
-        await_waiting_writers(&h, &name, 1).await;
-        let leaving = tokio::spawn(async move { reader.release().await });
-        // Blocks this worker only: the writer and the release go on on
+        let waiter = tokio::spawn(async move {
+            match write {
+                true => other.acquire_write(&n, &w).await,
+                false => other.acquire_read(&n, &w).await,
+            }
+        });
+        match write {
+            true => await_waiting_writers(&h, &name, 1).await,
+            false => await_a_waiting_reader(&h, &name).await,
+        }
+        let leaving = tokio::spawn(async move { holder.release().await });
+        // Blocks this worker only: the waiter and the release go on on
         // the others, and the drop lands at this moment, to the
-        // microsecond, wherever the writer's wait then is.
+        // microsecond, wherever the waiter's wait then is.
         let after = Duration::from_micros(i * 6_000 / LOOPS);
         std::thread::sleep(after);
-        writer.abort();
-        if let Ok(Ok(granted)) = writer.await {
+        waiter.abort();
+        if let Ok(Ok(granted)) = waiter.await {
             granted.release().await.expect("release");
         }
         assert!(leaving.await.expect("join").expect("release"));
         let start = Instant::now();
         loop {
-            if let Some(g) = h.lock.try_acquire_read(&name, &o).await.expect("read") {
+            let probe = match write {
+                true => h.lock.try_acquire_read(&name, &o).await,
+                false => h.lock.try_acquire_write(&name, &o).await,
+            };
+            if let Some(g) = probe.expect("probe") {
                 assert!(g.release().await.expect("release"));
                 break;
             }
             assert!(
                 start.elapsed() < UNMARKED,
-                "a writer dropped {after:?} after the reader began to leave still keeps \
-                 readers out after {UNMARKED:?} (loop {i})"
+                "a {side} dropped {after:?} after the holder began to leave still keeps \
+                 {other_side} out after {UNMARKED:?} (loop {i})"
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
@@ -1085,10 +1214,12 @@ macro_rules! __rw_lock_cases {
         $crate::__conformance_cases!(@module rw_lock; $harness;
             readers_share_and_a_writer_holds_alone,
             a_waiting_writer_is_served_before_later_readers,
+            readers_that_queued_before_a_waiting_writer_keep_their_place,
             tokens_rise_per_write_and_readers_carry_the_latest,
             readers_and_writers_under_contention,
             a_cancelled_wait_leaves_nothing_behind,
             a_writer_dropped_at_any_moment_leaves_no_mark,
+            a_reader_dropped_at_any_moment_leaves_no_mark,
             waits_are_bounded,
             an_abandoned_grant_expires,
             renewed_grants_stay_held,

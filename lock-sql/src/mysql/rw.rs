@@ -5,6 +5,7 @@
 //! (`SKIP LOCKED`).
 
 use lock_core::Access;
+use lock_core::raw::READER_MARK;
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, MySql};
 
@@ -18,6 +19,9 @@ pub(super) struct Statements {
     /// A live mark (at `?`) of `?` of a writer that arrived at or before
     /// `?` (name, now, arrival).
     marked: String,
+    /// A live mark of a reader that arrived before it: `?` (name, now,
+    /// arrival).
+    marked_by_readers: String,
     /// Share `?`'s row, or fail at once.
     read: String,
     /// Hold `?`'s row alone, or fail at once.
@@ -32,7 +36,7 @@ pub(super) struct Statements {
     probe_share: String,
     /// Hold `?`'s row if nobody does (until the probe's end).
     probe_alone: String,
-    /// The live marks of `?` (at `?`).
+    /// The live marks of `?`'s waiting writers (at `?`).
     marks: String,
 }
 
@@ -81,7 +85,12 @@ impl Statements {
         Statements {
             ensure: format!("INSERT IGNORE INTO {rw} (name) VALUES (?)"),
             marked: format!(
-                "SELECT 1 FROM {marks} WHERE name = ? AND expires > ? AND arrival <= ? LIMIT 1"
+                "SELECT 1 FROM {marks} WHERE name = ? AND expires > ? AND arrival <= ? \
+                 AND owner NOT LIKE '{READER_MARK}%' LIMIT 1"
+            ),
+            marked_by_readers: format!(
+                "SELECT 1 FROM {marks} WHERE name = ? AND expires > ? AND arrival < ? \
+                 AND owner LIKE '{READER_MARK}%' LIMIT 1"
             ),
             read: format!("SELECT name FROM {rw} WHERE name = ? {share} NOWAIT"),
             write: format!("SELECT name FROM {rw} WHERE name = ? FOR UPDATE NOWAIT"),
@@ -93,7 +102,10 @@ impl Statements {
             exists: format!("SELECT name FROM {rw} WHERE name = ?"),
             probe_share: format!("SELECT name FROM {rw} WHERE name = ? {share} SKIP LOCKED"),
             probe_alone: format!("SELECT name FROM {rw} WHERE name = ? FOR UPDATE SKIP LOCKED"),
-            marks: format!("SELECT COUNT(*) FROM {marks} WHERE name = ? AND expires > ?"),
+            marks: format!(
+                "SELECT COUNT(*) FROM {marks} WHERE name = ? AND expires > ? \
+                 AND owner NOT LIKE '{READER_MARK}%'"
+            ),
         }
     }
 
@@ -123,8 +135,14 @@ impl Statements {
         arrival: i64,
         now: i64,
     ) -> Result<Option<bool>, sqlx::Error> {
-        if access == Access::Read {
-            let marked = sqlx::query(AssertSqlSafe(self.marked.as_str()))
+        // A reader waits behind an earlier waiting writer, a writer
+        // behind an earlier waiting reader.
+        let marked = match access {
+            Access::Write => &self.marked_by_readers,
+            _ => &self.marked,
+        };
+        {
+            let marked = sqlx::query(AssertSqlSafe(marked.as_str()))
                 .bind(name.as_bytes())
                 .bind(now)
                 .bind(arrival)

@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use lock_core::Access;
-use lock_core::raw::lease_millis;
+use lock_core::raw::{READER_MARK, lease_millis};
 use sqlx::pool::PoolConnection;
 use sqlx::{AssertSqlSafe, Postgres};
 
@@ -21,8 +21,11 @@ pub(super) struct Statements {
     /// Create `$1`'s row if missing.
     ensure: String,
     /// A live mark (at `$2`) of `$1` of a writer that arrived at or before
-    /// `$3`.
+    /// `$3`: what keeps a reader out.
     marked: String,
+    /// A live mark (at `$2`) of `$1` of a reader that arrived before `$3`:
+    /// what keeps a writer out.
+    marked_by_readers: String,
     /// Share `$1`'s row, or fail at once.
     read: String,
     /// Hold `$1`'s row alone, or fail at once.
@@ -37,7 +40,7 @@ pub(super) struct Statements {
     probe_share: String,
     /// Hold `$1`'s row if nobody does (for the statement only).
     probe_alone: String,
-    /// The live marks (at `$2`) of `$1`.
+    /// The live marks (at `$2`) of `$1`'s waiting writers.
     marks: String,
 }
 
@@ -77,7 +80,12 @@ impl Statements {
         Statements {
             ensure: format!("INSERT INTO {rw} (name) VALUES ($1) ON CONFLICT DO NOTHING"),
             marked: format!(
-                "SELECT 1 FROM {marks} WHERE name = $1 AND expires > $2 AND arrival <= $3 LIMIT 1"
+                "SELECT 1 FROM {marks} WHERE name = $1 AND expires > $2 AND arrival <= $3 \
+                 AND owner NOT LIKE '{READER_MARK}%' LIMIT 1"
+            ),
+            marked_by_readers: format!(
+                "SELECT 1 FROM {marks} WHERE name = $1 AND expires > $2 AND arrival < $3 \
+                 AND owner LIKE '{READER_MARK}%' LIMIT 1"
             ),
             read: format!("SELECT name FROM {rw} WHERE name = $1 FOR SHARE NOWAIT"),
             write: format!("SELECT name FROM {rw} WHERE name = $1 FOR UPDATE NOWAIT"),
@@ -89,7 +97,10 @@ impl Statements {
             exists: format!("SELECT name FROM {rw} WHERE name = $1"),
             probe_share: format!("SELECT name FROM {rw} WHERE name = $1 FOR SHARE SKIP LOCKED"),
             probe_alone: format!("SELECT name FROM {rw} WHERE name = $1 FOR UPDATE SKIP LOCKED"),
-            marks: format!("SELECT COUNT(*) FROM {marks} WHERE name = $1 AND expires > $2"),
+            marks: format!(
+                "SELECT COUNT(*) FROM {marks} WHERE name = $1 AND expires > $2 \
+                 AND owner NOT LIKE '{READER_MARK}%'"
+            ),
         }
     }
 
@@ -143,8 +154,14 @@ impl Statements {
         arrival: i64,
         now: i64,
     ) -> Result<Option<bool>, sqlx::Error> {
-        if access == Access::Read {
-            let marked = sqlx::query(AssertSqlSafe(self.marked.as_str()))
+        // A reader waits behind an earlier waiting writer, a writer
+        // behind an earlier waiting reader.
+        let marked = match access {
+            Access::Write => &self.marked_by_readers,
+            _ => &self.marked,
+        };
+        {
+            let marked = sqlx::query(AssertSqlSafe(marked.as_str()))
                 .bind(name)
                 .bind(now)
                 .bind(arrival)

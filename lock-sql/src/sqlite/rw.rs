@@ -1,11 +1,13 @@
 //! SQLite reader-writer locks: each grant is a lease row of table
 //! `{t}_rw`, one per `(name, owner)`, with its access (read or write), its
-//! expiry and its holder record; a waiting writer has a row of its own
-//! there too, a mark with its arrival and a short expiry that each of its
-//! attempts renews. An acquisition is one `BEGIN IMMEDIATE` transaction. A
+//! expiry and its holder record; a waiter has a row of its own there too,
+//! a mark with its arrival and a short expiry that each of its attempts
+//! renews. An acquisition is one `BEGIN IMMEDIATE` transaction. A
 //! writer is granted when no live lease of the name is held; it takes its
 //! token from the name's write counter (`{t}_rw_fence`), raised in the
-//! same epoch as the locks' counters (`tokens`). A reader is granted when
+//! same epoch as the locks' counters (`tokens`), and no live mark of a
+//! reader that arrived before it is there (readers that queued before a
+//! writer keep their place). A reader is granted when
 //! no live writer holds and no live mark of a writer that arrived before
 //! it is there; it carries the counter as it is (the latest write's
 //! token). Release, extend and the value's rewrite compare the owner
@@ -24,7 +26,7 @@ use std::time::Duration;
 
 use lock_core::raw::{
     Arrival, Attempt, CleanUpOnDrop, HolderRecord, MARK_RENEWAL, MARK_TTL, OwnerToken,
-    PendingGrant, RawGuard, RawLock, Request, Unrenewed, WriterMark, acquire_by_polling,
+    PendingGrant, RawGuard, RawLock, Request, Unrenewed, WaitMark, acquire_by_polling,
 };
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use sqlx::AssertSqlSafe;
@@ -34,10 +36,12 @@ use super::lock::{BACKEND, Inner, SqliteLock, ms, now_ms, time_left};
 use crate::error::map_sqlx;
 use crate::ident::Identifier;
 
-/// The rows' `access` column: a reader's lease, a writer's (a waiting
-/// writer's mark is 2).
+/// The rows' `access` column: a reader's lease, a writer's, a waiting
+/// writer's mark and a waiting reader's.
 const READ: i64 = 0;
 const WRITE: i64 = 1;
+const WRITER_MARK: i64 = 2;
+const READER_MARK: i64 = 6;
 /// An upgradeable reader's lease, its upgrade under way, and the lease of
 /// an upgraded one (a writer's).
 const UPGRADEABLE: i64 = 3;
@@ -54,13 +58,15 @@ pub(crate) struct RwStatements {
     /// The earliest expiry of a live lease of `?1` (`?2`: now), and
     /// whether a writer (or an upgrade under way or done) holds one.
     held: String,
-    /// Put or renew mark `?2` of `?1`: arrival `?3`, expiry `?4`.
+    /// Put or renew mark `?2` of `?1`: arrival `?3`, expiry `?4`, its
+    /// access `?5` (a writer's mark or a reader's).
     mark: String,
     /// Remove mark `?2` of `?1`.
     unmark: String,
     /// Grant `?1` to owner `?2` for writing, reading, or an upgradeable
     /// read (expiry `?3`, arrival `?4`, holder record `?5`) if no live
-    /// row conflicts (`?6`: now): for a writer, any holder; for a reader,
+    /// row conflicts (`?6`: now): for a writer, any holder or the mark of
+    /// a reader that arrived before it; for a reader,
     /// a writer (an upgrade under way or done) or the mark of a writer
     /// that arrived at or before it; for an upgradeable reader, those or
     /// another upgradeable reader.
@@ -119,16 +125,21 @@ impl RwStatements {
             expired: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND expires_at_ms <= ?2"),
             held: format!(
                 "SELECT MIN(expires_at_ms), MAX(access IN (1, 4, 5)) \
-                 FROM \"{t}\" WHERE name = ?1 AND access <> 2 AND expires_at_ms > ?2"
+                 FROM \"{t}\" WHERE name = ?1 AND access NOT IN (2, 6) AND expires_at_ms > ?2"
             ),
             mark: format!(
                 "INSERT INTO \"{t}\" (name, owner, access, expires_at_ms, arrival_ms) \
-                 VALUES (?1, ?2, 2, ?4, ?3) \
+                 VALUES (?1, ?2, ?5, ?4, ?3) \
                  ON CONFLICT(name, owner) DO UPDATE SET expires_at_ms = excluded.expires_at_ms"
             ),
-            unmark: format!("DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND access = 2"),
+            unmark: format!(
+                "DELETE FROM \"{t}\" WHERE name = ?1 AND owner = ?2 AND access IN (2, 6)"
+            ),
             grant: [
-                (WRITE, "access <> 2"),
+                (
+                    WRITE,
+                    "(access NOT IN (2, 6) OR (access = 6 AND arrival_ms < ?4))",
+                ),
                 (
                     READ,
                     "(access IN (1, 4, 5) OR (access = 2 AND arrival_ms <= ?4))",
@@ -162,7 +173,7 @@ impl RwStatements {
             ),
             own_access: format!(
                 "SELECT access FROM \"{t}\" WHERE name = ?1 AND owner = ?2 \
-                 AND access <> 2 AND expires_at_ms > ?3"
+                 AND access NOT IN (2, 6) AND expires_at_ms > ?3"
             ),
             other_readers: format!(
                 "SELECT MIN(expires_at_ms) FROM \"{t}\" WHERE name = ?1 AND owner <> ?2 \
@@ -184,14 +195,14 @@ pub(crate) fn wake_key(name: &str) -> String {
 
 impl SqliteLock {
     /// One attempt at `access` to `name`, as a newcomer arriving at
-    /// `arrival` or as the waiting writer `mark`.
+    /// `arrival` or as the waiter `mark`.
     async fn attempt_rw(
         &self,
         name: &str,
         opts: &LockOptions,
         access: Access,
         arrival: Arrival,
-        mark: Option<&WriterMark>,
+        mark: Option<&WaitMark>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let sql = &inner.rw;
@@ -255,13 +266,17 @@ impl SqliteLock {
                     .bind(m.id())
                     .bind(arrival)
                     .bind(now.saturating_add(ms(MARK_TTL)))
+                    .bind(match m.is_reader() {
+                        true => READER_MARK,
+                        false => WRITER_MARK,
+                    })
                     .execute(&mut *tx)
                     .await
                     .map_err(failed)?;
             }
             tx.commit().await.map_err(failed)?;
             drop(turn);
-            // A waiting writer comes back before its mark lapses.
+            // A waiter comes back before its mark lapses.
             let left = match mark {
                 Some(_) => Some(left.map_or(MARK_RENEWAL, |l| l.min(MARK_RENEWAL))),
                 None => left,
@@ -325,8 +340,8 @@ impl SqliteLock {
     }
 
     /// Wait for `access`, polling; a release in this process wakes the
-    /// wait at once. A writer marks itself at its first refusal and renews
-    /// the mark at each attempt.
+    /// wait at once. The waiter marks itself at its first refusal and
+    /// renews the mark at each attempt.
     pub(crate) async fn wait_for_rw(
         &self,
         req: Request<'_>,
@@ -335,9 +350,10 @@ impl SqliteLock {
         let (name, opts) = (req.name, req.opts);
         let wake = self.inner.wakeups.subscribe(&wake_key(name));
         let arrival = Arrival::now();
-        let mark = (access == Access::Write).then(|| {
+        let mark = {
             let (inner, name) = (Arc::clone(&self.inner), name.to_string());
-            WriterMark::new(
+            WaitMark::new(
+                access,
                 arrival,
                 Arc::new(move |id| {
                     let (inner, name) = (Arc::clone(&inner), name.clone());
@@ -349,19 +365,18 @@ impl SqliteLock {
                             .execute(&inner.pool)
                             .await
                             .map(|_| ())
-                            .map_err(|e| map_sqlx(BACKEND, "removing a waiting writer's mark", e))
+                            .map_err(|e| map_sqlx(BACKEND, "removing a waiter's mark", e))
                     })
                 }),
             )
-        });
+        };
         acquire_by_polling(req, Some(wake), |_| {
-            self.attempt_rw(name, opts, access, arrival, mark.as_ref())
+            self.attempt_rw(name, opts, access, arrival, Some(&mark))
         })
         .await
     }
 
-    /// The live leases of `name`, its write counter and its waiting
-    /// writers.
+    /// The live leases of `name`, its write counter and its waiters.
     pub(crate) async fn inspect_rw_lock(&self, name: &str) -> Result<RwLockInfo, LockError> {
         let now = now_ms();
         let failed = |e| map_sqlx(BACKEND, "reading a reader-writer lock", e);
@@ -381,7 +396,7 @@ impl SqliteLock {
             .ok()
             .filter(|_| self.inner.fencing);
         let mut holders = Vec::new();
-        let mut marks = 0;
+        let (mut marks, mut readers_waiting) = (0, 0);
         for (access, expires_at, record) in rows {
             let access = match access {
                 WRITE | UPGRADED => Access::Write,
@@ -391,6 +406,10 @@ impl SqliteLock {
                     // Waits to write.
                     marks += 1;
                     Access::Upgradeable
+                }
+                READER_MARK => {
+                    readers_waiting += 1;
+                    continue;
                 }
                 _ => {
                     marks += 1;
@@ -410,7 +429,7 @@ impl SqliteLock {
         }
         Ok(RwLockInfo::held(holders)
             .with_fencing_token(token)
-            .with_waiting(Some(marks), None))
+            .with_waiting(Some(marks), Some(readers_waiting)))
     }
 }
 

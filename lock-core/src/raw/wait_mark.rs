@@ -1,7 +1,10 @@
-//! A waiting writer's mark: how a backend that prefers writers holds back
-//! the readers that arrive after a writer that waits. Every such backend
-//! keeps its marks through [`WriterMark`], so that a wait dropped at any
-//! moment (between sending a mark and hearing back, or while a grant
+//! A waiter's mark on a reader-writer lock: how a backend without a queue
+//! keeps arrival order between the two sides. A waiting writer's mark
+//! holds back the readers that arrive after it (writer preference); a
+//! waiting reader's mark holds back the writers that arrive after it, so
+//! readers that queued before a writer keep their place. Every such
+//! backend keeps its marks through [`WaitMark`], so that a wait dropped at
+//! any moment (between sending a mark and hearing back, or while a grant
 //! removes it) leaves none behind for longer than its removal takes.
 
 use std::sync::Arc;
@@ -12,12 +15,13 @@ use futures_util::future::BoxFuture;
 
 use crate::error::LockError;
 use crate::raw::OwnerToken;
+use crate::rw_lock::Access;
 
 /// How long a mark lasts unless renewed: three renewals, so that a writer
 /// whose process died stops holding readers back soon.
 pub const MARK_TTL: Duration = Duration::from_millis(1500);
 
-/// How often a waiting writer renews its mark (by attempting again) at
+/// How often a waiter renews its mark (by attempting again) at
 /// least.
 pub const MARK_RENEWAL: Duration = Duration::from_millis(500);
 
@@ -62,28 +66,43 @@ impl Arrival {
 /// to send when there is no such mark.
 pub type Unmark = Arc<dyn Fn(String) -> BoxFuture<'static, Result<(), LockError>> + Send + Sync>;
 
-/// One waiting writer's mark. Before each request that may put or renew
-/// it, the backend calls [`placing`](Self::placing); from then on, until
+/// One waiter's mark. Before each request that may put or renew it, the
+/// backend calls [`placing`](Self::placing); from then on, until
 /// [`removed`](Self::removed) or [`remove`](Self::remove) says it is gone,
 /// dropping the mark removes it in the background. So a wait dropped while
 /// its mark is on its way still removes it, behind it where the removal
 /// goes out on the same connection.
-pub struct WriterMark {
+///
+/// A reader's mark has an id that starts with [`READER_MARK`] (a writer's
+/// is hexadecimal), so a backend that keeps both sides' marks in one place
+/// tells them apart by id ([`WaitMark::is_reader_id`]).
+pub struct WaitMark {
     id: String,
     arrival: Arrival,
+    reader: bool,
     /// A request that may have put or renewed the mark went out since it
     /// was last known gone.
     out: AtomicBool,
     unmark: Unmark,
 }
 
-impl WriterMark {
-    /// A new mark (a random id) of a writer that arrived at `arrival`,
-    /// removed by `unmark`.
-    pub fn new(arrival: Arrival, unmark: Unmark) -> WriterMark {
-        WriterMark {
-            id: OwnerToken::random().to_hex(),
+/// The first character of a waiting reader's mark id.
+pub const READER_MARK: char = 'r';
+
+impl WaitMark {
+    /// A new mark (a random id) of a waiter for `access` that arrived at
+    /// `arrival`, removed by `unmark`. An upgradeable reader waits as a
+    /// reader.
+    pub fn new(access: Access, arrival: Arrival, unmark: Unmark) -> WaitMark {
+        let reader = access != Access::Write;
+        let hex = OwnerToken::random().to_hex();
+        WaitMark {
+            id: match reader {
+                true => format!("{READER_MARK}{hex}"),
+                false => hex,
+            },
             arrival,
+            reader,
             out: AtomicBool::new(false),
             unmark,
         }
@@ -94,9 +113,19 @@ impl WriterMark {
         &self.id
     }
 
-    /// When its writer arrived.
+    /// When its waiter arrived.
     pub fn arrival(&self) -> Arrival {
         self.arrival
+    }
+
+    /// Whether a reader waits (else a writer).
+    pub fn is_reader(&self) -> bool {
+        self.reader
+    }
+
+    /// Whether the mark id `id` is a waiting reader's.
+    pub fn is_reader_id(id: &str) -> bool {
+        id.starts_with(READER_MARK)
     }
 
     /// A request that may put or renew the mark is about to go out.
@@ -110,7 +139,7 @@ impl WriterMark {
         self.out.load(Ordering::Acquire)
     }
 
-    /// The mark is gone: the request that granted the writer removed it,
+    /// The mark is gone: the request that granted the waiter removed it,
     /// or none was put.
     pub fn removed(&self) {
         self.out.store(false, Ordering::Release);
@@ -128,17 +157,18 @@ impl WriterMark {
     }
 }
 
-impl std::fmt::Debug for WriterMark {
+impl std::fmt::Debug for WaitMark {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WriterMark")
+        f.debug_struct("WaitMark")
             .field("id", &self.id)
             .field("arrival", &self.arrival)
+            .field("reader", &self.reader)
             .field("out", &self.out.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
 
-impl Drop for WriterMark {
+impl Drop for WaitMark {
     fn drop(&mut self) {
         if !self.out.load(Ordering::Acquire) {
             return;
@@ -150,7 +180,7 @@ impl Drop for WriterMark {
         let removal = (self.unmark)(std::mem::take(&mut self.id));
         rt.spawn(async move {
             if let Err(e) = removal.await {
-                tracing::debug!(target: "distlock", error = %e.report(), "removing a waiting writer's mark failed; it lapses by itself");
+                tracing::debug!(target: "distlock", error = %e.report(), "removing a waiter's mark failed; it lapses by itself");
             }
         });
     }
@@ -183,7 +213,7 @@ mod tests {
     #[tokio::test]
     async fn a_mark_never_sent_is_not_removed() {
         let (unmark, seen) = counting();
-        drop(WriterMark::new(Arrival::now(), unmark));
+        drop(WaitMark::new(Access::Write, Arrival::now(), unmark));
         tokio::task::yield_now().await;
         assert!(seen.lock().unwrap().is_empty());
     }
@@ -191,7 +221,7 @@ mod tests {
     #[tokio::test]
     async fn a_mark_on_its_way_is_removed_when_dropped() {
         let (unmark, seen) = counting();
-        let mark = WriterMark::new(Arrival::now(), unmark);
+        let mark = WaitMark::new(Access::Write, Arrival::now(), unmark);
         let id = mark.id().to_string();
         mark.placing();
         drop(mark);
@@ -203,7 +233,7 @@ mod tests {
     async fn a_removal_dropped_halfway_is_done_by_the_drop() {
         use futures_util::FutureExt;
         let (unmark, seen) = recording(true);
-        let mark = WriterMark::new(Arrival::now(), unmark);
+        let mark = WaitMark::new(Access::Write, Arrival::now(), unmark);
         mark.placing();
         // The removal is sent, and dropped before its answer came.
         assert!(mark.remove().now_or_never().is_none());
@@ -215,12 +245,21 @@ mod tests {
     #[tokio::test]
     async fn a_mark_removed_by_its_grant_is_left_alone() {
         let (unmark, seen) = counting();
-        let mark = WriterMark::new(Arrival::now(), unmark);
+        let mark = WaitMark::new(Access::Write, Arrival::now(), unmark);
         mark.placing();
         mark.removed();
         drop(mark);
         tokio::task::yield_now().await;
         assert!(seen.lock().unwrap().is_empty());
+    }
+
+    #[test]
+    fn a_readers_mark_is_told_apart_by_its_id() {
+        let (unmark, _) = counting();
+        let reader = WaitMark::new(Access::Read, Arrival::now(), Arc::clone(&unmark));
+        let writer = WaitMark::new(Access::Write, Arrival::now(), unmark);
+        assert!(reader.is_reader() && WaitMark::is_reader_id(reader.id()));
+        assert!(!writer.is_reader() && !WaitMark::is_reader_id(writer.id()));
     }
 
     #[test]
