@@ -2,7 +2,10 @@ local reserved = redis.call('GET', KEYS[4])
 if (not reserved or reserved == ARGV[3])
     and redis.call('SET', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2]) then
   if reserved then redis.call('DEL', KEYS[4]) end
-  if ARGV[3] ~= '' then redis.call('ZREM', KEYS[3], ARGV[3]) end
+  if ARGV[3] ~= '' then
+    redis.call('ZREM', KEYS[3], ARGV[3])
+    redis.call('DEL', KEYS[3] .. ':' .. ARGV[3])
+  end
   if KEYS[5] and ARGV[6] then redis.call('SET', KEYS[5], ARGV[6]) end
   redis.call('PUBLISH', KEYS[1] .. ':changed', 'granted')
   return {1, redis.call('INCR', KEYS[2])}
@@ -19,7 +22,12 @@ if ARGV[3] ~= '' then
     ticket = now[1] .. string.format('%06d', tonumber(now[2]))
   end
   redis.call('ZADD', KEYS[3], 'NX', ticket, ARGV[3])
-  redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  -- The entry counts while this key lives: the waiter's own short TTL,
+  -- renewed by each of its attempts.
+  redis.call('SET', KEYS[3] .. ':' .. ARGV[3], 1, 'PX', ARGV[4])
+  if redis.call('PTTL', KEYS[3]) < tonumber(ARGV[4]) then
+    redis.call('PEXPIRE', KEYS[3], ARGV[4])
+  end
 end
 local wait = redis.call('PTTL', KEYS[1])
 if reserved and reserved ~= ARGV[3] then

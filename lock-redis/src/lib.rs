@@ -41,12 +41,12 @@ pub mod raw {
     pub use crate::error::map_error;
     pub use crate::extends::{Extension, extend_batcher};
     pub use crate::keys::{Keys, LockKeys, PermitKeys, RwKeys};
-    pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
+    pub use crate::queue_wait::{QUEUE_TTL, QueuedLock, queue_entry_ttl, wait_in_queue};
     pub use crate::rw::RwState;
     pub use crate::script_call::{Acknowledge, ScriptCall};
     pub use crate::scripts::{
-        ACQUIRE, EXTEND, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE, SET_HOLDER,
-        WITHDRAW,
+        ACQUIRE, EXTEND, QUEUE_LEN, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE,
+        SET_HOLDER, WITHDRAW,
     };
     pub use crate::sets::{MAX_ATOMIC_SET, set_answer};
     pub use crate::state::{LockState, read_state};

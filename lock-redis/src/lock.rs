@@ -24,7 +24,7 @@ use crate::extends::{Extension, extend_batcher};
 use crate::handle::RedisHandle;
 use crate::keys::Keys;
 use crate::permits::MAX_LIMIT;
-use crate::queue_wait::{QUEUE_TTL, QueuedLock, wait_in_queue};
+use crate::queue_wait::{QueuedLock, queue_entry_ttl, wait_in_queue};
 use crate::script_call::ScriptCall;
 use crate::scripts::{ACQUIRE, WITHDRAW};
 use crate::server::{Follower, Server, manager_config};
@@ -317,7 +317,11 @@ impl RedisLock {
         let waiting: usize = within(
             &self.inner.config,
             "counting a lock's waiters",
-            redis::cmd("ZCARD").arg(&key).query_async(&mut conn),
+            redis::cmd("EVAL")
+                .arg(crate::scripts::QUEUE_LEN)
+                .arg(1)
+                .arg(&key)
+                .query_async(&mut conn),
         )
         .await?
         .map_err(|e| map_redis("counting a lock's waiters", e))?;
@@ -351,7 +355,7 @@ impl RedisLock {
         call.arg(&handle.owner)
             .arg(lock_core::raw::lease_millis(opts.ttl))
             .arg(waiter.unwrap_or_default())
-            .arg(QUEUE_TTL.as_millis() as u64)
+            .arg(queue_entry_ttl(opts.ttl).as_millis() as u64)
             .arg("")
             .arg(handle.record.as_bytes())
             .acknowledged(inner.config.acknowledgement());
@@ -594,7 +598,7 @@ async fn withdraw(inner: Arc<Inner>, name: String, waiter: String) {
     )
     .await;
     if !matches!(done, Ok(Ok(_))) {
-        tracing::debug!(target: "distlock", "withdrawing a waiter failed; its queue entry expires by itself");
+        tracing::debug!(target: "distlock", "withdrawing a waiter failed; its queue entry lapses by itself");
     }
 }
 

@@ -13,10 +13,22 @@ use lock_core::{LockError, LockGuard, LockOptions};
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-/// A waiter's queue entry lives this long after its last attempt; waiters
-/// attempt again at least every half of it, so live waiters never drop
-/// out.
+/// A queue lives this long after its last waiter's attempt, and no
+/// waiter's entry lives longer ([`queue_entry_ttl`]).
 pub const QUEUE_TTL: Duration = Duration::from_secs(30);
+
+/// The shortest life of a waiter's queue entry.
+const MIN_ENTRY_TTL: Duration = Duration::from_secs(1);
+
+/// How long a waiter's queue entry counts (in `inspect`'s waiters, and as
+/// the next in line for a hand-off) after its last attempt: the lease TTL
+/// `ttl` it asks for, within 1 s and [`QUEUE_TTL`]. A waiter attempts
+/// again at least every third of it, so a live waiter keeps its place,
+/// and one whose process died or whose withdrawal never arrived stops
+/// counting within about one lease.
+pub fn queue_entry_ttl(ttl: Duration) -> Duration {
+    ttl.clamp(MIN_ENTRY_TTL, QUEUE_TTL)
+}
 
 /// A waiting acquire gives up once the servers have been unreachable for
 /// at least this many attempts in a row …
@@ -146,7 +158,7 @@ pub async fn wait_in_queue<L: QueuedLock>(
         }
         let pause = lock
             .pause_while_held(holder_left, opts, wait.tries())
-            .min(QUEUE_TTL / 2);
+            .min(queue_entry_ttl(opts.ttl) / 3);
         if !wait.pause(Pace::For(pause)).await {
             queued.withdraw().await;
             return too_late.map_or(Ok(None), Err);

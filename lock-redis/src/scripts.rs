@@ -24,7 +24,8 @@ use redis::Script;
 
 /// KEYS: lock, fence, queue, handoff, and optionally the holder key. ARGV:
 /// owner, ttl ms, waiter id (empty for a newcomer that does not queue),
-/// queue TTL ms, optionally the waiter's arrival ticket (decimal µs; empty
+/// the waiter's entry TTL ms (its entry counts while `QUEUE:ID` lives,
+/// renewed by each attempt), optionally the waiter's arrival ticket (decimal µs; empty
 /// or absent: the server's clock) and the holder record, written to the
 /// holder key with the grant. A waiter keeps the ticket it first queued with.
 /// Returns `{1, token}` when granted (publishing `granted` on the
@@ -42,9 +43,9 @@ pub static SET_ACQUIRE: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("set_acquire.lua")));
 
 /// KEYS: lock, queue, handoff. ARGV: owner, channel, hand-off window ms,
-/// and optionally a waiter id, its ticket and the queue TTL ms.
+/// and optionally a waiter id, its ticket and its entry TTL ms.
 /// Deletes the lock only if `owner` holds it, then hands it to the first
-/// waiter in line. With a waiter given, that waiter (the owner giving back
+/// waiter in line whose entry is live (dropping the lapsed ones before it). With a waiter given, that waiter (the owner giving back
 /// a grant it could not use, in Redlock) first rejoins the queue with its
 /// ticket, so the first in line by ticket gets the lock, whoever that is,
 /// and every node converges on the same one. Publishes `released` on the
@@ -53,8 +54,13 @@ pub static SET_ACQUIRE: LazyLock<Script> =
 pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("release.lua")));
 
 /// KEYS: queue, handoff. ARGV: waiter id, channel, hand-off window ms.
-/// Leaves the queue; a reservation held by this waiter passes to the next.
+/// Leaves the queue; a reservation held by this waiter passes to the next
+/// live one.
 pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
+
+/// KEYS: queue. The number of its waiters whose entries are live (renewed
+/// within their TTL); sent as `EVAL` inside a state read's transaction.
+pub const QUEUE_LEN: &str = include_str!("queue_len.lua");
 
 /// KEYS: lock, holder. ARGV: owner, record. Writes the holder record only
 /// if `owner` holds the lock, publishing `value` on the changes channel.

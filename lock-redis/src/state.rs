@@ -16,7 +16,7 @@ pub struct LockState {
     /// The name's fencing counter: the holder's token while it is held,
     /// since only a grant advances it.
     pub fence: Option<u64>,
-    /// Entries in the waiters' queue.
+    /// Live entries in the waiters' queue (renewed within their TTL).
     pub queued: usize,
     /// The latest grant's holder record (only a grant writes it): the
     /// holder's while the lock is held.
@@ -34,7 +34,10 @@ pub async fn read_state<C: ConnectionLike>(
         .get(&keys.lock)
         .pttl(&keys.lock)
         .get(&keys.fence)
-        .zcard(&keys.queue)
+        .cmd("EVAL")
+        .arg(crate::scripts::QUEUE_LEN)
+        .arg(1)
+        .arg(&keys.queue)
         .get(&keys.holder)
         .query_async(conn)
         .await?;

@@ -553,6 +553,7 @@ impl RawLock for Redlock {
         let waiter = Arc::new(Waiter {
             id: OwnerToken::random().to_hex(),
             ticket: ticket.to_string(),
+            entry_ttl: lock_redis::raw::queue_entry_ttl(req.opts.ttl),
         });
         let wake = self.inner.wakeups.subscribe(&waiter.id);
         wait_in_queue(&Queue(self), req, waiter, wake).await

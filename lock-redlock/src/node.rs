@@ -10,9 +10,9 @@ use lock_core::Access;
 use lock_core::raw::{Batcher, Wakeups};
 use lock_core::{Changes, LockError};
 use lock_redis::raw::{
-    ACQUIRE, Extension, LockKeys, LockState, QUEUE_TTL, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE,
-    RwKeys, SET_ACQUIRE, SET_HOLDER, ScriptCall, Subscriber, Subscription, WITHDRAW,
-    extend_batcher, map_error, read_state, set_answer,
+    ACQUIRE, Extension, LockKeys, LockState, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, RwKeys,
+    SET_ACQUIRE, SET_HOLDER, ScriptCall, Subscriber, Subscription, WITHDRAW, extend_batcher,
+    map_error, queue_entry_ttl, read_state, set_answer,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -30,6 +30,9 @@ pub(crate) struct Waiter {
     /// Microseconds since the Unix epoch when the waiter arrived, by the
     /// client's clock; skew between clients shifts fairness, never safety.
     pub(crate) ticket: String,
+    /// How long its queue entry counts after its last attempt
+    /// ([`queue_entry_ttl`] of its lease).
+    pub(crate) entry_ttl: Duration,
 }
 
 /// One acquisition's keys and owner token, shared by its per-node requests.
@@ -189,7 +192,7 @@ impl Node {
         call.arg(&lock.owner)
             .arg(lock_core::raw::lease_millis(ttl))
             .arg(waiter.as_ref().map_or("", |w| w.id.as_str()))
-            .arg(QUEUE_TTL.as_millis() as u64)
+            .arg(queue_entry_ttl(ttl).as_millis() as u64)
             .arg(waiter.as_ref().map_or("", |w| w.ticket.as_str()))
             .arg(lock.record.as_slice());
         let mut conn = self.conn.clone();
@@ -278,7 +281,7 @@ impl Node {
         if let Some(w) = &rejoin {
             call.arg(&w.id)
                 .arg(&w.ticket)
-                .arg(QUEUE_TTL.as_millis() as u64);
+                .arg(w.entry_ttl.as_millis() as u64);
         }
         let mut conn = self.conn.clone();
         // Nobody waits for a release once a majority confirmed it, so a
@@ -576,12 +579,16 @@ impl Node {
             .await
     }
 
-    /// The number of entries in the queue `key`.
+    /// The number of live entries in the queue `key`.
     pub(crate) async fn queue_len(self: Arc<Self>, key: Arc<str>) -> Result<usize, LockError> {
         let mut conn = self.conn.clone();
         self.bounded(
             "counting a lock's waiters",
-            redis::cmd("ZCARD").arg(&*key).query_async(&mut conn),
+            redis::cmd("EVAL")
+                .arg(lock_redis::raw::QUEUE_LEN)
+                .arg(1)
+                .arg(&*key)
+                .query_async(&mut conn),
         )
         .await
     }

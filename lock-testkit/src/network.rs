@@ -6,6 +6,9 @@
 //!   forwarded, nothing closed). Its `lost()` must fire before any other
 //!   client is granted the lock, and the server must free the lock within
 //!   the backend's bound, so the other client is granted it.
+//! - **Partition of a waiter**: a waiter alone is cut off; it stops
+//!   counting among the waiters within the backend's bound, and does not
+//!   hold the lock back from the next acquisition.
 //! - **Lost grant, release and renewal**: the reply to the request is lost
 //!   (it reached the server), or the request itself is lost; either way the
 //!   connection closes a little later, as a failing network closes it. A
@@ -243,6 +246,73 @@ pub async fn partitioned_holder(t: NetworkTarget) {
     }
 }
 
+/// A waiter alone is partitioned from the servers while it waits (its
+/// wait, then its withdrawal, cannot reach them): within the target's
+/// bound (plus slack) it no longer counts among the lock's waiters (where
+/// the backend counts them), and once the holder leaves, the next
+/// acquisition is granted promptly, not held back for the lost waiter.
+pub async fn partitioned_waiter(t: NetworkTarget) {
+    let (proxies, waiter_client, other) = t.setup().await;
+    let name = unique("partitioned-waiter");
+    let holder = other
+        .acquire(&name, &t.opts(Wait::No).auto_renew(true))
+        .await
+        .expect("the holder's acquire");
+    let long = t.opts(Wait::UpTo(Duration::from_secs(60)));
+    let waiting = tokio::spawn({
+        let (client, name) = (Arc::clone(&waiter_client), name.clone());
+        async move { client.acquire(&name, &long).await }
+    });
+    // Where waiters are counted, until the waiter is; else a moment.
+    let start = Instant::now();
+    let counted = loop {
+        match other.inspect(&name).await.expect("inspect").waiters {
+            Some(n) if n >= 1 => break true,
+            Some(_) => assert!(start.elapsed() < SLACK, "the waiter never queued"),
+            None => {
+                tokio::time::sleep(Duration::from_millis(300)).await;
+                break false;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    for p in &proxies {
+        p.partition();
+    }
+    // Its wait gives up (or is given up) while cut off: the withdrawal
+    // cannot reach the servers either.
+    waiting.abort();
+    let cut = Instant::now();
+    let bound = t.freed_within + SLACK;
+    if counted {
+        loop {
+            let n = other.inspect(&name).await.expect("inspect").waiters;
+            if n == Some(0) {
+                break;
+            }
+            assert!(
+                cut.elapsed() < bound,
+                "a waiter cut off {:?} ago still counts: {n:?} waiters",
+                cut.elapsed()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        eprintln!(
+            "partitioned waiter: uncounted {:?} after the cut",
+            cut.elapsed()
+        );
+    }
+    assert!(holder.release().await.expect("release"));
+    let next = other
+        .acquire(&name, &t.opts(Wait::UpTo(bound)))
+        .await
+        .expect("the lock went to the next acquisition despite the lost waiter");
+    assert!(next.release().await.expect("release"));
+    for p in &proxies {
+        p.heal();
+    }
+}
+
 /// The first request of an acquisition that names the lock is lost (its
 /// reply, or the request itself): the acquisition is granted (after a
 /// retry, and then exclusively) or fails with a transient error; the lock
@@ -390,6 +460,11 @@ macro_rules! network_fault_matrix {
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
             async fn partitioned_holder_is_lost_before_anyone_else_is_granted() {
                 $crate::network::partitioned_holder($target).await;
+            }
+
+            #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+            async fn partitioned_waiter_stops_counting() {
+                $crate::network::partitioned_waiter($target).await;
             }
 
             #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
