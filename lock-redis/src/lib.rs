@@ -45,11 +45,11 @@ pub mod raw {
     pub use crate::rw::RwState;
     pub use crate::script_call::{Acknowledge, ScriptCall};
     pub use crate::scripts::{
-        ACQUIRE, EXTEND, QUEUE_LEN, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE,
-        SET_HOLDER, WITHDRAW,
+        ACQUIRE, EXTEND, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, SET_ACQUIRE, SET_HOLDER,
+        WITHDRAW,
     };
     pub use crate::sets::{MAX_ATOMIC_SET, set_answer};
-    pub use crate::state::{LockState, read_state};
+    pub use crate::state::{LockState, live_waiters, read_state};
     pub use crate::subscriber::{Subscriber, Subscription};
 }
 

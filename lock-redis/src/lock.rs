@@ -317,11 +317,7 @@ impl RedisLock {
         let waiting: usize = within(
             &self.inner.config,
             "counting a lock's waiters",
-            redis::cmd("EVAL")
-                .arg(crate::scripts::QUEUE_LEN)
-                .arg(1)
-                .arg(&key)
-                .query_async(&mut conn),
+            crate::state::live_waiters(&mut conn, &key),
         )
         .await?
         .map_err(|e| map_redis("counting a lock's waiters", e))?;

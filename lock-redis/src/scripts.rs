@@ -58,10 +58,6 @@ pub static RELEASE: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!
 /// live one.
 pub static WITHDRAW: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("withdraw.lua")));
 
-/// KEYS: queue. The number of its waiters whose entries are live (renewed
-/// within their TTL); sent as `EVAL` inside a state read's transaction.
-pub const QUEUE_LEN: &str = include_str!("queue_len.lua");
-
 /// KEYS: lock, holder. ARGV: owner, record. Writes the holder record only
 /// if `owner` holds the lock, publishing `value` on the changes channel.
 /// Returns 1 if it did, else 0.

@@ -23,21 +23,25 @@ pub struct LockState {
     pub holder: Option<Vec<u8>>,
 }
 
-/// Read `keys`' state on `conn` in one `MULTI`/`EXEC`.
+/// Read `keys`' state on `conn` in one `MULTI`/`EXEC`, then count the
+/// queue's live entries.
 pub async fn read_state<C: ConnectionLike>(
     conn: &mut C,
     keys: &LockKeys,
 ) -> redis::RedisResult<LockState> {
-    type State = (Option<String>, i64, Option<u64>, usize, Option<Vec<u8>>);
-    let (owner, pttl, fence, queued, holder): State = redis::pipe()
+    type State = (
+        Option<String>,
+        i64,
+        Option<u64>,
+        Vec<String>,
+        Option<Vec<u8>>,
+    );
+    let (owner, pttl, fence, queue, holder): State = redis::pipe()
         .atomic()
         .get(&keys.lock)
         .pttl(&keys.lock)
         .get(&keys.fence)
-        .cmd("EVAL")
-        .arg(crate::scripts::QUEUE_LEN)
-        .arg(1)
-        .arg(&keys.queue)
+        .zrange(&keys.queue, 0, -1)
         .get(&keys.holder)
         .query_async(conn)
         .await?;
@@ -45,7 +49,39 @@ pub async fn read_state<C: ConnectionLike>(
         owner,
         left: u64::try_from(pttl).ok().map(Duration::from_millis),
         fence,
-        queued,
+        queued: count_live(conn, &keys.queue, &queue).await?,
         holder,
     })
+}
+
+/// How many waiters of the queue `queue` are live: their entries renewed
+/// within their TTL (each entry's key `QUEUE:ID` lives).
+pub async fn live_waiters<C: ConnectionLike>(
+    conn: &mut C,
+    queue: &str,
+) -> redis::RedisResult<usize> {
+    let waiters: Vec<String> = redis::cmd("ZRANGE")
+        .arg(queue)
+        .arg(0)
+        .arg(-1)
+        .query_async(conn)
+        .await?;
+    count_live(conn, queue, &waiters).await
+}
+
+/// How many of `waiters` in `queue` have a live entry: one `EXISTS` of
+/// their keys (in the queue's slot).
+async fn count_live<C: ConnectionLike>(
+    conn: &mut C,
+    queue: &str,
+    waiters: &[String],
+) -> redis::RedisResult<usize> {
+    if waiters.is_empty() {
+        return Ok(0);
+    }
+    let mut exists = redis::cmd("EXISTS");
+    for waiter in waiters {
+        exists.arg(format!("{queue}:{waiter}"));
+    }
+    exists.query_async(conn).await
 }

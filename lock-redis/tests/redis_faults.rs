@@ -337,7 +337,10 @@ async fn a_queued_waiter_costs_two_scripts() {
     let calls: Vec<(String, u64)> = command_calls(&mut admin)
         .await
         .into_iter()
-        .filter(|(c, _)| !SCRIPT_INTERNALS.contains(&c.as_str()) && c != "zcard")
+        // This test's own reads of the queue's live waiters.
+        .filter(|(c, _)| {
+            !SCRIPT_INTERNALS.contains(&c.as_str()) && !matches!(c.as_str(), "zrange" | "exists")
+        })
         .collect();
     assert_eq!(
         calls,

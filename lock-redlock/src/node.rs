@@ -12,7 +12,7 @@ use lock_core::{Changes, LockError};
 use lock_redis::raw::{
     ACQUIRE, Extension, LockKeys, LockState, RELEASE, RW_ACQUIRE, RW_RELEASE, RW_STATE, RwKeys,
     SET_ACQUIRE, SET_HOLDER, ScriptCall, Subscriber, Subscription, WITHDRAW, extend_batcher,
-    map_error, queue_entry_ttl, read_state, set_answer,
+    live_waiters, map_error, queue_entry_ttl, read_state, set_answer,
 };
 use redis::AsyncConnectionConfig;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
@@ -582,15 +582,8 @@ impl Node {
     /// The number of live entries in the queue `key`.
     pub(crate) async fn queue_len(self: Arc<Self>, key: Arc<str>) -> Result<usize, LockError> {
         let mut conn = self.conn.clone();
-        self.bounded(
-            "counting a lock's waiters",
-            redis::cmd("EVAL")
-                .arg(lock_redis::raw::QUEUE_LEN)
-                .arg(1)
-                .arg(&*key)
-                .query_async(&mut conn),
-        )
-        .await
+        self.bounded("counting a lock's waiters", live_waiters(&mut conn, &key))
+            .await
     }
 
     /// A claim on `channel` if this node's subscriber listens to it already
