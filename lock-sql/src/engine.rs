@@ -198,8 +198,11 @@ pub(crate) trait Dialect: Send + Sync + 'static {
         expires: i64,
     ) -> Result<(), LockError>;
 
-    /// Remove waiter `id`'s mark on `name`.
-    async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError>;
+    /// Remove waiter `id`'s mark on `name`; `for_good`, as a dead row
+    /// that a mark still on its way cannot revive (a wait dropped while
+    /// its mark may be in flight on another connection), which
+    /// `remove_unused` clears.
+    async fn unmark_rw(&self, name: &str, id: &str, for_good: bool) -> Result<(), LockError>;
 
     /// How `name`'s row is held now (probed without waiting: `None` when
     /// free) and how many live marks of waiting writers it has (at `now`).

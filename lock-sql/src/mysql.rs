@@ -1068,9 +1068,9 @@ impl Dialect for MySqlDialect {
             .map_err(|e| self.rw_error(e))
     }
 
-    async fn unmark_rw(&self, name: &str, id: &str) -> Result<(), LockError> {
+    async fn unmark_rw(&self, name: &str, id: &str, for_good: bool) -> Result<(), LockError> {
         self.rw
-            .unmark(self.core.pool.pool(), name, id)
+            .unmark(self.core.pool.pool(), name, id, for_good)
             .await
             .map_err(|e| self.rw_error(e))
     }
@@ -1578,5 +1578,35 @@ mod tests {
             .await
             .expect("a's session is whole");
         assert!(again.release().await.expect("release"));
+    }
+
+    /// A waiter's mark whose write lands after the wait's removal sent for
+    /// good (a wait dropped while the mark was on its way on another
+    /// connection) stays dead: it holds nobody back.
+    #[tokio::test]
+    async fn a_mark_landing_after_its_removal_for_good_stays_dead() {
+        let pool = sqlx::MySqlPool::connect(&url()).await.expect("connect");
+        let t = crate::config::SqlConfig::default().table;
+        for ddl in super::rw::ddl(t.as_str()) {
+            sqlx::raw_sql(AssertSqlSafe(ddl))
+                .execute(&pool)
+                .await
+                .expect("the marks' table");
+        }
+        let rw = super::rw::Statements::new(t.as_str(), false);
+        let name = format!("late-mark/{:016x}", rand::random::<u64>());
+        let now = crate::rw::now_ms();
+        rw.unmark(&pool, &name, "beef", true)
+            .await
+            .expect("removed for good");
+        let mut conn = pool.acquire().await.expect("a connection");
+        rw.mark(&mut conn, &name, "beef", now, now + 1500)
+            .await
+            .expect("the late mark");
+        let (_, marks) = rw.state(&mut conn, &name, now).await.expect("state");
+        assert_eq!(
+            marks, 0,
+            "a mark landing after its removal came back to life"
+        );
     }
 }

@@ -209,15 +209,17 @@ pub(crate) async fn wait<D: Dialect>(
 ) -> Result<Option<LockGuard>, LockError> {
     let wake = lock.dialect().core().wakeups.subscribe(&wake_key(req.name));
     let arrival = Arrival::now();
-    let (dialect, name) = (Arc::clone(lock.dialect_arc()), req.name.to_string());
-    let mark = WaitMark::new(
-        access,
-        arrival,
+    let removal = |for_good: bool| -> lock_core::raw::Unmark {
+        let (dialect, name) = (Arc::clone(lock.dialect_arc()), req.name.to_string());
         Arc::new(move |id| {
             let (dialect, name) = (Arc::clone(&dialect), name.clone());
-            Box::pin(async move { dialect.unmark_rw(&name, &id).await })
-        }),
-    );
+            Box::pin(async move { dialect.unmark_rw(&name, &id, for_good).await })
+        })
+    };
+    // A wait dropped while its mark may be on its way on the attempt's
+    // connection removes it on another: for good, so that the mark cannot
+    // land after its removal.
+    let mark = WaitMark::new(access, arrival, removal(false)).with_drop_removal(removal(true));
     acquire_by_polling(req, Some(wake), |_| {
         attempt(lock, req, access, arrival, Some(&mark))
     })

@@ -84,6 +84,8 @@ pub struct WaitMark {
     /// was last known gone.
     out: AtomicBool,
     unmark: Unmark,
+    /// The removal a drop sends, where not `unmark`.
+    drop_unmark: Option<Unmark>,
 }
 
 /// The first character of a waiting reader's mark id.
@@ -105,7 +107,16 @@ impl WaitMark {
             reader,
             out: AtomicBool::new(false),
             unmark,
+            drop_unmark: None,
         }
+    }
+
+    /// With `unmark` as the removal a drop sends: for a backend whose
+    /// removal goes out on another connection than a mark that may still
+    /// be on its way, a removal that such a mark cannot undo.
+    pub fn with_drop_removal(mut self, unmark: Unmark) -> WaitMark {
+        self.drop_unmark = Some(unmark);
+        self
     }
 
     /// The mark's id.
@@ -177,7 +188,8 @@ impl Drop for WaitMark {
         let Ok(rt) = tokio::runtime::Handle::try_current() else {
             return;
         };
-        let removal = (self.unmark)(std::mem::take(&mut self.id));
+        let unmark = self.drop_unmark.as_ref().unwrap_or(&self.unmark);
+        let removal = unmark(std::mem::take(&mut self.id));
         rt.spawn(async move {
             if let Err(e) = removal.await {
                 tracing::debug!(target: "distlock", error = %e.report(), "removing a waiter's mark failed; it lapses by itself");
@@ -240,6 +252,18 @@ mod tests {
         drop(mark);
         tokio::task::yield_now().await;
         assert_eq!(seen.lock().unwrap().len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_drop_sends_its_own_removal_where_given() {
+        let (unmark, seen) = counting();
+        let (dropped, seen_dropped) = counting();
+        let mark = WaitMark::new(Access::Write, Arrival::now(), unmark).with_drop_removal(dropped);
+        mark.placing();
+        drop(mark);
+        tokio::task::yield_now().await;
+        assert!(seen.lock().unwrap().is_empty());
+        assert_eq!(seen_dropped.lock().unwrap().len(), 1);
     }
 
     #[tokio::test]

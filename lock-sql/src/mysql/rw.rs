@@ -30,6 +30,9 @@ pub(super) struct Statements {
     mark: String,
     /// Remove mark `?` of `?` (name, owner).
     unmark: String,
+    /// Remove a mark for good (name, owner): a dead row (expiry 0) that a
+    /// mark still on its way cannot revive.
+    bury: String,
     /// Whether `?` has a row.
     exists: String,
     /// Share `?`'s row if no writer holds it (until the probe's end).
@@ -96,9 +99,13 @@ impl Statements {
             write: format!("SELECT name FROM {rw} WHERE name = ? FOR UPDATE NOWAIT"),
             mark: format!(
                 "INSERT INTO {marks} (name, owner, arrival, expires) VALUES (?, ?, ?, ?) \
-                 ON DUPLICATE KEY UPDATE expires = VALUES(expires)"
+                 ON DUPLICATE KEY UPDATE expires = IF(expires = 0, 0, VALUES(expires))"
             ),
             unmark: format!("DELETE FROM {marks} WHERE name = ? AND owner = ?"),
+            bury: format!(
+                "INSERT INTO {marks} (name, owner, arrival, expires) VALUES (?, ?, 0, 0) \
+                 ON DUPLICATE KEY UPDATE expires = 0"
+            ),
             exists: format!("SELECT name FROM {rw} WHERE name = ?"),
             probe_share: format!("SELECT name FROM {rw} WHERE name = ? {share} SKIP LOCKED"),
             probe_alone: format!("SELECT name FROM {rw} WHERE name = ? FOR UPDATE SKIP LOCKED"),
@@ -205,8 +212,13 @@ impl Statements {
         pool: &sqlx::MySqlPool,
         name: &str,
         id: &str,
+        for_good: bool,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(AssertSqlSafe(self.unmark.as_str()))
+        let sql = match for_good {
+            true => &self.bury,
+            false => &self.unmark,
+        };
+        sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(name.as_bytes())
             .bind(id)
             .execute(pool)

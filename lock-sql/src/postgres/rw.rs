@@ -34,6 +34,9 @@ pub(super) struct Statements {
     mark: String,
     /// Remove mark `$2` of `$1`.
     unmark: String,
+    /// Remove mark `$2` of `$1` for good: a dead row (expiry 0) that a mark
+    /// still on its way cannot revive.
+    bury: String,
     /// Whether `$1` has a row.
     exists: String,
     /// Share `$1`'s row if no writer holds it (for the statement only).
@@ -91,9 +94,14 @@ impl Statements {
             write: format!("SELECT name FROM {rw} WHERE name = $1 FOR UPDATE NOWAIT"),
             mark: format!(
                 "INSERT INTO {marks} (name, owner, arrival, expires) VALUES ($1, $2, $3, $4) \
-                 ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires"
+                 ON CONFLICT (name, owner) DO UPDATE SET expires = EXCLUDED.expires \
+                 WHERE {marks}.expires <> 0"
             ),
             unmark: format!("DELETE FROM {marks} WHERE name = $1 AND owner = $2"),
+            bury: format!(
+                "INSERT INTO {marks} (name, owner, arrival, expires) VALUES ($1, $2, 0, 0) \
+                 ON CONFLICT (name, owner) DO UPDATE SET expires = 0"
+            ),
             exists: format!("SELECT name FROM {rw} WHERE name = $1"),
             probe_share: format!("SELECT name FROM {rw} WHERE name = $1 FOR SHARE SKIP LOCKED"),
             probe_alone: format!("SELECT name FROM {rw} WHERE name = $1 FOR UPDATE SKIP LOCKED"),
@@ -213,8 +221,13 @@ impl Statements {
         pool: &sqlx::PgPool,
         name: &str,
         id: &str,
+        for_good: bool,
     ) -> Result<(), sqlx::Error> {
-        sqlx::query(AssertSqlSafe(self.unmark.as_str()))
+        let sql = match for_good {
+            true => &self.bury,
+            false => &self.unmark,
+        };
+        sqlx::query(AssertSqlSafe(sql.as_str()))
             .bind(name)
             .bind(id)
             .execute(pool)
