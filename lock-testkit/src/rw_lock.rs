@@ -71,15 +71,21 @@ async fn rw_case(h: &Harness, case: &str) -> Option<(String, RwLockCapabilities)
 /// Where the backend reports its waiting writers, wait (up to 10 s) until
 /// `n` wait; elsewhere give them 300 ms to take their places.
 async fn await_waiting_writers(h: &Harness, name: &str, n: usize) {
+    await_waiters(h, name, n, Access::Write).await;
+}
+
+/// Where the backend reports the waiters of `side` (writers, or readers),
+/// wait (up to 10 s) until `n` wait; elsewhere give them 300 ms to take
+/// their places.
+async fn await_waiters(h: &Harness, name: &str, n: usize, side: Access) {
     let start = Instant::now();
     loop {
-        match h
-            .lock
-            .inspect_rw(name)
-            .await
-            .expect("inspect_rw")
-            .waiting_writers
-        {
+        let info = h.lock.inspect_rw(name).await.expect("inspect_rw");
+        let waiting = match side {
+            Access::Write => info.waiting_writers,
+            _ => info.waiting_readers,
+        };
+        match waiting {
             None => {
                 tokio::time::sleep(Duration::from_millis(300)).await;
                 return;
@@ -87,7 +93,7 @@ async fn await_waiting_writers(h: &Harness, name: &str, n: usize) {
             Some(w) if w >= n => return,
             Some(w) => assert!(
                 start.elapsed() < Duration::from_secs(10),
-                "only {w} of {n} writers ever waited"
+                "only {w} of {n} {side:?} waiters ever waited"
             ),
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
@@ -543,32 +549,6 @@ pub async fn a_reader_dropped_at_any_moment_leaves_no_mark(h: Harness) {
     dropped_waiter_leaves_no_mark(h, Access::Read).await;
 }
 
-/// Where the backend reports its waiting readers, wait (up to 10 s) until
-/// one waits; elsewhere give it 300 ms to take its place.
-async fn await_a_waiting_reader(h: &Harness, name: &str) {
-    let start = Instant::now();
-    loop {
-        match h
-            .lock
-            .inspect_rw(name)
-            .await
-            .expect("inspect_rw")
-            .waiting_readers
-        {
-            None => {
-                tokio::time::sleep(Duration::from_millis(300)).await;
-                return;
-            }
-            Some(w) if w >= 1 => return,
-            Some(_) => assert!(
-                start.elapsed() < Duration::from_secs(10),
-                "the reader never waited"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-}
-
 /// A waiter for `access` held back by the other side, its wait dropped at
 /// a moment swept over the first 6 ms after the holder starts to leave;
 /// then the other side gets in within [`UNMARKED`].
@@ -605,7 +585,7 @@ async fn dropped_waiter_leaves_no_mark(h: Harness, access: Access) {
         });
         match write {
             true => await_waiting_writers(&h, &name, 1).await,
-            false => await_a_waiting_reader(&h, &name).await,
+            false => await_waiters(&h, &name, 1, Access::Read).await,
         }
         let leaving = tokio::spawn(async move { holder.release().await });
         // Blocks this worker only: the waiter and the release go on on
