@@ -274,9 +274,9 @@ impl GuardHandle for NatsHandle {
     }
 
     /// The same release, on a client of its own connected again from the
-    /// URL, flushed before it goes so that the release's announcement
-    /// reaches the waiters. A lock on the application's own client has
-    /// none: its message expires with its TTL.
+    /// URL (its announcement flushed before it returns, as every
+    /// release's is). A lock on the application's own client has none:
+    /// its message expires with its TTL.
     fn detached_release(&self) -> Option<DetachedRelease> {
         let reconnect = self.inner.reconnect()?;
         let mut this = NatsHandle {
@@ -290,9 +290,7 @@ impl GuardHandle for NatsHandle {
         };
         Some(Box::pin(async move {
             this.inner = Arc::new(reconnect.await?);
-            let held = this.release().await;
-            this.inner.flush().await;
-            held
+            this.release().await
         }))
     }
 

@@ -589,12 +589,18 @@ impl Inner {
     }
 
     /// Tell the waiters listening on `subject` that what they wait for was
-    /// released. A lost
-    /// announcement costs a waiter its wake-up, not the lock: it tries
-    /// again when the holder's TTL would have ended.
+    /// released, flushed to the server before this returns: a client
+    /// dropped right after a release (a process that exits) would
+    /// otherwise lose it from its buffer. A lost announcement costs a
+    /// waiter its wake-up, not the lock: it tries again when the holder's
+    /// TTL would have ended.
     pub(crate) async fn announce_release(&self, subject: &str) {
-        if let Err(e) = self.client.publish(subject.to_string(), Bytes::new()).await {
-            tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a release could not be announced to its waiters");
+        let sent = match self.client.publish(subject.to_string(), Bytes::new()).await {
+            Ok(()) => self.client.flush().await.map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        if let Err(error) = sent {
+            tracing::debug!(target: "distlock", backend = BACKEND, %error, "a release could not be announced to its waiters");
         }
     }
 }

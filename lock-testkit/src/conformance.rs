@@ -278,6 +278,7 @@ macro_rules! lock_conformance_suite {
                 waiters_on_a_busy_lock_are_all_served,
                 try_acquire_while_held,
                 waiter_gets_lock_after_release,
+                a_release_reaches_the_waiter_when_its_client_goes_at_once,
                 releaser_does_not_overtake_a_waiter,
                 wait_timeout,
                 cancelled_waiter_leaves_nothing_behind,
@@ -558,6 +559,33 @@ pub async fn waiter_gets_lock_after_release(h: Harness) {
     assert!(
         handoff < Duration::from_secs(5),
         "hand-off took {handoff:?}"
+    );
+    assert!(g.release().await.expect("release"));
+}
+
+/// A holder whose client goes away as soon as its release returns (a
+/// process that releases and exits) still hands the lock to the waiter
+/// soon after, not when the released lease would have ended.
+pub async fn a_release_reaches_the_waiter_when_its_client_goes_at_once(h: Harness) {
+    let Harness { lock, other, .. } = h;
+    let name = unique_name("release-then-exit");
+    let o = opts(20_000, Wait::UpTo(Duration::from_secs(20)), true);
+    let holder = other.acquire(&name, &o).await.expect("acquire");
+    let waiter = {
+        let (lock, name, o) = (lock.clone(), name.clone(), o.clone());
+        tokio::spawn(async move { lock.acquire(&name, &o).await })
+    };
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished(), "the waiter got in beside the holder");
+    let released = Instant::now();
+    assert!(holder.release().await.expect("release"));
+    // The holder's client goes with its last reference.
+    drop(other);
+    let g = waiter.await.expect("waiter").expect("the waiter is served");
+    assert!(
+        released.elapsed() < SLACK,
+        "the waiter was served {:?} after the release",
+        released.elapsed()
     );
     assert!(g.release().await.expect("release"));
 }
