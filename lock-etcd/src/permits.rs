@@ -5,8 +5,9 @@
 //! acquisition puts a queue key `…/q/LIMIT-LEASE-OWNER` (the limit it
 //! asked with, in hex) on its lease; the queue is ordered by create
 //! revision, and the first `limit` keys hold permits, so waiters are served
-//! in arrival order. A key that is among the first then claims the lowest
-//! free slot key `…/s/SLOT` on the same lease, by a transaction that checks
+//! in arrival order. A key that is among the first then claims a free
+//! slot key `…/s/SLOT` (each claimer starting at one of its own) on the
+//! same lease, by a transaction that checks
 //! its queue key is still there and the slot key absent; the slot key's
 //! create revision is the permit's fencing token (global, so each slot's
 //! tokens rise). A release deletes both keys in one transaction, as the
@@ -168,24 +169,12 @@ impl EtcdLock {
         let mut ahead = queued.len().saturating_sub(1) as u64;
         let mut slots = get_result(&resp, 2).0;
         let mut read_at = rev;
-        let mut claims = 0;
         loop {
             if handle.state.lost_now().is_some() {
                 let _ = pending.give_back().await;
                 return Err(queue::place_lost(name));
             }
             let step = if ahead < u64::from(limit) {
-                claims += 1;
-                if claims > limit + 1 {
-                    let _ = pending.give_back().await;
-                    return Err(LockError::Backend {
-                        backend: BACKEND,
-                        reason: format!(
-                            "semaphore {name:?}: no free slot below {limit} although fewer permits are held"
-                        ),
-                        source: None,
-                    });
-                }
                 match self.claim_slot(&handle, &dirs, limit, rev, &slots).await {
                     Ok(Claim::Granted(slot, token)) => {
                         pending.disarm();
@@ -233,8 +222,10 @@ impl EtcdLock {
         }
     }
 
-    /// Take the lowest slot not in `slots`, if our queue key (created at
-    /// `rev`) is still there.
+    /// Take a slot not in `slots`, if our queue key (created at `rev`) is
+    /// still there. Losing the slot to another claimer is `Taken`: the
+    /// caller claims again, as long as it takes (each loss is another's
+    /// grant).
     async fn claim_slot(
         &self,
         handle: &EtcdHandle,
@@ -244,7 +235,13 @@ impl EtcdLock {
         slots: &[Vec<u8>],
     ) -> Result<Claim, LockError> {
         let taken: HashSet<u32> = slots.iter().filter_map(|k| dirs.slot_of(k)).collect();
-        let Some(slot) = (0..limit).find(|s| !taken.contains(s)) else {
+        let free: Vec<u32> = (0..limit).filter(|s| !taken.contains(s)).collect();
+        // Each claimer starts at a free slot of its own (by its queue key's
+        // revision), so the first `limit` claimers mostly do not collide:
+        // a collision costs the loser a round trip, never its place.
+        let slot =
+            (!free.is_empty()).then(|| free[(rev.unsigned_abs() % free.len() as u64) as usize]);
+        let Some(slot) = slot else {
             return Err(LockError::Backend {
                 backend: BACKEND,
                 reason: format!(

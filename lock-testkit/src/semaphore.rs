@@ -256,6 +256,62 @@ pub async fn racing_limits_grant_under_one(h: Harness) {
     }
 }
 
+/// A hundred acquirers on both clients (default options) take and give
+/// back permits of a semaphore of ten, each held 30 ms: every one is
+/// served within its wait, and the limit is reached, so contention does
+/// not keep permits out of reach. Until ten are held at once, holders
+/// keep their permits (up to 5 s): on a loaded machine a replicated
+/// backend's grant can take longer than a tenth of a hold. At most 24
+/// acquirers of each client wait or hold at once: a SQL client keeps a
+/// pooled connection per waiting acquisition (32 by default).
+pub async fn contention_reaches_the_limit(h: Harness) {
+    const LIMIT: u32 = 10;
+    const ACQUIRERS: usize = 100;
+    const PER_CLIENT: usize = 24;
+    let Some((a, b)) = semaphores(&h, "contention", LIMIT).await else {
+        return;
+    };
+    let o = LockOptions::new()
+        .ttl(Duration::from_secs(10).max(h.lock.capabilities().min_lease))
+        .wait(Wait::UpTo(Duration::from_secs(30)));
+    let in_use = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let gates = [
+        Arc::new(tokio::sync::Semaphore::new(PER_CLIENT)),
+        Arc::new(tokio::sync::Semaphore::new(PER_CLIENT)),
+    ];
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..ACQUIRERS {
+        let semaphore = if i % 2 == 0 { a.clone() } else { b.clone() };
+        let gate = Arc::clone(&gates[i % 2]);
+        let (o, in_use, most) = (o.clone(), in_use.clone(), most.clone());
+        tasks.push(tokio::spawn(async move {
+            let _in = gate.acquire_owned().await.expect("gate");
+            let permit = semaphore.acquire(&o).await.expect("a permit");
+            let now = in_use.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            assert!(now <= LIMIT, "{now} permits of {LIMIT} held");
+            let until = Instant::now() + Duration::from_secs(5);
+            while most.load(Ordering::SeqCst) < LIMIT && Instant::now() < until {
+                tokio::time::sleep(Duration::from_millis(5)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            in_use.fetch_sub(1, Ordering::SeqCst);
+            assert!(permit.release().await.expect("release"));
+        }));
+    }
+    for task in tasks {
+        task.await.expect("acquirer");
+    }
+    let most = most.load(Ordering::SeqCst);
+    eprintln!(
+        "semaphore contention: {ACQUIRERS} acquirers served in {:?}, at most {most} held",
+        started.elapsed()
+    );
+    assert_eq!(most, LIMIT, "contention kept the limit out of reach");
+}
+
 /// A waiter for a permit gets the one given back, soon after.
 pub async fn a_waiter_gets_a_released_permit(h: Harness) {
     let Some((a, b)) = semaphores(&h, "waiter", 1).await else {
@@ -417,6 +473,7 @@ macro_rules! __semaphore_cases {
             a_release_frees_its_slot_for_the_next,
             another_limit_is_refused_naming_both,
             racing_limits_grant_under_one,
+            contention_reaches_the_limit,
             a_waiter_gets_a_released_permit,
             an_abandoned_permit_expires_and_its_holder_knows_first,
             inspect_shows_the_limit_and_the_permits,
