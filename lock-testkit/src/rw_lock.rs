@@ -328,6 +328,72 @@ pub async fn readers_that_queued_before_a_waiting_writer_keep_their_place(h: Har
     );
 }
 
+/// Twenty readers queued behind a writer (default options, on both
+/// clients) all enter within 1.5 s of its release, and at least fifteen
+/// hold together: a release lets every queued reader in, not a few per
+/// round.
+pub async fn queued_readers_enter_together(h: Harness) {
+    const READERS: usize = 20;
+    const HOLD: Duration = Duration::from_millis(800);
+    let Some((name, _)) = rw_case(&h, "readers-together").await else {
+        return;
+    };
+    let writer = h
+        .lock
+        .try_acquire_write(&name, &held(&h))
+        .await
+        .expect("write")
+        .expect("free");
+    let o = LockOptions::new()
+        .ttl(Duration::from_secs(20).max(h.lock.capabilities().min_lease))
+        .wait(Wait::UpTo(Duration::from_secs(20)));
+    let inside = Arc::new(AtomicU32::new(0));
+    let most = Arc::new(AtomicU32::new(0));
+    let mut readers = Vec::new();
+    for r in 0..READERS {
+        let lock = if r % 2 == 0 {
+            h.lock.clone()
+        } else {
+            h.other.clone()
+        };
+        let (name, o, inside, most) = (name.clone(), o.clone(), inside.clone(), most.clone());
+        readers.push(tokio::spawn(async move {
+            let g = lock.acquire_read(&name, &o).await.expect("a queued read");
+            let entered = Instant::now();
+            let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+            most.fetch_max(now, Ordering::SeqCst);
+            tokio::time::sleep(HOLD).await;
+            inside.fetch_sub(1, Ordering::SeqCst);
+            assert!(g.release().await.expect("release"));
+            entered
+        }));
+    }
+    await_waiters(&h, &name, READERS, Access::Read).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        inside.load(Ordering::SeqCst),
+        0,
+        "a reader beside the writer"
+    );
+    let released = Instant::now();
+    assert!(writer.release().await.expect("release"));
+    let mut last = Duration::ZERO;
+    for r in readers {
+        let entered = r.await.expect("reader");
+        last = last.max(entered.duration_since(released));
+    }
+    let most = most.load(Ordering::SeqCst);
+    assert!(
+        last < Duration::from_millis(1500),
+        "the last of {READERS} queued readers entered {last:?} after the writer left \
+         (at most {most} together)"
+    );
+    assert!(
+        most >= 15,
+        "at most {most} of {READERS} queued readers held together"
+    );
+}
+
 /// Each write grant takes a new, larger token; a read grant carries the
 /// token of the latest write grant before it.
 pub async fn tokens_rise_per_write_and_readers_carry_the_latest(h: Harness) {
@@ -1195,6 +1261,7 @@ macro_rules! __rw_lock_cases {
             readers_share_and_a_writer_holds_alone,
             a_waiting_writer_is_served_before_later_readers,
             readers_that_queued_before_a_waiting_writer_keep_their_place,
+            queued_readers_enter_together,
             tokens_rise_per_write_and_readers_carry_the_latest,
             readers_and_writers_under_contention,
             a_cancelled_wait_leaves_nothing_behind,
