@@ -393,14 +393,6 @@ impl Inner {
         Some(async move { Inner::open(url.connect().await?, config, display, None).await })
     }
 
-    /// Send what the client still buffers (a release's announcement)
-    /// before it goes.
-    pub(crate) async fn flush(&self) {
-        if let Err(e) = self.client.flush().await {
-            tracing::debug!(target: "distlock", backend = BACKEND, error = %e, "a release's announcement could not be flushed");
-        }
-    }
-
     /// The settings in use.
     pub(crate) fn config(&self) -> &NatsConfig {
         &self.config
