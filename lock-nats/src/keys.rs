@@ -101,6 +101,8 @@ pub(crate) struct RwSubjects {
     pub(crate) all: String,
     /// The writer's message.
     pub(crate) writer: String,
+    /// Every reader's message: `…rw.TOKEN.r.*`.
+    pub(crate) readers: String,
     /// The latest write grant's token (a message without a TTL).
     pub(crate) token: String,
     /// Where releases (and marks given up) are announced:
@@ -117,6 +119,7 @@ impl RwSubjects {
         RwSubjects {
             all: format!("{base}>"),
             writer: format!("{base}x.w"),
+            readers: format!("{base}r.*"),
             token: format!("{base}x.t"),
             released: format!("distlock.{bucket}.rw.{token}"),
             base,

@@ -9,20 +9,28 @@
 //!
 //! - A **writer** reads the last sequence of all the lock's subjects and
 //!   which of them hold a message; with no reader, no writer and no reader
-//!   that arrived before it waiting there, it
-//!   publishes `x.w` on the condition that that last sequence is still the
-//!   one read (`Nats-Expected-Last-Subject-Sequence-Subject`). Its
-//!   sequence is the write's token, which it then writes to `x.t` on the
-//!   condition that `x.w`'s last message is still its own, before the
-//!   guard is handed out: a writer that never got that far never wrote
-//!   under its token, so readers carrying the token before it are right.
-//! - A **reader** does the same: granted when no writer holds and no
-//!   writer that arrived before it waits, on the same condition; it
-//!   carries the token of `x.t`. One condition over every subject of the
-//!   lock, for writers and readers alike, because a replicated stream's
-//!   leader serialises the conditional publishes of one filter only:
-//!   readers' grants and renewals refuse each other's grants too, and a
-//!   refused reader reads again (up to [`CLAIMS`] times in one attempt).
+//!   that arrived before it waiting there, it publishes `x.w` on the
+//!   condition that that last sequence is still the one read
+//!   (`Nats-Expected-Last-Subject-Sequence-Subject`): writers exclude each
+//!   other by that one filter, which a replicated stream's leader
+//!   serialises. Its sequence is the write's token, which it writes to
+//!   `x.t` on the condition that `x.w`'s last message is still its own,
+//!   before the guard is handed out: a writer that never got that far
+//!   never wrote under its token, so readers carrying the token before it
+//!   are right.
+//! - A **reader** reads which subjects hold a message and, when no writer
+//!   holds and no writer that arrived before it waits, publishes its own
+//!   `r.OWNER` on that subject's condition alone: readers never refuse
+//!   each other's grants or renewals.
+//! - **Confirmed after the grant**: a replicated stream's leader checks a
+//!   conditional publish against what is stored, not against publishes of
+//!   other subjects still on their way, so a reader's and a writer's grant
+//!   can both pass. Each then reads the other side (a writer every
+//!   reader's message, a reader the writer's): of the two, the later grant
+//!   was answered after the earlier was stored, finds it, and withdraws
+//!   if the other's grant token (a renewed message carries it) is lower.
+//!   A reader reads the latest write's token there too, after its grant,
+//!   so it carries every write handed out before it.
 //! - A waiter **marks** itself with its arrival (this client's clock) and
 //!   renews the mark every [`MARK_RENEWAL`]; a mark lapses [`MARK`] after
 //!   its last renewal and is removed when the wait ends, so readers that
@@ -65,7 +73,7 @@ const BACKSTOP: Duration = Duration::from_millis(500);
 
 /// How many times one attempt reads the lock again after its publish
 /// found it changed since the read: readers' grants and renewals change
-/// it too, so a reader among many may need several.
+/// it too, so a writer among many readers may need several.
 const CLAIMS: usize = 16;
 
 /// The write token the `x.t` message `m` records.
@@ -103,6 +111,24 @@ impl Inner {
             Some(m) => recorded_token(&m, name),
             None => Ok(0),
         }
+    }
+
+    /// Whether a reader of the lock was granted before sequence `seq`
+    /// (its message's grant token is lower): a writer granted at `seq`
+    /// must then withdraw.
+    async fn read_before(&self, subjects: &RwSubjects, seq: u64) -> Result<bool, LockError> {
+        let doing = "confirming a write";
+        for subject in self
+            .subjects_with_messages(&subjects.readers, doing)
+            .await?
+        {
+            if let Some(m) = self.last_on(&subject, doing).await?
+                && token_of(&m) < seq
+            {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Record `token` as the latest write's, if the writer's message is
@@ -198,18 +224,17 @@ impl NatsLock {
         let inner = &self.inner;
         let subjects = RwSubjects::of(&inner.config().bucket, name);
         let write = access == Access::Write;
-        // Every grant is conditioned on all of the lock's subjects, by one
-        // filter: a replicated stream's leader lets one conditional publish
-        // of a filter be in flight at a time, and checks it against what
-        // is stored, not against other filters' publishes still on their
-        // way (a writer's and a reader's under two filters could both
-        // pass).
         let filter = &subjects.all;
         let doing = "acquiring a reader-writer lock";
         for _ in 0..CLAIMS {
-            let last = inner.last_on(filter, doing).await?;
+            // A writer's grant is conditioned on the last sequence of all
+            // the lock's subjects; a reader's only on its own subject.
+            let last = match write {
+                true => inner.last_on(filter, doing).await?,
+                false => None,
+            };
             let mut seen = Seen::default();
-            if last.is_some() {
+            if last.is_some() || !write {
                 for subject in inner.subjects_with_messages(filter, doing).await? {
                     match subjects.kind_of(&subject) {
                         Some(RwSubject::Writer) => seen.writer = true,
@@ -239,18 +264,9 @@ impl NatsLock {
                 };
                 return Ok(Attempt::Held { expires_in });
             }
-            // A reader carries the latest write's token, read under the
-            // same condition as its grant.
-            let read_token = match (write, &last) {
-                (true, _) => None,
-                (false, Some(m)) if m.subject.as_str() == subjects.token => {
-                    Some(recorded_token(m, name)?)
-                }
-                (false, _) => Some(inner.write_token(&subjects, name).await?),
-            };
             let claim = Claim {
                 expected: last.as_ref().map_or(0, |m| m.sequence),
-                filter: Some(filter.clone()),
+                filter: write.then(|| filter.clone()),
                 limit: None,
             };
             let owner = OwnerToken::random().to_hex();
@@ -262,14 +278,36 @@ impl NatsLock {
                 // The lock changed since the read: read again.
                 Claimed::Refused(_) => continue,
             };
-            let token = match read_token {
-                Some(token) => token,
-                // Gone before its token was recorded (expired, taken away):
-                // not granted; the stored grant is given back as it drops.
-                None if !inner.record_write_token(&subjects, seq).await? => {
-                    return Ok(Attempt::Held { expires_in: None });
+            // Confirmed against the other side: of a reader and a writer
+            // granted at once, the later grant finds the earlier one (its
+            // message was stored before the later's answer) and withdraws;
+            // the stored grant is given back as it drops.
+            let token = match write {
+                true => {
+                    if inner.read_before(&subjects, seq).await? {
+                        return Ok(Attempt::Held { expires_in: None });
+                    }
+                    // Gone before its token was recorded (expired, taken
+                    // away): not granted.
+                    if !inner.record_write_token(&subjects, seq).await? {
+                        return Ok(Attempt::Held { expires_in: None });
+                    }
+                    seq
                 }
-                None => seq,
+                false => {
+                    // The latest write's token, read after the grant: a
+                    // write handed out before it recorded its token first.
+                    let (writer, token) = tokio::try_join!(
+                        inner.last_on(&subjects.writer, doing),
+                        inner.write_token(&subjects, name)
+                    )?;
+                    if let Some(w) = writer.filter(|w| token_of(w) < seq) {
+                        return Ok(Attempt::Held {
+                            expires_in: lease_left(&w),
+                        });
+                    }
+                    token
+                }
             };
             return self
                 .hand_out(name, opts, token, stored, |g| g.with_access(Some(access)))
