@@ -15,12 +15,15 @@
 //! the core subject); distlock acquire + release, with and without the
 //! guard's renewal; lock sets of eight names against eight single locks;
 //! a permit of a semaphore of 4 against the floor of the same algorithm
-//! (the semaphore's last message and its subjects read, the lowest free
-//! slot published on the condition that none of them changed, deleted);
-//! reader-writer locks' reads and writes against theirs (the lock's last
-//! message and subjects read, the reader's or the writer's message
-//! published on the same condition, a write's token recorded beside it,
-//! then deleted).
+//! (the semaphore's subjects read, a free slot published on the
+//! condition that its own subject has none, the subjects read again,
+//! deleted); reader-writer locks' reads and writes against theirs (a
+//! reader: the lock's subjects read, its message published on its own
+//! subject's condition, the writer's message and the latest write's token
+//! read; a writer: the lock's last message and subjects read, its message
+//! published on the condition that none of them changed, the readers'
+//! subjects read, its token recorded; then deleted). Every release is
+//! announced and flushed, as distlock's are.
 
 use std::time::Duration;
 
@@ -36,15 +39,16 @@ const FLOOR: &str = "floor: conditional publish with TTL + delete by sequence + 
 const OURS: &str = "distlock acquire + release";
 const OURS_UNRENEWED: &str = "distlock, auto-renew off";
 const PERMIT_FLOOR: &str =
-    "floor: semaphore of 4 read (last + subjects) + conditional publish on a slot + delete";
+    "floor: semaphore of 4 read (subjects) + publish on a free slot + subjects again + delete";
 const OURS_PERMIT: &str = "distlock permit of 4: acquire + release";
 const RW_READ_FLOOR: &str =
-    "floor: reader-writer lock read (last + subjects + token) + conditional publish + delete";
-const RW_WRITE_FLOOR: &str = "floor: reader-writer lock read (last + subjects) + conditional publish + token record + delete";
+    "floor: reader-writer lock read (subjects) + own publish + writer and token read + delete";
+const RW_WRITE_FLOOR: &str = "floor: reader-writer lock read (last + subjects) + conditional publish + readers read + token record + delete";
 
-/// The headers of a grant's message: the condition on `filter`'s last
-/// sequence, the lease, the owner and its message id.
-fn grant_headers(filter: &str, last: u64, owner: &str) -> async_nats::HeaderMap {
+/// The headers of a grant's message: the condition on the last sequence
+/// of `filter` (of the message's own subject where `None`), the lease,
+/// the owner and its message id.
+fn grant_headers(filter: Option<&str>, last: u64, owner: &str) -> async_nats::HeaderMap {
     use async_nats::header::{
         NATS_EXPECTED_LAST_SUBJECT_SEQUENCE, NATS_MESSAGE_ID, NATS_MESSAGE_TTL,
     };
@@ -53,19 +57,13 @@ fn grant_headers(filter: &str, last: u64, owner: &str) -> async_nats::HeaderMap 
         NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
         last.to_string().as_str(),
     );
-    headers.insert("Nats-Expected-Last-Subject-Sequence-Subject", filter);
+    if let Some(filter) = filter {
+        headers.insert("Nats-Expected-Last-Subject-Sequence-Subject", filter);
+    }
     headers.insert(NATS_MESSAGE_TTL, "30000ms");
     headers.insert("Distlock-Owner", owner);
     headers.insert(NATS_MESSAGE_ID, owner);
     headers
-}
-
-/// The last sequence of `filter`'s subjects (0: none has a message).
-async fn last_of(stream: &async_nats::jetstream::stream::Stream, filter: &str) -> u64 {
-    stream
-        .get_last_raw_message_by_subject(filter)
-        .await
-        .map_or(0, |m| m.sequence)
 }
 
 /// The subjects under `filter` that hold a message.
@@ -121,30 +119,26 @@ async fn delete(
         .publish(released, bytes::Bytes::new())
         .await
         .expect("announce");
+    client.flush().await.expect("announced");
 }
 
-/// The hand-written permit's cycle: the semaphore read, the lowest free
-/// slot claimed on the condition that nothing of it changed, released.
-async fn permit_floor(
-    js: &async_nats::jetstream::Context,
-    stream: &async_nats::jetstream::stream::Stream,
-    client: &async_nats::Client,
-    n: usize,
-) {
-    let filter = "$KV.distlock.sem.bench/permit-floor.*";
-    let last = last_of(stream, filter).await;
-    let held = match last {
-        0 => Vec::new(),
-        _ => subjects_of(js, filter).await,
-    };
+/// The hand-written permit's cycle: the semaphore's subjects read, a
+/// free slot claimed on the condition that its own subject has no
+/// message, the subjects read again (the check against another limit),
+/// released.
+async fn permit_floor(js: &async_nats::jetstream::Context, client: &async_nats::Client, n: usize) {
+    let filter = "$KV.distlock.sem.bench/permit-floor.*.*";
+    let held = subjects_of(js, filter).await;
     let slot = (0..4u32)
-        .find(|s| !held.iter().any(|h| h.ends_with(&format!(".{s}"))))
+        .find(|s| !held.iter().any(|h| h.ends_with(&format!(".4.{s}"))))
         .expect("a free slot");
     let owner = format!("{:032x}", rand_owner(n));
-    let mut headers = grant_headers(filter, last, &owner);
+    let mut headers = grant_headers(None, 0, &owner);
     headers.insert("Distlock-Limit", "4");
-    let subject = format!("$KV.distlock.sem.bench/permit-floor.{slot}");
+    let subject = format!("$KV.distlock.sem.bench/permit-floor.4.{slot}");
     let seq = publish(js, subject, headers).await;
+    let now = subjects_of(js, filter).await;
+    assert!(now.iter().all(|s| s.contains(".4.")), "one limit: {now:?}");
     delete(
         js,
         client,
@@ -154,10 +148,12 @@ async fn permit_floor(
     .await;
 }
 
-/// The hand-written reader-writer lock's cycle: the lock read, a reader's
-/// message (carrying the recorded token) or the writer's (its token then
-/// recorded) published on the condition that nothing of it changed,
-/// released.
+/// The hand-written reader-writer lock's cycle. A reader: the lock's
+/// subjects read, its own message published on its own subject's
+/// condition, then the writer's message and the recorded token read.
+/// A writer: the lock's last message and subjects read, its message
+/// published on the condition that nothing of the lock changed, the
+/// readers' subjects read, its token recorded. Then released.
 async fn rw_floor(
     js: &async_nats::jetstream::Context,
     stream: &async_nats::jetstream::stream::Stream,
@@ -167,10 +163,15 @@ async fn rw_floor(
 ) {
     let all = "$KV.distlock.rw.bench/rw-floor.>";
     let base = "$KV.distlock.rw.bench/rw-floor.";
-    let last = stream.get_last_raw_message_by_subject(all).await.ok();
-    let seen = match &last {
-        None => Vec::new(),
-        Some(_) => subjects_of(js, all).await,
+    let token_subject = format!("{base}x.t");
+    let owner = format!("{:032x}", rand_owner(n));
+    let last = match write {
+        true => stream.get_last_raw_message_by_subject(all).await.ok(),
+        false => None,
+    };
+    let seen = match (&last, write) {
+        (None, true) => Vec::new(),
+        _ => subjects_of(js, all).await,
     };
     assert!(
         !seen
@@ -178,41 +179,42 @@ async fn rw_floor(
             .any(|s| s.ends_with(".x.w") || s.contains(".r.")),
         "the floor's lock is free: {seen:?}"
     );
-    let token_subject = format!("{base}x.t");
-    if !write {
-        // The recorded token, unless the last message is the record.
-        let is_record = last
-            .as_ref()
-            .is_some_and(|m| m.subject.as_str() == token_subject);
-        if !is_record {
-            let _ = stream.get_last_raw_message_by_subject(&token_subject).await;
+    let seq = match write {
+        true => {
+            let headers = grant_headers(Some(all), last.map_or(0, |m| m.sequence), &owner);
+            let seq = publish(js, format!("{base}x.w"), headers).await;
+            let readers = subjects_of(js, &format!("{base}r.*")).await;
+            assert!(readers.is_empty(), "no reader: {readers:?}");
+            use async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE;
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(
+                NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
+                seq.to_string().as_str(),
+            );
+            headers.insert(
+                "Nats-Expected-Last-Subject-Sequence-Subject",
+                format!("{base}x.w").as_str(),
+            );
+            headers.insert("Distlock-Token", seq.to_string().as_str());
+            js.publish_with_headers(token_subject, headers, bytes::Bytes::new())
+                .await
+                .expect("publish")
+                .await
+                .expect("the token recorded");
+            seq
         }
-    }
-    let owner = format!("{:032x}", rand_owner(n));
-    let headers = grant_headers(all, last.map_or(0, |m| m.sequence), &owner);
-    let subject = match write {
-        true => format!("{base}x.w"),
-        false => format!("{base}r.{owner}"),
+        false => {
+            let headers = grant_headers(None, 0, &owner);
+            let seq = publish(js, format!("{base}r.{owner}"), headers).await;
+            let writer = format!("{base}x.w");
+            let (w, _) = tokio::join!(
+                stream.get_last_raw_message_by_subject(&writer),
+                stream.get_last_raw_message_by_subject(&token_subject)
+            );
+            assert!(w.is_err(), "no writer");
+            seq
+        }
     };
-    let seq = publish(js, subject, headers).await;
-    if write {
-        use async_nats::header::NATS_EXPECTED_LAST_SUBJECT_SEQUENCE;
-        let mut headers = async_nats::HeaderMap::new();
-        headers.insert(
-            NATS_EXPECTED_LAST_SUBJECT_SEQUENCE,
-            seq.to_string().as_str(),
-        );
-        headers.insert(
-            "Nats-Expected-Last-Subject-Sequence-Subject",
-            format!("{base}x.w").as_str(),
-        );
-        headers.insert("Distlock-Token", seq.to_string().as_str());
-        js.publish_with_headers(token_subject, headers, bytes::Bytes::new())
-            .await
-            .expect("publish")
-            .await
-            .expect("the token recorded");
-    }
     delete(js, client, seq, "distlock.distlock.rw.bench/rw-floor").await;
 }
 
@@ -294,7 +296,7 @@ async fn main() {
         }
         m.measure_sets(&locks, "bench/set/", &unrenewed).await;
         m.measure(PERMIT_FLOOR, async |n| {
-            permit_floor(&js, &stream, &client, n).await;
+            permit_floor(&js, &client, n).await;
         })
         .await;
         m.measure_lock(OURS_PERMIT, &locks, "bench/permit", &permit)

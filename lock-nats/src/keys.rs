@@ -42,15 +42,16 @@ impl Subjects {
     }
 }
 
-/// The subjects of one semaphore: one per slot, each holding the message
-/// of the permit on it.
+/// The subjects of one semaphore: one per slot and limit, each holding
+/// the message of the permit on it.
 #[derive(Clone)]
 pub(crate) struct PermitSubjects {
-    /// Every slot's subject: `$KV.BUCKET.sem.TOKEN.*`.
+    /// Every permit's subject: `$KV.BUCKET.sem.TOKEN.*.*`.
     pub(crate) filter: String,
     /// Where its releases are announced: `distlock.BUCKET.permits.TOKEN`.
     released: String,
-    /// A slot's subject without the slot: `$KV.BUCKET.sem.TOKEN.`.
+    /// A permit's subject without the limit and slot:
+    /// `$KV.BUCKET.sem.TOKEN.`.
     base: String,
 }
 
@@ -60,17 +61,18 @@ impl PermitSubjects {
         let token = token(name);
         let base = format!("$KV.{bucket}.sem.{token}.");
         PermitSubjects {
-            filter: format!("{base}*"),
+            filter: format!("{base}*.*"),
             released: format!("distlock.{bucket}.permits.{token}"),
             base,
         }
     }
 
-    /// The subjects of the permit on `slot`: its own message, and the
-    /// semaphore's announcements.
-    pub(crate) fn slot(&self, slot: u32) -> Subjects {
+    /// The subjects of a permit on `slot` asked with `limit`
+    /// (`…sem.TOKEN.LIMIT.SLOT`): its own message, and the semaphore's
+    /// announcements.
+    pub(crate) fn slot(&self, limit: u32, slot: u32) -> Subjects {
         Subjects {
-            lock: format!("{}{slot}", self.base),
+            lock: format!("{}{limit}.{slot}", self.base),
             released: self.released.clone(),
         }
     }
@@ -80,14 +82,15 @@ impl PermitSubjects {
         &self.released
     }
 
-    /// The slot of one of this semaphore's subjects.
-    pub(crate) fn slot_of(&self, subject: &str) -> Option<u32> {
-        let digits = subject.strip_prefix(&self.base)?;
+    /// The limit and the slot of one of this semaphore's subjects.
+    pub(crate) fn slot_of(&self, subject: &str) -> Option<(u32, u32)> {
+        let (limit, slot) = subject.strip_prefix(&self.base)?.split_once('.')?;
         // Only the form this crate writes: no sign, no leading zeros.
-        if digits.starts_with('0') && digits.len() > 1 {
-            return None;
-        }
-        digits.parse().ok()
+        let number = |digits: &str| match digits.starts_with('0') && digits.len() > 1 {
+            true => None,
+            false => digits.parse::<u32>().ok(),
+        };
+        Some((number(limit)?, number(slot)?))
     }
 }
 
@@ -294,16 +297,18 @@ mod tests {
     #[test]
     fn a_semaphore_slot_reads_back_from_its_subject() {
         let permits = PermitSubjects::of("distlock", "a.b");
-        assert_eq!(permits.filter, "$KV.distlock.sem.a=2Eb.*");
-        for slot in [0, 7, 1023] {
-            let subject = permits.slot(slot).lock;
-            assert_eq!(permits.slot_of(&subject), Some(slot), "{subject}");
+        assert_eq!(permits.filter, "$KV.distlock.sem.a=2Eb.*.*");
+        for (limit, slot) in [(1, 0), (10, 7), (1024, 1023)] {
+            let subject = permits.slot(limit, slot).lock;
+            assert_eq!(permits.slot_of(&subject), Some((limit, slot)), "{subject}");
         }
-        assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.07"), None);
-        assert_eq!(permits.slot_of("$KV.distlock.sem.other.1"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.10.07"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.010.7"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.7"), None);
+        assert_eq!(permits.slot_of("$KV.distlock.sem.other.2.1"), None);
         assert_eq!(permits.slot_of("$KV.distlock.lock.a=2Eb"), None);
         // Another name's slots are never under this one's filter.
         let other = PermitSubjects::of("distlock", "a");
-        assert!(!other.slot(1).lock.starts_with(&permits.base));
+        assert!(!other.slot(2, 1).lock.starts_with(&permits.base));
     }
 }
