@@ -42,11 +42,42 @@ impl Subjects {
     }
 }
 
+/// A waiter's mark, as its subject's last token reads (`ARRIVAL-ID`): the
+/// arrival in 16 digits, so that marks order as text, then the mark's id.
+/// Marks order by arrival, then id: a writer's id (hexadecimal) before a
+/// reader's of the same millisecond.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Mark {
+    pub(crate) arrival: u64,
+    pub(crate) id: String,
+}
+
+impl Mark {
+    /// The mark's subject token.
+    fn token(arrival: u64, id: &str) -> String {
+        format!("{arrival:016}-{id}")
+    }
+
+    /// The mark a subject token reads as.
+    fn read(token: &str) -> Option<Mark> {
+        let (arrival, id) = token.split_once('-')?;
+        Some(Mark {
+            arrival: arrival.parse().ok()?,
+            id: id.to_string(),
+        })
+    }
+
+    /// Whether a waiting reader left it.
+    pub(crate) fn reader(&self) -> bool {
+        WaitMark::is_reader_id(&self.id)
+    }
+}
+
 /// The subjects of one semaphore: one per slot and limit, each holding
-/// the message of the permit on it.
+/// the message of the permit on it, and the waiters' marks (`q.ARRIVAL-ID`).
 #[derive(Clone)]
 pub(crate) struct PermitSubjects {
-    /// Every permit's subject: `$KV.BUCKET.sem.TOKEN.*.*`.
+    /// Every permit's subject and every mark's: `$KV.BUCKET.sem.TOKEN.*.*`.
     pub(crate) filter: String,
     /// Where its releases are announced: `distlock.BUCKET.permits.TOKEN`.
     released: String,
@@ -80,6 +111,16 @@ impl PermitSubjects {
     /// The announcements of releases, for waiters.
     pub(crate) fn released(&self) -> &str {
         &self.released
+    }
+
+    /// A waiter's mark: its arrival (milliseconds) and its id.
+    pub(crate) fn mark(&self, arrival: u64, id: &str) -> String {
+        format!("{}q.{}", self.base, Mark::token(arrival, id))
+    }
+
+    /// The mark one of this semaphore's subjects is, if it is one.
+    pub(crate) fn mark_of(&self, subject: &str) -> Option<Mark> {
+        Mark::read(subject.strip_prefix(&self.base)?.strip_prefix("q.")?)
     }
 
     /// The limit and the slot of one of this semaphore's subjects.
@@ -140,10 +181,9 @@ impl RwSubjects {
         }
     }
 
-    /// A waiter's mark: its arrival (milliseconds, 16 digits, so that
-    /// marks order as text) and its id.
+    /// A waiter's mark: its arrival (milliseconds) and its id.
     pub(crate) fn mark(&self, arrival: u64, id: &str) -> String {
-        format!("{}x.q.{arrival:016}-{id}", self.base)
+        format!("{}x.q.{}", self.base, Mark::token(arrival, id))
     }
 
     /// What one of the lock's subjects is.
@@ -154,11 +194,7 @@ impl RwSubjects {
         } else if rest == "x.t" {
             Some(RwSubject::Token)
         } else if let Some(mark) = rest.strip_prefix("x.q.") {
-            let (arrival, id) = mark.split_once('-')?;
-            Some(RwSubject::Mark {
-                arrival: arrival.parse().ok()?,
-                reader: WaitMark::is_reader_id(id),
-            })
+            Mark::read(mark).map(RwSubject::Mark)
         } else if rest.starts_with("r.") {
             Some(RwSubject::Reader)
         } else {
@@ -168,14 +204,14 @@ impl RwSubjects {
 }
 
 /// One subject of a reader-writer lock ([`RwSubjects::kind_of`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum RwSubject {
     /// The writer's message.
     Writer,
     /// A reader's message.
     Reader,
-    /// A waiter's mark, with its arrival: a reader's or a writer's.
-    Mark { arrival: u64, reader: bool },
+    /// A waiter's mark: a reader's or a writer's.
+    Mark(Mark),
     /// The latest write's token.
     Token,
 }
@@ -273,18 +309,21 @@ mod tests {
         );
         assert_eq!(
             rw.kind_of(&rw.mark(1_700_000_000_123, "beef")),
-            Some(RwSubject::Mark {
+            Some(RwSubject::Mark(Mark {
                 arrival: 1_700_000_000_123,
-                reader: false,
-            })
+                id: "beef".into(),
+            }))
         );
-        assert_eq!(
-            rw.kind_of(&rw.mark(7, "rbeef")),
-            Some(RwSubject::Mark {
-                arrival: 7,
-                reader: true,
-            })
-        );
+        let Some(RwSubject::Mark(reader)) = rw.kind_of(&rw.mark(7, "rbeef")) else {
+            panic!("a reader's mark reads back");
+        };
+        assert!(reader.reader() && reader.arrival == 7);
+        // A writer's mark orders before a reader's of the same moment.
+        let writer = Mark {
+            arrival: 7,
+            id: "ffff".into(),
+        };
+        assert!(writer < reader && !writer.reader());
         // Every subject of the lock is under `all`.
         let base = rw.all.trim_end_matches('>');
         for subject in [rw.writer.clone(), rw.token.clone(), rw.mark(1, "x")] {
@@ -307,6 +346,19 @@ mod tests {
         assert_eq!(permits.slot_of("$KV.distlock.sem.a=2Eb.7"), None);
         assert_eq!(permits.slot_of("$KV.distlock.sem.other.2.1"), None);
         assert_eq!(permits.slot_of("$KV.distlock.lock.a=2Eb"), None);
+        // A waiter's mark is under the filter, and is no slot.
+        let mark = permits.mark(1_700_000_000_123, "beef");
+        assert!(mark.starts_with(permits.filter.trim_end_matches("*.*")));
+        assert_eq!(mark.split('.').count(), permits.filter.split('.').count());
+        assert_eq!(permits.slot_of(&mark), None);
+        assert_eq!(
+            permits.mark_of(&mark),
+            Some(Mark {
+                arrival: 1_700_000_000_123,
+                id: "beef".into(),
+            })
+        );
+        assert_eq!(permits.mark_of(&permits.slot(10, 7).lock), None);
         // Another name's slots are never under this one's filter.
         let other = PermitSubjects::of("distlock", "a");
         assert!(!other.slot(2, 1).lock.starts_with(&permits.base));

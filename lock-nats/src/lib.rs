@@ -20,6 +20,7 @@ mod handle;
 mod keys;
 mod lock;
 mod permits;
+mod queue;
 mod rw;
 mod stream;
 

@@ -30,21 +30,27 @@ use crate::error::{
 };
 use crate::grant::Claimed;
 use crate::handle::Claim;
-use crate::keys::{self, PermitSubjects, Subjects};
+use crate::keys::{self, Subjects};
 use crate::permits::MAX_LIMIT;
+use crate::queue::{EXPIRY_SLACK, Line, Place};
 use crate::stream;
 
 /// The shortest per-message TTL the server takes: shorter leases ask the
 /// server for this (the guard's validity still counts with its own TTL).
 pub(crate) const MIN_SERVER_TTL: Duration = Duration::from_secs(1);
 
-/// How long after a holder's TTL ends by the server's clock a waiter
-/// tries again: the server removes the message on a timer of its own.
-const EXPIRY_SLACK: Duration = Duration::from_millis(5);
-
 /// How many times one attempt writes again after finding a message that
 /// was gone when read.
 const LOOKS: usize = 3;
+
+/// The line a request waits in, unless it asks for a plain lock.
+fn line_of(req: &Request<'_>) -> Option<Line> {
+    match (req.opts.access, req.opts.permits) {
+        (Some(access), _) => Some(Line::Rw(access)),
+        (_, Some(limit)) => Some(Line::Permit(limit)),
+        _ => None,
+    }
+}
 
 /// What NATS locks prove. With a stream kept by 3 or more servers, a
 /// grant is in the Raft log of a majority before it is answered: tokens
@@ -68,15 +74,19 @@ fn capabilities(replicated: bool) -> Capabilities {
         // The holder record is the message's payload.
         .with_holder(true)
         // A permit is a lock on one of the semaphore's slot subjects;
-        // releases are announced on the semaphore's subject.
+        // releases are announced on the semaphore's subject; waiters mark
+        // themselves, and the first ones take the free slots.
         .with_semaphore(Some(
-            SemaphoreCapabilities::new(MAX_LIMIT).with_waiting(Waiting::Notified),
+            SemaphoreCapabilities::new(MAX_LIMIT)
+                .with_fair_queue(true)
+                .with_waiting(Waiting::Notified),
         ))
         // Readers and the writer are messages on subjects of the name's;
-        // waiting writers mark themselves.
+        // waiters mark themselves.
         .with_rw_lock(Some(
             RwLockCapabilities::new()
                 .with_writer_preference(true)
+                .with_fair_queue(true)
                 .with_waiting(Waiting::Notified),
         ))
 }
@@ -309,21 +319,12 @@ impl NatsLock {
         &self.inner.config
     }
 
-    /// One attempt at what `req` asks for (a lock, a permit), without
-    /// waiting.
+    /// One attempt at what `req` asks for (a lock, a permit, access),
+    /// without waiting: a permit or access does not pass a waiter's mark.
     async fn attempt_any(&self, req: Request<'_>) -> Result<Attempt, LockError> {
-        match (req.opts.access, req.opts.permits) {
-            (Some(access), _) => {
-                self.attempt_rw(
-                    req.name,
-                    req.opts,
-                    access,
-                    lock_core::raw::Arrival::now().millis(),
-                )
-                .await
-            }
-            (_, Some(limit)) => self.attempt_permit(req.name, req.opts, limit).await,
-            _ => self.attempt(req.name, req.opts).await,
+        match line_of(&req) {
+            Some(line) => self.attempt_in_line(req, line, Place::New).await,
+            None => self.attempt(req.name, req.opts).await,
         }
     }
 
@@ -609,23 +610,19 @@ impl RawLock for NatsLock {
 
     /// Listens for the name's releases (subscribed before the first
     /// attempt, so none is missed), and otherwise sleeps until the
-    /// holder's TTL ends by its message's timestamp (a semaphore's: the
-    /// first of its permits to end).
+    /// holder's TTL ends by its message's timestamp. Permits and
+    /// reader-writer access wait in line ([`crate::queue`]).
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.wait_for_rw(req, access).await;
+        if let Some(line) = line_of(&req) {
+            return self.wait_in_line(req, line).await;
         }
-        let bucket = &self.inner.config.bucket;
-        let subject = match req.opts.permits {
-            Some(_) => PermitSubjects::of(bucket, req.name).released().to_string(),
-            None => Subjects::of(bucket, req.name).released,
-        };
+        let subject = Subjects::of(&self.inner.config.bucket, req.name).released;
         let mut released = self.inner.listen(subject).await?;
         let mut listening = true;
         let mut wait = WaitLoop::new(req, None);
         loop {
             let mut too_late = None;
-            let pace = match self.attempt_any(req).await? {
+            let pace = match self.attempt(req.name, req.opts).await? {
                 Attempt::Acquired(guard) => return Ok(Some(guard)),
                 Attempt::Held {
                     expires_in: Some(left),

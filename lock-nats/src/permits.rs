@@ -15,9 +15,12 @@
 //! and one that finds a permit of another limit with a lower grant token
 //! withdraws (the later of two grants finds the earlier, stored before it
 //! was answered), so the permits handed out always share one limit.
+//! Waiters mark themselves among the semaphore's subjects
+//! (`$KV.BUCKET.sem.n.q.ARRIVAL-ID`, [`crate::queue`]), so the same read
+//! shows them: an attempt publishes only while more slots are free than
+//! marks ahead of it, and permits go to waiters in the order they came.
 //! Releases are announced on `distlock.BUCKET.permits.n`; waiters
-//! otherwise sleep until the first held permit's TTL ends. No queue: the
-//! order among waiters is not promised.
+//! otherwise sleep until the first held permit's TTL ends.
 
 use std::collections::BTreeSet;
 use std::time::Duration;
@@ -30,8 +33,9 @@ use lock_core::{LockError, LockOptions, PermitInfo, SemaphoreInfo};
 use crate::error::BACKEND;
 use crate::grant::Claimed;
 use crate::handle::Claim;
-use crate::keys::PermitSubjects;
+use crate::keys::{Mark, PermitSubjects};
 use crate::lock::{Inner, NatsLock, lease_left, token_of};
+use crate::queue::Place;
 
 /// The largest limit: a full semaphore's attempt reads each held
 /// permit's message to learn when the first one ends.
@@ -59,26 +63,36 @@ fn random_start() -> usize {
     std::hash::RandomState::new().build_hasher().finish() as usize
 }
 
+/// What one read of a semaphore found.
+#[derive(Default)]
+struct Read {
+    /// The permits held.
+    held: Vec<Held>,
+    /// The waiters' marks.
+    marks: Vec<Mark>,
+}
+
 impl Inner {
-    /// The permits of the semaphore of `subjects`: one stream info request.
-    async fn read_permits(
+    /// The permits and the waiters' marks of the semaphore of `subjects`:
+    /// one stream info request.
+    async fn read_semaphore(
         &self,
         subjects: &PermitSubjects,
         doing: &str,
-    ) -> Result<Vec<Held>, LockError> {
-        Ok(self
-            .subjects_with_messages(&subjects.filter, doing)
-            .await?
-            .into_iter()
-            .filter_map(|subject| {
-                let (limit, slot) = subjects.slot_of(&subject)?;
-                Some(Held {
+    ) -> Result<Read, LockError> {
+        let mut read = Read::default();
+        for subject in self.subjects_with_messages(&subjects.filter, doing).await? {
+            if let Some((limit, slot)) = subjects.slot_of(&subject) {
+                read.held.push(Held {
                     limit,
                     slot,
                     subject,
-                })
-            })
-            .collect())
+                });
+            } else if let Some(mark) = subjects.mark_of(&subject) {
+                read.marks.push(mark);
+            }
+        }
+        Ok(read)
     }
 
     /// The messages of the permits `held` that are still there.
@@ -107,7 +121,7 @@ impl Inner {
         seq: u64,
         doing: &str,
     ) -> Result<Option<u32>, LockError> {
-        let mut others = self.read_permits(subjects, doing).await?;
+        let mut others = self.read_semaphore(subjects, doing).await?.held;
         others.retain(|h| h.limit != limit);
         Ok(self
             .permit_messages(others, doing)
@@ -119,20 +133,21 @@ impl Inner {
 }
 
 impl NatsLock {
-    /// One attempt at a permit of `name` among `limit`, without waiting.
-    /// Cancel-safe as a lock's attempt is: a publish whose answer never
-    /// came is given back by the guard's handle.
+    /// One attempt at a permit of `name` among `limit` from `place` among
+    /// the waiters, without waiting. Cancel-safe as a lock's attempt is: a
+    /// publish whose answer never came is given back by the guard's handle.
     pub(crate) async fn attempt_permit(
         &self,
         name: &str,
         opts: &LockOptions,
         limit: u32,
+        place: Place<'_>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let subjects = PermitSubjects::of(&inner.config().bucket, name);
         let doing = "acquiring a permit";
         for _ in 0..CLAIMS {
-            let held = inner.read_permits(&subjects, doing).await?;
+            let Read { held, marks } = inner.read_semaphore(&subjects, doing).await?;
             if let Some(other) = held.iter().find(|h| h.limit != limit) {
                 return Err(limit_mismatch(name, limit, other.limit));
             }
@@ -145,6 +160,10 @@ impl NatsLock {
                     // None left: they went since the read; look again soon.
                     expires_in: first_to_end.or(Some(Duration::ZERO)),
                 });
+            }
+            // The first waiters take the free slots.
+            if marks.iter().filter(|m| place.behind(m)).count() >= free.len() {
+                return Ok(Attempt::Held { expires_in: None });
             }
             let slot = free[random_start() % free.len()];
             let claim = Claim {
@@ -177,16 +196,15 @@ impl NatsLock {
     }
 
     /// The semaphore's permits, then each one's message: its token, lease
-    /// left and holder. Waiters are not queued on the server, so their
-    /// number is not known.
+    /// left and holder; the marks are the waiters.
     pub(crate) async fn inspect_permits(&self, name: &str) -> Result<SemaphoreInfo, LockError> {
         let inner = &self.inner;
         let subjects = PermitSubjects::of(&inner.config().bucket, name);
         let doing = "reading a semaphore";
-        let held = inner.read_permits(&subjects, doing).await?;
+        let Read { held, marks } = inner.read_semaphore(&subjects, doing).await?;
         let messages = inner.permit_messages(held, doing).await?;
         let Some((first, _)) = messages.first() else {
-            return Ok(SemaphoreInfo::free());
+            return Ok(SemaphoreInfo::free().with_waiters(Some(marks.len())));
         };
         let limit = first.limit;
         let permits = messages
@@ -199,6 +217,6 @@ impl NatsLock {
                     .with_holder(Some(holder)))
             })
             .collect::<Result<Vec<_>, LockError>>()?;
-        Ok(SemaphoreInfo::held(limit, permits))
+        Ok(SemaphoreInfo::held(limit, permits).with_waiters(Some(marks.len())))
     }
 }

@@ -8,8 +8,8 @@
 //! without a TTL).
 //!
 //! - A **writer** reads the last sequence of all the lock's subjects and
-//!   which of them hold a message; with no reader, no writer and no reader
-//!   that arrived before it waiting there, it publishes `x.w` on the
+//!   which of them hold a message; with no reader, no writer and no waiter
+//!   that arrived before it there, it publishes `x.w` on the
 //!   condition that that last sequence is still the one read
 //!   (`Nats-Expected-Last-Subject-Sequence-Subject`): writers exclude each
 //!   other by that one filter, which a replicated stream's leader
@@ -31,45 +31,26 @@
 //!   if the other's grant token (a renewed message carries it) is lower.
 //!   A reader reads the latest write's token there too, after its grant,
 //!   so it carries every write handed out before it.
-//! - A waiter **marks** itself with its arrival (this client's clock) and
-//!   renews the mark every [`MARK_RENEWAL`]; a mark lapses [`MARK`] after
-//!   its last renewal and is removed when the wait ends, so readers that
-//!   come after a waiting writer wait behind it (writer preference), and
-//!   readers that queued before a writer keep their place. Skew between
-//!   clients shifts who counts as first, never exclusion.
+//! - A waiter **marks** itself ([`crate::queue`]), so readers that come
+//!   after a waiting writer wait behind it (writer preference), readers
+//!   that queued before a writer keep their place, and writers are served
+//!   in the order they came.
 //!
-//! Releases, and marks removed by a wait that gave up, are announced on
-//! `distlock.BUCKET.rw.n`; waiters also look again when the writer's
-//! lease ends. No queue: writers among themselves, and readers behind the
-//! same writer, are served in no promised order.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! Releases, and marks removed, are announced on `distlock.BUCKET.rw.n`;
+//! waiters also look again when the writer's lease ends.
 
 use async_nats::HeaderMap;
 use async_nats::jetstream::message::StreamMessage;
 use bytes::Bytes;
-use futures_util::StreamExt;
-use lock_core::raw::{
-    Arrival, Attempt, HolderRecord, MARK_RENEWAL, MARK_TTL, OwnerToken, Pace, RawGuard, Request,
-    WaitLoop, WaitMark,
-};
-use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
-use tokio::time::Instant;
+use lock_core::raw::{Attempt, HolderRecord, OwnerToken, RawGuard};
+use lock_core::{Access, LockError, LockOptions, RwHolderInfo, RwLockInfo};
 
 use crate::error::BACKEND;
 use crate::grant::Claimed;
 use crate::handle::Claim;
 use crate::keys::{self, RwSubject, RwSubjects};
-use crate::lock::{Inner, NatsLock, Written, header, lease_left, token_of, ttl_header};
-
-/// How long a waiter's mark lasts unless renewed: the marks'
-/// lifetime in whole seconds, as the server's TTLs are.
-const MARK: Duration = Duration::from_secs(MARK_TTL.as_millis().div_ceil(1000) as u64);
-
-/// How long a waiter pauses when what blocks it has no lease it can read
-/// (readers, a waiting writer); a release wakes it sooner.
-const BACKSTOP: Duration = Duration::from_millis(500);
+use crate::lock::{Inner, NatsLock, Written, header, lease_left, token_of};
+use crate::queue::Place;
 
 /// How many times one attempt reads the lock again after its publish
 /// found it changed since the read: readers' grants and renewals change
@@ -95,8 +76,8 @@ fn recorded_token(m: &StreamMessage, name: &str) -> Result<u64, LockError> {
 struct Seen {
     writer: bool,
     readers: usize,
-    /// Waiting writers that arrived before this acquisition (or with it).
-    earlier_marks: usize,
+    /// Waiting writers that arrived before this acquisition.
+    earlier_writers: usize,
     /// Waiting readers that arrived before this acquisition.
     earlier_readers: usize,
 }
@@ -158,68 +139,15 @@ impl Inner {
     }
 }
 
-/// A waiter's mark, removed (its subject's message deleted, the waiters
-/// behind it told) when the wait ends, whenever it ends.
-fn wait_mark(
-    inner: &Arc<Inner>,
-    subjects: &RwSubjects,
-    access: Access,
-    arrival: Arrival,
-) -> WaitMark {
-    let (inner, subjects) = (Arc::clone(inner), subjects.clone());
-    WaitMark::new(
-        access,
-        arrival,
-        Arc::new(move |id| {
-            let (inner, subject, released) = (
-                Arc::clone(&inner),
-                subjects.mark(arrival.millis(), &id),
-                subjects.released.clone(),
-            );
-            Box::pin(async move {
-                let doing = "removing a waiter's mark";
-                if let Some(m) = inner.last_on(&subject, doing).await? {
-                    inner.delete(m.sequence, doing).await?;
-                    inner.announce_release(&released).await;
-                }
-                Ok(())
-            })
-        }),
-    )
-}
-
-/// Publish `mark` (on `subject`) again with a fresh TTL. A failure leaves
-/// the wait without its place until the next renewal; the wait's attempts
-/// report the server's trouble.
-async fn renew_mark(inner: &Inner, mark: &WaitMark, subject: &str) {
-    let mut headers = HeaderMap::new();
-    headers.insert(
-        async_nats::header::NATS_MESSAGE_TTL,
-        ttl_header(MARK).as_str(),
-    );
-    mark.placing();
-    let written = inner
-        .publish(
-            subject.to_string(),
-            headers,
-            Bytes::new(),
-            "marking a waiter",
-        )
-        .await;
-    if let Err(e) = written {
-        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be renewed");
-    }
-}
-
 impl NatsLock {
-    /// One attempt at `access` to `name` by an acquisition that arrived at
-    /// `arrival`, without waiting. Cancel-safe as a lock's attempt is.
+    /// One attempt at `access` to `name` from `place` among the waiters,
+    /// without waiting. Cancel-safe as a lock's attempt is.
     pub(crate) async fn attempt_rw(
         &self,
         name: &str,
         opts: &LockOptions,
         access: Access,
-        arrival: u64,
+        place: Place<'_>,
     ) -> Result<Attempt, LockError> {
         let inner = &self.inner;
         let subjects = RwSubjects::of(&inner.config().bucket, name);
@@ -239,20 +167,27 @@ impl NatsLock {
                     match subjects.kind_of(&subject) {
                         Some(RwSubject::Writer) => seen.writer = true,
                         Some(RwSubject::Reader) => seen.readers += 1,
-                        // A writer that arrived at the same moment goes
-                        // first, as on every backend.
-                        Some(RwSubject::Mark { arrival: a, reader }) => match reader {
-                            true if a < arrival => seen.earlier_readers += 1,
-                            false if a <= arrival => seen.earlier_marks += 1,
-                            _ => {}
+                        // Marks order by arrival, then id: a writer that
+                        // arrived at the same moment goes first, as on
+                        // every backend.
+                        Some(RwSubject::Mark(mark)) if place.behind(&mark) => match mark.reader() {
+                            true => seen.earlier_readers += 1,
+                            false => seen.earlier_writers += 1,
                         },
                         _ => {}
                     }
                 }
             }
+            // Every waiter ahead keeps a writer out; a waiting writer
+            // ahead keeps a reader out.
             let blocked = match write {
-                true => seen.writer || seen.readers > 0 || seen.earlier_readers > 0,
-                false => seen.writer || seen.earlier_marks > 0,
+                true => {
+                    seen.writer
+                        || seen.readers > 0
+                        || seen.earlier_readers > 0
+                        || seen.earlier_writers > 0
+                }
+                false => seen.writer || seen.earlier_writers > 0,
             };
             if blocked {
                 let expires_in = match seen.writer {
@@ -316,65 +251,6 @@ impl NatsLock {
         Ok(Attempt::Held { expires_in: None })
     }
 
-    /// Wait for `access`: listening for the lock's releases (subscribed
-    /// before the first attempt), else until the writer's lease ends or a
-    /// [`BACKSTOP`]; the waiter marks itself while it waits.
-    pub(crate) async fn wait_for_rw(
-        &self,
-        req: Request<'_>,
-        access: Access,
-    ) -> Result<Option<LockGuard>, LockError> {
-        let (name, opts) = (req.name, req.opts);
-        let inner = &self.inner;
-        let subjects = RwSubjects::of(&inner.config().bucket, name);
-        let mut released = inner.listen(subjects.released.clone()).await?;
-        let arrival = Arrival::now();
-        let mark = wait_mark(inner, &subjects, access, arrival);
-        let mark_subject = subjects.mark(arrival.millis(), mark.id());
-        let mut listening = true;
-        let mut wait = WaitLoop::new(req, None);
-        let mut marked_at: Option<Instant> = None;
-        loop {
-            let mut too_late = None;
-            let pace = match self
-                .attempt_rw(name, opts, access, arrival.millis())
-                .await?
-            {
-                Attempt::Acquired(guard) => {
-                    if let Err(e) = mark.remove().await {
-                        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a granted waiter's mark could not be removed; it lapses by itself");
-                    }
-                    return Ok(Some(guard));
-                }
-                Attempt::Held { expires_in } => {
-                    if marked_at.is_none_or(|at| at.elapsed() >= MARK_RENEWAL) {
-                        renew_mark(inner, &mark, &mark_subject).await;
-                        marked_at = Some(Instant::now());
-                    }
-                    let until = Instant::now() + expires_in.unwrap_or(BACKSTOP).min(MARK_RENEWAL);
-                    Pace::Until(until)
-                }
-                Attempt::TooLate(e) => {
-                    too_late = Some(e);
-                    Pace::For(Duration::ZERO)
-                }
-            };
-            tokio::select! {
-                go_on = wait.pause(pace) => {
-                    if !go_on {
-                        if let Err(e) = mark.remove().await {
-                            tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be removed; it lapses by itself");
-                        }
-                        return too_late.map_or(Ok(None), Err);
-                    }
-                }
-                message = released.next(), if listening => {
-                    listening = message.is_some();
-                }
-            }
-        }
-    }
-
     /// The lock's subjects with a message, then the writer's and each
     /// reader's message (token, lease left, holder) and the latest
     /// write's token; the marks are the waiters.
@@ -390,8 +266,8 @@ impl NatsLock {
             let access = match subjects.kind_of(&subject) {
                 Some(RwSubject::Writer) => Access::Write,
                 Some(RwSubject::Reader) => Access::Read,
-                Some(RwSubject::Mark { reader, .. }) => {
-                    match reader {
+                Some(RwSubject::Mark(mark)) => {
+                    match mark.reader() {
                         true => readers_waiting += 1,
                         false => marks += 1,
                     }

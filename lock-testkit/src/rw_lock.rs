@@ -328,6 +328,88 @@ pub async fn readers_that_queued_before_a_waiting_writer_keep_their_place(h: Har
     );
 }
 
+/// Waiters queued one after another behind a writer, writers and readers
+/// alternating (on alternating clients): W1, R2, W3, R4, W5. Where the
+/// capabilities promise a fair queue they are served in that order, one
+/// after another (a writer between every two readers); elsewhere each is
+/// still served once.
+pub async fn waiters_are_served_in_arrival_order(h: Harness) {
+    let Some((name, caps)) = rw_case(&h, "rw-fifo").await else {
+        return;
+    };
+    let o = held(&h);
+    let first = h
+        .lock
+        .try_acquire_write(&name, &o)
+        .await
+        .expect("write")
+        .expect("free");
+    let long = opts(
+        Duration::from_secs(20),
+        Wait::UpTo(Duration::from_secs(20)),
+        true,
+        &h,
+    );
+    let order = Arc::new(Mutex::new(Vec::new()));
+    let mut waiters = Vec::new();
+    let (mut writers, mut readers) = (0, 0);
+    for i in 1..=5 {
+        let access = match i % 2 {
+            1 => Access::Write,
+            _ => Access::Read,
+        };
+        let client = match i % 2 {
+            1 => Arc::clone(&h.other),
+            _ => Arc::clone(&h.lock),
+        };
+        let (queued_name, long, order) = (name.clone(), long.clone(), Arc::clone(&order));
+        waiters.push(tokio::spawn(async move {
+            let g = match access {
+                Access::Write => client.acquire_write(&queued_name, &long).await,
+                _ => client.acquire_read(&queued_name, &long).await,
+            }
+            .unwrap_or_else(|e| panic!("waiter {i} ({access:?}): {e}"));
+            order.lock().unwrap_or_else(|e| e.into_inner()).push(i);
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert!(g.release().await.expect("release"));
+        }));
+        // Let this waiter take its place before the next one arrives.
+        match access {
+            Access::Write => writers += 1,
+            _ => readers += 1,
+        }
+        let (side, n) = match access {
+            Access::Write => (Access::Write, writers),
+            _ => (Access::Read, readers),
+        };
+        await_waiters(&h, &name, n, side).await;
+    }
+    assert!(
+        order.lock().unwrap_or_else(|e| e.into_inner()).is_empty(),
+        "a waiter got in beside the writer"
+    );
+    assert!(first.release().await.expect("release"));
+    for w in waiters {
+        tokio::time::timeout(Duration::from_secs(20), w)
+            .await
+            .expect("every waiter is served")
+            .expect("waiter task");
+    }
+    let order = order.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    match caps.fair_queue {
+        true => assert_eq!(order, [1, 2, 3, 4, 5], "a fair queue served out of order"),
+        false => {
+            let mut sorted = order.clone();
+            sorted.sort_unstable();
+            assert_eq!(
+                sorted,
+                [1, 2, 3, 4, 5],
+                "each waiter is served once: {order:?}"
+            );
+        }
+    }
+}
+
 /// Twenty readers queued behind a writer (default options, on both
 /// clients) all enter within 1.5 s of its release, and at least fifteen
 /// hold together: a release lets every queued reader in, not a few per
@@ -1262,6 +1344,7 @@ macro_rules! __rw_lock_cases {
             a_waiting_writer_is_served_before_later_readers,
             readers_that_queued_before_a_waiting_writer_keep_their_place,
             queued_readers_enter_together,
+            waiters_are_served_in_arrival_order,
             tokens_rise_per_write_and_readers_carry_the_latest,
             readers_and_writers_under_contention,
             a_cancelled_wait_leaves_nothing_behind,

@@ -1,5 +1,6 @@
-//! A waiter's mark on a reader-writer lock: how a backend without a queue
-//! keeps arrival order between the two sides. A waiting writer's mark
+//! A waiter's mark: how a backend without a queue keeps arrival order, on
+//! a reader-writer lock between its two sides (and, where the backend
+//! orders them, among waiters of one kind). A waiting writer's mark
 //! holds back the readers that arrive after it (writer preference); a
 //! waiting reader's mark holds back the writers that arrive after it, so
 //! readers that queued before a writer keep their place. Every such
@@ -109,6 +110,12 @@ impl WaitMark {
             unmark,
             drop_unmark: None,
         }
+    }
+
+    /// A new mark of a waiter in a line of one kind (a semaphore's
+    /// permits): its id is hexadecimal, as a writer's.
+    pub fn in_line(arrival: Arrival, unmark: Unmark) -> WaitMark {
+        WaitMark::new(Access::Write, arrival, unmark)
     }
 
     /// With `unmark` as the removal a drop sends: for a backend whose
