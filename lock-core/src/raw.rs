@@ -14,7 +14,8 @@
 //!   task, telling each lease's [`RenewalObserver`]s; [`Batcher`] serves
 //!   many renewals with one request.
 //! - [`RawLock`] is the trait a backend implements (one attempt, and a
-//!   wait until a [`Request`]'s deadline); [`DistributedLock`](crate::DistributedLock)
+//!   wait until a [`Request`]'s deadline, whose [`Kind`] says which
+//!   primitive it asks for; [`Kind::turn`] is the one queue decision); [`DistributedLock`](crate::DistributedLock)
 //!   follows from it, with the checks, the deadline and `Wait::No` in
 //!   one place.
 //! - [`Retry`] sends one request again under a [`RetryPolicy`], a
@@ -40,6 +41,7 @@ mod backend;
 mod batch;
 pub(crate) mod detached;
 pub(crate) mod handle;
+mod kind;
 mod layered;
 mod lease;
 mod owner;
@@ -63,6 +65,7 @@ pub use backend::RawLock;
 pub use batch::{BatchFn, Batcher};
 pub use detached::{DETACHED_PATIENCE, DetachedRelease};
 pub use handle::{CleanUpOnDrop, GuardHandle, PendingGrant, confirmed_lease_start};
+pub use kind::{Kind, Turn};
 pub use layered::{Layered, LayeredLock};
 pub use lease::{
     DEFAULT_DRIFT_FACTOR, DEFAULT_SAFETY_MARGIN, LeaseState, RenewalObserver, RenewalOutcome,

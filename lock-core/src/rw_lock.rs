@@ -70,6 +70,15 @@ impl Access {
     pub fn is_shared(self) -> bool {
         self != Access::Write
     }
+
+    /// Whether a holder of this access keeps `other` out: a writer keeps
+    /// everyone out and is kept out by everyone; upgradeable readers keep
+    /// each other out; readers share.
+    pub fn keeps_out(self, other: Access) -> bool {
+        self == Access::Write
+            || other == Access::Write
+            || (self == Access::Upgradeable && other == Access::Upgradeable)
+    }
 }
 
 impl std::fmt::Display for Access {

@@ -7,23 +7,21 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Retry, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
+    GuardHandle, HolderRecord, Kind, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Retry, Unrenewed, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
-    LockOptions, LossReason, RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo,
-    Waiting,
+    LockOptions, RwLockCapabilities, RwLockInfo, SemaphoreCapabilities, SemaphoreInfo, Waiting,
 };
 use tokio::time::Instant;
-use zookeeper_client::EventType;
 
 use crate::config::{self, ZkConfig, ZkUrl};
 use crate::error::zk_error;
 use crate::handle::ZkHandle;
 use crate::path::lock_node;
 use crate::permits::MAX_LIMIT;
-use crate::queue::{catch_up, enqueue, queue, synced_queue};
+use crate::queue::{await_turn, catch_up, enqueue, queue, synced_queue};
 use crate::session::{Session, retrying, retrying_resendable};
 
 /// The backend's name in errors and capabilities.
@@ -293,9 +291,9 @@ impl ZkLock {
             ended.store(false, Ordering::Relaxed);
             let session = self.session_within(opts, deadline).await?;
             session_bounds_ttl(&session, opts)?;
-            let done = match (opts.access, opts.permits) {
-                (Some(access), _) => self.attempt_rw(&session, req, access).await,
-                (_, Some(limit)) => self.attempt_permit(&session, req, limit).await,
+            let done = match req.kind() {
+                Kind::Rw(access) => self.attempt_rw(&session, req, access).await,
+                Kind::Permit(limit) => self.attempt_permit(&session, req, limit).await,
                 _ => self.attempt(&session, dir, req).await,
             };
             ended.store(done.is_err() && session.is_terminated(), Ordering::Relaxed);
@@ -332,50 +330,13 @@ impl ZkLock {
         // our node.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let child = handle.path.rsplit('/').next().unwrap_or_default();
-        // Leaves once our node is first.
-        loop {
-            let queue = queue(client, dir).await?;
-            let Some(at) = queue.iter().position(|c| c == child) else {
-                // Our node is gone: with the session, or deleted by hand.
-                return Err(LockError::Lost {
-                    name: name.to_string(),
-                    reason: LossReason::TakenOver,
-                });
-            };
-            if at == 0 {
-                break;
-            }
-            if req.expired_at(Instant::now()) {
-                let _ = pending.give_back().await;
-                return Ok(None);
-            }
-            let pred = format!("{dir}/{}", queue[at - 1]);
-            let (stat, watcher) = retrying_resendable(|| client.check_and_watch_stat(&pred))
-                .await
-                .map_err(|e| zk_error("watching the predecessor", e))?;
-            if stat.is_none() {
-                // Gone between the listing and the watch: if it was first,
-                // we are first now (see the notification below).
-                if at == 1 {
-                    break;
-                }
-                continue;
-            }
-            // The watch fires when the predecessor goes, and on a change
-            // of the session's state.
-            let Some(event) = req.or_deadline(watcher.changed()).await else {
-                continue; // the deadline: one more look, then given back
-            };
-            // A predecessor that was first when we listed had nothing
-            // before it, and no node can join ahead of ours (sequence
-            // numbers only grow): once it is deleted, we are first,
-            // without listing again. The hand-off costs the holder's
-            // delete and one notification, no further round trip.
-            if at == 1 && event.event_type == EventType::NodeDeleted {
-                break;
-            }
-            // Anything else (a session event, a waiter ahead of us that
-            // left): look again.
+        let holds = await_turn(client, dir, child, &req, false, |ahead| {
+            Ok(Kind::Lock.turn(&vec![Kind::Lock; ahead.len()]))
+        })
+        .await?;
+        if holds.is_none() {
+            let _ = pending.give_back().await;
+            return Ok(None);
         }
         self.guard(name, session, pending, ours.czxid, sent_at, opts)
             .await

@@ -21,16 +21,16 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use lock_core::raw::{GuardHandle, OwnerToken, PendingGrant, Request, limit_mismatch};
-use lock_core::{LockError, LockGuard, LossReason, PermitInfo, SemaphoreInfo};
+use lock_core::raw::{GuardHandle, Kind, OwnerToken, PendingGrant, Request, limit_mismatch};
+use lock_core::{LockError, LockGuard, PermitInfo, SemaphoreInfo};
 use tokio::time::Instant;
-use zookeeper_client::{Client, CreateMode, Error as ZkError, OneshotWatcher};
+use zookeeper_client::{CreateMode, Error as ZkError};
 
 use crate::error::{connection_dropped, zk_error};
 use crate::handle::ZkHandle;
 use crate::lock::{BACKEND, ZkLock};
-use crate::path::{semaphore_node, sequence};
-use crate::queue::{catch_up, enqueue, queue};
+use crate::path::semaphore_node;
+use crate::queue::{await_turn, catch_up, enqueue, queue};
 use crate::session::{Session, retrying_resendable};
 
 /// The largest limit (a holder lists the slot nodes, a waiter the queue).
@@ -72,19 +72,6 @@ fn limit_of(child: &str) -> Option<u32> {
 /// The slot of a slot node's name.
 fn slot_of(child: &str) -> Option<u32> {
     u32::from_str_radix(child, 16).ok()
-}
-
-/// The queue of `dir` (as [`queue`]) and a watch on its children.
-async fn watched_queue(
-    client: &Client,
-    dir: &str,
-) -> Result<(Vec<String>, OneshotWatcher), LockError> {
-    let (mut children, _, watcher) = retrying_resendable(|| client.get_and_watch_children(dir))
-        .await
-        .map_err(|e| zk_error("listing a semaphore's queue", e))?;
-    children.retain(|c| sequence(c).is_some());
-    children.sort_by_key(|c| sequence(c));
-    Ok((children, watcher))
 }
 
 /// The lowest slot below `limit` without a node, once there is one
@@ -143,52 +130,45 @@ impl ZkLock {
         ));
         // Leaving without a permit deletes our nodes.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
-        let child = handle
-            .path
-            .rsplit('/')
-            .next()
-            .unwrap_or_default()
-            .to_string();
+        let child = handle.path.rsplit('/').next().unwrap_or_default();
+        let kind = Kind::Permit(limit);
         let mut first_look = true;
-        let (slot, czxid) = loop {
-            let (queue, watcher) = watched_queue(client, &nodes.queue).await?;
-            let Some(at) = queue.iter().position(|c| *c == child) else {
-                return Err(LockError::Lost {
-                    name: name.to_string(),
-                    reason: LossReason::TakenOver,
-                });
-            };
+        let waited = await_turn(client, &nodes.queue, child, &req, true, |ahead| {
             // Only the nodes ahead count: each node is checked against
             // those before it, so the nodes that pass agree, and the first
             // of a new name's contenders always passes.
+            let kinds: Vec<Kind> = ahead
+                .iter()
+                .map(|c| limit_of(c).map_or(Kind::Lock, Kind::Permit))
+                .collect();
             if std::mem::take(&mut first_look)
-                && let Some(held) = queue[..at]
+                && let Some(held) = ahead
                     .iter()
                     .filter_map(|c| limit_of(c))
                     .find(|&l| l != limit)
             {
-                let _ = pending.give_back().await;
                 return Err(limit_mismatch(name, limit, held));
             }
-            if at < limit as usize {
-                match self
-                    .claim_slot(session, &nodes, (at as u32, limit), &handle, &req)
-                    .await?
-                {
-                    Some(granted) => break granted,
-                    None => {
-                        let _ = pending.give_back().await;
-                        return Ok(None);
-                    }
-                }
-            }
-            if req.expired_at(Instant::now()) {
+            Ok(kind.turn(&kinds))
+        })
+        .await;
+        let at = match waited {
+            Ok(Some(at)) => at as u32,
+            Ok(None) => {
                 let _ = pending.give_back().await;
                 return Ok(None);
             }
-            // The watch fires on any change of the queue (a node ahead that
-            // goes, a newcomer) and on the session's: look again.
-            let _ = req.or_deadline(watcher.changed()).await;
+            Err(e) => {
+                let _ = pending.give_back().await;
+                return Err(e);
+            }
+        };
+        let Some((slot, czxid)) = self
+            .claim_slot(session, &nodes, (at, limit), &handle, &req)
+            .await?
+        else {
+            let _ = pending.give_back().await;
+            return Ok(None);
         };
         self.guard(name, session, pending, czxid, sent_at, opts)
             .await
@@ -312,6 +292,7 @@ impl ZkLock {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::path::sequence;
 
     #[test]
     fn queue_nodes_carry_their_limit() {

@@ -1,10 +1,14 @@
-//! The queue of one lock: its children in sequence order, and joining it
-//! with a node that can be found again after a lost reply.
+//! The queue of one lock: its children in sequence order, joining it
+//! with a node that can be found again after a lost reply, and waiting in
+//! it ([`await_turn`]), the one queue walk of locks, reader-writer locks
+//! and semaphores.
 
 use std::sync::Arc;
 
-use lock_core::LockError;
-use zookeeper_client::{Client, CreateMode, Error as ZkError};
+use lock_core::raw::{Request, Turn};
+use lock_core::{LockError, LossReason};
+use tokio::time::Instant;
+use zookeeper_client::{Client, CreateMode, Error as ZkError, EventType, OneshotWatcher};
 
 use crate::error::{connection_dropped, zk_error};
 use crate::path::{attempt_prefix, is_attempt, sequence};
@@ -25,6 +29,93 @@ pub(crate) async fn queue(client: &Client, dir: &str) -> Result<Vec<String>, Loc
     children.retain(|c| sequence(c).is_some());
     children.sort_by_key(|c| sequence(c));
     Ok(children)
+}
+
+/// [`queue`] with a watch on its children, for a waiter that waits for
+/// any change of the queue.
+async fn watched_queue(
+    client: &Client,
+    dir: &str,
+) -> Result<(Vec<String>, OneshotWatcher), LockError> {
+    let (mut children, _, watcher) = retrying_resendable(|| client.get_and_watch_children(dir))
+        .await
+        .map_err(|e| zk_error("listing the queue", e))?;
+    children.retain(|c| sequence(c).is_some());
+    children.sort_by_key(|c| sequence(c));
+    Ok((children, watcher))
+}
+
+/// Wait (until `req`'s deadline) for our node `child` of the queue `dir`
+/// to hold: `decide` gives its [`Turn`] from the children ahead of it (in
+/// sequence order). Returns how many were ahead when it held, or `None`
+/// if the deadline passed first; [`LockError::Lost`] if our node is gone
+/// (with its session, or deleted by hand).
+///
+/// A waiter watches only the node it waits for, and when that node goes,
+/// decides again from what it listed without it: no node joins ahead of
+/// ours (sequence numbers only grow) and an entry leaving never keeps
+/// anyone out longer, so the hand-off costs the holder's delete and one
+/// notification. A turn that waits for any entry ahead (a permit) watches
+/// the queue's children. `watch_all` lists with that watch.
+pub(crate) async fn await_turn(
+    client: &Client,
+    dir: &str,
+    child: &str,
+    req: &Request<'_>,
+    watch_all: bool,
+    mut decide: impl FnMut(&[String]) -> Result<Turn, LockError>,
+) -> Result<Option<usize>, LockError> {
+    // The children ahead as last known, when known without listing.
+    let mut known: Option<Vec<String>> = None;
+    loop {
+        let (mut ahead, changed) = match known.take() {
+            Some(ahead) => (ahead, None),
+            None => {
+                let (listed, watcher) = match watch_all {
+                    true => watched_queue(client, dir)
+                        .await
+                        .map(|(l, w)| (l, Some(w)))?,
+                    false => (queue(client, dir).await?, None),
+                };
+                let Some(at) = listed.iter().position(|c| c == child) else {
+                    return Err(LockError::Lost {
+                        name: req.name.to_string(),
+                        reason: LossReason::TakenOver,
+                    });
+                };
+                let mut ahead = listed;
+                ahead.truncate(at);
+                (ahead, watcher)
+            }
+        };
+        let at = match decide(&ahead)? {
+            Turn::Holds => return Ok(Some(ahead.len())),
+            _ if req.expired_at(Instant::now()) => return Ok(None),
+            Turn::After(at) => at,
+            _ => {
+                // Any change of the queue (one ahead that goes, a
+                // newcomer) or of the session's state: look again.
+                if let Some(changed) = changed {
+                    let _ = req.or_deadline(changed.changed()).await;
+                }
+                continue;
+            }
+        };
+        let node = format!("{dir}/{}", ahead[at]);
+        let (stat, watcher) = retrying_resendable(|| client.check_and_watch_stat(&node))
+            .await
+            .map_err(|e| zk_error("watching the node ahead", e))?;
+        if stat.is_some() {
+            // The watch fires when the node goes, and on a change of the
+            // session's state (then, or at the deadline, list again).
+            match req.or_deadline(watcher.changed()).await {
+                Some(event) if event.event_type == EventType::NodeDeleted => {}
+                _ => continue,
+            }
+        }
+        ahead.remove(at);
+        known = Some(ahead);
+    }
 }
 
 /// Let the client's member catch up with the leader (`sync`). A client

@@ -19,16 +19,18 @@
 
 use std::sync::Arc;
 
-use lock_core::raw::{GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard, Request};
-use lock_core::{Access, LockError, LockGuard, LossReason, RwHolderInfo, RwLockInfo};
+use lock_core::raw::{
+    GuardHandle, HolderRecord, Kind, OwnerToken, PendingGrant, RawGuard, Request, Turn,
+};
+use lock_core::{Access, LockError, LockGuard, RwHolderInfo, RwLockInfo};
 use tokio::time::Instant;
-use zookeeper_client::{Client, CreateMode, Error as ZkError, EventType};
+use zookeeper_client::{Client, CreateMode, Error as ZkError};
 
 use crate::error::zk_error;
 use crate::handle::ZkHandle;
 use crate::lock::ZkLock;
 use crate::path::{rw_counter_node, rw_node};
-use crate::queue::{catch_up, enqueue, queue};
+use crate::queue::{await_turn, catch_up, enqueue, queue};
 use crate::session::{Session, retrying_resendable};
 
 /// A queue child's access, from its attempt id's first letter.
@@ -40,14 +42,13 @@ fn access_of(child: &str) -> Option<Access> {
     }
 }
 
-/// The child that the waiter at `at` of `queue` (in sequence order) waits
-/// for: a writer the one just before it, a reader the last writer's before
-/// it; `None` when it holds.
-fn blocker(queue: &[String], at: usize, access: Access) -> Option<&String> {
-    queue[..at]
+/// The kinds of queue children, for [`Kind::turn`]: a child whose access
+/// cannot be read keeps everyone out.
+fn kinds(children: &[String]) -> Vec<Kind> {
+    children
         .iter()
-        .rev()
-        .find(|c| access == Access::Write || access_of(c) == Some(Access::Write))
+        .map(|c| access_of(c).map_or(Kind::Lock, Kind::Rw))
+        .collect()
 }
 
 /// The counter node's token (0 where no write was ever granted).
@@ -134,34 +135,14 @@ impl ZkLock {
         // our node.
         let pending = PendingGrant::new(Arc::clone(&handle) as Arc<dyn GuardHandle>);
         let child = handle.path.rsplit('/').next().unwrap_or_default();
-        loop {
-            let queue = queue(client, &dir).await?;
-            let Some(at) = queue.iter().position(|c| c == child) else {
-                return Err(LockError::Lost {
-                    name: name.to_string(),
-                    reason: LossReason::TakenOver,
-                });
-            };
-            let Some(pred) = blocker(&queue, at, access) else {
-                break;
-            };
-            if req.expired_at(Instant::now()) {
-                let _ = pending.give_back().await;
-                return Ok(None);
-            }
-            let pred = format!("{dir}/{pred}");
-            let (stat, watcher) = retrying_resendable(|| client.check_and_watch_stat(&pred))
-                .await
-                .map_err(|e| zk_error("watching the predecessor", e))?;
-            if stat.is_none() {
-                continue;
-            }
-            // The watch fires when the node goes, and on a change of the
-            // session's state; either way, look again.
-            match req.or_deadline(watcher.changed()).await {
-                Some(event) if event.event_type == EventType::NodeDeleted => {}
-                _ => continue,
-            }
+        let kind = Kind::Rw(access);
+        let holds = await_turn(client, &dir, child, &req, false, |ahead| {
+            Ok(kind.turn(&kinds(ahead)))
+        })
+        .await?;
+        if holds.is_none() {
+            let _ = pending.give_back().await;
+            return Ok(None);
         }
         let token = match access {
             Access::Write => {
@@ -198,11 +179,12 @@ impl ZkLock {
             .map_or(0, |(t, _)| t);
         let mut holders = Vec::new();
         let (mut writers, mut readers) = (0, 0);
+        let kinds = kinds(&queue);
         for (at, child) in queue.iter().enumerate() {
             let Some(access) = access_of(child) else {
                 continue;
             };
-            if blocker(&queue, at, access).is_some() {
+            if Kind::Rw(access).turn(&kinds[..at]) != Turn::Holds {
                 if access == Access::Write {
                     writers += 1;
                 } else {

@@ -9,6 +9,7 @@ use crate::capabilities::Capabilities;
 use crate::error::LockError;
 use crate::name::validate_name;
 use crate::options::{LockOptions, Wait};
+use crate::raw::Kind;
 use crate::raw::wait::sleep_until_some;
 
 /// An acquisition that passed the checks every backend makes: the name is
@@ -47,6 +48,11 @@ impl<'a> Request<'a> {
             start,
             deadline: wait_deadline(start, opts.wait),
         })
+    }
+
+    /// The primitive it asks for.
+    pub fn kind(&self) -> Kind {
+        Kind::of(self.opts)
     }
 
     /// Whether the wait is over at `now`.
