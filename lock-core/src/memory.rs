@@ -34,7 +34,7 @@ use crate::raw::LeaseState;
 use crate::raw::OwnerToken;
 use crate::raw::Unrenewed;
 use crate::raw::Watchdog;
-use crate::raw::{Pace, RawLock, Request, WaitLoop};
+use crate::raw::{Kind, Pace, RawLock, Request, WaitLoop};
 use crate::rw_lock::{RwLockCapabilities, RwLockInfo};
 use crate::semaphore::{PermitInfo, SemaphoreInfo, limit_mismatch};
 
@@ -89,7 +89,7 @@ struct Shared {
 
 /// What a grant's handle holds.
 #[derive(Clone, Copy)]
-enum Kind {
+enum Holding {
     /// A lock.
     Lock,
     /// A semaphore's permit on this slot.
@@ -268,7 +268,7 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
-            kind: Kind::Lock,
+            kind: Holding::Lock,
         });
         let guard = LockGuard::new(name, Some(slot.fence), CAPABILITIES, lease, handle);
         guard.kept_by(&self.watchdog, opts, Unrenewed::Left)
@@ -332,7 +332,7 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
-            kind: slot.map_or(Kind::Lock, Kind::Permit),
+            kind: slot.map_or(Holding::Lock, Holding::Permit),
         });
         let guard = LockGuard::new(name, Some(fence), CAPABILITIES, lease, handle).with_slot(slot);
         Ok(Some(guard.kept_by(&self.watchdog, opts, Unrenewed::Left)))
@@ -427,16 +427,20 @@ impl Drop for QueuedWaiter<'_> {
 #[async_trait]
 impl RawLock for MemoryLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            let mut rw = self.shared.rw();
-            return Ok(self.try_grant_rw(&mut rw, req.name, access, None, req.opts));
+        match req.kind() {
+            Kind::Rw(access) => {
+                let mut rw = self.shared.rw();
+                Ok(self.try_grant_rw(&mut rw, req.name, access, None, req.opts))
+            }
+            Kind::Permit(limit) => {
+                let mut semaphores = self.shared.semaphores();
+                self.try_grant_permit(&mut semaphores, req.name, limit, None, req.opts)
+            }
+            Kind::Lock => {
+                let mut slots = self.shared.slots();
+                Ok(self.try_grant(&mut slots, req.name, None, req.opts))
+            }
         }
-        if let Some(limit) = req.opts.permits {
-            let mut semaphores = self.shared.semaphores();
-            return self.try_grant_permit(&mut semaphores, req.name, limit, None, req.opts);
-        }
-        let mut slots = self.shared.slots();
-        Ok(self.try_grant(&mut slots, req.name, None, req.opts))
     }
 
     /// Under the one mutex of every name: all free (as for a newcomer),
@@ -464,11 +468,10 @@ impl RawLock for MemoryLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.wait_for_rw(req, access).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return self.wait_for_permit(req, limit).await;
+        match req.kind() {
+            Kind::Rw(access) => return self.wait_for_rw(req, access).await,
+            Kind::Permit(limit) => return self.wait_for_permit(req, limit).await,
+            Kind::Lock => {}
         }
         let (name, opts) = (req.name, req.opts);
         let notify = Arc::new(Notify::new());
@@ -612,7 +615,7 @@ struct MemoryHandle {
     name: String,
     owner: OwnerToken,
     /// A lock's, a permit's (its slot) or a reader-writer lock's grant.
-    kind: Kind,
+    kind: Holding,
 }
 
 impl MemoryHandle {
@@ -623,12 +626,12 @@ impl MemoryHandle {
     fn with_ours<R>(&self, f: impl FnOnce(&mut Current) -> (R, Done)) -> Option<R> {
         let now = Instant::now();
         match self.kind {
-            Kind::Rw => {
+            Holding::Rw => {
                 let mut rw = self.shared.rw();
                 let entry = rw.get_mut(&self.name)?;
                 entry.with_ours(self.owner, now, f)
             }
-            Kind::Lock => {
+            Holding::Lock => {
                 let mut slots = self.shared.slots();
                 let slot = slots.get_mut(&self.name)?;
                 let holder = slot.live_holder(now).filter(|h| h.owner == self.owner)?;
@@ -644,7 +647,7 @@ impl MemoryHandle {
                 }
                 Some(out)
             }
-            Kind::Permit(index) => {
+            Holding::Permit(index) => {
                 let mut semaphores = self.shared.semaphores();
                 let permits = semaphores.get_mut(&self.name)?;
                 let slot = permits.slots.get_mut(usize::try_from(index).ok()?)?;
@@ -705,7 +708,7 @@ impl GuardHandle for MemoryHandle {
     /// deadline) between looks; leaving in any way (the deadline, a
     /// cancellation) lets the readers in again.
     async fn upgrade(&self, deadline: Option<Instant>) -> Result<Option<u64>, LockError> {
-        if !matches!(self.kind, Kind::Rw) {
+        if !matches!(self.kind, Holding::Rw) {
             return Err(LockError::invalid_options(
                 "only an upgradeable read can be upgraded",
             ));

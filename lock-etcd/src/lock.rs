@@ -11,8 +11,8 @@ use etcd_client::{
     Client, Compare, CompareOp, ConnectOptions, GetOptions, KeyValue, WatchResponse, WatchStream,
 };
 use lock_core::raw::{
-    GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
-    Retry, Unrenewed, Watchdog, validate_name,
+    GuardHandle, HolderRecord, Kind, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Request, Retry, Unrenewed, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, Changes, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo,
@@ -620,20 +620,27 @@ pub(crate) fn place_gone(name: &str) -> LockError {
     }
 }
 
+impl EtcdLock {
+    /// Acquire what `req` asks for, waiting until `deadline` if `wait`.
+    async fn acquire_kind(
+        &self,
+        req: Request<'_>,
+        deadline: Option<Instant>,
+        wait: bool,
+    ) -> Result<Option<LockGuard>, LockError> {
+        let (name, opts) = (req.name, req.opts);
+        match req.kind() {
+            Kind::Rw(access) => self.acquire_rw(name, opts, access, deadline, wait).await,
+            Kind::Permit(limit) => self.acquire_permit(name, opts, limit, deadline, wait).await,
+            _ => self.acquire_inner(name, opts, deadline, wait).await,
+        }
+    }
+}
+
 #[async_trait]
 impl RawLock for EtcdLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        let once = match (req.opts.access, req.opts.permits) {
-            (Some(access), _) => {
-                self.acquire_rw(req.name, req.opts, access, None, false)
-                    .await
-            }
-            (_, Some(limit)) => {
-                self.acquire_permit(req.name, req.opts, limit, None, false)
-                    .await
-            }
-            _ => self.acquire_inner(req.name, req.opts, None, false).await,
-        };
+        let once = self.acquire_kind(req, None, false).await;
         match once {
             Err(LockError::Lost { .. }) => Err(place_gone(req.name)),
             other => other,
@@ -661,20 +668,7 @@ impl RawLock for EtcdLock {
                 if sent > 0 {
                     tracing::info!(target: "distlock", lock = %name, "etcd waiter lost its place (its lease or session ended); queueing again");
                 }
-                let (opts, deadline) = (req.opts, req.deadline);
-                async move {
-                    match (opts.access, opts.permits) {
-                        (Some(access), _) => {
-                            self.acquire_rw(name, opts, access, deadline, true)
-                                .await
-                        }
-                        (_, Some(limit)) => {
-                            self.acquire_permit(name, opts, limit, deadline, true)
-                                .await
-                        }
-                        _ => self.acquire_inner(name, opts, deadline, true).await,
-                    }
-                }
+                self.acquire_kind(req, req.deadline, true)
             })
             .await;
         match outcome {

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use etcd_client::{
     Compare, CompareOp, GetOptions, PutOptions, SortOrder, SortTarget, Txn, TxnOp, TxnOpResponse,
 };
-use lock_core::raw::{GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard};
+use lock_core::raw::{self, GuardHandle, HolderRecord, Kind, OwnerToken, PendingGrant, RawGuard};
 use lock_core::{Access, LockError, LockGuard, LockOptions, RwHolderInfo, RwLockInfo};
 use tokio::time::Instant;
 
@@ -84,19 +84,25 @@ fn listed(resp: &etcd_client::TxnResponse, op: usize) -> Vec<(Vec<u8>, i64, Vec<
 }
 
 /// The key a waiter for `access` whose key was created at `rev` waits
-/// for: a writer the last key created before its own, a reader the last
-/// writer's key; `None` when it holds.
+/// for ([`Kind::turn`] over the keys created before its own): a writer
+/// the last key, a reader the last writer's; `None` when it holds.
 fn blocker(
     dir: &str,
     keys: &[(Vec<u8>, i64, Vec<u8>)],
     rev: i64,
     access: Access,
 ) -> Option<Vec<u8>> {
-    keys.iter()
+    let mut ahead: Vec<(&[u8], i64, Kind)> = keys
+        .iter()
         .filter(|(_, created, _)| *created < rev)
-        .filter(|(key, _, _)| access == Access::Write || access_of(dir, key) == Some(Access::Write))
-        .max_by_key(|(_, created, _)| *created)
-        .map(|(key, _, _)| key.clone())
+        .filter_map(|(key, created, _)| Some((&key[..], *created, Kind::Rw(access_of(dir, key)?))))
+        .collect();
+    ahead.sort_by_key(|(_, created, _)| *created);
+    let kinds: Vec<Kind> = ahead.iter().map(|(_, _, kind)| *kind).collect();
+    match Kind::Rw(access).turn(&kinds) {
+        raw::Turn::After(at) => Some(ahead[at].0.to_vec()),
+        _ => None,
+    }
 }
 
 impl EtcdLock {

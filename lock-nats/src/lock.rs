@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use futures_util::StreamExt;
 use lock_core::raw::{
-    Attempt, HolderRecord, Pace, RawLock, Request, WaitLoop, Watchdog, validate_name,
+    Attempt, HolderRecord, Kind, Pace, RawLock, Request, WaitLoop, Watchdog, validate_name,
 };
 use lock_core::{
     Capabilities, CrashRelease, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -45,10 +45,10 @@ const LOOKS: usize = 3;
 
 /// The line a request waits in, unless it asks for a plain lock.
 fn line_of(req: &Request<'_>) -> Option<Line> {
-    match (req.opts.access, req.opts.permits) {
-        (Some(access), _) => Some(Line::Rw(access)),
-        (_, Some(limit)) => Some(Line::Permit(limit)),
-        _ => None,
+    match req.kind() {
+        Kind::Rw(access) => Some(Line::Rw(access)),
+        Kind::Permit(limit) => Some(Line::Permit(limit)),
+        Kind::Lock => None,
     }
 }
 

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, GuardHandle, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock,
+    Attempt, Batcher, GuardHandle, HolderRecord, Kind, OwnerToken, PendingGrant, RawGuard, RawLock,
     Request, Unrenewed, Wakeups, Watchdog, validate_name,
 };
 use lock_core::{
@@ -418,16 +418,14 @@ impl Inner {
 #[async_trait]
 impl RawLock for RedisLock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.try_rw(req, access).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return self
+        match req.kind() {
+            Kind::Rw(access) => self.try_rw(req, access).await,
+            Kind::Permit(limit) => self
                 .attempt_permit(req.name, req.opts, limit)
                 .await?
-                .into_guard();
+                .into_guard(),
+            Kind::Lock => self.attempt(req.name, req.opts, None).await?.into_guard(),
         }
-        self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
     /// One script run for the whole set.
@@ -439,11 +437,10 @@ impl RawLock for RedisLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.wait_for_rw(req, access).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return self.wait_for_permit(req, limit).await;
+        match req.kind() {
+            Kind::Rw(access) => return self.wait_for_rw(req, access).await,
+            Kind::Permit(limit) => return self.wait_for_permit(req, limit).await,
+            Kind::Lock => {}
         }
         let waiter = OwnerToken::random().to_hex();
         let wake = self.inner.wakeups.subscribe(&waiter);

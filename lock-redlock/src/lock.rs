@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, GuardHandle, HolderRecord, LeaseState, OwnerToken, PendingGrant, RawGuard, RawLock,
-    Request, Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
+    Attempt, GuardHandle, HolderRecord, Kind, LeaseState, OwnerToken, PendingGrant, RawGuard,
+    RawLock, Request, Unrenewed, Wakeups, Watchdog, granted_too_late, validate_name,
 };
 use lock_core::{
     Capabilities, Changes, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -525,13 +525,24 @@ fn free_in(replies: &Replies<NodeGrant>, q: usize) -> Option<Duration> {
     left.get(more).copied().flatten()
 }
 
+/// What a permit's request gets: Redlock offers no semaphores (its
+/// capabilities say so, and the request's checks refuse one before it
+/// reaches the backend).
+fn no_semaphores() -> LockError {
+    LockError::Unsupported {
+        backend: "redlock",
+        operation: "semaphores",
+    }
+}
+
 #[async_trait]
 impl RawLock for Redlock {
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.try_rw(req, access).await;
+        match req.kind() {
+            Kind::Rw(access) => self.try_rw(req, access).await,
+            Kind::Permit(_) => Err(no_semaphores()),
+            Kind::Lock => self.attempt(req.name, req.opts, None).await?.into_guard(),
         }
-        self.attempt(req.name, req.opts, None).await?.into_guard()
     }
 
     /// The set script on every node at once; a majority granting the
@@ -544,8 +555,10 @@ impl RawLock for Redlock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.wait_for_rw(req, access).await;
+        match req.kind() {
+            Kind::Rw(access) => return self.wait_for_rw(req, access).await,
+            Kind::Permit(_) => return Err(no_semaphores()),
+            Kind::Lock => {}
         }
         let ticket = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -31,7 +31,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    DetachedRelease, GuardHandle, HolderRecord, LeaseState, PendingGrant, RawGuard, RawLock,
+    DetachedRelease, GuardHandle, HolderRecord, Kind, LeaseState, PendingGrant, RawGuard, RawLock,
     Request, Unrenewed, Wakeups, Watchdog, confirmed_lease_start, validate_name,
 };
 use lock_core::{
@@ -699,21 +699,24 @@ impl<D: Dialect> RawLock for SqlLock<D> {
         // are several times a lock's, and this future (boxed by the trait,
         // so copied whole into its box on every call) is as large as its
         // largest branch.
-        if let Some(access) = req.opts.access {
-            return Box::pin(rw::attempt(
-                self,
-                req,
-                access,
-                lock_core::raw::Arrival::now(),
-                None,
-            ))
-            .await?
-            .into_guard();
-        }
-        if let Some(limit) = req.opts.permits {
-            return Box::pin(permits::attempt(self, req, limit))
+        match req.kind() {
+            Kind::Rw(access) => {
+                return Box::pin(rw::attempt(
+                    self,
+                    req,
+                    access,
+                    lock_core::raw::Arrival::now(),
+                    None,
+                ))
                 .await?
                 .into_guard();
+            }
+            Kind::Permit(limit) => {
+                return Box::pin(permits::attempt(self, req, limit))
+                    .await?
+                    .into_guard();
+            }
+            Kind::Lock => {}
         }
         let opts = req.opts.clone().wait(Wait::No);
         let once = Request {
@@ -747,11 +750,10 @@ impl<D: Dialect> RawLock for SqlLock<D> {
     /// connection of its own.
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
         // Boxed, as in `attempt_once`.
-        if let Some(access) = req.opts.access {
-            return Box::pin(rw::wait(self, req, access)).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return Box::pin(permits::wait(self, req, limit)).await;
+        match req.kind() {
+            Kind::Rw(access) => return Box::pin(rw::wait(self, req, access)).await,
+            Kind::Permit(limit) => return Box::pin(permits::wait(self, req, limit)).await,
+            Kind::Lock => {}
         }
         if self.dialect.core().shared.enabled()
             && let Some(guard) = on_shared(self, req).await?

@@ -21,7 +21,7 @@ use std::sync::atomic::Ordering;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 
-use super::{CAPABILITIES, Current, Done, Kind, MemoryHandle, MemoryLock, Queue, QueuedWaiter};
+use super::{CAPABILITIES, Current, Done, Holding, MemoryHandle, MemoryLock, Queue, QueuedWaiter};
 use crate::error::LockError;
 use crate::guard::{LockGuard, RawGuard};
 use crate::options::LockOptions;
@@ -272,7 +272,7 @@ impl MemoryLock {
             shared: Arc::clone(&self.shared),
             name: name.to_string(),
             owner,
-            kind: Kind::Rw,
+            kind: Holding::Rw,
         });
         let guard = LockGuard::new(name, Some(entry.fence), CAPABILITIES, lease, handle)
             .with_access(Some(access));

@@ -9,8 +9,9 @@ use crate::options::LockOptions;
 use crate::rw_lock::Access;
 
 /// The primitive a request asks for.
+/// Not `non_exhaustive`: a new primitive is a decision every backend's
+/// `match` has to make.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-#[non_exhaustive]
 pub enum Kind {
     /// A plain lock (a lock set's member, an election's lock): held alone.
     Lock,
@@ -23,7 +24,6 @@ pub enum Kind {
 /// Where a queued entry stands, given the entries ahead of it
 /// ([`Kind::turn`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum Turn {
     /// It holds.
     Holds,

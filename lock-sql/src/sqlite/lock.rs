@@ -10,8 +10,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use lock_core::raw::{
-    Attempt, Batcher, HolderRecord, OwnerToken, PendingGrant, RawGuard, RawLock, Request, Retry,
-    Unrenewed, Wakeups, Watchdog, acquire_by_polling, validate_name,
+    Attempt, Batcher, HolderRecord, Kind, OwnerToken, PendingGrant, RawGuard, RawLock, Request,
+    Retry, Unrenewed, Wakeups, Watchdog, acquire_by_polling, validate_name,
 };
 use lock_core::{
     Backoff, Capabilities, Fencing, Grade, LockError, LockGuard, LockInfo, LockOptions,
@@ -679,18 +679,17 @@ impl SqliteLock {
 impl RawLock for SqliteLock {
     /// A single attempt does not queue.
     async fn attempt_once(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.try_rw(req, access).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return self
+        match req.kind() {
+            Kind::Rw(access) => self.try_rw(req, access).await,
+            Kind::Permit(limit) => self
                 .attempt_permit(req.name, req.opts, limit)
                 .await?
-                .into_guard();
+                .into_guard(),
+            Kind::Lock => self
+                .attempt(req.name, req.opts, false, None)
+                .await?
+                .into_guard(),
         }
-        self.attempt(req.name, req.opts, false, None)
-            .await?
-            .into_guard()
     }
 
     /// One transaction for the whole set.
@@ -702,11 +701,10 @@ impl RawLock for SqliteLock {
     }
 
     async fn wait(&self, req: Request<'_>) -> Result<Option<LockGuard>, LockError> {
-        if let Some(access) = req.opts.access {
-            return self.wait_for_rw(req, access).await;
-        }
-        if let Some(limit) = req.opts.permits {
-            return self.wait_for_permit(req, limit).await;
+        match req.kind() {
+            Kind::Rw(access) => return self.wait_for_rw(req, access).await,
+            Kind::Permit(limit) => return self.wait_for_permit(req, limit).await,
+            Kind::Lock => {}
         }
         let (name, opts) = (req.name, req.opts);
         let wake = self.inner.wakeups.subscribe(name);
