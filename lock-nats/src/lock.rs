@@ -323,7 +323,7 @@ impl NatsLock {
     /// without waiting: a permit or access does not pass a waiter's mark.
     async fn attempt_any(&self, req: Request<'_>) -> Result<Attempt, LockError> {
         match line_of(&req) {
-            Some(line) => self.attempt_in_line(req, line, Place::New).await,
+            Some(line) => Ok(self.attempt_in_line(req, line, Place::New).await?.0),
             None => self.attempt(req.name, req.opts).await,
         }
     }

@@ -134,15 +134,16 @@ impl Inner {
 
 impl NatsLock {
     /// One attempt at a permit of `name` among `limit` from `place` among
-    /// the waiters, without waiting. Cancel-safe as a lock's attempt is: a
-    /// publish whose answer never came is given back by the guard's handle.
+    /// the waiters, without waiting, and whether another slot was free
+    /// when it was granted. Cancel-safe as a lock's attempt is: a publish
+    /// whose answer never came is given back by the guard's handle.
     pub(crate) async fn attempt_permit(
         &self,
         name: &str,
         opts: &LockOptions,
         limit: u32,
         place: Place<'_>,
-    ) -> Result<Attempt, LockError> {
+    ) -> Result<(Attempt, bool), LockError> {
         let inner = &self.inner;
         let subjects = PermitSubjects::of(&inner.config().bucket, name);
         let doing = "acquiring a permit";
@@ -156,14 +157,15 @@ impl NatsLock {
             if free.is_empty() {
                 let messages = inner.permit_messages(held, doing).await?;
                 let first_to_end = messages.iter().filter_map(|(_, m)| lease_left(m)).min();
-                return Ok(Attempt::Held {
+                let held = Attempt::Held {
                     // None left: they went since the read; look again soon.
                     expires_in: first_to_end.or(Some(Duration::ZERO)),
-                });
+                };
+                return Ok((held, false));
             }
             // The first waiters take the free slots.
             if marks.iter().filter(|m| place.behind(m)).count() >= free.len() {
-                return Ok(Attempt::Held { expires_in: None });
+                return Ok((Attempt::Held { expires_in: None }, false));
             }
             let slot = free[random_start() % free.len()];
             let claim = Claim {
@@ -184,15 +186,16 @@ impl NatsLock {
                     {
                         return Err(limit_mismatch(name, limit, held));
                     }
-                    return self
+                    let granted = self
                         .hand_out(name, opts, seq, stored, |g| g.with_slot(Some(slot)))
-                        .await;
+                        .await?;
+                    return Ok((granted, free.len() > 1));
                 }
                 // Another permit took the slot since the read: read again.
                 Claimed::Refused(_) => {}
             }
         }
-        Ok(Attempt::Held { expires_in: None })
+        Ok((Attempt::Held { expires_in: None }, false))
     }
 
     /// The semaphore's permits, then each one's message: its token, lease

@@ -18,7 +18,9 @@ use std::time::Duration;
 use async_nats::HeaderMap;
 use bytes::Bytes;
 use futures_util::StreamExt;
-use lock_core::raw::{Arrival, Attempt, MARK_RENEWAL, MARK_TTL, Pace, Request, WaitLoop, WaitMark};
+use lock_core::raw::{
+    Arrival, Attempt, MARK_RENEWAL, MARK_TTL, Pace, Request, Unmark, WaitLoop, WaitMark,
+};
 use lock_core::{Access, LockError, LockGuard};
 use tokio::time::Instant;
 
@@ -102,11 +104,12 @@ impl LineSubjects {
         }
     }
 
-    /// A waiter's mark, removed (its subject's message deleted, the
-    /// waiters behind it told) when the wait ends, whenever it ends.
-    fn wait_mark(&self, inner: &Arc<Inner>, line: Line, arrival: Arrival) -> WaitMark {
+    /// The removal of a mark of a waiter that arrived at `arrival`: its
+    /// subject's message deleted, and with `announce` the waiters behind it
+    /// told.
+    fn unmark(&self, inner: &Arc<Inner>, arrival: Arrival, announce: bool) -> Unmark {
         let (inner, subjects) = (Arc::clone(inner), self.clone());
-        let unmark = Arc::new(move |id: String| {
+        Arc::new(move |id: String| {
             let (inner, subject, released) = (
                 Arc::clone(&inner),
                 subjects.mark(arrival, &id),
@@ -116,15 +119,25 @@ impl LineSubjects {
                 let doing = "removing a waiter's mark";
                 if let Some(m) = inner.last_on(&subject, doing).await? {
                     inner.delete(m.sequence, doing).await?;
-                    inner.announce_release(&released).await;
+                    if announce {
+                        inner.announce_release(&released).await;
+                    }
                 }
                 Ok(())
-            }) as futures_util::future::BoxFuture<'static, Result<(), LockError>>
-        });
-        match line {
-            Line::Permit(_) => WaitMark::in_line(arrival, unmark),
-            Line::Rw(access) => WaitMark::new(access, arrival, unmark),
-        }
+            })
+        })
+    }
+
+    /// A waiter's mark, removed when the wait ends, whenever it ends:
+    /// [`WaitMark::remove`] deletes it, a drop (a wait cancelled) also
+    /// tells the waiters behind it.
+    fn wait_mark(&self, inner: &Arc<Inner>, line: Line, arrival: Arrival) -> WaitMark {
+        let quiet = self.unmark(inner, arrival, false);
+        let mark = match line {
+            Line::Permit(_) => WaitMark::in_line(arrival, quiet),
+            Line::Rw(access) => WaitMark::new(access, arrival, quiet),
+        };
+        mark.with_drop_removal(self.unmark(inner, arrival, true))
     }
 }
 
@@ -151,25 +164,34 @@ async fn renew_mark(inner: &Inner, mark: &WaitMark, subject: &str) {
     }
 }
 
-/// Remove a wait's mark as it ends; a removal that fails leaves the mark
-/// to lapse by itself.
-async fn unmark(mark: &WaitMark) {
-    if let Err(e) = mark.remove().await {
-        tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be removed; it lapses by itself");
+/// Remove the mark of a wait that gave up, and tell the waiters behind
+/// it; a removal that fails leaves the mark to lapse by itself.
+async fn give_up(inner: &Inner, mark: &WaitMark, released: &str) {
+    match mark.remove().await {
+        Ok(()) => inner.announce_release(released).await,
+        Err(e) => {
+            tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a waiter's mark could not be removed; it lapses by itself");
+        }
     }
 }
 
 impl NatsLock {
-    /// One attempt in `line` from `place`, without waiting.
+    /// One attempt in `line` from `place`, without waiting, and whether a
+    /// grant leaves room for a waiter behind it (a permit taken while
+    /// another slot was free). A reader's or a writer's grant never does:
+    /// what kept those behind out, it now holds.
     pub(crate) async fn attempt_in_line(
         &self,
         req: Request<'_>,
         line: Line,
         place: Place<'_>,
-    ) -> Result<Attempt, LockError> {
+    ) -> Result<(Attempt, bool), LockError> {
         match line {
             Line::Permit(limit) => self.attempt_permit(req.name, req.opts, limit, place).await,
-            Line::Rw(access) => self.attempt_rw(req.name, req.opts, access, place).await,
+            Line::Rw(access) => Ok((
+                self.attempt_rw(req.name, req.opts, access, place).await?,
+                false,
+            )),
         }
     }
 
@@ -193,9 +215,23 @@ impl NatsLock {
         let mut marked_at: Option<Instant> = None;
         loop {
             let mut too_late = None;
-            let pace = match self.attempt_in_line(req, line, Place::of(&mark)).await? {
+            let (attempt, room_left) = self.attempt_in_line(req, line, Place::of(&mark)).await?;
+            let pace = match attempt {
+                // Those behind the mark are told only if they may follow.
+                // A permit's mark goes in the background (its holder goes
+                // on at once; `inspect` may count it a moment longer); a
+                // reader's or writer's before the guard is handed out, so
+                // that `inspect` no longer counts it as waiting.
                 Attempt::Acquired(guard) => {
-                    unmark(&mark).await;
+                    match (line, room_left) {
+                        (_, true) => drop(mark),
+                        (Line::Permit(_), false) => mark.remove_in_background(),
+                        (Line::Rw(_), false) => {
+                            if let Err(e) = mark.remove().await {
+                                tracing::debug!(target: "distlock", backend = BACKEND, error = %e.report(), "a granted waiter's mark could not be removed; it lapses by itself");
+                            }
+                        }
+                    }
                     return Ok(Some(guard));
                 }
                 Attempt::Held { expires_in } => {
@@ -214,7 +250,7 @@ impl NatsLock {
             tokio::select! {
                 go_on = wait.pause(pace) => {
                     if !go_on {
-                        unmark(&mark).await;
+                        give_up(inner, &mark, subjects.released()).await;
                         return too_late.map_or(Ok(None), Err);
                     }
                 }

@@ -163,6 +163,13 @@ impl WaitMark {
         self.out.store(false, Ordering::Release);
     }
 
+    /// Remove the mark in the background, with the removal
+    /// [`remove`](Self::remove) sends: for a waiter that was granted and
+    /// goes on at once (the mark no longer matters to those behind it).
+    pub fn remove_in_background(mut self) {
+        self.drop_unmark = None;
+    }
+
     /// Remove the mark now if one may be there. Dropped halfway, the mark
     /// is still removed, by the drop.
     pub async fn remove(&self) -> Result<(), LockError> {
